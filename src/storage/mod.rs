@@ -1,0 +1,92 @@
+//! Durable Raft state: the [`RaftStore`] trait and its two implementations.
+//!
+//! * [`RocksStore`] keeps the log, hard state, conf state and snapshot in RocksDB.
+//!   Every [`RaftStore::write`] is one `WriteBatch` written with `sync = true`: when the
+//!   call returns, the data is on disk.
+//! * [`MemStore`] has the same behaviour in memory. Its [`MemDisk`] is the "disk": it
+//!   outlives a dropped store, so a test or a simulation can crash a node (drop its
+//!   store) and restart it from exactly what had been written.
+//!
+//! Both read through raft-rs's [`raft::Storage`] trait and write through [`RaftStore`].
+//!
+//! What is durable when: a write or compaction that returned `Ok` survives any crash; one
+//! interrupted by a crash is, after restart, either wholly there or wholly absent; one
+//! that returned an error changed nothing if it was refused
+//! ([`StorageError::InvalidWrite`]) and is in an unknown state otherwise (the node must
+//! stop and reopen the store). Reads never see a write before it is durable.
+//!
+//! Both stores share one log model (`model.rs`): the validation of a write, how it
+//! changes the log, and the range rules of the reads. They differ only in where the
+//! bytes go.
+
+mod error;
+mod mem;
+mod model;
+mod rocks;
+
+pub use error::StorageError;
+pub use mem::{MemDisk, MemStore};
+pub use rocks::RocksStore;
+
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
+
+/// Everything one Raft `Ready` (or `LightReady`) asks to persist.
+///
+/// A store writes it as one atomic batch, in this order: `snapshot` (replacing the whole
+/// log), then `entries` (truncating any conflicting suffix), then `hard_state`, then
+/// `conf_state`, then `commit`. The call returns only after the batch is durable.
+#[derive(Debug, Clone, Default)]
+pub struct ReadyWrite {
+    /// A snapshot received from the leader: replaces the log, the conf state and the
+    /// snapshot; the hard state's commit index rises to at least its index.
+    pub snapshot: Option<Snapshot>,
+    /// New log entries. Existing entries at or after `entries[0].index` are removed
+    /// first (a conflicting suffix). Entries at or below the snapshot index are skipped.
+    pub entries: Vec<Entry>,
+    /// The new hard state (term, vote, commit).
+    pub hard_state: Option<HardState>,
+    /// The new conf state (membership), written when a conf change is applied.
+    pub conf_state: Option<ConfState>,
+    /// A new commit index only (from a `LightReady`); ignored when lower than the stored one.
+    pub commit: Option<u64>,
+}
+
+impl ReadyWrite {
+    /// True when there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.snapshot.is_none()
+            && self.entries.is_empty()
+            && self.hard_state.is_none()
+            && self.conf_state.is_none()
+            && self.commit.is_none()
+    }
+}
+
+/// The write side of Raft storage that the driver needs, on top of [`raft::Storage`].
+///
+/// Implementations are cheap handles (`Clone` shares the same underlying store), so the
+/// driver can keep one and give raft-rs another.
+pub trait RaftStore: raft::Storage + Clone + Send + Sync + 'static {
+    /// Persists one Ready as one atomic batch, synced to disk before returning.
+    ///
+    /// A write that would break the log is refused with [`StorageError::InvalidWrite`]
+    /// and changes nothing: a gap after the last entry, entries that are not consecutive
+    /// or whose terms go down, rewriting an entry at or below the commit index, a
+    /// snapshot not newer than the stored one, or a resulting commit index outside
+    /// `[snapshot index, last index]` (raft-rs would refuse to restart from that).
+    fn write(&self, write: ReadyWrite) -> Result<(), StorageError>;
+
+    /// Compacts the log: records a snapshot at `index` (its term, the current conf
+    /// state, and `data`, the application state as of `index`) and deletes every entry
+    /// at or below `index`. Afterwards `first_index() == index + 1`.
+    ///
+    /// `index` must be at most the commit index and at least the current snapshot index;
+    /// otherwise [`StorageError::InvalidWrite`] and nothing changes.
+    fn compact(&self, index: u64, data: Vec<u8>) -> Result<(), StorageError>;
+
+    /// The stored hard state.
+    fn hard_state(&self) -> HardState;
+
+    /// The stored conf state.
+    fn conf_state(&self) -> ConfState;
+}

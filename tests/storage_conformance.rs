@@ -1,0 +1,816 @@
+//! One conformance suite for both stores: every case is written once, generic over a
+//! [`Harness`] that makes and reopens a store, and runs against [`RocksStore`] (in a
+//! temporary directory) and [`MemStore`]. "Reopen" drops every handle and opens the
+//! store again from its disk, which is what a restart after a crash sees.
+//!
+//! The RocksDB-only cases at the end cover opening: missing, locked, corrupt and foreign
+//! directories.
+
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use protobuf::Message as _;
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
+use raft::{GetEntriesContext, Storage, StorageError as RaftStorageError};
+use tenure::storage::{MemDisk, MemStore, RaftStore, ReadyWrite, RocksStore, StorageError};
+
+/// Makes a fresh store and reopens it.
+trait Harness {
+    type S: RaftStore + std::fmt::Debug;
+    /// A new, empty store with membership `initial`.
+    fn fresh(&mut self, initial: ConfState) -> Self::S;
+    /// Drops `store` and opens it again from what it persisted.
+    fn reopen(&mut self, store: Self::S) -> Self::S;
+}
+
+struct RocksHarness {
+    dir: tempfile::TempDir,
+    stores: u32,
+}
+
+impl RocksHarness {
+    fn new() -> Self {
+        RocksHarness {
+            dir: tempfile::tempdir().expect("temporary directory"),
+            stores: 0,
+        }
+    }
+}
+
+impl Harness for RocksHarness {
+    type S = RocksStore;
+
+    fn fresh(&mut self, initial: ConfState) -> RocksStore {
+        self.stores += 1;
+        let path = self.dir.path().join(format!("store{}", self.stores));
+        RocksStore::create(path, initial).expect("create store")
+    }
+
+    fn reopen(&mut self, store: RocksStore) -> RocksStore {
+        let path = store.path().to_path_buf();
+        drop(store);
+        RocksStore::open(&path).expect("reopen store")
+    }
+}
+
+struct MemHarness;
+
+impl Harness for MemHarness {
+    type S = MemStore;
+
+    fn fresh(&mut self, initial: ConfState) -> MemStore {
+        MemStore::open(MemDisk::new(initial))
+    }
+
+    fn reopen(&mut self, store: MemStore) -> MemStore {
+        let disk = store.disk();
+        drop(store);
+        MemStore::open(disk)
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Helpers
+
+fn voters(ids: &[u64]) -> ConfState {
+    ConfState::from((ids.to_vec(), Vec::<u64>::new()))
+}
+
+fn entry(index: u64, term: u64) -> Entry {
+    Entry {
+        index,
+        term,
+        data: Bytes::from(format!("entry {index:04}")),
+        ..Default::default()
+    }
+}
+
+fn entries(range: RangeInclusive<u64>, term: u64) -> Vec<Entry> {
+    range.map(|i| entry(i, term)).collect()
+}
+
+fn hard_state(term: u64, vote: u64, commit: u64) -> HardState {
+    HardState {
+        term,
+        vote,
+        commit,
+        ..Default::default()
+    }
+}
+
+fn append(store: &impl RaftStore, ents: Vec<Entry>) {
+    store
+        .write(ReadyWrite {
+            entries: ents,
+            ..Default::default()
+        })
+        .expect("append");
+}
+
+fn set_hard_state(store: &impl RaftStore, hs: HardState) {
+    store
+        .write(ReadyWrite {
+            hard_state: Some(hs),
+            ..Default::default()
+        })
+        .expect("write hard state");
+}
+
+fn read(store: &impl Storage, low: u64, high: u64) -> raft::Result<Vec<Entry>> {
+    store.entries(low, high, None, GetEntriesContext::empty(false))
+}
+
+fn read_max(store: &impl Storage, low: u64, high: u64, max: u64) -> Vec<Entry> {
+    store
+        .entries(low, high, max, GetEntriesContext::empty(false))
+        .expect("entries")
+}
+
+/// The terms of every entry the store holds, first to last.
+fn terms(store: &impl Storage) -> Vec<u64> {
+    let first = store.first_index().expect("first index");
+    let last = store.last_index().expect("last index");
+    read(store, first, last + 1)
+        .expect("whole log")
+        .iter()
+        .map(|e| e.term)
+        .collect()
+}
+
+fn err<T>(e: RaftStorageError) -> raft::Result<T> {
+    Err(raft::Error::Store(e))
+}
+
+#[track_caller]
+fn assert_invalid(result: Result<(), StorageError>) {
+    assert!(
+        matches!(result, Err(StorageError::InvalidWrite { .. })),
+        "expected InvalidWrite, got {result:?}"
+    );
+}
+
+fn snapshot_at(index: u64, term: u64, cs: ConfState, data: &[u8]) -> Snapshot {
+    let mut s = Snapshot {
+        data: Bytes::copy_from_slice(data),
+        ..Default::default()
+    };
+    let meta = s.mut_metadata();
+    meta.index = index;
+    meta.term = term;
+    meta.set_conf_state(cs);
+    s
+}
+
+fn bounds(store: &impl Storage) -> (u64, u64) {
+    (store.first_index().unwrap(), store.last_index().unwrap())
+}
+
+// ---------------------------------------------------------------------------------
+// The suite
+
+fn fresh_store_has_empty_log_and_initial_membership<H: Harness>(h: &mut H) {
+    let cs = voters(&[1, 2, 3]);
+    let check = |s: &H::S| {
+        let state = s.initial_state().unwrap();
+        assert_eq!(state.hard_state, HardState::default());
+        assert_eq!(state.conf_state, cs);
+        assert!(state.initialized());
+        assert_eq!(s.hard_state(), HardState::default());
+        assert_eq!(s.conf_state(), cs);
+        assert_eq!(bounds(s), (1, 0));
+        assert_eq!(s.term(0), Ok(0));
+        assert_eq!(s.term(1), err(RaftStorageError::Unavailable));
+        assert_eq!(read(s, 1, 1), Ok(vec![]));
+        assert_eq!(read(s, 1, 2), err(RaftStorageError::Unavailable));
+        assert_eq!(read(s, 0, 1), err(RaftStorageError::Compacted));
+        let snap = s.snapshot(0, 2).unwrap();
+        assert_eq!(snap.get_metadata().index, 0);
+        assert_eq!(snap.get_metadata().term, 0);
+        assert!(snap.data.is_empty());
+        assert_eq!(
+            s.snapshot(1, 2),
+            err(RaftStorageError::SnapshotTemporarilyUnavailable)
+        );
+    };
+    let s = h.fresh(cs.clone());
+    check(&s);
+    let s = h.reopen(s);
+    check(&s);
+}
+
+fn appended_entries_read_back_in_order<H: Harness>(h: &mut H) {
+    let s = h.fresh(voters(&[1]));
+    append(&s, entries(1..=5, 1));
+    append(&s, entries(6..=7, 2));
+    let check = |s: &H::S| {
+        let mut all = entries(1..=5, 1);
+        all.extend(entries(6..=7, 2));
+        assert_eq!(bounds(s), (1, 7));
+        assert_eq!(read(s, 1, 8), Ok(all.clone()));
+        assert_eq!(read(s, 3, 5), Ok(all[2..4].to_vec()));
+        assert_eq!(read(s, 7, 8), Ok(all[6..].to_vec()));
+        for e in &all {
+            assert_eq!(s.term(e.index), Ok(e.term), "term of {}", e.index);
+        }
+    };
+    check(&s);
+    let s = h.reopen(s);
+    check(&s);
+    let clone = s.clone();
+    append(&clone, entries(8..=8, 2));
+    drop(clone);
+    assert_eq!(s.last_index(), Ok(8), "clones share one store");
+    assert_eq!(read(&s, 8, 9), Ok(entries(8..=8, 2)));
+    let s = h.reopen(s);
+    assert_eq!(bounds(&s), (1, 8));
+    assert_eq!(read(&s, 8, 9), Ok(entries(8..=8, 2)));
+}
+
+fn entries_are_limited_by_max_size<H: Harness>(h: &mut H) {
+    let s = h.fresh(voters(&[1]));
+    append(&s, entries(1..=5, 1));
+    let size = u64::from(entry(1, 1).compute_size());
+    let count = |max: u64| read_max(&s, 1, 6, max).len();
+    assert_eq!(count(0), 1, "at least one entry, whatever the limit");
+    assert_eq!(count(1), 1);
+    assert_eq!(count(size), 1);
+    assert_eq!(count(2 * size), 2);
+    assert_eq!(count(2 * size + size / 2), 2);
+    assert_eq!(count(5 * size), 5);
+    assert_eq!(count(raft::NO_LIMIT), 5);
+    assert_eq!(read_max(&s, 2, 4, 0), entries(2..=2, 1));
+    assert_eq!(
+        read(&s, 1, 6).map(|e| e.len()),
+        Ok(5),
+        "None means no limit"
+    );
+}
+
+fn term_is_known_from_snapshot_to_last_entry<H: Harness>(h: &mut H) {
+    let s = h.fresh(voters(&[1]));
+    append(&s, entries(1..=2, 1));
+    append(&s, entries(3..=4, 2));
+    append(&s, entries(5..=6, 3));
+    set_hard_state(&s, hard_state(3, 1, 6));
+    s.compact(4, b"app@4".to_vec()).unwrap();
+    let check = |s: &H::S| {
+        assert_eq!(bounds(s), (5, 6));
+        assert_eq!(s.term(3), err(RaftStorageError::Compacted));
+        assert_eq!(s.term(0), err(RaftStorageError::Compacted));
+        assert_eq!(
+            s.term(4),
+            Ok(2),
+            "the snapshot index answers with the snapshot term"
+        );
+        assert_eq!(s.term(5), Ok(3));
+        assert_eq!(s.term(6), Ok(3));
+        assert_eq!(s.term(7), err(RaftStorageError::Unavailable));
+    };
+    check(&s);
+    let s = h.reopen(s);
+    check(&s);
+}
+
+fn out_of_range_reads_are_errors_not_panics<H: Harness>(h: &mut H) {
+    let s = h.fresh(voters(&[1]));
+    append(&s, entries(1..=5, 1));
+    set_hard_state(&s, hard_state(1, 1, 5));
+    s.compact(2, Vec::new()).unwrap();
+    assert_eq!(bounds(&s), (3, 5));
+    assert_eq!(read(&s, 2, 4), err(RaftStorageError::Compacted));
+    assert_eq!(read(&s, 1, 3), err(RaftStorageError::Compacted));
+    assert_eq!(read(&s, 3, 7), err(RaftStorageError::Unavailable));
+    assert_eq!(read(&s, 7, 7), err(RaftStorageError::Unavailable));
+    assert_eq!(read(&s, 5, 3), err(RaftStorageError::Unavailable));
+    assert_eq!(
+        read(&s, u64::MAX, u64::MAX),
+        err(RaftStorageError::Unavailable)
+    );
+    assert_eq!(s.term(u64::MAX), err(RaftStorageError::Unavailable));
+    assert_eq!(read(&s, 6, 6), Ok(vec![]));
+    assert_eq!(read(&s, 3, 6), Ok(entries(3..=5, 1)));
+}
+
+fn conflicting_suffix_is_truncated<H: Harness>(h: &mut H) {
+    let s = h.fresh(voters(&[1]));
+    append(&s, entries(1..=5, 1));
+    append(&s, entries(3..=4, 2));
+    let check = |s: &H::S| {
+        assert_eq!(bounds(s), (1, 4));
+        assert_eq!(terms(s), vec![1, 1, 2, 2]);
+        assert_eq!(read(s, 3, 5), Ok(entries(3..=4, 2)));
+        assert_eq!(read(s, 5, 6), err(RaftStorageError::Unavailable));
+        assert_eq!(s.term(5), err(RaftStorageError::Unavailable));
+    };
+    check(&s);
+    let s = h.reopen(s);
+    check(&s);
+    append(&s, entries(5..=5, 3));
+    assert_eq!(terms(&s), vec![1, 1, 2, 2, 3]);
+    let s = h.reopen(s);
+    assert_eq!(terms(&s), vec![1, 1, 2, 2, 3]);
+}
+
+fn invalid_writes_are_refused_and_change_nothing<H: Harness>(h: &mut H) {
+    let s = h.fresh(voters(&[1]));
+    append(&s, entries(1..=3, 2));
+    set_hard_state(&s, hard_state(2, 1, 2));
+    let write_entries = |ents: Vec<Entry>| {
+        s.write(ReadyWrite {
+            entries: ents,
+            ..Default::default()
+        })
+    };
+    // A gap after the last entry.
+    assert_invalid(write_entries(entries(5..=6, 2)));
+    // Not consecutive within the write.
+    assert_invalid(write_entries(vec![entry(4, 2), entry(6, 2)]));
+    // Terms going down, within the write and against the entry before.
+    assert_invalid(write_entries(vec![entry(4, 3), entry(5, 2)]));
+    assert_invalid(write_entries(entries(4..=4, 1)));
+    // Indexes at the end of the range: refused, no overflow.
+    assert_invalid(write_entries(vec![
+        entry(4, 2),
+        entry(u64::MAX, 2),
+        entry(6, 2),
+    ]));
+    assert_invalid(write_entries(entries(u64::MAX..=u64::MAX, 2)));
+    assert_invalid(s.write(ReadyWrite {
+        snapshot: Some(snapshot_at(u64::MAX, 9, voters(&[1]), b"")),
+        ..Default::default()
+    }));
+    // Overwriting a committed entry.
+    assert_invalid(write_entries(entries(2..=4, 3)));
+    // A commit index beyond the last entry, by hard state or by commit.
+    assert_invalid(s.write(ReadyWrite {
+        hard_state: Some(hard_state(2, 1, 4)),
+        ..Default::default()
+    }));
+    assert_invalid(s.write(ReadyWrite {
+        commit: Some(4),
+        ..Default::default()
+    }));
+    // A refused write changes nothing, not even its valid parts.
+    assert_invalid(s.write(ReadyWrite {
+        entries: entries(4..=4, 2),
+        hard_state: Some(hard_state(2, 1, 9)),
+        conf_state: Some(voters(&[1, 2])),
+        ..Default::default()
+    }));
+    let check = |s: &H::S| {
+        assert_eq!(bounds(s), (1, 3));
+        assert_eq!(terms(s), vec![2, 2, 2]);
+        assert_eq!(s.hard_state(), hard_state(2, 1, 2));
+        assert_eq!(s.conf_state(), voters(&[1]));
+    };
+    check(&s);
+    let s = h.reopen(s);
+    check(&s);
+    // Rewriting the uncommitted tail is fine.
+    append(&s, entries(3..=4, 3));
+    assert_eq!(terms(&s), vec![2, 2, 3, 3]);
+}
+
+fn hard_and_conf_state_survive_reopen<H: Harness>(h: &mut H) {
+    let s = h.fresh(voters(&[1, 2, 3]));
+    append(&s, entries(1..=3, 2));
+    let cs = ConfState::from((vec![1, 2, 3, 4], vec![5]));
+    s.write(ReadyWrite {
+        hard_state: Some(hard_state(2, 3, 2)),
+        conf_state: Some(cs.clone()),
+        ..Default::default()
+    })
+    .unwrap();
+    let s = h.reopen(s);
+    let state = s.initial_state().unwrap();
+    assert_eq!(state.hard_state, hard_state(2, 3, 2));
+    assert_eq!(state.conf_state, cs);
+    assert_eq!(s.hard_state(), hard_state(2, 3, 2));
+    assert_eq!(s.conf_state(), cs);
+
+    // A commit alone raises the commit index and keeps term and vote.
+    s.write(ReadyWrite {
+        commit: Some(3),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(s.hard_state(), hard_state(2, 3, 3));
+    // ... and is ignored when lower.
+    s.write(ReadyWrite {
+        commit: Some(1),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(s.hard_state(), hard_state(2, 3, 3));
+    // Entries, hard state and commit in one write: the commit applies last.
+    s.write(ReadyWrite {
+        entries: entries(4..=5, 4),
+        hard_state: Some(hard_state(4, 0, 3)),
+        commit: Some(5),
+        ..Default::default()
+    })
+    .unwrap();
+    let s = h.reopen(s);
+    assert_eq!(s.hard_state(), hard_state(4, 0, 5));
+    assert_eq!(s.conf_state(), cs);
+    assert_eq!(terms(&s), vec![2, 2, 2, 4, 4]);
+}
+
+fn compaction_moves_first_index_and_records_a_snapshot<H: Harness>(h: &mut H) {
+    let cs = voters(&[1, 2, 3]);
+    let s = h.fresh(cs.clone());
+    append(&s, entries(1..=4, 1));
+    append(&s, entries(5..=10, 2));
+    set_hard_state(&s, hard_state(2, 1, 8));
+    s.compact(5, b"state@5".to_vec()).unwrap();
+    let check = |s: &H::S| {
+        assert_eq!(bounds(s), (6, 10));
+        assert_eq!(read(s, 5, 7), err(RaftStorageError::Compacted));
+        assert_eq!(read(s, 6, 11), Ok(entries(6..=10, 2)));
+        assert_eq!(s.term(5), Ok(2));
+        assert_eq!(s.term(4), err(RaftStorageError::Compacted));
+        let snap = s.snapshot(0, 2).unwrap();
+        assert_eq!(snap.get_metadata().index, 5);
+        assert_eq!(snap.get_metadata().term, 2);
+        assert_eq!(snap.get_metadata().get_conf_state(), &cs);
+        assert_eq!(&snap.data[..], b"state@5");
+        assert_eq!(s.hard_state(), hard_state(2, 1, 8));
+    };
+    check(&s);
+    // Beyond the commit index, or below the snapshot: refused, nothing changes.
+    assert_invalid(s.compact(9, Vec::new()));
+    assert_invalid(s.compact(4, Vec::new()));
+    check(&s);
+    let s = h.reopen(s);
+    check(&s);
+
+    // Again at the same index replaces the data; further moves on.
+    s.compact(5, b"again@5".to_vec()).unwrap();
+    assert_eq!(&s.snapshot(0, 2).unwrap().data[..], b"again@5");
+    s.compact(8, b"state@8".to_vec()).unwrap();
+    assert_eq!(bounds(&s), (9, 10));
+    // Up to the last entry: the log is empty, its last term stays known.
+    s.write(ReadyWrite {
+        commit: Some(10),
+        ..Default::default()
+    })
+    .unwrap();
+    s.compact(10, b"state@10".to_vec()).unwrap();
+    assert_eq!(bounds(&s), (11, 10));
+    assert_eq!(s.term(10), Ok(2));
+    assert_eq!(read(&s, 11, 11), Ok(vec![]));
+    let s = h.reopen(s);
+    assert_eq!(bounds(&s), (11, 10));
+    assert_eq!(s.term(10), Ok(2));
+    assert_eq!(&s.snapshot(10, 2).unwrap().data[..], b"state@10");
+    append(&s, entries(11..=11, 3));
+    assert_eq!(bounds(&s), (11, 11));
+}
+
+fn applying_a_snapshot_replaces_the_log<H: Harness>(h: &mut H) {
+    let s = h.fresh(voters(&[1, 2, 3]));
+    append(&s, entries(1..=5, 1));
+    set_hard_state(&s, hard_state(1, 1, 3));
+    let new_cs = voters(&[1, 2, 3, 4]);
+    // Entries the snapshot covers are skipped; the rest follow it.
+    let mut ents = entries(9..=10, 3);
+    ents.extend(entries(11..=12, 4));
+    s.write(ReadyWrite {
+        snapshot: Some(snapshot_at(10, 3, new_cs.clone(), b"remote state")),
+        entries: ents,
+        ..Default::default()
+    })
+    .unwrap();
+    let check = |s: &H::S| {
+        assert_eq!(bounds(s), (11, 12));
+        assert_eq!(s.term(10), Ok(3));
+        assert_eq!(s.term(5), err(RaftStorageError::Compacted));
+        assert_eq!(read(s, 5, 6), err(RaftStorageError::Compacted));
+        assert_eq!(read(s, 11, 13), Ok(entries(11..=12, 4)));
+        // Commit rises to the snapshot, the term to the snapshot's; the vote stays.
+        assert_eq!(s.hard_state(), hard_state(3, 1, 10));
+        assert_eq!(s.conf_state(), new_cs);
+        let snap = s.snapshot(10, 2).unwrap();
+        assert_eq!(snap.get_metadata().index, 10);
+        assert_eq!(snap.get_metadata().term, 3);
+        assert_eq!(snap.get_metadata().get_conf_state(), &new_cs);
+        assert_eq!(&snap.data[..], b"remote state");
+    };
+    check(&s);
+    let s = h.reopen(s);
+    check(&s);
+    // A snapshot that is not newer than the stored one is refused.
+    for index in [7, 10] {
+        assert_invalid(s.write(ReadyWrite {
+            snapshot: Some(snapshot_at(index, 3, voters(&[9]), b"old")),
+            ..Default::default()
+        }));
+    }
+    check(&s);
+
+    // A snapshot inside the log also drops the entries after it.
+    let s = h.fresh(voters(&[1]));
+    append(&s, entries(1..=20, 1));
+    set_hard_state(&s, hard_state(1, 0, 5));
+    s.write(ReadyWrite {
+        snapshot: Some(snapshot_at(8, 1, voters(&[1]), b"")),
+        hard_state: Some(hard_state(2, 0, 8)),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(bounds(&s), (9, 8));
+    assert_eq!(s.hard_state(), hard_state(2, 0, 8));
+    let s = h.reopen(s);
+    assert_eq!(bounds(&s), (9, 8));
+    assert_eq!(read(&s, 9, 10), err(RaftStorageError::Unavailable));
+}
+
+fn snapshot_honours_request_index<H: Harness>(h: &mut H) {
+    let s = h.fresh(voters(&[1]));
+    append(&s, entries(1..=6, 1));
+    set_hard_state(&s, hard_state(1, 1, 6));
+    s.compact(4, b"s".to_vec()).unwrap();
+    assert_eq!(s.snapshot(0, 2).unwrap().get_metadata().index, 4);
+    assert_eq!(s.snapshot(4, 2).unwrap().get_metadata().index, 4);
+    assert_eq!(
+        s.snapshot(5, 2),
+        err(RaftStorageError::SnapshotTemporarilyUnavailable)
+    );
+}
+
+fn empty_and_unchanged_writes_succeed<H: Harness>(h: &mut H) {
+    let s = h.fresh(voters(&[1]));
+    s.write(ReadyWrite::default()).unwrap();
+    set_hard_state(&s, HardState::default());
+    s.write(ReadyWrite {
+        conf_state: Some(voters(&[1])),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(bounds(&s), (1, 0));
+    assert_eq!(s.hard_state(), HardState::default());
+}
+
+macro_rules! conformance {
+    ($store:ident, $harness:expr, [$($case:ident),* $(,)?]) => {
+        mod $store {
+            use super::*;
+            $(
+                #[test]
+                fn $case() {
+                    let mut harness = $harness;
+                    super::$case(&mut harness);
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! suite {
+    ($store:ident, $harness:expr) => {
+        conformance!(
+            $store,
+            $harness,
+            [
+                fresh_store_has_empty_log_and_initial_membership,
+                appended_entries_read_back_in_order,
+                entries_are_limited_by_max_size,
+                term_is_known_from_snapshot_to_last_entry,
+                out_of_range_reads_are_errors_not_panics,
+                conflicting_suffix_is_truncated,
+                invalid_writes_are_refused_and_change_nothing,
+                hard_and_conf_state_survive_reopen,
+                compaction_moves_first_index_and_records_a_snapshot,
+                applying_a_snapshot_replaces_the_log,
+                snapshot_honours_request_index,
+                empty_and_unchanged_writes_succeed,
+            ]
+        );
+    };
+}
+
+suite!(rocks, RocksHarness::new());
+suite!(mem, MemHarness);
+
+// ---------------------------------------------------------------------------------
+// RocksStore: opening missing, locked, corrupt and foreign directories
+
+mod rocks_open {
+    use super::*;
+
+    fn store_with_entries(dir: &Path) -> PathBuf {
+        let path = dir.join("store");
+        let s = RocksStore::create(&path, voters(&[1, 2, 3])).unwrap();
+        append(&s, entries(1..=5, 1));
+        set_hard_state(&s, hard_state(1, 1, 5));
+        path
+    }
+
+    #[track_caller]
+    fn assert_names_path(err: &StorageError, path: &Path) {
+        let text = err.to_string();
+        assert!(
+            text.contains(&path.display().to_string()),
+            "{text:?} does not name {}",
+            path.display()
+        );
+    }
+
+    #[track_caller]
+    fn assert_corrupt(result: Result<RocksStore, StorageError>, path: &Path, needle: &str) {
+        match result {
+            Err(e @ StorageError::Corrupt { .. }) => {
+                assert_names_path(&e, path);
+                assert!(
+                    e.to_string().contains(needle),
+                    "{e} does not mention {needle:?}"
+                );
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+
+    fn raw_db(path: &Path) -> rocksdb::DB {
+        rocksdb::DB::open_default(path).expect("raw rocksdb open")
+    }
+
+    #[test]
+    fn missing_directory_is_missing_and_not_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nope");
+        let e = RocksStore::open(&path).unwrap_err();
+        assert!(matches!(e, StorageError::Missing { .. }), "{e:?}");
+        assert_names_path(&e, &path);
+        assert!(!path.exists(), "open must not create the directory");
+    }
+
+    #[test]
+    fn empty_directory_is_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = RocksStore::open(dir.path()).unwrap_err();
+        assert!(matches!(e, StorageError::Missing { .. }), "{e:?}");
+        assert_names_path(&e, dir.path());
+    }
+
+    #[test]
+    fn create_needs_an_existing_parent() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a").join("b");
+        let e = RocksStore::create(&path, voters(&[1])).unwrap_err();
+        assert!(matches!(e, StorageError::Io { .. }), "{e:?}");
+        assert_names_path(&e, &path);
+    }
+
+    #[test]
+    fn create_on_an_initialized_store_is_refused_and_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = store_with_entries(dir.path());
+        let e = RocksStore::create(&path, voters(&[7])).unwrap_err();
+        assert!(
+            matches!(e, StorageError::AlreadyInitialized { .. }),
+            "{e:?}"
+        );
+        assert_names_path(&e, &path);
+        let s = RocksStore::open_or_create(&path, voters(&[7])).unwrap();
+        assert_eq!(s.conf_state(), voters(&[1, 2, 3]));
+        assert_eq!(s.last_index(), Ok(5));
+    }
+
+    #[test]
+    fn open_or_create_creates_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let s = RocksStore::open_or_create(&path, voters(&[1, 2])).unwrap();
+        assert_eq!(s.path(), path);
+        append(&s, entries(1..=1, 1));
+        drop(s);
+        let s = RocksStore::open_or_create(&path, voters(&[9])).unwrap();
+        assert_eq!(s.conf_state(), voters(&[1, 2]));
+        assert_eq!(s.last_index(), Ok(1));
+    }
+
+    #[test]
+    fn second_open_while_open_is_locked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = store_with_entries(dir.path());
+        let first = RocksStore::open(&path).unwrap();
+        let _clone = first.clone();
+        for e in [
+            RocksStore::open(&path).unwrap_err(),
+            RocksStore::create(&path, voters(&[1])).unwrap_err(),
+            RocksStore::open_or_create(&path, voters(&[1])).unwrap_err(),
+        ] {
+            assert!(matches!(e, StorageError::Locked { .. }), "{e:?}");
+            assert_names_path(&e, &path);
+        }
+        drop(first);
+        assert!(
+            RocksStore::open(&path).is_err(),
+            "a clone still holds the store open"
+        );
+        drop(_clone);
+        let again = RocksStore::open(&path).unwrap();
+        assert_eq!(again.last_index(), Ok(5));
+    }
+
+    #[test]
+    fn garbage_current_file_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = store_with_entries(dir.path());
+        std::fs::write(path.join("CURRENT"), b"\x00\xffnot a manifest").unwrap();
+        assert_corrupt(RocksStore::open(&path), &path, "");
+    }
+
+    #[test]
+    fn garbage_manifest_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = store_with_entries(dir.path());
+        let current = std::fs::read_to_string(path.join("CURRENT")).unwrap();
+        let manifest = path.join(current.trim());
+        let len = std::fs::metadata(&manifest).unwrap().len() as usize;
+        std::fs::write(&manifest, vec![0xA5; len]).unwrap();
+        assert_corrupt(RocksStore::open(&path), &path, "");
+    }
+
+    #[test]
+    fn undecodable_hard_state_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = store_with_entries(dir.path());
+        raw_db(&path).put(b"tenure/hard_state", [0xff; 16]).unwrap();
+        assert_corrupt(RocksStore::open(&path), &path, "tenure/hard_state");
+    }
+
+    #[test]
+    fn undecodable_entry_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = store_with_entries(dir.path());
+        let mut key = b"tenure/log/".to_vec();
+        key.extend_from_slice(&3u64.to_be_bytes());
+        raw_db(&path).put(&key, [0xff; 16]).unwrap();
+        assert_corrupt(RocksStore::open(&path), &path, "does not decode");
+    }
+
+    #[test]
+    fn hole_in_the_log_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = store_with_entries(dir.path());
+        let mut key = b"tenure/log/".to_vec();
+        key.extend_from_slice(&3u64.to_be_bytes());
+        raw_db(&path).delete(&key).unwrap();
+        assert_corrupt(
+            RocksStore::open(&path),
+            &path,
+            "entry 4 found where entry 3",
+        );
+    }
+
+    #[test]
+    fn commit_beyond_the_log_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = store_with_entries(dir.path());
+        let hs = hard_state(1, 1, 99).write_to_bytes().unwrap();
+        raw_db(&path).put(b"tenure/hard_state", hs).unwrap();
+        assert_corrupt(RocksStore::open(&path), &path, "commit index 99");
+    }
+
+    #[test]
+    fn foreign_rocksdb_is_not_a_tenure_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("other");
+        raw_db(&path).put(b"hello", b"world").unwrap();
+        assert_corrupt(RocksStore::open(&path), &path, "not a tenure store");
+        assert_corrupt(
+            RocksStore::create(&path, voters(&[1])),
+            &path,
+            "not a tenure store",
+        );
+        assert_eq!(
+            raw_db(&path).get(b"hello").unwrap().as_deref(),
+            Some(&b"world"[..])
+        );
+        assert_eq!(raw_db(&path).get(b"tenure/meta").unwrap(), None);
+    }
+
+    #[test]
+    fn newer_format_version_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = store_with_entries(dir.path());
+        let mut meta = b"tenure-raft-store".to_vec();
+        meta.extend_from_slice(&2u32.to_be_bytes());
+        raw_db(&path).put(b"tenure/meta", meta).unwrap();
+        assert_corrupt(RocksStore::open(&path), &path, "format version 2");
+    }
+
+    #[test]
+    fn interrupted_create_is_missing_then_creatable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        // An empty RocksDB database: what a create killed before its first write leaves.
+        drop(raw_db(&path));
+        let e = RocksStore::open(&path).unwrap_err();
+        assert!(matches!(e, StorageError::Missing { .. }), "{e:?}");
+        let s = RocksStore::open_or_create(&path, voters(&[1])).unwrap();
+        assert_eq!(s.conf_state(), voters(&[1]));
+    }
+}

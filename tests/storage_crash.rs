@@ -1,0 +1,209 @@
+//! A real crash: a child process writes to a [`RocksStore`] and reports each write that
+//! returned; the parent SIGKILLs it at a random moment, reopens the store and checks
+//! that every reported write is there, that at most the one write in flight is there
+//! beyond that, and that the log is whole.
+//!
+//! The child is this same test binary, re-executed to run only [`crash_child`] with
+//! `TENURE_CRASH_CHILD_DIR` set. `TENURE_CRASH_TRIALS=N` runs N trials (default 30);
+//! `TENURE_CRASH_SEED=S` replays a run (the seed is printed).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use raft::eraftpb::{ConfState, Entry, HardState};
+use raft::{GetEntriesContext, Storage};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tenure::storage::{RaftStore, ReadyWrite, RocksStore};
+
+const CHILD_DIR_VAR: &str = "TENURE_CRASH_CHILD_DIR";
+/// Compact the log every this many writes, keeping the last `KEEP` entries, so the
+/// child also gets killed in the middle of compactions.
+const COMPACT_EVERY: u64 = 16;
+const KEEP: u64 = 4;
+
+/// Write `n` (1, 2, ...) appends entry `n` with term `n` and data `n`, and sets the hard
+/// state to term `n`, vote 1, commit `n`: after a restart, the hard state's term says
+/// which write was the last one on disk.
+fn write_number(store: &RocksStore, n: u64) {
+    let entry = Entry {
+        index: n,
+        term: n,
+        data: Bytes::from(n.to_be_bytes().to_vec()),
+        ..Default::default()
+    };
+    let hs = HardState {
+        term: n,
+        vote: 1,
+        commit: n,
+        ..Default::default()
+    };
+    store
+        .write(ReadyWrite {
+            entries: vec![entry],
+            hard_state: Some(hs),
+            ..Default::default()
+        })
+        .expect("child write");
+}
+
+/// The child's body; does nothing unless run by [`sigkill_never_loses_a_reported_write`].
+#[test]
+fn crash_child() {
+    let Some(dir) = std::env::var_os(CHILD_DIR_VAR) else {
+        return;
+    };
+    let store =
+        RocksStore::open_or_create(&dir, ConfState::from((vec![1], vec![]))).expect("child open");
+    let mut n = store.hard_state().term;
+    let stdout = std::io::stdout();
+    // Bounded, in case the parent never kills us.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        n += 1;
+        write_number(&store, n);
+        {
+            let mut out = stdout.lock();
+            writeln!(out, "persisted {n}").expect("child stdout");
+            out.flush().expect("child stdout");
+        }
+        if n % COMPACT_EVERY == 0 {
+            store.compact(n - KEEP, Vec::new()).expect("child compact");
+        }
+    }
+    panic!("crash child was never killed");
+}
+
+struct Trial {
+    reported: u64,
+    stored: u64,
+}
+
+fn run_trial(dir: &Path, rng: &mut StdRng, previous: u64) -> Trial {
+    let exe = std::env::current_exe().expect("test binary");
+    let mut child = Command::new(exe)
+        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+        .env(CHILD_DIR_VAR, dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn crash child");
+    let mut lines = BufReader::new(child.stdout.take().expect("child stdout")).lines();
+    let mut reported = previous;
+    // libtest may print "test crash_child ... " on the same line as the first report.
+    let parse = |line: &str| {
+        let at = line.find("persisted ")?;
+        line[at + "persisted ".len()..].trim().parse::<u64>().ok()
+    };
+
+    if rng.gen_ratio(1, 10) {
+        // Sometimes kill blind, possibly while the child is still opening the store.
+        std::thread::sleep(Duration::from_micros(rng.gen_range(0..50_000)));
+    } else {
+        let wanted = rng.gen_range(1..=40);
+        let mut seen = 0;
+        while seen < wanted {
+            let Some(line) = lines.next() else {
+                let status = child.wait().expect("wait for child");
+                panic!("crash child exited on its own after {seen} writes: {status}");
+            };
+            if let Some(n) = parse(&line.expect("child output")) {
+                reported = n;
+                seen += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_micros(rng.gen_range(0..3_000)));
+    }
+    child.kill().expect("SIGKILL the child");
+    let status = child.wait().expect("wait for child");
+    assert!(!status.success(), "child should have been killed: {status}");
+    // Lines already in the pipe were written after their write returned: they count.
+    for line in lines {
+        if let Some(n) = parse(&line.expect("child output")) {
+            reported = n;
+        }
+    }
+
+    let store = RocksStore::open(dir).expect("reopen after SIGKILL");
+    let hs = store.hard_state();
+    let stored = hs.term;
+    assert!(
+        stored >= reported,
+        "write {reported} was reported durable but the store holds only {stored}"
+    );
+    assert!(
+        stored <= reported + 1,
+        "store holds write {stored}, but only {reported} was reported and one more was in flight"
+    );
+    assert_eq!(hs.vote, 1);
+    assert_eq!(hs.commit, stored, "hard state {hs:?}");
+    let first = store.first_index().unwrap();
+    let last = store.last_index().unwrap();
+    assert_eq!(
+        last, stored,
+        "the last entry and the hard state come from one write"
+    );
+    assert_eq!(store.term(last), Ok(stored));
+    let ents = store
+        .entries(first, last + 1, None, GetEntriesContext::empty(false))
+        .expect("whole log readable");
+    assert_eq!(ents.len() as u64, last + 1 - first);
+    for (e, i) in ents.iter().zip(first..) {
+        assert_eq!((e.index, e.term), (i, i));
+        assert_eq!(&e.data[..], &i.to_be_bytes()[..]);
+    }
+    Trial { reported, stored }
+}
+
+#[test]
+fn sigkill_never_loses_a_reported_write() {
+    if std::env::var_os(CHILD_DIR_VAR).is_some() {
+        return;
+    }
+    let trials: u32 = std::env::var("TENURE_CRASH_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let seed: u64 = std::env::var("TENURE_CRASH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| rand::thread_rng().gen());
+    println!("crash test: {trials} trials, seed {seed} (TENURE_CRASH_SEED={seed} replays)");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("store");
+
+    let started = Instant::now();
+    let mut previous = 0;
+    let mut trials_with_writes = 0;
+    let mut in_flight_found = 0;
+    for _ in 0..trials {
+        let trial = run_trial(&path, &mut rng, previous);
+        let new_writes = trial.reported.saturating_sub(previous);
+        if new_writes > 0 {
+            trials_with_writes += 1;
+        }
+        if trial.stored > trial.reported {
+            in_flight_found += 1;
+        }
+        previous = trial.stored;
+    }
+    println!(
+        "crash test: {trials} SIGKILLs in {:.1?}; {previous} writes survived in total; \
+         {trials_with_writes} trials reported writes; in {in_flight_found} the write in \
+         flight at the kill was found durable",
+        started.elapsed()
+    );
+    assert!(
+        previous > 0,
+        "no write was ever reported: the test proved nothing"
+    );
+    assert!(
+        trials_with_writes * 2 >= trials,
+        "only {trials_with_writes} of {trials} trials reported a write"
+    );
+}
