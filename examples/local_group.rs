@@ -1,0 +1,691 @@
+//! Runs a local group of tenure workers (5 by default) and shows who leads, live.
+//!
+//! ```text
+//! cargo run --release --example local_group                       # until Ctrl-C
+//! cargo run --release --example local_group -- --chaos kill --duration 60 --events /tmp/ev.jsonl
+//! ```
+//!
+//! Certificates and data directories live in a temporary folder that is removed at exit.
+//! Children are tracked by PID and stopped on exit (SIGTERM, then SIGKILL); nothing is
+//! ever killed by name.
+
+#[path = "support/history.rs"]
+mod history;
+#[path = "support/worker.rs"]
+mod worker;
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tenure::clock::monotonic_ns;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+const USAGE: &str = "\
+usage: local_group [--nodes N] [--duration SECS] [--chaos kill|pause] [--events FILE]
+                   [--timing lan|fast|wan] [--base-port PORT]
+
+Spawns N tenure workers (default 5) on 127.0.0.1 with their certificates and data in a
+temporary folder, and shows a live status view. Ctrl-C (or --duration) stops them all
+and removes the folder.
+
+  --chaos kill    SIGKILL the leader every few seconds, restart it a little later
+  --chaos pause   SIGSTOP the leader, SIGCONT it a few seconds later
+  --events FILE   append every worker event and every chaos event (JSON lines) to FILE";
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Chaos {
+    None,
+    Kill,
+    Pause,
+}
+
+struct Options {
+    nodes: u64,
+    duration: Option<Duration>,
+    chaos: Chaos,
+    events: Option<PathBuf>,
+    timing: String,
+    base_port: Option<u16>,
+}
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        nodes: 5,
+        duration: None,
+        chaos: Chaos::None,
+        events: None,
+        timing: "lan".into(),
+        base_port: None,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{a} needs a value"))
+        };
+        match a.as_str() {
+            "--nodes" => {
+                let v = val()?;
+                o.nodes = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=9).contains(n))
+                    .ok_or_else(|| format!("--nodes: {v:?} is not a number from 1 to 9"))?;
+            }
+            "--duration" => {
+                let v = val()?;
+                let secs: f64 = v.parse().ok().filter(|s: &f64| *s > 0.0).ok_or_else(|| {
+                    format!("--duration: {v:?} is not a positive number of seconds")
+                })?;
+                o.duration = Some(Duration::from_secs_f64(secs));
+            }
+            "--chaos" => {
+                o.chaos = match val()?.as_str() {
+                    "kill" => Chaos::Kill,
+                    "pause" => Chaos::Pause,
+                    "none" => Chaos::None,
+                    other => return Err(format!("--chaos: {other:?} is not kill or pause")),
+                }
+            }
+            "--events" => o.events = Some(PathBuf::from(val()?)),
+            "--timing" => o.timing = val()?,
+            "--base-port" => {
+                let v = val()?;
+                o.base_port = Some(
+                    v.parse()
+                        .map_err(|_| format!("--base-port: {v:?} is not a port"))?,
+                );
+            }
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(o)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| {
+            eprintln!("local_group: cannot start the tokio runtime: {e}");
+            std::process::exit(1)
+        });
+    // Worker mode: this same binary is each worker of the group.
+    if args.first().map(String::as_str) == Some("__worker") {
+        let code = match worker::parse_args(&args[1..]) {
+            Ok(w) => rt.block_on(worker::run(w)),
+            Err(e) => {
+                eprintln!("worker: {e}");
+                2
+            }
+        };
+        std::process::exit(code);
+    }
+    let opts = match parse(&args) {
+        Ok(o) => o,
+        Err(msg) => {
+            if !msg.is_empty() {
+                eprintln!("local_group: {msg}\n");
+            }
+            eprintln!("{USAGE}");
+            std::process::exit(if msg.is_empty() { 0 } else { 2 });
+        }
+    };
+    let code = rt.block_on(run(opts));
+    std::process::exit(code);
+}
+
+/// What the status view knows of one worker.
+#[derive(Default, Clone)]
+struct WorkerView {
+    pid: Option<u32>,
+    alive: bool,
+    paused: bool,
+    role: String,
+    term: u64,
+    leader: Option<u64>,
+    leased: Option<u64>,
+    confirms: u64,
+    last_event: String,
+}
+
+struct Group {
+    dir: tempfile::TempDir,
+    exe: PathBuf,
+    peers: String,
+    addrs: BTreeMap<u64, String>,
+    children: BTreeMap<u64, Child>,
+    timing: String,
+    tx: mpsc::UnboundedSender<(u64, String)>,
+}
+
+impl Group {
+    fn spawn(&mut self, id: u64) -> std::io::Result<u32> {
+        let data = self.dir.path().join(format!("data-{id}"));
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("__worker")
+            .args(["--id", &id.to_string()])
+            .args(["--listen", &self.addrs[&id]])
+            .args(["--peers", &self.peers])
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--certs")
+            .arg(self.dir.path().join("certs"))
+            .args(["--timing", &self.timing])
+            .args(["--log-level", "off"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn()?;
+        let pid = child.id().unwrap_or(0);
+        if let Some(out) = child.stdout.take() {
+            let tx = self.tx.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(out).lines();
+                while let Ok(Some(l)) = lines.next_line().await {
+                    let _ = tx.send((id, l));
+                }
+            });
+        }
+        if let Some(err) = child.stderr.take() {
+            let tx = self.tx.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(err).lines();
+                while let Ok(Some(l)) = lines.next_line().await {
+                    let _ = tx.send((id, format!("{{\"stderr\":{}}}", Value::String(l))));
+                }
+            });
+        }
+        self.children.insert(id, child);
+        Ok(pid)
+    }
+
+    fn signal(&self, id: u64, sig: i32) -> bool {
+        match self.children.get(&id).and_then(|c| c.id()) {
+            // SAFETY: kill(2) on a PID we spawned and still own (not yet reaped).
+            Some(pid) => unsafe { libc::kill(pid as i32, sig) == 0 },
+            None => false,
+        }
+    }
+
+    async fn stop_all(&mut self) {
+        let ids: Vec<u64> = self.children.keys().copied().collect();
+        for id in &ids {
+            self.signal(*id, libc::SIGCONT);
+            self.signal(*id, libc::SIGTERM);
+        }
+        for id in ids {
+            if let Some(mut c) = self.children.remove(&id) {
+                if tokio::time::timeout(Duration::from_secs(3), c.wait())
+                    .await
+                    .is_err()
+                {
+                    let _ = c.start_kill();
+                    let _ = c.wait().await;
+                }
+            }
+        }
+    }
+}
+
+fn free_ports(n: u64, base: Option<u16>) -> std::io::Result<Vec<u16>> {
+    if let Some(b) = base {
+        return Ok((0..n).map(|i| b + i as u16).collect());
+    }
+    let socks: Vec<std::net::UdpSocket> = (0..n)
+        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0"))
+        .collect::<Result<_, _>>()?;
+    socks
+        .iter()
+        .map(|s| s.local_addr().map(|a| a.port()))
+        .collect()
+}
+
+struct EventLog {
+    file: Option<std::fs::File>,
+    all: Vec<history::Event>,
+}
+
+impl EventLog {
+    fn record(&mut self, line: &str) {
+        if let Some(f) = &mut self.file {
+            let _ = writeln!(f, "{line}");
+        }
+        if let Some(e) = history::Event::parse(line) {
+            self.all.push(e);
+        }
+    }
+    fn chaos(&mut self, event: &str, node: u64, term: u64) -> u64 {
+        let now = monotonic_ns();
+        let line = json!({"event": event, "node": node, "mono_ns": now, "term": term}).to_string();
+        self.record(&line);
+        now
+    }
+}
+
+async fn run(o: Options) -> i32 {
+    let dir = match tempfile::Builder::new()
+        .prefix("tenure-local-group-")
+        .tempdir()
+    {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("local_group: cannot create a temporary folder: {e}");
+            return 1;
+        }
+    };
+    let ids: Vec<u64> = (1..=o.nodes).collect();
+    if let Err(e) =
+        tenure::transport::tls::write_cluster_certs(&dir.path().join("certs"), ids.iter().copied())
+    {
+        eprintln!("local_group: cannot write certificates: {e}");
+        return 1;
+    }
+    let ports = match free_ports(o.nodes, o.base_port) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("local_group: cannot find free UDP ports: {e}");
+            return 1;
+        }
+    };
+    let addrs: BTreeMap<u64, String> = ids
+        .iter()
+        .zip(&ports)
+        .map(|(id, p)| (*id, format!("127.0.0.1:{p}")))
+        .collect();
+    let peers = addrs
+        .iter()
+        .map(|(id, a)| format!("{id}={a}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("local_group: cannot find my own executable: {e}");
+            return 1;
+        }
+    };
+    let events_file = match &o.events {
+        Some(p) => match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+        {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!("local_group: cannot open --events {}: {e}", p.display());
+                return 1;
+            }
+        },
+        None => None,
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut group = Group {
+        dir,
+        exe,
+        peers,
+        addrs,
+        children: BTreeMap::new(),
+        timing: o.timing.clone(),
+        tx,
+    };
+    let mut views: BTreeMap<u64, WorkerView> = BTreeMap::new();
+    for id in &ids {
+        match group.spawn(*id) {
+            Ok(pid) => {
+                views.insert(
+                    *id,
+                    WorkerView {
+                        pid: Some(pid),
+                        alive: true,
+                        role: "starting".into(),
+                        ..Default::default()
+                    },
+                );
+            }
+            Err(e) => {
+                eprintln!("local_group: cannot start worker {id}: {e}");
+                group.stop_all().await;
+                return 1;
+            }
+        }
+    }
+    let tty = std::io::stdout().is_terminal();
+    let mut log = EventLog {
+        file: events_file,
+        all: Vec::new(),
+    };
+    let started = Instant::now();
+    let deadline = o.duration.map(|d| started + d);
+    let mut redraw = tokio::time::interval(Duration::from_millis(if tty { 250 } else { 5000 }));
+    let mut chaos_tick = tokio::time::interval(Duration::from_millis(100));
+    let mut chaos = ChaosState::Steady {
+        since: Instant::now(),
+    };
+    let mut last_failover: Option<(f64, Instant)> = None;
+    let mut notes: Vec<String> = Vec::new();
+    println!(
+        "tenure local group: {} workers in {} (chaos: {:?}); Ctrl-C stops",
+        o.nodes,
+        group.dir.path().display(),
+        o.chaos
+    );
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        let until_deadline = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = &mut ctrl_c => break,
+            _ = until_deadline => break,
+            Some((id, line)) = rx.recv() => {
+                let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
+                if let Some(s) = v.get("stderr").and_then(Value::as_str) {
+                    notes.push(format!("worker {id}: {s}"));
+                    continue;
+                }
+                log.record(&line);
+                let view = views.entry(id).or_default();
+                let ev = v.get("event").and_then(Value::as_str).unwrap_or("").to_string();
+                let term = v.get("term").and_then(Value::as_u64);
+                match ev.as_str() {
+                    "started" => { view.alive = true; view.role = "follower".into(); }
+                    "leader_changed" => {
+                        view.term = term.unwrap_or(view.term);
+                        view.leader = v.get("leader").and_then(Value::as_u64);
+                        view.role = v.get("role").and_then(Value::as_str).unwrap_or("?").to_string();
+                    }
+                    "lease_acquired" => {
+                        view.leased = term;
+                        if let ChaosState::Waiting { victim, at_ns, .. } = &chaos {
+                            if id != *victim {
+                                let mono = v.get("mono_ns").and_then(Value::as_u64).unwrap_or(0);
+                                let ms = mono.saturating_sub(*at_ns) as f64 / 1e6;
+                                last_failover = Some((ms, Instant::now()));
+                                if !tty {
+                                    println!("[{:>6.1}s] failover: node {} leads term {} after {:.1} ms", started.elapsed().as_secs_f64(), id, term.unwrap_or(0), ms);
+                                }
+                                chaos = chaos.on_new_leader();
+                            }
+                        }
+                    }
+                    "lease_confirmed" => view.confirms += 1,
+                    "lease_lost" => view.leased = None,
+                    "stopped" => { view.alive = false; view.role = "stopped".into(); view.leased = None; }
+                    _ => {}
+                }
+                view.last_event = ev;
+            }
+            _ = chaos_tick.tick(), if o.chaos != Chaos::None => {
+                chaos = step_chaos(chaos, o.chaos, &mut group, &mut views, &mut log, tty, started).await;
+            }
+            _ = redraw.tick() => {
+                render(&views, &o, started, last_failover, tty);
+            }
+        }
+    }
+    // Shut down: resume paused workers, stop everyone, then drain their last events.
+    group.stop_all().await;
+    let drain_until = tokio::time::Instant::now() + Duration::from_millis(300);
+    while let Ok(Some((_, line))) = tokio::time::timeout_at(drain_until, rx.recv()).await {
+        if !line.starts_with("{\"stderr\"") {
+            log.record(&line);
+        }
+    }
+    let report = history::check(&log.all);
+    println!();
+    println!("== summary ==");
+    println!(
+        "workers: {}, terms with a lease: {}",
+        o.nodes, report.terms_with_leases
+    );
+    if !report.failovers.is_empty() {
+        let ms: Vec<f64> = report.failovers.iter().map(|f| f.millis).collect();
+        if let Some((min, med, max)) = history::summary(&ms) {
+            println!(
+                "failovers: {} (min {:.1} ms, median {:.1} ms, max {:.1} ms)",
+                ms.len(),
+                min,
+                med,
+                max
+            );
+        }
+    } else if o.chaos != Chaos::None {
+        println!("failovers: 0");
+    }
+    for n in notes.iter().rev().take(5).rev() {
+        println!("{n}");
+    }
+    let dir_path: PathBuf = group.dir.path().to_path_buf();
+    drop(group);
+    if Path::new(&dir_path).exists() {
+        println!("warning: could not remove {}", dir_path.display());
+    }
+    if report.violations.is_empty() {
+        println!("safety: OK (at most one lease holder per term; no lease began before the previous one ended)");
+        0
+    } else {
+        for v in &report.violations {
+            println!("VIOLATION: {v}");
+        }
+        3
+    }
+}
+
+enum ChaosState {
+    /// The group runs; next fault after a pause.
+    Steady { since: Instant },
+    /// A fault was injected; waiting for a new leader's lease.
+    Waiting {
+        victim: u64,
+        at_ns: u64,
+        since: Instant,
+    },
+    /// A new leader exists; the victim comes back at `resume_at`.
+    Recovering { victim: u64, resume_at: Instant },
+}
+
+impl ChaosState {
+    fn on_new_leader(self) -> ChaosState {
+        match self {
+            ChaosState::Waiting { victim, .. } => ChaosState::Recovering {
+                victim,
+                resume_at: Instant::now() + Duration::from_millis(1200),
+            },
+            s => s,
+        }
+    }
+}
+
+async fn step_chaos(
+    state: ChaosState,
+    mode: Chaos,
+    group: &mut Group,
+    views: &mut BTreeMap<u64, WorkerView>,
+    log: &mut EventLog,
+    tty: bool,
+    started: Instant,
+) -> ChaosState {
+    match state {
+        ChaosState::Steady { since } => {
+            if since.elapsed() < Duration::from_millis(2000) {
+                return ChaosState::Steady { since };
+            }
+            let leader = views
+                .iter()
+                .find(|(_, v)| v.alive && !v.paused && v.leased.is_some())
+                .map(|(id, v)| (*id, v.leased.unwrap_or(0)));
+            let all_up = views.values().all(|v| v.alive && !v.paused);
+            let Some((victim, term)) = leader.filter(|_| all_up) else {
+                return ChaosState::Steady { since };
+            };
+            let (event, sig) = match mode {
+                Chaos::Kill => ("chaos_kill", libc::SIGKILL),
+                _ => ("chaos_pause", libc::SIGSTOP),
+            };
+            let at_ns = log.chaos(event, victim, term);
+            if !group.signal(victim, sig) {
+                return ChaosState::Steady {
+                    since: Instant::now(),
+                };
+            }
+            if !tty {
+                println!(
+                    "[{:>6.1}s] {event}: node {victim} (term {term})",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            if let Some(v) = views.get_mut(&victim) {
+                v.leased = None;
+                if mode == Chaos::Kill {
+                    v.alive = false;
+                    v.role = "killed".into();
+                } else {
+                    v.paused = true;
+                    v.role = "paused".into();
+                }
+            }
+            ChaosState::Waiting {
+                victim,
+                at_ns,
+                since: Instant::now(),
+            }
+        }
+        ChaosState::Waiting {
+            victim,
+            at_ns,
+            since,
+        } => {
+            if since.elapsed() > Duration::from_secs(15) {
+                // No new leader: bring the victim back anyway.
+                return ChaosState::Recovering {
+                    victim,
+                    resume_at: Instant::now(),
+                };
+            }
+            ChaosState::Waiting {
+                victim,
+                at_ns,
+                since,
+            }
+        }
+        ChaosState::Recovering { victim, resume_at } => {
+            if Instant::now() < resume_at {
+                return ChaosState::Recovering { victim, resume_at };
+            }
+            match mode {
+                Chaos::Kill => {
+                    if let Some(mut c) = group.children.remove(&victim) {
+                        let _ = c.wait().await;
+                    }
+                    let term = views.get(&victim).map(|v| v.term).unwrap_or(0);
+                    log.chaos("chaos_restart", victim, term);
+                    match group.spawn(victim) {
+                        Ok(pid) => {
+                            let v = views.entry(victim).or_default();
+                            v.pid = Some(pid);
+                            v.role = "starting".into();
+                        }
+                        Err(e) => eprintln!("local_group: cannot restart worker {victim}: {e}"),
+                    }
+                }
+                _ => {
+                    let term = views.get(&victim).map(|v| v.term).unwrap_or(0);
+                    log.chaos("chaos_resume", victim, term);
+                    group.signal(victim, libc::SIGCONT);
+                    if let Some(v) = views.get_mut(&victim) {
+                        v.paused = false;
+                        v.role = "resumed".into();
+                    }
+                }
+            }
+            if !tty {
+                println!(
+                    "[{:>6.1}s] node {victim} back",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            ChaosState::Steady {
+                since: Instant::now(),
+            }
+        }
+    }
+}
+
+fn render(
+    views: &BTreeMap<u64, WorkerView>,
+    o: &Options,
+    started: Instant,
+    last_failover: Option<(f64, Instant)>,
+    tty: bool,
+) {
+    let leader = views
+        .iter()
+        .find(|(_, v)| v.leased.is_some() && v.alive && !v.paused);
+    let elapsed = started.elapsed().as_secs();
+    let head = match leader {
+        Some((id, v)) => format!(
+            "leader: node {id}   term {}   lease token {}",
+            v.term,
+            v.leased.unwrap_or(0)
+        ),
+        None => "leader: none confirmed".to_string(),
+    };
+    let fo = match last_failover {
+        Some((ms, at)) => format!(
+            "last failover: {ms:.1} ms, {:.0} s ago",
+            at.elapsed().as_secs_f64()
+        ),
+        None => "last failover: none yet".into(),
+    };
+    if !tty {
+        println!("[{:>6.1}s] {head}   {fo}", started.elapsed().as_secs_f64());
+        return;
+    }
+    let mut out = String::new();
+    out.push_str("\x1b[H\x1b[2J");
+    out.push_str(&format!(
+        "tenure local group: {} workers, {:02}:{:02} elapsed, chaos: {:?}   (Ctrl-C to stop)\n\n",
+        o.nodes,
+        elapsed / 60,
+        elapsed % 60,
+        o.chaos
+    ));
+    out.push_str(&format!("{head}\n{fo}\n\n"));
+    out.push_str(" node  pid      state          term  leader  lease   confirms  last event\n");
+    for (id, v) in views {
+        out.push_str(&format!(
+            " {:<4}  {:<7}  {:<13}  {:<4}  {:<6}  {:<6}  {:<8}  {}\n",
+            id,
+            v.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            v.role,
+            v.term,
+            v.leader
+                .map(|l| l.to_string())
+                .unwrap_or_else(|| "-".into()),
+            v.leased
+                .map(|t| t.to_string())
+                .unwrap_or_else(|| "-".into()),
+            v.confirms,
+            v.last_event
+        ));
+    }
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(out.as_bytes());
+    let _ = stdout.flush();
+}

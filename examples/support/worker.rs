@@ -1,0 +1,288 @@
+//! The worker: a process that embeds tenure and prints one JSON event per line.
+//!
+//! Shared by `examples/worker.rs` (the worker binary) and `examples/local_group.rs`
+//! (which runs copies of itself in worker mode).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant as StdInstant};
+
+use serde_json::{json, Value};
+use tenure::clock::{instant_to_monotonic_ns, monotonic_ns};
+use tenure::{Config, Node, ReadMode, Role, Timing};
+
+#[allow(dead_code)] // used by the worker binary, not by local_group
+pub const USAGE: &str = "\
+usage: worker --id N --listen ADDR --peers 1=ADDR,2=ADDR,... --data-dir DIR --certs DIR [options]
+
+options:
+  --timing lan|fast|wan           timing preset (default lan: 10 ms ticks, elections 200-300 ms)
+  --tick-ms N --heartbeat-ms N --election-ms N --election-max-ms N
+                                   explicit timing (overrides the preset)
+  --read-mode safe|lease           how confirms are answered (default safe)
+  --confirm-ms N                   confirm the lease every N ms while leading (default 100)
+  --log-level LEVEL                tenure's log on stderr: off|error|warn|info|debug (default warn)
+
+Prints one JSON object per line on stdout: started, leader_changed, lease_acquired,
+lease_confirmed, lease_lost, stopped. SIGTERM or SIGINT stops it gracefully (handing
+leadership over first when it leads).";
+
+/// Parsed command line.
+#[derive(Debug, Clone)]
+pub struct WorkerArgs {
+    pub id: u64,
+    pub listen: Option<SocketAddr>,
+    pub peers: String,
+    pub data_dir: PathBuf,
+    pub certs: PathBuf,
+    pub timing: Timing,
+    pub read_mode: ReadMode,
+    pub confirm_every: Duration,
+    pub log_level: Option<slog::Level>,
+}
+
+/// Parses worker arguments; `Err` carries a message for the user.
+pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
+    let mut id = None;
+    let mut listen = None;
+    let mut peers = None;
+    let mut data_dir = None;
+    let mut certs = None;
+    let mut timing = Timing::lan();
+    let mut explicit: [Option<u64>; 4] = [None; 4];
+    let mut read_mode = ReadMode::Safe;
+    let mut confirm_ms = 100u64;
+    let mut log_level = Some(slog::Level::Warning);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{a} needs a value"))
+        };
+        let num = |s: String, what: &str| -> Result<u64, String> {
+            s.parse::<u64>()
+                .map_err(|_| format!("{what}: {s:?} is not a whole number"))
+        };
+        match a.as_str() {
+            "--id" => id = Some(num(val()?, "--id")?),
+            "--listen" => {
+                let v = val()?;
+                listen = Some(
+                    v.parse()
+                        .map_err(|_| format!("--listen: {v:?} is not IP:PORT"))?,
+                )
+            }
+            "--peers" => peers = Some(val()?),
+            "--data-dir" => data_dir = Some(PathBuf::from(val()?)),
+            "--certs" => certs = Some(PathBuf::from(val()?)),
+            "--timing" => {
+                timing = match val()?.as_str() {
+                    "lan" => Timing::lan(),
+                    "fast" => Timing::fast(),
+                    "wan" => Timing::wan(),
+                    other => {
+                        return Err(format!(
+                            "--timing: unknown preset {other:?} (lan, fast, wan)"
+                        ))
+                    }
+                }
+            }
+            "--tick-ms" => explicit[0] = Some(num(val()?, "--tick-ms")?),
+            "--heartbeat-ms" => explicit[1] = Some(num(val()?, "--heartbeat-ms")?),
+            "--election-ms" => explicit[2] = Some(num(val()?, "--election-ms")?),
+            "--election-max-ms" => explicit[3] = Some(num(val()?, "--election-max-ms")?),
+            "--read-mode" => {
+                read_mode = match val()?.as_str() {
+                    "safe" => ReadMode::Safe,
+                    "lease" | "lease-based" => ReadMode::LeaseBased,
+                    other => return Err(format!("--read-mode: {other:?} is not safe or lease")),
+                }
+            }
+            "--confirm-ms" => confirm_ms = num(val()?, "--confirm-ms")?.max(1),
+            "--log-level" => {
+                log_level = match val()?.as_str() {
+                    "off" => None,
+                    "error" => Some(slog::Level::Error),
+                    "warn" => Some(slog::Level::Warning),
+                    "info" => Some(slog::Level::Info),
+                    "debug" => Some(slog::Level::Debug),
+                    other => return Err(format!("--log-level: unknown level {other:?}")),
+                }
+            }
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if explicit.iter().any(Option::is_some) {
+        let base = timing;
+        let tick = explicit[0].unwrap_or(base.tick.as_millis() as u64);
+        let ms = |ticks: usize| ticks as u64 * base.tick.as_millis() as u64;
+        timing = Timing::from_millis(
+            tick,
+            explicit[1].unwrap_or(ms(base.heartbeat_ticks)),
+            explicit[2].unwrap_or(ms(base.election_ticks)),
+            explicit[3].unwrap_or(ms(base.election_ticks_max)),
+        );
+    }
+    Ok(WorkerArgs {
+        id: id.ok_or("--id is required")?,
+        listen,
+        peers: peers.ok_or("--peers is required")?,
+        data_dir: data_dir.ok_or("--data-dir is required")?,
+        certs: certs.ok_or("--certs is required")?,
+        timing,
+        read_mode,
+        confirm_every: Duration::from_millis(confirm_ms),
+        log_level,
+    })
+}
+
+/// Writes one event line to stdout and flushes it (so a SIGKILL loses nothing printed).
+pub fn emit(node: u64, event: &str, mut fields: Value) {
+    let mut obj = json!({"event": event, "node": node, "mono_ns": monotonic_ns()});
+    if let (Some(o), Some(f)) = (obj.as_object_mut(), fields.as_object_mut()) {
+        o.append(f);
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{obj}");
+    let _ = out.flush();
+}
+
+/// Runs a worker until SIGTERM/SIGINT; returns the process exit code.
+pub async fn run(args: WorkerArgs) -> i32 {
+    let id = args.id;
+    let peers = match tenure::config::parse_peers(&args.peers) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("worker {id}: --peers: {e}");
+            return 2;
+        }
+    };
+    let mut b = Config::builder(id)
+        .peers(peers)
+        .data_dir(&args.data_dir)
+        .tls_dir(&args.certs)
+        .timing(args.timing)
+        .read_mode(args.read_mode);
+    if let Some(l) = args.listen {
+        b = b.listen(l);
+    }
+    if let Some(level) = args.log_level {
+        b = b.logger(tenure::terminal_logger(level));
+    }
+    let node = match Node::start(b.build()).await {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("worker {id}: cannot start: {e}");
+            emit(id, "start_failed", json!({"error": e.to_string()}));
+            return 1;
+        }
+    };
+    let t = args.timing;
+    emit(
+        id,
+        "started",
+        json!({
+            "pid": std::process::id(),
+            "tick_ms": t.tick.as_secs_f64() * 1e3,
+            "election_ms": t.election_timeout().as_secs_f64() * 1e3,
+            "heartbeat_ms": t.heartbeat_interval().as_secs_f64() * 1e3,
+            "read_mode": format!("{:?}", args.read_mode),
+        }),
+    );
+
+    // leader_changed: this node's view of (term, leader).
+    let mut watch = node.watch();
+    tokio::spawn(async move {
+        let mut last: Option<(u64, Option<u64>)> = None;
+        loop {
+            let l = watch.borrow_and_update().clone();
+            if l.role != Role::Stopped && last != Some((l.term, l.leader)) {
+                last = Some((l.term, l.leader));
+                emit(
+                    id,
+                    "leader_changed",
+                    json!({"term": l.term, "leader": l.leader, "role": l.role.as_str()}),
+                );
+            }
+            if watch.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+
+    // The lease loop: acquire, confirm periodically, report loss.
+    let lease_node = node.clone();
+    let confirm_every = args.confirm_every;
+    let lease_task = tokio::spawn(async move {
+        while let Ok(lease) = lease_node.lease().await {
+            let token = lease.token().0;
+            emit(
+                id,
+                "lease_acquired",
+                json!({"term": token, "token": token,
+                       "valid_until_ns": instant_to_monotonic_ns(lease.valid_until())}),
+            );
+            loop {
+                tokio::select! {
+                    reason = lease.lost() => {
+                        lost(id, &lease, reason);
+                        break;
+                    }
+                    _ = tokio::time::sleep(confirm_every) => {
+                        let t0 = StdInstant::now();
+                        match lease.confirm().await {
+                            Ok(tok) => emit(id, "lease_confirmed", json!({
+                                "term": tok.0, "token": tok.0,
+                                "latency_us": t0.elapsed().as_secs_f64() * 1e6,
+                                "valid_until_ns": instant_to_monotonic_ns(lease.valid_until()),
+                            })),
+                            Err(e) => {
+                                lost(id, &lease, e.reason);
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("worker {id}: cannot install SIGTERM handler: {e}");
+            return 1;
+        }
+    };
+    let code = tokio::select! {
+        _ = term.recv() => 0,
+        _ = tokio::signal::ctrl_c() => 0,
+        r = node.join() => match r {
+            Ok(()) => 0,
+            Err(e) => { eprintln!("worker {id}: {e}"); 1 }
+        },
+    };
+    let result = node.shutdown().await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), lease_task).await;
+    emit(
+        id,
+        "stopped",
+        json!({"error": result.err().map(|e| e.to_string())}),
+    );
+    code
+}
+
+/// `lease_lost`, with `ended_ns`: when the lease really ended (its revocation or the end of
+/// its validity, whichever came first), which can be earlier than the event's `mono_ns`.
+fn lost(id: u64, lease: &tenure::Lease, reason: tenure::LostReason) {
+    let token = lease.token().0;
+    let ended = lease.ended_at().map(instant_to_monotonic_ns);
+    emit(
+        id,
+        "lease_lost",
+        json!({"term": token, "token": token, "reason": reason.as_str(), "ended_ns": ended}),
+    );
+}

@@ -1,0 +1,40 @@
+//! A worker process that embeds tenure and prints its election events as JSON lines.
+//!
+//! ```text
+//! cargo run --example certs -- --nodes 3 --out /tmp/certs
+//! cargo run --example worker -- --id 1 --listen 127.0.0.1:7001 \
+//!     --peers 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003 \
+//!     --data-dir /tmp/w1 --certs /tmp/certs
+//! ```
+//!
+//! `cargo run --release --example local_group` runs five of these for you.
+
+#[path = "support/worker.rs"]
+mod worker;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let parsed = match worker::parse_args(&args) {
+        Ok(a) => a,
+        Err(msg) => {
+            if !msg.is_empty() {
+                eprintln!("worker: {msg}\n");
+            }
+            eprintln!("{}", worker::USAGE);
+            std::process::exit(if msg.is_empty() { 0 } else { 2 });
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("worker: cannot start the tokio runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let code = rt.block_on(worker::run(parsed));
+    std::process::exit(code);
+}

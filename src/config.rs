@@ -1,0 +1,458 @@
+//! Node configuration: who this node is, who its peers are, where it keeps its state,
+//! and how fast it elects.
+//!
+//! Build a [`Config`] with [`Config::builder`]; [`Config::validate`] (called by
+//! [`Node::start`](crate::Node::start)) rejects what cannot work and returns warnings for
+//! what works badly (an even group size).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::ConfigError;
+use crate::transport::tls::TlsIdentity;
+use crate::transport::NodeId;
+
+/// How a leader answers [`Lease::confirm`](crate::Lease::confirm).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadMode {
+    /// Every confirm is a fresh ReadIndex round: a quorum of the group acknowledges that
+    /// this node still leads, after the call began. Costs one network round trip to a
+    /// quorum. Correct whatever the clocks do.
+    #[default]
+    Safe,
+    /// A confirm answers locally while tenure's own lease (renewed by a ReadIndex round
+    /// about every heartbeat) is valid: no network round trip.
+    ///
+    /// **Clock caveat:** this relies on every node's clock running at a rate within
+    /// [`Timing::max_clock_drift`] of the others. A node whose clock runs slow by more
+    /// than that (or a VM whose clock stops while the process keeps running) can answer
+    /// "still leader" after a new leader exists. Fencing tokens still protect the
+    /// resources; the confirmation itself does not.
+    LeaseBased,
+}
+
+/// Election timing, counted in ticks of the driver's clock.
+///
+/// raft-rs picks each election timeout uniformly in
+/// `[election_ticks, election_ticks_max)`; a follower that has heard from its leader
+/// within `election_ticks` refuses to vote for anyone else. The leader's lease lasts
+/// `(election_ticks − 1) × tick × (1 − max_clock_drift)` from the send time of the last
+/// ReadIndex round a quorum acknowledged, which is shorter than any voter's refusal, so
+/// a new leader can exist only after the old lease ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timing {
+    /// Length of one tick.
+    pub tick: Duration,
+    /// Heartbeat interval, in ticks. The leader also renews its lease about this often.
+    pub heartbeat_ticks: usize,
+    /// Minimum election timeout, in ticks (and the vote-refusal window of followers).
+    pub election_ticks: usize,
+    /// Upper bound (exclusive) of the randomized election timeout, in ticks.
+    pub election_ticks_max: usize,
+    /// The largest relative clock-rate difference between nodes that the lease tolerates
+    /// (0.05 = 5 %). The lease is shortened by this share.
+    pub max_clock_drift: f64,
+}
+
+impl Default for Timing {
+    /// [`Timing::lan`].
+    fn default() -> Self {
+        Timing::lan()
+    }
+}
+
+impl Timing {
+    /// The default: 10 ms ticks, 50 ms heartbeats, election timeouts 200–300 ms.
+    ///
+    /// Suits hosts on one LAN or data centre (round trips well under 10 ms). It rides out
+    /// process stalls of about 150 ms without a failover, and replaces a dead leader in
+    /// roughly 250–400 ms.
+    pub fn lan() -> Self {
+        Timing::from_millis(10, 50, 200, 300)
+    }
+
+    /// Aggressive: 2 ms ticks, 4 ms heartbeats, election timeouts 12–24 ms (the Raft
+    /// paper's fastest setting). Only for a quiet, dedicated network and machines that
+    /// never stall for more than ~10 ms; otherwise leadership flaps.
+    pub fn fast() -> Self {
+        Timing::from_millis(2, 4, 12, 24)
+    }
+
+    /// Conservative: 50 ms ticks, 200 ms heartbeats, election timeouts 1–2 s. For groups
+    /// across regions or on busy machines with long GC pauses.
+    pub fn wan() -> Self {
+        Timing::from_millis(50, 200, 1000, 2000)
+    }
+
+    /// Timing from milliseconds, rounded to whole ticks (at least one tick each).
+    pub fn from_millis(
+        tick_ms: u64,
+        heartbeat_ms: u64,
+        election_ms: u64,
+        election_max_ms: u64,
+    ) -> Self {
+        let tick_ms = tick_ms.max(1);
+        let ticks = |ms: u64| ((ms + tick_ms / 2) / tick_ms).max(1) as usize;
+        Timing {
+            tick: Duration::from_millis(tick_ms),
+            heartbeat_ticks: ticks(heartbeat_ms),
+            election_ticks: ticks(election_ms),
+            election_ticks_max: ticks(election_max_ms),
+            max_clock_drift: 0.05,
+        }
+    }
+
+    /// The minimum election timeout as a duration.
+    pub fn election_timeout(&self) -> Duration {
+        self.tick * self.election_ticks as u32
+    }
+
+    /// The heartbeat interval as a duration.
+    pub fn heartbeat_interval(&self) -> Duration {
+        self.tick * self.heartbeat_ticks as u32
+    }
+
+    /// How long one quorum-acknowledged ReadIndex round keeps the lease, counted from the
+    /// round's send time: `(election_ticks − 1) × tick × (1 − max_clock_drift)`.
+    pub fn lease_duration(&self) -> Duration {
+        let base = self.tick * (self.election_ticks.saturating_sub(1)) as u32;
+        base.mul_f64((1.0 - self.max_clock_drift).clamp(0.0, 1.0))
+    }
+
+    /// Checks the timing on its own.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.tick.is_zero() {
+            return Err(ConfigError::Timing("tick must be longer than zero".into()));
+        }
+        if self.heartbeat_ticks == 0 {
+            return Err(ConfigError::Timing(
+                "heartbeat_ticks must be at least 1".into(),
+            ));
+        }
+        if self.election_ticks < 3 * self.heartbeat_ticks {
+            return Err(ConfigError::Timing(format!(
+                "the heartbeat ({} ticks) must be well below the election timeout ({} ticks): \
+                 election_ticks must be at least 3 × heartbeat_ticks",
+                self.heartbeat_ticks, self.election_ticks
+            )));
+        }
+        if self.election_ticks_max <= self.election_ticks {
+            return Err(ConfigError::Timing(format!(
+                "election_ticks_max ({}) must be greater than election_ticks ({}): raft picks \
+                 the timeout in [election_ticks, election_ticks_max)",
+                self.election_ticks_max, self.election_ticks
+            )));
+        }
+        if !(0.0..0.5).contains(&self.max_clock_drift) || self.max_clock_drift.is_nan() {
+            return Err(ConfigError::Timing(format!(
+                "max_clock_drift must be in [0, 0.5), got {}",
+                self.max_clock_drift
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Where the node's TLS identity comes from.
+#[derive(Clone)]
+pub enum TlsSource {
+    /// A folder written by `cargo run --example certs`: `ca.pem`, `node-<id>.pem`,
+    /// `node-<id>-key.pem`.
+    Dir(PathBuf),
+    /// Explicit PEM files.
+    Files {
+        /// The cluster CA certificate.
+        ca: PathBuf,
+        /// This node's certificate.
+        cert: PathBuf,
+        /// This node's private key.
+        key: PathBuf,
+    },
+    /// An identity already loaded.
+    Identity(TlsIdentity),
+}
+
+impl fmt::Debug for TlsSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TlsSource::Dir(d) => f.debug_tuple("Dir").field(d).finish(),
+            TlsSource::Files { ca, cert, key } => f
+                .debug_struct("Files")
+                .field("ca", ca)
+                .field("cert", cert)
+                .field("key", key)
+                .finish(),
+            TlsSource::Identity(_) => f.write_str("Identity(..)"),
+        }
+    }
+}
+
+/// What a node needs to start.
+#[derive(Clone)]
+pub struct Config {
+    /// This node's id (non-zero; must be one of `peers`).
+    pub id: NodeId,
+    /// The UDP address to listen on. Defaults to this node's entry in `peers`.
+    pub listen: Option<SocketAddr>,
+    /// Every member of the group, this node included: id → address.
+    pub peers: BTreeMap<NodeId, SocketAddr>,
+    /// The RocksDB directory (created on first start).
+    pub data_dir: Option<PathBuf>,
+    /// TLS identity for the QUIC transport.
+    pub tls: Option<TlsSource>,
+    /// Election timing.
+    pub timing: Timing,
+    /// How [`Lease::confirm`](crate::Lease::confirm) is answered.
+    pub read_mode: ReadMode,
+    /// Where tenure logs; `None` logs nothing.
+    pub logger: Option<slog::Logger>,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("id", &self.id)
+            .field("listen", &self.listen)
+            .field("peers", &self.peers)
+            .field("data_dir", &self.data_dir)
+            .field("tls", &self.tls)
+            .field("timing", &self.timing)
+            .field("read_mode", &self.read_mode)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Something that works but is probably not what the operator wants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigWarning {
+    /// An even group tolerates no more failures than the odd group one smaller, and can
+    /// split evenly.
+    EvenGroupSize(usize),
+    /// A group of one has no fault tolerance at all.
+    SingleNode,
+}
+
+impl fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigWarning::EvenGroupSize(n) => write!(
+                f,
+                "group of {n} members: an even group tolerates no more failures than {} members; use 3, 5 or 7",
+                n - 1
+            ),
+            ConfigWarning::SingleNode => {
+                write!(f, "group of one member: no fault tolerance")
+            }
+        }
+    }
+}
+
+impl Config {
+    /// Starts a builder for node `id`.
+    pub fn builder(id: NodeId) -> ConfigBuilder {
+        ConfigBuilder {
+            config: Config {
+                id,
+                listen: None,
+                peers: BTreeMap::new(),
+                data_dir: None,
+                tls: None,
+                timing: Timing::default(),
+                read_mode: ReadMode::default(),
+                logger: None,
+            },
+        }
+    }
+
+    /// Checks the configuration. Errors make the node unable to run; warnings are
+    /// returned (and logged by [`Node::start`](crate::Node::start)).
+    pub fn validate(&self) -> Result<Vec<ConfigWarning>, ConfigError> {
+        if self.id == 0 {
+            return Err(ConfigError::ZeroId);
+        }
+        if let Some(bad) = self.peers.keys().find(|id| **id == 0) {
+            return Err(ConfigError::InvalidPeer {
+                id: *bad,
+                reason: "node id 0 is reserved by raft".into(),
+            });
+        }
+        if !self.peers.contains_key(&self.id) {
+            return Err(ConfigError::SelfNotInPeers {
+                id: self.id,
+                peers: self.peers.keys().copied().collect(),
+            });
+        }
+        self.timing.validate()?;
+        let mut warnings = Vec::new();
+        let n = self.peers.len();
+        if n == 1 {
+            warnings.push(ConfigWarning::SingleNode);
+        } else if n % 2 == 0 {
+            warnings.push(ConfigWarning::EvenGroupSize(n));
+        }
+        Ok(warnings)
+    }
+
+    /// The address this node listens on.
+    pub fn listen_addr(&self) -> Option<SocketAddr> {
+        self.listen.or_else(|| self.peers.get(&self.id).copied())
+    }
+
+    /// Every member's id.
+    pub fn member_ids(&self) -> Vec<NodeId> {
+        self.peers.keys().copied().collect()
+    }
+}
+
+/// Builds a [`Config`].
+#[derive(Debug, Clone)]
+pub struct ConfigBuilder {
+    config: Config,
+}
+
+impl ConfigBuilder {
+    /// Adds a member (call once per member, this node included).
+    pub fn peer(mut self, id: NodeId, addr: SocketAddr) -> Self {
+        self.config.peers.insert(id, addr);
+        self
+    }
+    /// Sets every member at once.
+    pub fn peers(mut self, peers: impl IntoIterator<Item = (NodeId, SocketAddr)>) -> Self {
+        self.config.peers = peers.into_iter().collect();
+        self
+    }
+    /// Listens on `addr` instead of this node's address in the peer list (e.g. `0.0.0.0:port`).
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.config.listen = Some(addr);
+        self
+    }
+    /// The RocksDB directory.
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.config.data_dir = Some(dir.into());
+        self
+    }
+    /// TLS files from a folder written by the `certs` example.
+    pub fn tls_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.config.tls = Some(TlsSource::Dir(dir.into()));
+        self
+    }
+    /// TLS identity from any source.
+    pub fn tls(mut self, tls: TlsSource) -> Self {
+        self.config.tls = Some(tls);
+        self
+    }
+    /// Election timing.
+    pub fn timing(mut self, timing: Timing) -> Self {
+        self.config.timing = timing;
+        self
+    }
+    /// How confirms are answered.
+    pub fn read_mode(mut self, mode: ReadMode) -> Self {
+        self.config.read_mode = mode;
+        self
+    }
+    /// Where tenure logs.
+    pub fn logger(mut self, logger: slog::Logger) -> Self {
+        self.config.logger = Some(logger);
+        self
+    }
+    /// The finished configuration (validated when the node starts).
+    pub fn build(self) -> Config {
+        self.config
+    }
+}
+
+/// Parses `1=127.0.0.1:7001,2=127.0.0.1:7002` into a peer map.
+pub fn parse_peers(s: &str) -> Result<BTreeMap<NodeId, SocketAddr>, ConfigError> {
+    let mut peers = BTreeMap::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part
+            .split_once('=')
+            .ok_or_else(|| ConfigError::PeerSyntax {
+                input: part.to_string(),
+                reason: "expected ID=HOST:PORT".into(),
+            })?;
+        let id: NodeId = id.trim().parse().map_err(|_| ConfigError::PeerSyntax {
+            input: part.to_string(),
+            reason: format!("node id {id:?} is not a positive integer"),
+        })?;
+        let addr: SocketAddr = addr.trim().parse().map_err(|_| ConfigError::PeerSyntax {
+            input: part.to_string(),
+            reason: format!("address {addr:?} is not HOST:PORT with an IP host"),
+        })?;
+        if peers.insert(id, addr).is_some() {
+            return Err(ConfigError::PeerSyntax {
+                input: part.to_string(),
+                reason: format!("node id {id} is listed twice"),
+            });
+        }
+    }
+    Ok(peers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(p: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], p))
+    }
+
+    #[test]
+    fn self_must_be_a_peer() {
+        let c = Config::builder(4)
+            .peer(1, addr(1))
+            .peer(2, addr(2))
+            .peer(3, addr(3))
+            .build();
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::SelfNotInPeers { id: 4, .. })
+        ));
+    }
+
+    #[test]
+    fn even_group_warns() {
+        let c = Config::builder(1)
+            .peers((1..=4).map(|i| (i, addr(i as u16))))
+            .build();
+        assert_eq!(c.validate().unwrap(), vec![ConfigWarning::EvenGroupSize(4)]);
+        let c = Config::builder(1)
+            .peers((1..=5).map(|i| (i, addr(i as u16))))
+            .build();
+        assert!(c.validate().unwrap().is_empty());
+    }
+
+    #[test]
+    fn heartbeat_must_be_well_below_election() {
+        let t = Timing::from_millis(10, 100, 200, 400);
+        assert!(matches!(t.validate(), Err(ConfigError::Timing(_))));
+        assert!(Timing::lan().validate().is_ok());
+        assert!(Timing::fast().validate().is_ok());
+        assert!(Timing::wan().validate().is_ok());
+    }
+
+    #[test]
+    fn lease_is_shorter_than_election_timeout() {
+        let t = Timing::lan();
+        assert!(t.lease_duration() < t.election_timeout() - t.tick);
+    }
+
+    #[test]
+    fn parse_peers_reports_bad_parts() {
+        let p = parse_peers("1=127.0.0.1:7001, 2=127.0.0.1:7002").unwrap();
+        assert_eq!(p.len(), 2);
+        for bad in [
+            "1",
+            "x=127.0.0.1:1",
+            "1=nohost",
+            "1=127.0.0.1:1,1=127.0.0.1:2",
+        ] {
+            let e = parse_peers(bad).unwrap_err();
+            assert!(e.to_string().contains("peer"), "{e}");
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! Errors, one enum per operation.
+//!
+//! Errors a caller can act on ([`LeaseLost`], [`TransferError::NotLeader`]) are kept
+//! apart from fatal ones ([`StartError`], [`NodeStopped`]).
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+pub use crate::storage::StorageError;
+pub use crate::transport::quic::TransportError;
+pub use crate::transport::tls::TlsError;
+
+use crate::lease::FencingToken;
+use crate::transport::NodeId;
+
+/// A configuration that cannot work.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum ConfigError {
+    /// Node id 0 is reserved by raft-rs. Fix: number nodes from 1.
+    #[error("node id must not be 0 (raft reserves it); number nodes from 1")]
+    ZeroId,
+    /// This node's id is not in the peer list. Fix: list every member, this node included.
+    #[error(
+        "node id {id} is not in the peer list {peers:?}; list every member, this node included"
+    )]
+    SelfNotInPeers {
+        /// This node's id.
+        id: NodeId,
+        /// The ids that were listed.
+        peers: Vec<NodeId>,
+    },
+    /// A peer entry is unusable.
+    #[error("peer {id}: {reason}")]
+    InvalidPeer {
+        /// The peer's id.
+        id: NodeId,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A `--peers` style list did not parse.
+    #[error("peer list entry {input:?}: {reason}")]
+    PeerSyntax {
+        /// The offending part.
+        input: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The timing cannot elect reliably.
+    #[error("timing: {0}")]
+    Timing(String),
+    /// [`Node::start`](crate::Node::start) needs a data directory. Fix: set `data_dir`.
+    #[error("no data directory configured; set Config::data_dir")]
+    NoDataDir,
+    /// [`Node::start`](crate::Node::start) needs TLS files. Fix: set `tls`.
+    #[error("no TLS identity configured; set Config::tls (e.g. a folder from `cargo run --example certs`)")]
+    NoTls,
+    /// The TLS certificate names another node than `id`.
+    #[error("the TLS certificate names node {cert_id}, but this node is configured as {id}")]
+    IdentityMismatch {
+        /// The configured id.
+        id: NodeId,
+        /// The id in the certificate.
+        cert_id: NodeId,
+    },
+}
+
+/// Why a node could not start.
+#[derive(Debug, Error)]
+pub enum StartError {
+    /// The configuration is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// The data directory could not be opened.
+    #[error("storage: {0}")]
+    Storage(#[from] StorageError),
+    /// The TLS files could not be loaded.
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
+    /// The QUIC endpoint could not start.
+    #[error("transport: {0}")]
+    Transport(#[from] TransportError),
+    /// raft-rs refused the stored state or the configuration.
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+    /// The stored membership does not contain this node.
+    #[error("the data directory {path} holds a group whose members {members:?} do not include node {id}")]
+    NotAMember {
+        /// The data directory.
+        path: PathBuf,
+        /// This node.
+        id: NodeId,
+        /// The stored voters and learners.
+        members: Vec<NodeId>,
+    },
+}
+
+/// Why a lease ended. Every `Lease` of the tenure sees the same reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LostReason {
+    /// No ReadIndex round was acknowledged by a quorum in time: the lease ran out.
+    Expired,
+    /// The node saw a higher term (another node is campaigning or leads).
+    TermChanged,
+    /// raft-rs stepped this node down.
+    SteppedDown,
+    /// This node is handing leadership over (transfer or shutdown).
+    HandedOver,
+    /// The node shut down.
+    Shutdown,
+    /// The node stopped on a fatal error (e.g. its disk failed).
+    Failed,
+}
+
+impl LostReason {
+    /// A short lowercase name, stable for logs and events.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            LostReason::Expired => "expired",
+            LostReason::TermChanged => "term_changed",
+            LostReason::SteppedDown => "stepped_down",
+            LostReason::HandedOver => "handed_over",
+            LostReason::Shutdown => "shutdown",
+            LostReason::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The lease is gone: stop acting with its token.
+#[derive(Debug, Error, Clone, Copy, PartialEq, Eq)]
+#[error("lease with token {token} lost: {reason}")]
+pub struct LeaseLost {
+    /// The token of the lost lease.
+    pub token: FencingToken,
+    /// Why it was lost.
+    pub reason: LostReason,
+}
+
+/// The node has stopped; nothing more can be done with it.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("the tenure node has stopped: {reason}")]
+pub struct NodeStopped {
+    /// Why it stopped ("shutdown", or the fatal error).
+    pub reason: String,
+}
+
+/// Why a leadership transfer did not happen.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum TransferError {
+    /// Only the leader can transfer. Fix: ask the leader (hint: `leader_hint`).
+    #[error("this node is not the leader (leader: {leader_hint:?})")]
+    NotLeader {
+        /// The leader this node knows of, if any.
+        leader_hint: Option<NodeId>,
+    },
+    /// The target is not a voting member.
+    #[error("node {0} is not a voting member of the group")]
+    UnknownNode(NodeId),
+    /// The target is this node, which already leads.
+    #[error("node {0} already leads")]
+    AlreadyLeader(NodeId),
+    /// No follower to hand over to (a group of one).
+    #[error("no follower to transfer leadership to")]
+    NoCandidate,
+    /// The target did not take over within an election timeout (it may be down or
+    /// behind); this node may still lead.
+    #[error("node {to} did not take over within {timeout_ms} ms")]
+    TimedOut {
+        /// The target.
+        to: NodeId,
+        /// How long we waited.
+        timeout_ms: u64,
+    },
+    /// The node stopped.
+    #[error(transparent)]
+    Stopped(#[from] NodeStopped),
+}

@@ -1,0 +1,117 @@
+//! # tenure: safe leader election among peer worker processes
+//!
+//! Several stateless workers must have exactly one of them run scheduled work (say,
+//! settlement) at any moment, while workers crash, restart, stall and get partitioned.
+//! Each worker embeds a tenure [`Node`]. The workers themselves form a Raft group
+//! (tikv's raft-rs) over mutually authenticated QUIC, with durable Raft state in RocksDB:
+//! no etcd, ZooKeeper or Consul beside them.
+//!
+//! ## The guarantees
+//!
+//! 1. **Election safety.** At most one leader per Raft term; pre-vote and check-quorum
+//!    are always on, so a minority side of a partition never elects.
+//! 2. **Fencing.** The Raft term is the [`FencingToken`]. Resources remember the highest
+//!    token they accepted and reject older ones, so a leader that stalled and woke up
+//!    after being replaced can write nothing.
+//! 3. **Confirmed leadership.** A [`Lease`] exists only after a ReadIndex round of its
+//!    term was acknowledged by a quorum; [`Lease::confirm`] proves leadership again.
+//! 4. **Leases that do not overlap.** tenure's lease ends before any other node can be
+//!    elected (see [`Timing`]); it is revoked at once when it runs out, the term moves on,
+//!    or the node hands over or stops.
+//!
+//! ## A worker, step by step
+//!
+//! Start a node with the group's membership, a data directory and the TLS files written
+//! by `cargo run --example certs -- --nodes 3 --out DIR`:
+//!
+//! ```no_run
+//! use tenure::{Config, Node, Timing};
+//!
+//! # async fn worker() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = Config::builder(1)
+//!     .peer(1, "127.0.0.1:7001".parse()?)
+//!     .peer(2, "127.0.0.1:7002".parse()?)
+//!     .peer(3, "127.0.0.1:7003".parse()?)
+//!     .data_dir("/var/lib/worker-1/tenure")
+//!     .tls_dir("/etc/worker/tenure-certs")
+//!     .timing(Timing::lan())
+//!     .build();
+//! let node = Node::start(config).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Watch who leads (every change is published, "no leader known" included):
+//!
+//! ```no_run
+//! # async fn watch(node: tenure::Node) {
+//! let mut leadership = node.watch();
+//! while leadership.changed().await.is_ok() {
+//!     let l = leadership.borrow().clone();
+//!     println!("term {} leader {:?} (I am {:?})", l.term, l.leader, l.role);
+//! }
+//! # }
+//! ```
+//!
+//! Do leader-only work under a lease, carrying its token to every resource, and stop the
+//! moment the lease is lost:
+//!
+//! ```no_run
+//! # async fn settle_next_batch(_token: tenure::FencingToken) {}
+//! # async fn work(node: tenure::Node) -> Result<(), tenure::NodeStopped> {
+//! loop {
+//!     // Resolves when this node leads and a quorum confirmed it.
+//!     let lease = node.lease().await?;
+//!     let stop = lease.cancellation_token();
+//!     loop {
+//!         // Re-confirm before each critical step (one quorum round in `Safe` mode).
+//!         let Ok(token) = lease.confirm().await else { break };
+//!         tokio::select! {
+//!             _ = stop.cancelled() => break,          // lost: stop at once
+//!             _ = settle_next_batch(token) => {}      // the resource checks `token`
+//!         }
+//!     }
+//! }
+//! # }
+//! ```
+//!
+//! Hand over before maintenance, and shut down gracefully (a leader hands over first, so
+//! the group does not wait for an election timeout):
+//!
+//! ```no_run
+//! # async fn stop(node: tenure::Node) -> Result<(), Box<dyn std::error::Error>> {
+//! node.transfer_leadership(None).await?; // to the most up-to-date follower
+//! node.shutdown().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## Layout
+//!
+//! | module | role |
+//! |---|---|
+//! | [`config`] | [`Config`], its builder and validation; [`Timing`] presets; [`ReadMode`] |
+//! | `node` | the public [`Node`] handle: start, watch, lease, transfer, shutdown |
+//! | `driver` | the task that owns raft-rs's `RawNode`; Ready handling; tenure's lease |
+//! | [`lease`] | [`Lease`] and [`FencingToken`] |
+//! | [`storage`] | the [`RaftStore`](storage::RaftStore) trait: RocksDB and memory stores |
+//! | [`transport`] | QUIC with mutual TLS, frames, the in-process test network |
+//! | [`error`] | one error enum per operation |
+//! | [`clock`] | `CLOCK_MONOTONIC` timestamps comparable across processes |
+#![deny(missing_docs)]
+
+pub mod clock;
+pub mod config;
+mod driver;
+pub mod error;
+pub mod fence;
+pub mod lease;
+mod node;
+pub mod runner;
+pub mod storage;
+pub mod transport;
+
+pub use config::{Config, ConfigBuilder, ReadMode, Timing, TlsSource};
+pub use error::{LeaseLost, LostReason, NodeStopped, StartError, TransferError};
+pub use fence::{FenceError, RocksFence, SqliteFence};
+pub use lease::{FencingToken, Lease};
+pub use node::{terminal_logger, Leadership, Node, Role};
+pub use transport::NodeId;

@@ -1,0 +1,278 @@
+//! The election node end to end: real QUIC on loopback, RocksDB in temporary folders.
+//! Each test names the invariant it checks.
+
+mod support;
+
+use std::time::Duration;
+
+use support::cluster::{wait_for, Cluster};
+use tenure::{LostReason, ReadMode, Role, TransferError};
+
+const LONG: Duration = Duration::from_secs(15);
+
+fn election_timeout(c: &Cluster) -> Duration {
+    c.timing.election_timeout()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_node_group_elects_exactly_one_leader() {
+    let c = Cluster::start(3).await;
+    let (leader, term) = c.steady_leader(LONG).await;
+    assert!(term >= 1);
+    let leaders = c.leaders();
+    assert_eq!(leaders, vec![(leader, term)], "exactly one leader");
+    c.assert_leases_never_overlap();
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_node_group_elects_exactly_one_leader() {
+    let c = Cluster::start(5).await;
+    let (leader, term) = c.steady_leader(LONG).await;
+    assert_eq!(c.leaders(), vec![(leader, term)]);
+    c.assert_leases_never_overlap();
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_elects_a_new_leader_in_a_higher_term() {
+    let mut c = Cluster::start(5).await;
+    let (old, old_term) = c.steady_leader(LONG).await;
+    c.kill(old).await;
+    let (new, new_term) = c.steady_leader(LONG).await;
+    assert_ne!(new, old);
+    assert!(
+        new_term > old_term,
+        "term {new_term} must exceed {old_term}"
+    );
+    c.assert_leases_never_overlap();
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_follower_rejoins_with_its_persisted_term_without_disrupting_the_leader() {
+    let mut c = Cluster::start(3).await;
+    let (leader, term) = c.steady_leader(LONG).await;
+    let follower = *c.nodes.keys().find(|id| **id != leader).unwrap();
+    c.kill(follower).await;
+    c.start_node(follower).await;
+    // Right after start the node reports its persisted term, not 0.
+    assert!(c.view(follower).term >= term, "persisted term restored");
+    wait_for("restarted follower follows the same leader", LONG, || {
+        let v = c.view(follower);
+        (v.leader == Some(leader) && v.term == term).then_some(())
+    })
+    .await;
+    // The leader was never disturbed: same term, still leased, nobody else led.
+    tokio::time::sleep(election_timeout(&c) * 2).await;
+    assert_eq!(c.leased_leader(), Some((leader, term)));
+    assert_eq!(c.leaders(), vec![(leader, term)]);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn isolated_leader_loses_its_lease_within_an_election_timeout_while_the_majority_elects() {
+    let c = Cluster::start(5).await;
+    let (old, old_term) = c.steady_leader(LONG).await;
+    let lease = c.node(old).lease().await.unwrap();
+    let cut_at = tokio::time::Instant::now();
+    c.isolate(old);
+    let reason = tokio::time::timeout(LONG, lease.lost())
+        .await
+        .expect("lease lost");
+    let lost_after = cut_at.elapsed();
+    assert!(
+        lost_after <= election_timeout(&c) + c.timing.tick * 5,
+        "lease lost after {lost_after:?}, election timeout {:?}",
+        election_timeout(&c)
+    );
+    assert!(matches!(
+        reason,
+        LostReason::Expired | LostReason::SteppedDown | LostReason::TermChanged
+    ));
+    let (new, new_term) = wait_for("the majority elects a new leased leader", LONG, || {
+        c.nodes
+            .iter()
+            .filter(|(id, _)| **id != old)
+            .map(|(id, n)| (*id, n.leadership()))
+            .find(|(_, l)| l.role == Role::Leader && l.leased)
+            .map(|(id, l)| (id, l.term))
+    })
+    .await;
+    assert_ne!(new, old);
+    assert!(new_term > old_term);
+    c.heal();
+    let (_, healed_term) = c.steady_leader(LONG).await;
+    assert!(healed_term >= new_term);
+    c.assert_leases_never_overlap();
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minority_never_confirms_a_lease() {
+    let c = Cluster::start(5).await;
+    let (leader, _) = c.steady_leader(LONG).await;
+    // Put the leader on the minority side with one other node.
+    let buddy = *c.nodes.keys().find(|id| **id != leader).unwrap();
+    c.partition(&[leader, buddy]);
+    // The majority elects; the minority side must never hold a lease after its old one ran out.
+    wait_for("majority leader", LONG, || {
+        c.nodes
+            .iter()
+            .filter(|(id, _)| **id != leader && **id != buddy)
+            .find(|(_, n)| n.leadership().leased)
+            .map(|_| ())
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + election_timeout(&c) * 4;
+    while tokio::time::Instant::now() < deadline {
+        assert!(!c.view(leader).leased, "minority leader holds a lease");
+        assert!(!c.view(buddy).leased, "minority node holds a lease");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    c.heal();
+    c.steady_leader(LONG).await;
+    c.assert_leases_never_overlap();
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confirm_on_a_deposed_leader_returns_lease_lost() {
+    let c = Cluster::start(3).await;
+    let (old, _) = c.steady_leader(LONG).await;
+    let lease = c.node(old).lease().await.unwrap();
+    assert_eq!(lease.confirm().await.unwrap(), lease.token());
+    c.isolate(old);
+    wait_for("a new leader on the other side", LONG, || {
+        c.nodes
+            .iter()
+            .filter(|(id, _)| **id != old)
+            .find(|(_, n)| n.leadership().leased)
+            .map(|_| ())
+    })
+    .await;
+    let err = lease
+        .confirm()
+        .await
+        .expect_err("deposed leader must not confirm");
+    assert_eq!(err.token, lease.token());
+    c.heal();
+    // After healing, the old node learns the new term: still lost.
+    wait_for("old leader steps down", LONG, || {
+        (c.view(old).role == Role::Follower).then_some(())
+    })
+    .await;
+    assert!(lease.confirm().await.is_err());
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_based_confirms_answer_locally_and_still_stop_when_deposed() {
+    let c = Cluster::start_with(3, support::cluster::test_timing(), ReadMode::LeaseBased).await;
+    let (old, _) = c.steady_leader(LONG).await;
+    let lease = c.node(old).lease().await.unwrap();
+    for _ in 0..100 {
+        assert_eq!(lease.confirm().await.unwrap(), lease.token());
+    }
+    c.isolate(old);
+    tokio::time::timeout(LONG, lease.lost())
+        .await
+        .expect("lease lost");
+    assert!(lease.confirm().await.is_err());
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfer_leadership_moves_leadership_to_the_named_node() {
+    let c = Cluster::start(3).await;
+    let (old, old_term) = c.steady_leader(LONG).await;
+    let target = *c.nodes.keys().find(|id| **id != old).unwrap();
+    let lease = c.node(old).lease().await.unwrap();
+    // Only the leader can transfer.
+    let err = c
+        .node(target)
+        .transfer_leadership(Some(old))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, TransferError::NotLeader { leader_hint: Some(l) } if l == old),
+        "{err:?}"
+    );
+    assert_eq!(
+        c.node(old).transfer_leadership(Some(99)).await.unwrap_err(),
+        TransferError::UnknownNode(99)
+    );
+    let to = c.node(old).transfer_leadership(Some(target)).await.unwrap();
+    assert_eq!(to, target);
+    // The old lease was revoked before the handover.
+    assert_eq!(lease.lost_reason(), Some(LostReason::HandedOver));
+    let (leader, term) = c.steady_leader(LONG).await;
+    assert_eq!(leader, target);
+    assert!(term > old_term);
+    c.assert_leases_never_overlap();
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_of_the_leader_yields_a_new_leader_well_before_an_election_timeout() {
+    let mut c = Cluster::start(5).await;
+    let (old, old_term) = c.steady_leader(LONG).await;
+    let node = c.nodes.remove(&old).unwrap();
+    let t0 = tokio::time::Instant::now();
+    node.shutdown().await.unwrap();
+    let (new, new_term) = c.steady_leader(LONG).await;
+    let took = t0.elapsed();
+    assert_ne!(new, old);
+    assert!(new_term > old_term);
+    // A crash would take at least the minimum election timeout; a handover does not wait
+    // for it. (Generous bound for a loaded machine; the benchmark measures the real figure.)
+    assert!(
+        took < election_timeout(&c),
+        "handover took {took:?}, election timeout {:?}",
+        election_timeout(&c)
+    );
+    c.assert_leases_never_overlap();
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_lease_begins_after_the_old_lease_ended_in_every_failover() {
+    let mut c = Cluster::start(5).await;
+    for _round in 0..3 {
+        let (old, _) = c.steady_leader(LONG).await;
+        c.kill(old).await;
+        c.steady_leader(LONG).await;
+        c.start_node(old).await;
+    }
+    c.steady_leader(LONG).await;
+    c.assert_leases_never_overlap();
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_overlap_when_a_follower_that_acknowledged_the_old_leader_restarts_at_once() {
+    // The old leader is cut off; one follower that acknowledged its last round is killed
+    // and restarted at once. Without the restart quiet period it could vote right away
+    // and help elect a leader while the old lease is still valid.
+    let mut c = Cluster::start(5).await;
+    for _round in 0..3 {
+        let (old, _) = c.steady_leader(LONG).await;
+        let followers: Vec<u64> = c.nodes.keys().copied().filter(|id| *id != old).collect();
+        c.isolate(old);
+        for f in &followers[..2] {
+            c.restart(*f).await;
+        }
+        c.isolate(old);
+        wait_for("a new leased leader among the others", LONG, || {
+            followers
+                .iter()
+                .find(|id| c.nodes.get(id).is_some_and(|n| n.leadership().leased))
+                .map(|_| ())
+        })
+        .await;
+        c.heal();
+    }
+    c.steady_leader(LONG).await;
+    c.assert_leases_never_overlap();
+    c.shutdown().await;
+}

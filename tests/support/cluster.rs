@@ -1,0 +1,274 @@
+//! A cluster test fixture: N real nodes (QUIC on loopback, RocksDB in a temporary
+//! folder) in this process; kill, restart, cut and heal links; wait for conditions.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tenure::error::TransportError;
+use tenure::{Config, Leadership, LostReason, Node, NodeId, ReadMode, Role, Timing};
+use tokio::time::Instant;
+
+/// Waits until `f` returns `Some`, polling; panics with `what` after `timeout`.
+pub async fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// One lease as a node saw it.
+#[derive(Debug, Clone)]
+pub struct LeaseRecord {
+    pub node: NodeId,
+    pub term: u64,
+    pub acquired: Instant,
+    /// The lease's validity when it ended (what it would have been had the node died).
+    pub valid_until: Option<Instant>,
+    /// When it was revoked.
+    pub ended: Option<Instant>,
+    pub reason: Option<LostReason>,
+}
+
+impl LeaseRecord {
+    /// When this lease stopped protecting anything: a handover ends it at revocation; a
+    /// kill or a partition ends it when its validity runs out.
+    pub fn effective_end(&self) -> Option<Instant> {
+        match self.reason {
+            Some(LostReason::HandedOver) => self.ended,
+            Some(_) => self.valid_until.or(self.ended),
+            None => None,
+        }
+    }
+}
+
+pub type Leases = Arc<Mutex<Vec<LeaseRecord>>>;
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub addrs: BTreeMap<NodeId, SocketAddr>,
+    pub nodes: BTreeMap<NodeId, Node>,
+    pub timing: Timing,
+    pub read_mode: ReadMode,
+    pub leases: Leases,
+}
+
+pub fn test_timing() -> Timing {
+    // 10 ms ticks, 30 ms heartbeats, elections 150–250 ms: fast, with room for a
+    // loaded 2-core CI machine.
+    Timing::from_millis(10, 30, 150, 250)
+}
+
+fn free_addr() -> SocketAddr {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind a free UDP port");
+    s.local_addr().expect("local addr")
+}
+
+impl Cluster {
+    pub async fn start(n: u64) -> Cluster {
+        Cluster::start_with(n, test_timing(), ReadMode::Safe).await
+    }
+
+    pub async fn start_with(n: u64, timing: Timing, read_mode: ReadMode) -> Cluster {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ids: Vec<NodeId> = (1..=n).collect();
+        tenure::transport::tls::write_cluster_certs(dir.path().join("certs"), ids.iter().copied())
+            .expect("write certs");
+        let addrs = ids.iter().map(|id| (*id, free_addr())).collect();
+        let mut c = Cluster {
+            dir,
+            addrs,
+            nodes: BTreeMap::new(),
+            timing,
+            read_mode,
+            leases: Arc::new(Mutex::new(Vec::new())),
+        };
+        for id in ids {
+            c.start_node(id).await;
+        }
+        c
+    }
+
+    pub fn config(&self, id: NodeId) -> Config {
+        Config::builder(id)
+            .peers(self.addrs.iter().map(|(i, a)| (*i, *a)))
+            .data_dir(self.dir.path().join(format!("data-{id}")))
+            .tls_dir(self.dir.path().join("certs"))
+            .timing(self.timing)
+            .read_mode(self.read_mode)
+            .build()
+    }
+
+    pub async fn start_node(&mut self, id: NodeId) {
+        // A node killed in this process releases its UDP port when its endpoint's last
+        // task ends, a moment after `kill` returns: retry while the port is busy.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let node = loop {
+            match Node::start(self.config(id)).await {
+                Ok(n) => break n,
+                Err(tenure::StartError::Transport(TransportError::Bind { source, .. }))
+                    if source.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("node {id} does not start: {e}"),
+            }
+        };
+        // Record every lease this node acquires and how it ends.
+        let leases = self.leases.clone();
+        let n = node.clone();
+        tokio::spawn(async move {
+            while let Ok(lease) = n.lease().await {
+                let idx = {
+                    let mut l = leases.lock().unwrap();
+                    l.push(LeaseRecord {
+                        node: id,
+                        term: lease.token().0,
+                        acquired: Instant::now(),
+                        valid_until: None,
+                        ended: None,
+                        reason: None,
+                    });
+                    l.len() - 1
+                };
+                let reason = lease.lost().await;
+                let mut l = leases.lock().unwrap();
+                let r = &mut l[idx];
+                r.reason = Some(reason);
+                r.valid_until = Some(lease.valid_until());
+                r.ended = lease.ended_at();
+            }
+        });
+        self.nodes.insert(id, node);
+    }
+
+    /// Stops a node at once, without handover, as if its process died.
+    pub async fn kill(&mut self, id: NodeId) {
+        if let Some(n) = self.nodes.remove(&id) {
+            n.kill().await;
+        }
+    }
+
+    pub async fn restart(&mut self, id: NodeId) {
+        self.kill(id).await;
+        self.start_node(id).await;
+    }
+
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[&id]
+    }
+
+    pub fn view(&self, id: NodeId) -> Leadership {
+        self.nodes[&id].leadership()
+    }
+
+    /// Cuts every link between `a` and `b`, both directions.
+    pub fn cut(&self, a: NodeId, b: NodeId) {
+        if let Some(n) = self.nodes.get(&a) {
+            n.faults().isolate_from(b);
+        }
+        if let Some(n) = self.nodes.get(&b) {
+            n.faults().isolate_from(a);
+        }
+    }
+
+    /// Cuts `id` off from every other node.
+    pub fn isolate(&self, id: NodeId) {
+        for other in self.addrs.keys().copied().filter(|o| *o != id) {
+            self.cut(id, other);
+        }
+    }
+
+    /// Splits the group into two sides that cannot talk.
+    pub fn partition(&self, side_a: &[NodeId]) {
+        for a in side_a {
+            for b in self.addrs.keys().filter(|b| !side_a.contains(b)) {
+                self.cut(*a, *b);
+            }
+        }
+    }
+
+    pub fn heal(&self) {
+        for n in self.nodes.values() {
+            n.faults().heal();
+        }
+    }
+
+    /// Nodes that consider themselves leader, with their term.
+    pub fn leaders(&self) -> Vec<(NodeId, u64)> {
+        self.nodes
+            .iter()
+            .map(|(id, n)| (*id, n.leadership()))
+            .filter(|(_, l)| l.role == Role::Leader)
+            .map(|(id, l)| (id, l.term))
+            .collect()
+    }
+
+    /// The node holding a lease, if exactly one running node does.
+    pub fn leased_leader(&self) -> Option<(NodeId, u64)> {
+        let leased: Vec<(NodeId, u64)> = self
+            .nodes
+            .iter()
+            .map(|(id, n)| (*id, n.leadership()))
+            .filter(|(_, l)| l.leased && l.role == Role::Leader)
+            .map(|(id, l)| (id, l.term))
+            .collect();
+        (leased.len() == 1).then(|| leased[0])
+    }
+
+    /// Waits until one node holds a lease and every running node agrees on it.
+    pub async fn steady_leader(&self, timeout: Duration) -> (NodeId, u64) {
+        wait_for("one leased leader that every node follows", timeout, || {
+            let (leader, term) = self.leased_leader()?;
+            self.nodes
+                .values()
+                .all(|n| {
+                    let l = n.leadership();
+                    l.leader == Some(leader) && l.term == term
+                })
+                .then_some((leader, term))
+        })
+        .await
+    }
+
+    /// Checks that no two leases overlap in time and no term had two holders.
+    pub fn assert_leases_never_overlap(&self) {
+        let leases = self.leases.lock().unwrap().clone();
+        for a in &leases {
+            for b in &leases {
+                if a.term == b.term && a.node != b.node {
+                    panic!("term {} had two lease holders: {a:?} and {b:?}", a.term);
+                }
+                if a.term < b.term {
+                    if let Some(end) = a.effective_end() {
+                        assert!(
+                            end <= b.acquired,
+                            "node {} acquired term {} {:?} before node {}'s lease of term {} ended ({a:?})",
+                            b.node,
+                            b.term,
+                            end - b.acquired,
+                            a.node,
+                            a.term
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    pub async fn shutdown(mut self) {
+        let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+        for id in ids {
+            self.kill(id).await;
+        }
+    }
+}
