@@ -11,6 +11,8 @@
 
 #[path = "support/history.rs"]
 mod history;
+#[path = "support/ledger.rs"]
+mod ledger;
 #[path = "support/worker.rs"]
 mod worker;
 
@@ -28,7 +30,7 @@ use tokio::sync::mpsc;
 
 const USAGE: &str = "\
 usage: local_group [--nodes N] [--duration SECS] [--chaos kill|pause] [--events FILE]
-                   [--timing lan|fast|wan] [--base-port PORT]
+                   [--ledger FILE] [--timing lan|fast|wan] [--base-port PORT]
 
 Spawns N tenure workers (default 5) on 127.0.0.1 with their certificates and data in a
 temporary folder, and shows a live status view. Ctrl-C (or --duration) stops them all
@@ -36,7 +38,10 @@ and removes the folder.
 
   --chaos kill    SIGKILL the leader every few seconds, restart it a little later
   --chaos pause   SIGSTOP the leader, SIGCONT it a few seconds later
-  --events FILE   append every worker event and every chaos event (JSON lines) to FILE";
+  --events FILE   append every worker event and every chaos event (JSON lines) to FILE
+  --ledger FILE   create an SQLite ledger at FILE, seed payments to settle, and have the
+                  leader settle them with fenced, idempotent writes; the summary checks
+                  that every seeded batch was settled exactly once";
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Chaos {
@@ -52,6 +57,7 @@ struct Options {
     events: Option<PathBuf>,
     timing: String,
     base_port: Option<u16>,
+    ledger: Option<PathBuf>,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -62,6 +68,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         events: None,
         timing: "lan".into(),
         base_port: None,
+        ledger: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -96,6 +103,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             }
             "--events" => o.events = Some(PathBuf::from(val()?)),
             "--timing" => o.timing = val()?,
+            "--ledger" => o.ledger = Some(PathBuf::from(val()?)),
             "--base-port" => {
                 let v = val()?;
                 o.base_port = Some(
@@ -166,6 +174,7 @@ struct Group {
     addrs: BTreeMap<u64, String>,
     children: BTreeMap<u64, Child>,
     timing: String,
+    ledger: Option<PathBuf>,
     tx: mpsc::UnboundedSender<(u64, String)>,
 }
 
@@ -182,7 +191,11 @@ impl Group {
             .arg("--certs")
             .arg(self.dir.path().join("certs"))
             .args(["--timing", &self.timing])
-            .args(["--log-level", "off"])
+            .args(["--log-level", "off"]);
+        if let Some(l) = &self.ledger {
+            cmd.arg("--ledger").arg(l);
+        }
+        cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -330,6 +343,26 @@ async fn run(o: Options) -> i32 {
         },
         None => None,
     };
+    let ledger = match &o.ledger {
+        Some(path) => {
+            let opened = ledger::Ledger::open(path, 0).and_then(|mut l| l.seed(20, 5).map(|_| l));
+            match opened {
+                Ok(l) => Some(std::sync::Arc::new(std::sync::Mutex::new(l))),
+                Err(e) => {
+                    eprintln!("local_group: --ledger: {e}");
+                    return 1;
+                }
+            }
+        }
+        None => None,
+    };
+    // SQLite calls block (a paused worker may hold the file lock): keep them off this loop.
+    let ledger_call = |f: Box<dyn FnOnce(&mut ledger::Ledger) + Send>| {
+        if let Some(l) = ledger.clone() {
+            tokio::task::spawn_blocking(move || f(&mut l.lock().unwrap_or_else(|e| e.into_inner())));
+        }
+    };
+    let seeding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut group = Group {
         dir,
@@ -338,6 +371,7 @@ async fn run(o: Options) -> i32 {
         addrs,
         children: BTreeMap::new(),
         timing: o.timing.clone(),
+        ledger: o.ledger.clone(),
         tx,
     };
     let mut views: BTreeMap<u64, WorkerView> = BTreeMap::new();
@@ -375,6 +409,8 @@ async fn run(o: Options) -> i32 {
     };
     let mut last_failover: Option<(f64, Instant)> = None;
     let mut notes: Vec<String> = Vec::new();
+    let mut seed_tick = tokio::time::interval(Duration::from_millis(500));
+    let mut stats = SettleStats::default();
     println!(
         "tenure local group: {} workers in {} (chaos: {:?}); Ctrl-C stops",
         o.nodes,
@@ -425,6 +461,14 @@ async fn run(o: Options) -> i32 {
                         }
                     }
                     "lease_confirmed" => view.confirms += 1,
+                    "batch_started" => stats.batch_started = Some((id, Instant::now())),
+                    "settled" => stats.settled += 1,
+                    "fence_rejected" => {
+                        stats.rejected += 1;
+                        if !tty {
+                            println!("[{:>6.1}s] fence_rejected: node {id} token {} < highest {}", started.elapsed().as_secs_f64(), term.unwrap_or(0), v.get("highest").and_then(Value::as_u64).unwrap_or(0));
+                        }
+                    }
                     "lease_lost" => view.leased = None,
                     "stopped" => { view.alive = false; view.role = "stopped".into(); view.leased = None; }
                     _ => {}
@@ -432,14 +476,58 @@ async fn run(o: Options) -> i32 {
                 view.last_event = ev;
             }
             _ = chaos_tick.tick(), if o.chaos != Chaos::None => {
-                chaos = step_chaos(chaos, o.chaos, &mut group, &mut views, &mut log, tty, started).await;
+                chaos = step_chaos(chaos, o.chaos, &mut group, &mut views, &mut log, tty, started, &stats).await;
+            }
+            _ = seed_tick.tick(), if ledger.is_some() => {
+                // Keep work flowing, but stop seeding near the end so it can all settle.
+                let near_end = deadline.is_some_and(|d| Instant::now() + Duration::from_secs(5) > d);
+                if !near_end && !seeding.swap(true, std::sync::atomic::Ordering::AcqRel) {
+                    let flag = seeding.clone();
+                    ledger_call(Box::new(move |l| {
+                        if let Err(e) = l.seed(1, 5) {
+                            eprintln!("local_group: seeding skipped: {e}");
+                        }
+                        flag.store(false, std::sync::atomic::Ordering::Release);
+                    }));
+                }
             }
             _ = redraw.tick() => {
-                render(&views, &o, started, last_failover, tty);
+                render(&views, &o, started, last_failover, tty, &stats);
             }
         }
     }
-    // Shut down: resume paused workers, stop everyone, then drain their last events.
+    // Let the group finish the seeded work (bounded), then shut down: resume paused
+    // workers, stop everyone, and drain their last events.
+    if let Some(l) = &ledger {
+        let l = l.clone();
+        let verify = move || {
+            let l = l.clone();
+            async move {
+                tokio::task::spawn_blocking(move || l.lock().unwrap_or_else(|e| e.into_inner()).verify())
+                    .await
+                    .unwrap_or_else(|e| Err(e.to_string()))
+            }
+        };
+        let ids: Vec<u64> = views.iter().filter(|(_, v)| v.paused).map(|(id, _)| *id).collect();
+        for id in ids {
+            group.signal(id, libc::SIGCONT);
+        }
+        let until = Instant::now() + Duration::from_secs(20);
+        println!("waiting for the seeded work to be settled …");
+        while Instant::now() < until {
+            if let Ok(r) = verify().await {
+                if r.settled_batches >= r.seeded_batches {
+                    break;
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                Some((_, line)) = rx.recv() => {
+                    if !line.starts_with("{\"stderr\"") { log.record(&line); }
+                }
+            }
+        }
+    }
     group.stop_all().await;
     let drain_until = tokio::time::Instant::now() + Duration::from_millis(300);
     while let Ok(Some((_, line))) = tokio::time::timeout_at(drain_until, rx.recv()).await {
@@ -468,8 +556,53 @@ async fn run(o: Options) -> i32 {
     } else if o.chaos != Chaos::None {
         println!("failovers: 0");
     }
-    for n in notes.iter().rev().take(5).rev() {
+    // Worker stderr: show panics and errors in full, at most a few lines otherwise.
+    let important: Vec<&String> = notes
+        .iter()
+        .filter(|n| n.contains("panicked") || n.contains("error") || n.contains("cannot"))
+        .collect();
+    for n in important.iter().take(20) {
         println!("{n}");
+    }
+    if important.is_empty() {
+        for n in notes.iter().rev().take(3).rev() {
+            println!("{n}");
+        }
+    }
+    let mut ok = report.violations.is_empty();
+    if let Some(l) = &ledger {
+        let verified = l.lock().unwrap_or_else(|e| e.into_inner()).verify();
+        match verified {
+            Ok(r) => {
+                let rejected = log.all.iter().filter(|e| e.event == "fence_rejected").count();
+                println!(
+                    "ledger: {} of {} seeded batches settled, {} of {} payments; {} accepted writes, highest token {}",
+                    r.settled_batches, r.seeded_batches, r.settled_payments, r.payments, r.writes, r.highest_token
+                );
+                println!("fence rejections: {rejected}");
+                if r.exactly_once() {
+                    println!("exactly once: OK (every seeded batch settled once, no payment settled twice)");
+                } else {
+                    ok = false;
+                    println!("exactly once: FAILED");
+                    for d in &r.duplicates {
+                        println!("  duplicate: {d}");
+                    }
+                }
+                if r.token_regressions.is_empty() {
+                    println!("token order: OK (no accepted write below an earlier accepted token)");
+                } else {
+                    ok = false;
+                    for t in &r.token_regressions {
+                        println!("  VIOLATION: {t}");
+                    }
+                }
+            }
+            Err(e) => {
+                ok = false;
+                println!("ledger: cannot verify: {e}");
+            }
+        }
     }
     let dir_path: PathBuf = group.dir.path().to_path_buf();
     drop(group);
@@ -477,14 +610,24 @@ async fn run(o: Options) -> i32 {
         println!("warning: could not remove {}", dir_path.display());
     }
     if report.violations.is_empty() {
-        println!("safety: OK (at most one lease holder per term; no lease began before the previous one ended)");
-        0
+        println!("leases: OK (at most one lease holder per term; no lease began before the previous one ended)");
     } else {
         for v in &report.violations {
             println!("VIOLATION: {v}");
         }
+    }
+    if ok {
+        0
+    } else {
         3
     }
+}
+
+#[derive(Default)]
+struct SettleStats {
+    settled: u64,
+    rejected: u64,
+    batch_started: Option<(u64, Instant)>,
 }
 
 enum ChaosState {
@@ -520,11 +663,21 @@ async fn step_chaos(
     log: &mut EventLog,
     tty: bool,
     started: Instant,
+    stats: &SettleStats,
 ) -> ChaosState {
     match state {
         ChaosState::Steady { since } => {
             if since.elapsed() < Duration::from_millis(2000) {
                 return ChaosState::Steady { since };
+            }
+            // With a ledger, pause the leader mid-batch: just after it started one.
+            if mode == Chaos::Pause && group.ledger.is_some() {
+                let mid_batch = stats
+                    .batch_started
+                    .is_some_and(|(_, at)| at.elapsed() < Duration::from_millis(40));
+                if !mid_batch && since.elapsed() < Duration::from_secs(6) {
+                    return ChaosState::Steady { since };
+                }
             }
             let leader = views
                 .iter()
@@ -633,7 +786,13 @@ fn render(
     started: Instant,
     last_failover: Option<(f64, Instant)>,
     tty: bool,
+    stats: &SettleStats,
 ) {
+    let settle = if o.ledger.is_some() {
+        format!("   settled batches: {}   fence rejections: {}", stats.settled, stats.rejected)
+    } else {
+        String::new()
+    };
     let leader = views
         .iter()
         .find(|(_, v)| v.leased.is_some() && v.alive && !v.paused);
@@ -654,7 +813,7 @@ fn render(
         None => "last failover: none yet".into(),
     };
     if !tty {
-        println!("[{:>6.1}s] {head}   {fo}", started.elapsed().as_secs_f64());
+        println!("[{:>6.1}s] {head}   {fo}{settle}", started.elapsed().as_secs_f64());
         return;
     }
     let mut out = String::new();
@@ -666,7 +825,7 @@ fn render(
         elapsed % 60,
         o.chaos
     ));
-    out.push_str(&format!("{head}\n{fo}\n\n"));
+    out.push_str(&format!("{head}\n{fo}{settle}\n\n"));
     out.push_str(" node  pid      state          term  leader  lease   confirms  last event\n");
     for (id, v) in views {
         out.push_str(&format!(

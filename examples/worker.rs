@@ -9,6 +9,8 @@
 //!
 //! `cargo run --release --example local_group` runs five of these for you.
 
+#[path = "support/ledger.rs"]
+mod ledger;
 #[path = "support/worker.rs"]
 mod worker;
 

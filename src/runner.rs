@@ -98,19 +98,23 @@ impl LeaderTask {
                     f(token);
                 }
                 let mut work = tokio::spawn(task(lease.clone()));
+                let mut finished = false;
                 let reason = tokio::select! {
                     r = lease.lost() => r,
                     _ = stop2.cancelled() => LostReason::Shutdown,
                     _ = &mut work => {
                         // Finished early: the tenure continues until lost (or stop).
+                        finished = true;
                         tokio::select! {
                             r = lease.lost() => r,
                             _ = stop2.cancelled() => LostReason::Shutdown,
                         }
                     }
                 };
-                work.abort();
-                let _ = work.await;
+                if !finished {
+                    work.abort();
+                    let _ = work.await;
+                }
                 if let Some(f) = &stopped {
                     f(token, reason);
                 }

@@ -10,7 +10,11 @@ use std::time::{Duration, Instant as StdInstant};
 
 use serde_json::{json, Value};
 use tenure::clock::{instant_to_monotonic_ns, monotonic_ns};
-use tenure::{Config, Node, ReadMode, Role, Timing};
+use tenure::fence::FenceError;
+use tenure::runner::{LeaderTask, LeaderTaskHandle};
+use tenure::{Config, FencingToken, Lease, Node, ReadMode, Role, Timing};
+
+use super::ledger::Ledger;
 
 #[allow(dead_code)] // used by the worker binary, not by local_group
 pub const USAGE: &str = "\
@@ -23,9 +27,13 @@ options:
   --read-mode safe|lease           how confirms are answered (default safe)
   --confirm-ms N                   confirm the lease every N ms while leading (default 100)
   --log-level LEVEL                tenure's log on stderr: off|error|warn|info|debug (default warn)
+  --ledger PATH                    settle pending payments in this SQLite ledger while leading
+  --settle-ms N                    pause between batches (default 150)
+  --row-ms N                       time one payment takes to settle (default 20)
 
 Prints one JSON object per line on stdout: started, leader_changed, lease_acquired,
-lease_confirmed, lease_lost, stopped. SIGTERM or SIGINT stops it gracefully (handing
+lease_confirmed, lease_lost, stopped; with --ledger also batch_started, settled,
+fence_rejected. SIGTERM or SIGINT stops it gracefully (handing
 leadership over first when it leads).";
 
 /// Parsed command line.
@@ -40,6 +48,9 @@ pub struct WorkerArgs {
     pub read_mode: ReadMode,
     pub confirm_every: Duration,
     pub log_level: Option<slog::Level>,
+    pub ledger: Option<PathBuf>,
+    pub settle_every: Duration,
+    pub row_delay: Duration,
 }
 
 /// Parses worker arguments; `Err` carries a message for the user.
@@ -54,6 +65,9 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
     let mut read_mode = ReadMode::Safe;
     let mut confirm_ms = 100u64;
     let mut log_level = Some(slog::Level::Warning);
+    let mut ledger = None;
+    let mut settle_ms = 150u64;
+    let mut row_ms = 20u64;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = || {
@@ -111,6 +125,9 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
                     other => return Err(format!("--log-level: unknown level {other:?}")),
                 }
             }
+            "--ledger" => ledger = Some(PathBuf::from(val()?)),
+            "--settle-ms" => settle_ms = num(val()?, "--settle-ms")?,
+            "--row-ms" => row_ms = num(val()?, "--row-ms")?,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -136,6 +153,9 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
         read_mode,
         confirm_every: Duration::from_millis(confirm_ms),
         log_level,
+        ledger,
+        settle_every: Duration::from_millis(settle_ms),
+        row_delay: Duration::from_millis(row_ms),
     })
 }
 
@@ -250,6 +270,19 @@ pub async fn run(args: WorkerArgs) -> i32 {
         }
     });
 
+    let settlement = match &args.ledger {
+        Some(path) => match Ledger::open(path, id) {
+            Ok(ledger) => Some(spawn_settlement(node.clone(), ledger, args.settle_every, args.row_delay)),
+            Err(e) => {
+                eprintln!("worker {id}: {e}");
+                emit(id, "start_failed", json!({"error": e}));
+                let _ = node.shutdown().await;
+                return 1;
+            }
+        },
+        None => None,
+    };
+
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(s) => s,
         Err(e) => {
@@ -265,6 +298,9 @@ pub async fn run(args: WorkerArgs) -> i32 {
             Err(e) => { eprintln!("worker {id}: {e}"); 1 }
         },
     };
+    if let Some(s) = settlement {
+        s.stop().await;
+    }
     let result = node.shutdown().await;
     let _ = tokio::time::timeout(Duration::from_secs(1), lease_task).await;
     emit(
@@ -285,4 +321,91 @@ fn lost(id: u64, lease: &tenure::Lease, reason: tenure::LostReason) {
         "lease_lost",
         json!({"term": token, "token": token, "reason": reason.as_str(), "ended_ns": ended}),
     );
+}
+
+/// Settles the ledger while this node holds a lease: batch by batch, every write fenced
+/// with the lease's token. The task is cancelled the moment the lease is lost, but a
+/// write already under way (a stalled process that wakes up) still reaches the ledger,
+/// where the fence rejects it.
+fn spawn_settlement(node: Node, ledger: Ledger, every: Duration, row_delay: Duration) -> LeaderTaskHandle {
+    let id = node.id();
+    let ledger = std::sync::Arc::new(std::sync::Mutex::new(ledger));
+    LeaderTask::new(node).spawn(move |lease| {
+        let ledger = ledger.clone();
+        async move { settle(id, lease, ledger, every, row_delay).await }
+    })
+}
+
+fn rejected(id: u64, err: &FenceError) -> bool {
+    match err {
+        FenceError::Stale { presented, highest } => {
+            emit(id, "fence_rejected", json!({"term": presented.0, "token": presented.0, "highest": highest.0}));
+            true
+        }
+        other => {
+            emit(id, "ledger_error", json!({"error": other.to_string()}));
+            false
+        }
+    }
+}
+
+async fn settle(
+    id: u64,
+    lease: Lease,
+    ledger: std::sync::Arc<std::sync::Mutex<Ledger>>,
+    every: Duration,
+    row_delay: Duration,
+) {
+    // SQLite calls block (a stalled writer holds the file lock): run them off the async
+    // threads so the election never waits for the database.
+    async fn with_ledger<T: Send + 'static>(
+        ledger: &std::sync::Arc<std::sync::Mutex<Ledger>>,
+        f: impl FnOnce(&mut Ledger) -> T + Send + 'static,
+    ) -> Option<T> {
+        let l = ledger.clone();
+        tokio::task::spawn_blocking(move || f(&mut l.lock().unwrap_or_else(|e| e.into_inner())))
+            .await
+            .ok()
+    }
+    loop {
+        let Ok(token): Result<FencingToken, _> = lease.confirm().await else { return };
+        match with_ledger(&ledger, |l| l.next_batch()).await {
+            Some(Ok(Some((batch, payments)))) => {
+                emit(id, "batch_started", json!({"term": token.0, "token": token.0, "batch": batch, "rows": payments.len()}));
+                let mut complete = true;
+                for p in payments {
+                    // The external call (the bank) takes a while: a pause here leaves the
+                    // worker mid-batch with a token that may be stale when it wakes.
+                    tokio::time::sleep(row_delay).await;
+                    match with_ledger(&ledger, move |l| l.settle_payment(token, batch, p)).await {
+                        Some(Ok(_)) => {}
+                        Some(Err(e)) => {
+                            if rejected(id, &e) {
+                                return;
+                            }
+                            complete = false;
+                            break;
+                        }
+                        None => return,
+                    }
+                }
+                if complete {
+                    match with_ledger(&ledger, move |l| l.close_batch(token, batch)).await {
+                        Some(Ok(Some(rows))) => emit(id, "settled", json!({"term": token.0, "token": token.0, "batch": batch, "rows": rows})),
+                        Some(Ok(None)) => {}
+                        Some(Err(e)) => {
+                            if rejected(id, &e) {
+                                return;
+                            }
+                        }
+                        None => return,
+                    }
+                }
+            }
+            Some(Ok(None)) => {}
+            Some(Err(e)) => emit(id, "ledger_error", json!({"error": e})),
+            None => return,
+        }
+        tokio::time::sleep(every).await;
+    }
 }

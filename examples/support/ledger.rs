@@ -1,0 +1,264 @@
+//! The settlement ledger: an SQLite file shared by the workers of a local group.
+//!
+//! `payments` holds the work (rows grouped in batches); settling a payment and closing a
+//! batch are fenced writes, each idempotent (a payment is settled only if it is not yet;
+//! a batch is closed under its idempotency key `batch-<n>` only once). Every accepted
+//! write is also logged in `writes`, in the same transaction, so a checker can see the
+//! order in which tokens were accepted.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use tenure::fence::rusqlite::{self, params, Connection, OptionalExtension};
+use tenure::fence::{FenceError, SqliteFence};
+use tenure::FencingToken;
+
+pub const FENCE: &str = "settlement";
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS payments (
+    id INTEGER PRIMARY KEY,
+    batch INTEGER NOT NULL,
+    amount INTEGER NOT NULL,
+    settled_token INTEGER,
+    settled_by INTEGER,
+    settled_ns INTEGER
+);
+CREATE INDEX IF NOT EXISTS payments_batch ON payments(batch);
+CREATE TABLE IF NOT EXISTS batches (
+    key TEXT PRIMARY KEY,
+    batch INTEGER NOT NULL UNIQUE,
+    token INTEGER NOT NULL,
+    rows INTEGER NOT NULL,
+    node INTEGER NOT NULL,
+    settled_ns INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS writes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    token INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    batch INTEGER NOT NULL,
+    payment INTEGER,
+    node INTEGER NOT NULL,
+    mono_ns INTEGER NOT NULL
+);
+";
+
+pub struct Ledger {
+    conn: Connection,
+    fence: SqliteFence,
+    node: u64,
+}
+
+/// What the ledger says at the end of a run.
+#[derive(Debug, Default)]
+pub struct LedgerReport {
+    pub seeded_batches: u64,
+    pub settled_batches: u64,
+    pub payments: u64,
+    pub settled_payments: u64,
+    /// Batches closed more than once, or payments settled more than once (must be empty).
+    pub duplicates: Vec<String>,
+    /// Accepted writes whose token is below an earlier accepted one (must be empty).
+    pub token_regressions: Vec<String>,
+    pub writes: u64,
+    pub highest_token: u64,
+}
+
+impl LedgerReport {
+    pub fn exactly_once(&self) -> bool {
+        self.seeded_batches == self.settled_batches
+            && self.payments == self.settled_payments
+            && self.duplicates.is_empty()
+    }
+}
+
+fn now_ns() -> i64 {
+    tenure::clock::monotonic_ns() as i64
+}
+
+impl Ledger {
+    /// Opens (creating the schema if needed) the ledger at `path` as worker `node`.
+    pub fn open(path: &Path, node: u64) -> Result<Ledger, String> {
+        let conn = Connection::open(path).map_err(|e| format!("ledger {}: {e}", path.display()))?;
+        conn.busy_timeout(Duration::from_secs(10))
+            .and_then(|_| conn.pragma_update(None, "journal_mode", "WAL"))
+            .and_then(|_| conn.pragma_update(None, "synchronous", "FULL"))
+            .and_then(|_| conn.execute_batch(SCHEMA))
+            .map_err(|e| format!("ledger {}: {e}", path.display()))?;
+        let fence = SqliteFence::install(&conn, FENCE).map_err(|e| e.to_string())?;
+        Ok(Ledger { conn, fence, node })
+    }
+
+    /// Adds `count` batches of `rows` payments after the last batch; returns the new
+    /// batch numbers.
+    pub fn seed(&mut self, count: u64, rows: u64) -> Result<Vec<u64>, String> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(|e| e.to_string())?;
+        let last: u64 = tx
+            .query_row("SELECT COALESCE(MAX(batch), 0) FROM payments", [], |r| r.get::<_, i64>(0))
+            .map_err(|e| e.to_string())? as u64;
+        let mut out = Vec::new();
+        for b in last + 1..=last + count {
+            for i in 0..rows {
+                tx.execute(
+                    "INSERT INTO payments (batch, amount) VALUES (?1, ?2)",
+                    params![b as i64, (100 + (b * 7 + i * 13) % 900) as i64],
+                )
+                .map_err(|e| e.to_string())?;
+            }
+            out.push(b);
+        }
+        tx.commit().map_err(|e| e.to_string())?;
+        Ok(out)
+    }
+
+    /// The oldest batch not yet closed, with its payments still to settle.
+    pub fn next_batch(&self) -> Result<Option<(u64, Vec<u64>)>, String> {
+        let batch: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT MIN(p.batch) FROM payments p
+                 WHERE NOT EXISTS (SELECT 1 FROM batches b WHERE b.batch = p.batch)",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| e.to_string())?
+            .flatten();
+        let Some(batch) = batch else { return Ok(None) };
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id FROM payments WHERE batch = ?1 AND settled_token IS NULL ORDER BY id")
+            .map_err(|e| e.to_string())?;
+        let ids = stmt
+            .query_map([batch], |r| r.get::<_, i64>(0))
+            .map_err(|e| e.to_string())?
+            .collect::<Result<Vec<i64>, _>>()
+            .map_err(|e| e.to_string())?;
+        Ok(Some((batch as u64, ids.into_iter().map(|i| i as u64).collect())))
+    }
+
+    /// Settles one payment with `token`: fenced and idempotent. `Ok(false)` if it was
+    /// already settled.
+    pub fn settle_payment(&mut self, token: FencingToken, batch: u64, payment: u64) -> Result<bool, FenceError> {
+        let node = self.node as i64;
+        self.fence.write(&mut self.conn, token, |tx| {
+            let n = tx.execute(
+                "UPDATE payments SET settled_token = ?1, settled_by = ?2, settled_ns = ?3
+                 WHERE id = ?4 AND settled_token IS NULL",
+                params![token.0 as i64, node, now_ns(), payment as i64],
+            )?;
+            if n == 1 {
+                tx.execute(
+                    "INSERT INTO writes (token, kind, batch, payment, node, mono_ns)
+                     VALUES (?1, 'payment', ?2, ?3, ?4, ?5)",
+                    params![token.0 as i64, batch as i64, payment as i64, node, now_ns()],
+                )?;
+            }
+            Ok(n == 1)
+        })
+    }
+
+    /// Closes `batch` under its idempotency key: fenced; `Ok(Some(rows))` if this call
+    /// closed it, `Ok(None)` if it was closed before.
+    pub fn close_batch(&mut self, token: FencingToken, batch: u64) -> Result<Option<u64>, FenceError> {
+        let node = self.node as i64;
+        self.fence.write(&mut self.conn, token, |tx| {
+            let (rows, open): (i64, i64) = tx.query_row(
+                "SELECT COUNT(settled_token), COUNT(*) - COUNT(settled_token) FROM payments WHERE batch = ?1",
+                [batch as i64],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
+            if open > 0 {
+                // Not all payments settled: never close a batch early.
+                return Ok(None);
+            }
+            let n = tx.execute(
+                "INSERT OR IGNORE INTO batches (key, batch, token, rows, node, settled_ns)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![format!("batch-{batch}"), batch as i64, token.0 as i64, rows, node, now_ns()],
+            )?;
+            if n == 1 {
+                tx.execute(
+                    "INSERT INTO writes (token, kind, batch, payment, node, mono_ns)
+                     VALUES (?1, 'batch', ?2, NULL, ?3, ?4)",
+                    params![token.0 as i64, batch as i64, node, now_ns()],
+                )?;
+                Ok(Some(rows as u64))
+            } else {
+                Ok(None)
+            }
+        })
+    }
+
+    /// Checks the whole ledger: exactly-once settlement and token order.
+    pub fn verify(&self) -> Result<LedgerReport, String> {
+        let e = |e: rusqlite::Error| e.to_string();
+        let q = |sql: &str| -> Result<u64, String> {
+            self.conn
+                .query_row(sql, [], |r| r.get::<_, i64>(0))
+                .map(|v| v as u64)
+                .map_err(e)
+        };
+        let mut r = LedgerReport {
+            seeded_batches: q("SELECT COUNT(DISTINCT batch) FROM payments")?,
+            settled_batches: q("SELECT COUNT(*) FROM batches")?,
+            payments: q("SELECT COUNT(*) FROM payments")?,
+            settled_payments: q("SELECT COUNT(*) FROM payments WHERE settled_token IS NOT NULL")?,
+            writes: q("SELECT COUNT(*) FROM writes")?,
+            highest_token: q("SELECT COALESCE(MAX(token), 0) FROM writes")?,
+            ..Default::default()
+        };
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT kind, batch, payment, COUNT(*) FROM writes
+                 GROUP BY kind, batch, payment HAVING COUNT(*) > 1",
+            )
+            .map_err(e)?;
+        let dups = stmt
+            .query_map([], |row| {
+                Ok(format!(
+                    "{} batch {} payment {:?} written {} times",
+                    row.get::<_, String>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, Option<i64>>(2)?,
+                    row.get::<_, i64>(3)?
+                ))
+            })
+            .map_err(e)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(e)?;
+        r.duplicates = dups;
+        let mut stmt = self
+            .conn
+            .prepare("SELECT seq, token, node FROM writes ORDER BY seq")
+            .map_err(e)?;
+        let rows = stmt
+            .query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?)))
+            .map_err(e)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(e)?;
+        let mut highest = (0i64, 0i64);
+        for (seq, token, node) in rows {
+            if token < highest.0 {
+                r.token_regressions.push(format!(
+                    "write {seq} by node {node} with token {token} accepted after token {} (write {})",
+                    highest.0, highest.1
+                ));
+            } else {
+                highest = (token, seq);
+            }
+        }
+        Ok(r)
+    }
+
+    pub fn highest_token(&self) -> Result<FencingToken, FenceError> {
+        self.fence.highest(&self.conn)
+    }
+}
