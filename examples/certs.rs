@@ -1,0 +1,116 @@
+//! Writes a cluster CA and one certificate per node, for nodes 1..=N.
+//!
+//! ```text
+//! cargo run --example certs -- --nodes 5 --out /tmp/certs
+//! ```
+//!
+//! Give each node `ca.pem`, `node-<id>.pem` and `node-<id>-key.pem`; keep `ca-key.pem`
+//! off the nodes (whoever holds it can mint any node id). Exit codes: 0 done, 1 the
+//! files could not be written, 2 bad arguments.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use tenure::transport::tls::{
+    node_cert_file, node_key_file, node_server_name, write_cluster_certs, CA_CERT_FILE, CA_KEY_FILE,
+};
+
+const USAGE: &str = "\
+usage: certs --nodes N --out DIR
+
+  --nodes N   how many nodes: certificates for ids 1..=N (1 <= N <= 1000)
+  --out DIR   directory to write into (created if missing; existing certificate
+              files are never overwritten)
+  -h, --help  this text";
+
+/// The largest group worth making certificates for in one go (raft groups are 3..7).
+const MAX_NODES: u64 = 1000;
+
+struct Args {
+    nodes: u64,
+    out: PathBuf,
+}
+
+/// Parses the arguments; `Err(None)` means help was asked for.
+fn parse(args: &[String]) -> Result<Args, Option<String>> {
+    let mut nodes: Option<u64> = None;
+    let mut out: Option<PathBuf> = None;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = |name: &str| -> Result<String, Option<String>> {
+            match inline.clone().or_else(|| it.next().cloned()) {
+                Some(v) if !v.is_empty() => Ok(v),
+                _ => Err(Some(format!("{name} needs a value"))),
+            }
+        };
+        match flag {
+            "-h" | "--help" => return Err(None),
+            "--nodes" => {
+                if nodes.is_some() {
+                    return Err(Some("--nodes given twice".into()));
+                }
+                let v = value("--nodes")?;
+                let n: u64 = v
+                    .parse()
+                    .map_err(|_| Some(format!("--nodes: {v:?} is not a whole number")))?;
+                if !(1..=MAX_NODES).contains(&n) {
+                    return Err(Some(format!("--nodes: {n} is not in 1..={MAX_NODES}")));
+                }
+                nodes = Some(n);
+            }
+            "--out" => {
+                if out.is_some() {
+                    return Err(Some("--out given twice".into()));
+                }
+                out = Some(PathBuf::from(value("--out")?));
+            }
+            other => return Err(Some(format!("unknown argument {other:?}"))),
+        }
+    }
+    Ok(Args {
+        nodes: nodes.ok_or_else(|| Some("--nodes is required".to_string()))?,
+        out: out.ok_or_else(|| Some("--out is required".to_string()))?,
+    })
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = match parse(&args) {
+        Ok(a) => a,
+        Err(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(Some(msg)) => {
+            eprintln!("certs: {msg}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = write_cluster_certs(&args.out, 1..=args.nodes) {
+        eprintln!("certs: {e}");
+        return ExitCode::from(1);
+    }
+    let dir = &args.out;
+    println!("wrote to {}:", dir.display());
+    println!("  {:<22} cluster CA certificate (every node)", CA_CERT_FILE);
+    println!(
+        "  {:<22} cluster CA private key, mode 0600 (keep it off the nodes)",
+        CA_KEY_FILE
+    );
+    for id in 1..=args.nodes {
+        println!(
+            "  {:<22} node {id} certificate ({})",
+            node_cert_file(id),
+            node_server_name(id)
+        );
+        println!(
+            "  {:<22} node {id} private key, mode 0600",
+            node_key_file(id)
+        );
+    }
+    ExitCode::SUCCESS
+}

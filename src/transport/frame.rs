@@ -1,0 +1,336 @@
+//! Length-prefixed protobuf frames.
+//!
+//! A frame is a 4-byte big-endian length `n` followed by `n` bytes: one
+//! `raft::eraftpb::Message` in protobuf encoding. A stream carries frames back to back.
+//!
+//! The length is checked against a limit *before* anything is allocated, so a peer
+//! cannot make a node allocate more than `max` bytes per frame. [`DEFAULT_MAX_FRAME`] is
+//! 16 MiB, room for snapshots (tenure's state machine is empty, so its snapshots are small).
+//!
+//! # Decoding untrusted bytes
+//!
+//! The protobuf 2.28 crate is listed under RUSTSEC-2024-0437 (stack overflow on deeply
+//! nested crafted input). In 2.28 nested messages are bounded by the decoder's recursion
+//! limit (100) and unknown groups are skipped without recursion (a group inside a group
+//! is a decode error); the tests feed such input. Still, we only decode frames from peers
+//! that passed mutual TLS with a certificate of the cluster CA, and only frames under
+//! the size limit. One more caveat of the same kind: a frame of many empty `entries`
+//! (2 bytes each on the wire, about 100 bytes each as an `Entry`) decodes to 50 to 100
+//! times its size in memory, so `max` bounds the memory of one frame only to that factor
+//! (again: only authenticated peers can send such a frame).
+//!
+//! Besides the async [`read_frame`], [`decode`] works on a byte slice without any IO
+//! (for benchmarks and fuzzing).
+
+use bytes::{Bytes, BytesMut};
+use protobuf::{CodedOutputStream, Message as _};
+use raft::eraftpb::Message;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// Bytes of the length prefix.
+pub const LEN_PREFIX: usize = 4;
+
+/// The default limit on a frame's payload (the bytes after the prefix): 16 MiB.
+pub const DEFAULT_MAX_FRAME: usize = 16 * 1024 * 1024;
+
+/// Why a frame could not be written or read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// The frame's payload is longer than the limit. Inbound: the peer is broken or
+    /// hostile, or it runs with a larger limit; the connection is closed. Outbound: the
+    /// message is dropped. Fix: use the same limit on every node; raise it only if
+    /// legitimate messages (snapshots) need it.
+    #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
+    TooLarge {
+        /// The payload length (announced, for inbound frames).
+        len: usize,
+        /// The limit in force.
+        max: usize,
+    },
+    /// The bytes are not a raft message, or the stream ended inside a frame. Cause: a
+    /// broken or hostile peer, or a peer of an incompatible version. The connection is
+    /// closed. Fix: run the same tenure version on every node.
+    #[error("malformed frame: {0}")]
+    Malformed(String),
+    /// Reading the stream failed (connection lost, stream reset). Not the peer's data's
+    /// fault; the transport reconnects.
+    #[error("frame I/O failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Encodes `msg` as one frame (prefix and payload). Fails with
+/// [`FrameError::TooLarge`] when the payload would exceed `max`.
+pub fn encode(msg: &Message, max: usize) -> Result<Bytes, FrameError> {
+    let mut buf = Vec::new();
+    encode_into(msg, max, &mut buf)?;
+    Ok(Bytes::from(buf))
+}
+
+/// Appends the frame of `msg` to `out` (see [`encode`]); on error `out` is unchanged.
+/// Lets a sender put several frames in one buffer.
+pub fn encode_into(msg: &Message, max: usize, out: &mut Vec<u8>) -> Result<(), FrameError> {
+    // compute_size also caches nested sizes for write_to_with_cached_sizes.
+    let len = msg.compute_size() as usize;
+    let max = max.min(u32::MAX as usize);
+    if len > max {
+        return Err(FrameError::TooLarge { len, max });
+    }
+    let start = out.len();
+    out.reserve(LEN_PREFIX + len);
+    out.extend_from_slice(&(len as u32).to_be_bytes());
+    let written = {
+        // Appends after what `out` already holds.
+        let mut os = CodedOutputStream::vec(out);
+        msg.write_to_with_cached_sizes(&mut os)
+            .and_then(|()| os.flush())
+    };
+    let problem = match written {
+        Err(e) => format!("cannot encode message: {e}"),
+        Ok(()) if out.len() == start + LEN_PREFIX + len => return Ok(()),
+        Ok(()) => format!(
+            "encoder wrote {} bytes, computed {len}",
+            out.len() - start - LEN_PREFIX
+        ),
+    };
+    out.truncate(start);
+    Err(FrameError::Malformed(problem))
+}
+
+/// Parses one payload (the bytes after the prefix).
+fn parse(payload: &[u8]) -> Result<Message, FrameError> {
+    Message::parse_from_bytes(payload).map_err(|e| FrameError::Malformed(e.to_string()))
+}
+
+/// Decodes the first frame in `buf` without IO.
+///
+/// Returns `Ok(None)` when `buf` does not yet hold a whole frame (read more and call
+/// again), `Ok(Some((message, consumed)))` otherwise, where `consumed` is the frame's
+/// length including the prefix. An announced length over `max` is
+/// [`FrameError::TooLarge`] as soon as the prefix is complete.
+pub fn decode(buf: &[u8], max: usize) -> Result<Option<(Message, usize)>, FrameError> {
+    let Some(prefix) = buf.get(..LEN_PREFIX) else {
+        return Ok(None);
+    };
+    let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+    if len > max {
+        return Err(FrameError::TooLarge { len, max });
+    }
+    let Some(payload) = buf.get(LEN_PREFIX..LEN_PREFIX + len) else {
+        return Ok(None);
+    };
+    Ok(Some((parse(payload)?, LEN_PREFIX + len)))
+}
+
+/// Reads one frame from `reader`.
+///
+/// `Ok(None)` when the stream ends cleanly between frames. A stream that ends inside a
+/// frame is [`FrameError::Malformed`]; a length over `max` is [`FrameError::TooLarge`]
+/// (nothing more is read). Cancel-safe only between frames: dropping the future in the
+/// middle of a frame loses the partial frame, so do not `select!` on it with other work
+/// unless the stream is abandoned afterwards.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    max: usize,
+) -> Result<Option<Message>, FrameError> {
+    let mut prefix = [0u8; LEN_PREFIX];
+    let mut filled = 0;
+    while filled < LEN_PREFIX {
+        match reader.read(&mut prefix[filled..]).await? {
+            0 if filled == 0 => return Ok(None),
+            0 => {
+                return Err(FrameError::Malformed(format!(
+                    "stream ended inside a length prefix ({filled} of {LEN_PREFIX} bytes)"
+                )))
+            }
+            n => filled += n,
+        }
+    }
+    let len = u32::from_be_bytes(prefix) as usize;
+    if len > max {
+        return Err(FrameError::TooLarge { len, max });
+    }
+    let mut payload = BytesMut::with_capacity(len);
+    while payload.len() < len {
+        let want = len - payload.len();
+        let n = (&mut *reader)
+            .take(want as u64)
+            .read_buf(&mut payload)
+            .await?;
+        if n == 0 {
+            return Err(FrameError::Malformed(format!(
+                "stream ended inside a frame ({} of {len} bytes)",
+                payload.len()
+            )));
+        }
+    }
+    parse(&payload).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raft::eraftpb::{Entry, MessageType};
+
+    fn sample() -> Message {
+        let entry = Entry {
+            term: 7,
+            index: 42,
+            data: Bytes::from_static(b"hello"),
+            ..Default::default()
+        };
+        let mut m = Message {
+            from: 2,
+            to: 3,
+            term: 7,
+            index: 41,
+            log_term: 6,
+            commit: 40,
+            ..Default::default()
+        };
+        m.set_msg_type(MessageType::MsgAppend);
+        m.entries.push(entry);
+        m
+    }
+
+    #[test]
+    fn round_trip_through_encode_and_decode() {
+        let m = sample();
+        let frame = encode(&m, DEFAULT_MAX_FRAME).unwrap();
+        let (back, used) = decode(&frame, DEFAULT_MAX_FRAME).unwrap().unwrap();
+        assert_eq!(back, m);
+        assert_eq!(used, frame.len());
+    }
+
+    #[test]
+    fn empty_message_is_a_zero_length_frame() {
+        let frame = encode(&Message::default(), 16).unwrap();
+        assert_eq!(&frame[..], &[0, 0, 0, 0]);
+        let (back, used) = decode(&frame, 16).unwrap().unwrap();
+        assert_eq!(back, Message::default());
+        assert_eq!(used, 4);
+    }
+
+    #[tokio::test]
+    async fn read_frame_reads_frames_back_to_back_then_none() {
+        let m = sample();
+        let mut mm = sample();
+        mm.term = 8;
+        let mut buf = Vec::new();
+        encode_into(&m, DEFAULT_MAX_FRAME, &mut buf).unwrap();
+        encode_into(&mm, DEFAULT_MAX_FRAME, &mut buf).unwrap();
+        let mut r = &buf[..];
+        assert_eq!(
+            read_frame(&mut r, DEFAULT_MAX_FRAME).await.unwrap(),
+            Some(m)
+        );
+        assert_eq!(
+            read_frame(&mut r, DEFAULT_MAX_FRAME).await.unwrap(),
+            Some(mm)
+        );
+        assert_eq!(read_frame(&mut r, DEFAULT_MAX_FRAME).await.unwrap(), None);
+    }
+
+    #[test]
+    fn too_large_is_refused_on_encode() {
+        let m = sample();
+        let len = encode(&m, DEFAULT_MAX_FRAME).unwrap().len() - LEN_PREFIX;
+        match encode(&m, len - 1) {
+            Err(FrameError::TooLarge { len: l, max }) => assert_eq!((l, max), (len, len - 1)),
+            other => panic!("expected TooLarge, got {other:?}"),
+        }
+        assert!(encode(&m, len).is_ok());
+        let mut out = vec![1, 2, 3];
+        assert!(encode_into(&m, len - 1, &mut out).is_err());
+        assert_eq!(
+            out,
+            [1, 2, 3],
+            "a failed encode leaves the buffer as it was"
+        );
+    }
+
+    #[tokio::test]
+    async fn too_large_is_refused_on_decode_before_reading_the_payload() {
+        // Announces 4 GiB - 1 with no payload behind it: must fail on the prefix alone.
+        let buf = [0xff, 0xff, 0xff, 0xff];
+        assert!(matches!(
+            decode(&buf, 1024),
+            Err(FrameError::TooLarge {
+                len: 0xffff_ffff,
+                max: 1024
+            })
+        ));
+        let mut r = &buf[..];
+        assert!(matches!(
+            read_frame(&mut r, 1024).await,
+            Err(FrameError::TooLarge {
+                len: 0xffff_ffff,
+                max: 1024
+            })
+        ));
+    }
+
+    #[tokio::test]
+    async fn truncated_frames_are_incomplete_for_decode_and_malformed_for_read() {
+        let frame = encode(&sample(), DEFAULT_MAX_FRAME).unwrap();
+        for cut in 1..frame.len() {
+            let part = &frame[..cut];
+            assert!(
+                decode(part, DEFAULT_MAX_FRAME).unwrap().is_none(),
+                "cut {cut}"
+            );
+            let mut r = part;
+            assert!(
+                matches!(
+                    read_frame(&mut r, DEFAULT_MAX_FRAME).await,
+                    Err(FrameError::Malformed(_))
+                ),
+                "cut {cut}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn garbage_is_malformed_and_never_panics() {
+        // A payload that is not protobuf: a field tag with wire type 7 (invalid).
+        let garbage = [0, 0, 0, 3, 0x0f, 0xff, 0xff];
+        assert!(matches!(
+            decode(&garbage, 64),
+            Err(FrameError::Malformed(_))
+        ));
+        let mut r = &garbage[..];
+        assert!(matches!(
+            read_frame(&mut r, 64).await,
+            Err(FrameError::Malformed(_))
+        ));
+
+        // Pseudo-random payloads of every length up to 300: decode must return, not panic.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for len in 0..300usize {
+            let mut buf = (len as u32).to_be_bytes().to_vec();
+            for _ in 0..len {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                buf.push(x as u8);
+            }
+            let _ = decode(&buf, DEFAULT_MAX_FRAME);
+        }
+    }
+
+    #[test]
+    fn deeply_nested_groups_fail_without_overflowing_the_stack() {
+        // 1 MiB of "start group" tags of an unknown field (field 100, wire type 3: varint
+        // 0xa3 0x06): the shape of RUSTSEC-2024-0437.
+        let payload: Vec<u8> = [0xa3u8, 0x06].repeat(1 << 19);
+        let mut buf = (payload.len() as u32).to_be_bytes().to_vec();
+        buf.extend_from_slice(&payload);
+        assert!(matches!(
+            decode(&buf, DEFAULT_MAX_FRAME),
+            Err(FrameError::Malformed(_))
+        ));
+
+        // The raft schema has no recursive message type, so nesting through known fields
+        // is bounded by the schema (Message > Snapshot > SnapshotMetadata > ConfState).
+    }
+}

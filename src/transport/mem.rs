@@ -1,0 +1,334 @@
+//! An in-process network for tests and simulation.
+//!
+//! [`MemNetwork::endpoint`] registers a node and returns its [`MemTransport`] and the
+//! receiver of its [`Inbound`] items, as
+//! [`QuicTransport::start`](super::quic::QuicTransport::start) does. Delivery is
+//! synchronous: `send` puts the message straight into the destination's inbound channel,
+//! so no runtime is needed and a simulation stays deterministic.
+//!
+//! The semantics follow the QUIC transport:
+//!
+//! * unknown destination (never registered in this network, or the sender itself) →
+//!   dropped, `dropped_unknown_peer`;
+//! * `faults.outbound_blocked(to)` on the sender → dropped, sender's `dropped_fault`;
+//! * destination down (its endpoint was closed or dropped: a crashed node) → dropped,
+//!   sender's `dropped_disconnected`, and the sender's driver gets
+//!   [`Inbound::Unreachable`] once per down episode of that peer;
+//! * `from` not the sender's id → dropped, destination's `from_mismatch` (what the
+//!   certificate check does over QUIC);
+//! * `faults.inbound_blocked(from)` on the destination → dropped, destination's
+//!   `dropped_fault`;
+//! * destination's inbound channel full → dropped, destination's `dropped_inbound_full`.
+//!
+//! A crash is `close()` on the endpoint (or dropping it); `network.endpoint(id)` again
+//! registers a fresh endpoint for the same id (a restart), which replaces any endpoint
+//! of that id still open.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use raft::eraftpb::Message;
+use tokio::sync::mpsc::{self, error::TrySendError};
+
+use super::{Faults, Inbound, NodeId, Transport, TransportStats, TransportStatsSnapshot};
+
+/// The default capacity of each endpoint's inbound channel.
+pub const DEFAULT_INBOUND_DEPTH: usize = 1024;
+
+/// An in-process network: a registry of endpoints by node id. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct MemNetwork {
+    state: Arc<Mutex<NetState>>,
+}
+
+struct NetState {
+    inbound_depth: usize,
+    nodes: HashMap<NodeId, Slot>,
+}
+
+/// One node id's place in the network. `generation` counts registrations: an endpoint
+/// whose generation is not the slot's is stale (closed or replaced).
+struct Slot {
+    generation: u64,
+    up: Option<Registered>,
+}
+
+struct Registered {
+    inbound: mpsc::Sender<Inbound>,
+    stats: Arc<TransportStats>,
+    faults: Faults,
+}
+
+impl Default for MemNetwork {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for MemNetwork {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.lock();
+        let mut up: Vec<NodeId> = state
+            .nodes
+            .iter()
+            .filter(|(_, s)| s.up.is_some())
+            .map(|(id, _)| *id)
+            .collect();
+        up.sort_unstable();
+        f.debug_struct("MemNetwork").field("up", &up).finish()
+    }
+}
+
+impl MemNetwork {
+    /// An empty network; inbound channels hold [`DEFAULT_INBOUND_DEPTH`] items.
+    pub fn new() -> Self {
+        Self::with_inbound_depth(DEFAULT_INBOUND_DEPTH)
+    }
+
+    /// An empty network whose endpoints' inbound channels hold `depth` items (at least 1).
+    pub fn with_inbound_depth(depth: usize) -> Self {
+        MemNetwork {
+            state: Arc::new(Mutex::new(NetState {
+                inbound_depth: depth.max(1),
+                nodes: HashMap::new(),
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, NetState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers node `id` (again, after a crash) and returns its transport and inbound
+    /// receiver. An endpoint of the same id that is still open is replaced: it stops
+    /// sending and receiving.
+    pub fn endpoint(&self, id: NodeId) -> (MemTransport, mpsc::Receiver<Inbound>) {
+        let mut state = self.lock();
+        let (tx, rx) = mpsc::channel(state.inbound_depth);
+        let stats = Arc::new(TransportStats::default());
+        let faults = Faults::default();
+        let slot = state.nodes.entry(id).or_insert(Slot {
+            generation: 0,
+            up: None,
+        });
+        slot.generation += 1;
+        slot.up = Some(Registered {
+            inbound: tx,
+            stats: stats.clone(),
+            faults: faults.clone(),
+        });
+        let transport = MemTransport {
+            id,
+            generation: slot.generation,
+            net: self.clone(),
+            stats,
+            faults,
+            reported: Mutex::new(HashMap::new()),
+        };
+        (transport, rx)
+    }
+
+    /// True while node `id` has an open endpoint.
+    pub fn is_up(&self, id: NodeId) -> bool {
+        self.lock().nodes.get(&id).is_some_and(|s| s.up.is_some())
+    }
+}
+
+/// One node's endpoint on a [`MemNetwork`].
+pub struct MemTransport {
+    id: NodeId,
+    generation: u64,
+    net: MemNetwork,
+    stats: Arc<TransportStats>,
+    faults: Faults,
+    /// Per peer, the down episode (the peer's slot generation) already reported as
+    /// unreachable, so a dead peer is reported once, not once per message.
+    reported: Mutex<HashMap<NodeId, u64>>,
+}
+
+impl fmt::Debug for MemTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemTransport")
+            .field("id", &self.id)
+            .field("generation", &self.generation)
+            .finish()
+    }
+}
+
+impl MemTransport {
+    /// The node id of this endpoint.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// Reports `peer` unreachable to our own driver, once per down episode.
+    fn report_unreachable(&self, state: &NetState, peer: NodeId, episode: u64) {
+        let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+        if reported.get(&peer) == Some(&episode) {
+            return;
+        }
+        reported.insert(peer, episode);
+        let Some(me) = state.nodes.get(&self.id).and_then(|s| s.up.as_ref()) else {
+            return;
+        };
+        if let Err(TrySendError::Full(_)) = me.inbound.try_send(Inbound::Unreachable(peer)) {
+            TransportStats::bump(&self.stats.dropped_inbound_full);
+        }
+    }
+}
+
+impl Transport for MemTransport {
+    fn send(&self, msg: Message) {
+        let state = self.net.lock();
+        let mine = state.nodes.get(&self.id);
+        if mine.is_none_or(|s| s.generation != self.generation || s.up.is_none()) {
+            return; // closed or replaced: a crashed node sends nothing
+        }
+        let to = msg.to;
+        let Some(slot) = state.nodes.get(&to).filter(|_| to != self.id) else {
+            TransportStats::bump(&self.stats.dropped_unknown_peer);
+            return;
+        };
+        if self.faults.outbound_blocked(to) {
+            TransportStats::bump(&self.stats.dropped_fault);
+            return;
+        }
+        let Some(dest) = slot.up.as_ref() else {
+            TransportStats::bump(&self.stats.dropped_disconnected);
+            self.report_unreachable(&state, to, slot.generation);
+            return;
+        };
+        TransportStats::bump(&self.stats.sent);
+        if msg.from != self.id {
+            TransportStats::bump(&dest.stats.from_mismatch);
+            return;
+        }
+        if dest.faults.inbound_blocked(self.id) {
+            TransportStats::bump(&dest.stats.dropped_fault);
+            return;
+        }
+        match dest.inbound.try_send(Inbound::Message(msg)) {
+            Ok(()) => TransportStats::bump(&dest.stats.received),
+            Err(TrySendError::Full(_)) => TransportStats::bump(&dest.stats.dropped_inbound_full),
+            // The receiver was dropped: the node is as good as down.
+            Err(TrySendError::Closed(_)) => {
+                TransportStats::bump(&self.stats.dropped_disconnected);
+                self.report_unreachable(&state, to, slot.generation);
+            }
+        }
+    }
+
+    fn stats(&self) -> TransportStatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
+    fn close(&self) {
+        let mut state = self.net.lock();
+        if let Some(slot) = state.nodes.get_mut(&self.id) {
+            if slot.generation == self.generation {
+                slot.up = None;
+            }
+        }
+    }
+}
+
+impl Drop for MemTransport {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(from: NodeId, to: NodeId, term: u64) -> Message {
+        Message {
+            from,
+            to,
+            term,
+            ..Default::default()
+        }
+    }
+
+    fn next_message(rx: &mut mpsc::Receiver<Inbound>) -> Option<Message> {
+        match rx.try_recv() {
+            Ok(Inbound::Message(m)) => Some(m),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn delivers_between_endpoints_and_counts() {
+        let net = MemNetwork::new();
+        let (a, mut ra) = net.endpoint(1);
+        let (b, mut rb) = net.endpoint(2);
+        a.send(msg(1, 2, 5));
+        b.send(msg(2, 1, 6));
+        assert_eq!(next_message(&mut rb).map(|m| m.term), Some(5));
+        assert_eq!(next_message(&mut ra).map(|m| m.term), Some(6));
+        assert_eq!(a.stats().sent, 1);
+        assert_eq!(a.stats().received, 1);
+    }
+
+    #[test]
+    fn unknown_peer_forged_sender_and_faults_are_dropped_and_counted() {
+        let net = MemNetwork::new();
+        let (a, _ra) = net.endpoint(1);
+        let (b, mut rb) = net.endpoint(2);
+        a.send(msg(1, 9, 1));
+        a.send(msg(1, 1, 1));
+        assert_eq!(a.stats().dropped_unknown_peer, 2);
+        a.send(msg(3, 2, 1));
+        assert_eq!(b.stats().from_mismatch, 1);
+        a.faults().block_outbound(2);
+        a.send(msg(1, 2, 1));
+        assert_eq!(a.stats().dropped_fault, 1);
+        a.faults().heal();
+        b.faults().block_inbound(1);
+        a.send(msg(1, 2, 1));
+        assert_eq!(b.stats().dropped_fault, 1);
+        assert!(rb.try_recv().is_err());
+    }
+
+    #[test]
+    fn crashed_peer_is_reported_unreachable_once_per_episode_and_restart_delivers() {
+        let net = MemNetwork::new();
+        let (a, mut ra) = net.endpoint(1);
+        let (b, _rb) = net.endpoint(2);
+        b.close();
+        b.close(); // idempotent
+        assert!(!net.is_up(2));
+        a.send(msg(1, 2, 1));
+        a.send(msg(1, 2, 2));
+        assert!(matches!(ra.try_recv(), Ok(Inbound::Unreachable(2))));
+        assert!(ra.try_recv().is_err(), "one report per episode");
+        assert_eq!(a.stats().dropped_disconnected, 2);
+
+        let (_b2, mut rb2) = net.endpoint(2);
+        a.send(msg(1, 2, 3));
+        assert_eq!(next_message(&mut rb2).map(|m| m.term), Some(3));
+        // The stale endpoint neither sends nor takes the new one down.
+        b.send(msg(2, 1, 9));
+        drop(b);
+        assert!(net.is_up(2));
+        assert!(ra.try_recv().is_err());
+    }
+
+    #[test]
+    fn full_inbound_channel_drops_instead_of_blocking() {
+        let net = MemNetwork::with_inbound_depth(2);
+        let (a, _ra) = net.endpoint(1);
+        let (b, _rb) = net.endpoint(2);
+        for t in 0..5 {
+            a.send(msg(1, 2, t));
+        }
+        assert_eq!(b.stats().received, 2);
+        assert_eq!(b.stats().dropped_inbound_full, 3);
+    }
+}

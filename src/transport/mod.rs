@@ -1,0 +1,187 @@
+//! Moving raft-rs [`Message`]s between nodes.
+//!
+//! * [`quic`]: the real transport. QUIC (quinn) with mutual TLS: every node holds a
+//!   certificate issued by the cluster CA that names it by node id ([`tls`]). Messages
+//!   travel as length-prefixed protobuf frames with a size limit ([`frame`]).
+//! * [`mem`]: an in-process network for tests, with the same fault hooks.
+//!
+//! The driver sees only the [`Transport`] trait (to send) and a channel of [`Inbound`]
+//! items (to receive).
+
+pub mod frame;
+pub mod mem;
+pub mod quic;
+pub mod tls;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use raft::eraftpb::Message;
+
+/// A node's identity in the group: the raft-rs peer id. Never 0.
+pub type NodeId = u64;
+
+/// What a transport hands the driver.
+#[derive(Debug)]
+pub enum Inbound {
+    /// A raft message from an authenticated peer (its `from` matched the peer's certificate).
+    Message(Message),
+    /// Sending to this peer failed (no connection, connection lost): the driver tells
+    /// raft-rs with `report_unreachable` so it slows replication to it.
+    Unreachable(NodeId),
+}
+
+/// The sending half of a transport, as the driver uses it.
+pub trait Transport: Send + Sync + 'static {
+    /// Queues `msg` for `msg.to`. Never blocks and never fails: when the peer's queue is
+    /// full, or the peer is unknown, the message is dropped and counted (raft-rs
+    /// retransmits what matters).
+    fn send(&self, msg: Message);
+
+    /// Counters of what happened so far.
+    fn stats(&self) -> TransportStatsSnapshot;
+
+    /// The fault-injection hooks of this endpoint (used by tests).
+    fn faults(&self) -> &Faults;
+
+    /// Stops sending and receiving. Idempotent.
+    fn close(&self);
+}
+
+/// Test hooks to cut links of one endpoint: messages to a blocked peer are dropped
+/// instead of sent, messages from a blocked peer are dropped on arrival. Cheap to
+/// check; off by default.
+#[derive(Debug, Default, Clone)]
+pub struct Faults {
+    inner: Arc<RwLock<FaultState>>,
+}
+
+#[derive(Debug, Default)]
+struct FaultState {
+    block_out: HashSet<NodeId>,
+    block_in: HashSet<NodeId>,
+}
+
+impl Faults {
+    /// Drops every message this endpoint sends to `peer` from now on.
+    pub fn block_outbound(&self, peer: NodeId) {
+        self.inner
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .block_out
+            .insert(peer);
+    }
+    /// Drops every message from `peer` that reaches this endpoint from now on.
+    pub fn block_inbound(&self, peer: NodeId) {
+        self.inner
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .block_in
+            .insert(peer);
+    }
+    /// Cuts both directions between this endpoint and `peer`.
+    pub fn isolate_from(&self, peer: NodeId) {
+        self.block_outbound(peer);
+        self.block_inbound(peer);
+    }
+    /// Restores every link of this endpoint.
+    pub fn heal(&self) {
+        let mut s = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        s.block_out.clear();
+        s.block_in.clear();
+    }
+    /// True when messages to `peer` must be dropped.
+    pub fn outbound_blocked(&self, peer: NodeId) -> bool {
+        let s = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        !s.block_out.is_empty() && s.block_out.contains(&peer)
+    }
+    /// True when messages from `peer` must be dropped.
+    pub fn inbound_blocked(&self, peer: NodeId) -> bool {
+        let s = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        !s.block_in.is_empty() && s.block_in.contains(&peer)
+    }
+}
+
+/// Counters shared by a transport's tasks.
+#[derive(Debug, Default)]
+pub struct TransportStats {
+    /// Messages handed to a connection.
+    pub sent: AtomicU64,
+    /// Messages delivered to the driver.
+    pub received: AtomicU64,
+    /// Messages dropped because a peer's outbound queue was full.
+    pub dropped_queue_full: AtomicU64,
+    /// Messages dropped because the destination is not a known peer.
+    pub dropped_unknown_peer: AtomicU64,
+    /// Messages dropped by fault injection ([`Faults`]).
+    pub dropped_fault: AtomicU64,
+    /// Outbound messages discarded because the peer was unreachable: while a peer is
+    /// disconnected only the most recent few are kept for the next connection (raft-rs
+    /// retransmits; old heartbeats are useless).
+    pub dropped_disconnected: AtomicU64,
+    /// Outbound messages dropped because their frame would exceed the frame limit.
+    pub dropped_too_large: AtomicU64,
+    /// Inbound messages dropped because the driver's inbound channel was full.
+    pub dropped_inbound_full: AtomicU64,
+    /// Inbound messages dropped because `from` differed from the sender's certificate.
+    pub from_mismatch: AtomicU64,
+    /// Frames over the size limit (the stream was closed).
+    pub frames_oversized: AtomicU64,
+    /// Frames that did not decode as a raft message (the stream was closed).
+    pub frames_malformed: AtomicU64,
+    /// Incoming connections refused (TLS failure, unknown or invalid identity).
+    pub connections_refused: AtomicU64,
+    /// Outbound connections established (first connect and every reconnect).
+    pub connects: AtomicU64,
+    /// Outbound connection attempts that failed.
+    pub connect_failures: AtomicU64,
+}
+
+impl TransportStats {
+    /// Adds one to `counter`.
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A copy of the counters.
+    pub fn snapshot(&self) -> TransportStatsSnapshot {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        TransportStatsSnapshot {
+            sent: l(&self.sent),
+            received: l(&self.received),
+            dropped_queue_full: l(&self.dropped_queue_full),
+            dropped_unknown_peer: l(&self.dropped_unknown_peer),
+            dropped_fault: l(&self.dropped_fault),
+            dropped_disconnected: l(&self.dropped_disconnected),
+            dropped_too_large: l(&self.dropped_too_large),
+            dropped_inbound_full: l(&self.dropped_inbound_full),
+            from_mismatch: l(&self.from_mismatch),
+            frames_oversized: l(&self.frames_oversized),
+            frames_malformed: l(&self.frames_malformed),
+            connections_refused: l(&self.connections_refused),
+            connects: l(&self.connects),
+            connect_failures: l(&self.connect_failures),
+        }
+    }
+}
+
+/// A point-in-time copy of [`TransportStats`].
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransportStatsSnapshot {
+    pub sent: u64,
+    pub received: u64,
+    pub dropped_queue_full: u64,
+    pub dropped_unknown_peer: u64,
+    pub dropped_fault: u64,
+    pub dropped_disconnected: u64,
+    pub dropped_too_large: u64,
+    pub dropped_inbound_full: u64,
+    pub from_mismatch: u64,
+    pub frames_oversized: u64,
+    pub frames_malformed: u64,
+    pub connections_refused: u64,
+    pub connects: u64,
+    pub connect_failures: u64,
+}

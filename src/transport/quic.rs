@@ -1,0 +1,1096 @@
+//! The real transport: QUIC (quinn) with mutual TLS.
+//!
+//! # Shape
+//!
+//! One UDP socket per node, one quinn endpoint on it acting as server and client.
+//!
+//! * **Outbound.** Every node dials each peer for its *own* outbound traffic: one
+//!   connection per direction per pair. Each peer has a bounded queue (`send` never
+//!   blocks: it `try_send`s, and a full queue drops and counts) and a task that connects
+//!   with server name `node-<id>.tenure`, checks that the certificate names the peer it
+//!   dialed, opens one unidirectional stream and writes frames in order. When the connect
+//!   fails or the connection is lost, the task reports [`Inbound::Unreachable`] once for
+//!   that failure (so at most once per backoff step), then reconnects with exponential
+//!   backoff and jitter (`backoff_min..backoff_max`). While it is disconnected it keeps
+//!   only the most recent few messages (`keep_while_disconnected`): raft-rs retransmits,
+//!   and old heartbeats are useless. When the peer connects to *us*, it is up: a connect
+//!   attempt of ours stuck in handshake retransmission, or a backoff wait, is cut short.
+//! * **Inbound.** Every accepted connection is named by the node id in the client's
+//!   certificate ([`node_id_from_cert`]); a certificate that is not a node certificate or
+//!   names an unknown peer closes the connection (`connections_refused`). A handshake
+//!   that fails (certificate of another CA, no certificate) is refused by rustls and
+//!   counted the same way. Frames are read from the connection's unidirectional streams:
+//!   an oversized or undecodable frame closes the connection and is counted; a message
+//!   whose `from` is not the certificate's id is dropped (`from_mismatch`); the rest goes
+//!   to the driver with `try_send` (full → `dropped_inbound_full`). Network input never
+//!   panics.
+//!
+//! # QUIC settings
+//!
+//! Keep-alive every second and a 5 s idle timeout (both in [`QuicConfig`]): on loopback
+//! or a LAN five lost keep-alives in a row mean the path is gone. A peer that *restarts*
+//! is noticed at once rather than after the idle timeout: the stateless-reset key and
+//! the connection-id generator are derived from the node's private key, so a restarted
+//! node answers packets of its previous life with a valid stateless reset. 0-RTT and TLS
+//! session resumption are off (every connection shows its certificate), bidirectional
+//! streams and datagrams are refused, connection migration is off.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use quinn::{Connection, ConnectionError, RecvStream, SendStream, VarInt};
+use raft::eraftpb::Message;
+use rand::Rng;
+use rustls::pki_types::CertificateDer;
+use slog::{debug, info, o, warn, Logger};
+use tokio::sync::mpsc::{self, error::TrySendError};
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+
+use super::frame::{self, FrameError, DEFAULT_MAX_FRAME};
+use super::tls::{node_id_from_cert, node_server_name, TlsError, TlsIdentity};
+use super::{Faults, Inbound, NodeId, Transport, TransportStats, TransportStatsSnapshot};
+
+/// Default capacity of each peer's outbound queue.
+pub const DEFAULT_QUEUE_DEPTH: usize = 1024;
+/// Default capacity of the inbound channel to the driver.
+pub const DEFAULT_INBOUND_DEPTH: usize = 1024;
+/// Default first reconnect delay.
+pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_millis(20);
+/// Default longest reconnect delay.
+pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Default QUIC keep-alive interval.
+pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(1);
+/// Default QUIC idle timeout.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default number of messages kept for a peer while it is disconnected.
+pub const DEFAULT_KEEP_WHILE_DISCONNECTED: usize = 8;
+
+/// How long a connect attempt may go unanswered by a peer known to be up (it just
+/// connected to us) before it is restarted.
+const ANSWER_GRACE: Duration = Duration::from_millis(100);
+/// A deadline that never comes.
+const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365);
+
+/// Application error codes tenure closes QUIC connections with (seen by the peer as
+/// `ConnectionError::ApplicationClosed`).
+pub mod close_code {
+    /// The endpoint is shutting down.
+    pub const SHUTDOWN: u32 = 0;
+    /// The client's certificate is not a node certificate, or names an unknown peer.
+    pub const REFUSED: u32 = 1;
+    /// A frame exceeded the receiver's frame limit.
+    pub const FRAME_TOO_LARGE: u32 = 2;
+    /// A frame did not decode as a raft message.
+    pub const MALFORMED: u32 = 3;
+    /// The peer was removed from the configuration.
+    pub const PEER_REMOVED: u32 = 4;
+    /// The server we dialed presented a certificate of another node.
+    pub const WRONG_PEER: u32 = 5;
+}
+
+fn code(c: u32) -> VarInt {
+    VarInt::from_u32(c)
+}
+
+/// Everything [`QuicTransport::start`] needs. [`QuicConfig::new`] fills the defaults;
+/// the fields are public to adjust them.
+#[derive(Clone)]
+pub struct QuicConfig {
+    /// This node's id; must be the id in `identity`'s certificate.
+    pub id: NodeId,
+    /// The UDP address to bind (port 0 picks a free port; see
+    /// [`QuicTransport::local_addr`]). Both directions use this one socket.
+    pub listen: SocketAddr,
+    /// The other members and where to reach them (not this node). Only these ids may
+    /// connect to us; only these may be sent to.
+    pub peers: HashMap<NodeId, SocketAddr>,
+    /// The CA, certificate and key of this node.
+    pub identity: TlsIdentity,
+    /// Largest frame payload sent or accepted ([`DEFAULT_MAX_FRAME`]). Use the same value
+    /// on every node.
+    pub max_frame: usize,
+    /// Capacity of each peer's outbound queue ([`DEFAULT_QUEUE_DEPTH`]); when full,
+    /// `send` drops and counts `dropped_queue_full`.
+    pub queue_depth: usize,
+    /// Capacity of the inbound channel to the driver ([`DEFAULT_INBOUND_DEPTH`]); when
+    /// full, arrivals are dropped and counted `dropped_inbound_full`.
+    pub inbound_depth: usize,
+    /// First reconnect delay ([`DEFAULT_BACKOFF_MIN`]); doubles per failed attempt.
+    pub backoff_min: Duration,
+    /// Longest reconnect delay ([`DEFAULT_BACKOFF_MAX`]). Each delay is drawn uniformly
+    /// from its upper half (jitter).
+    pub backoff_max: Duration,
+    /// QUIC keep-alive interval ([`DEFAULT_KEEP_ALIVE`]).
+    pub keep_alive: Duration,
+    /// QUIC idle timeout ([`DEFAULT_IDLE_TIMEOUT`]): a connection with no packets from
+    /// the peer for this long is lost. Also bounds a connect attempt.
+    pub idle_timeout: Duration,
+    /// Messages kept per peer while it is disconnected, the most recent ones
+    /// ([`DEFAULT_KEEP_WHILE_DISCONNECTED`]); older ones are counted
+    /// `dropped_disconnected`.
+    pub keep_while_disconnected: usize,
+    /// Where the transport logs (connects, losses, refused peers, bad frames). Discards
+    /// by default.
+    pub logger: Logger,
+}
+
+impl fmt::Debug for QuicConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QuicConfig")
+            .field("id", &self.id)
+            .field("listen", &self.listen)
+            .field("peers", &self.peers)
+            .field("identity", &self.identity)
+            .field("max_frame", &self.max_frame)
+            .field("queue_depth", &self.queue_depth)
+            .field("inbound_depth", &self.inbound_depth)
+            .field("backoff_min", &self.backoff_min)
+            .field("backoff_max", &self.backoff_max)
+            .field("keep_alive", &self.keep_alive)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("keep_while_disconnected", &self.keep_while_disconnected)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QuicConfig {
+    /// A configuration with the defaults above and a logger that discards (set
+    /// `logger` to see what the transport does). `id` must be `identity.id()`.
+    pub fn new(
+        id: NodeId,
+        listen: SocketAddr,
+        peers: HashMap<NodeId, SocketAddr>,
+        identity: TlsIdentity,
+    ) -> Self {
+        QuicConfig {
+            id,
+            listen,
+            peers,
+            identity,
+            max_frame: DEFAULT_MAX_FRAME,
+            queue_depth: DEFAULT_QUEUE_DEPTH,
+            inbound_depth: DEFAULT_INBOUND_DEPTH,
+            backoff_min: DEFAULT_BACKOFF_MIN,
+            backoff_max: DEFAULT_BACKOFF_MAX,
+            keep_alive: DEFAULT_KEEP_ALIVE,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            keep_while_disconnected: DEFAULT_KEEP_WHILE_DISCONNECTED,
+            logger: Logger::root(slog::Discard, o!()),
+        }
+    }
+
+    fn validate(&self) -> Result<(), TransportError> {
+        let bad = |setting: &'static str, reason: String| {
+            Err(TransportError::InvalidConfig { setting, reason })
+        };
+        if self.id == 0 {
+            return bad("id", "node id 0 is reserved by raft-rs".into());
+        }
+        if self.id != self.identity.id() {
+            return bad(
+                "id",
+                format!(
+                    "id is {} but the certificate names node {}",
+                    self.id,
+                    self.identity.id()
+                ),
+            );
+        }
+        if self.peers.contains_key(&self.id) {
+            return bad("peers", format!("contains this node ({})", self.id));
+        }
+        if self.peers.contains_key(&0) {
+            return bad("peers", "contains node id 0".into());
+        }
+        if self.max_frame == 0 || self.max_frame > u32::MAX as usize {
+            return bad(
+                "max_frame",
+                format!("{} is not in 1..=2^32-1", self.max_frame),
+            );
+        }
+        if self.queue_depth == 0 || self.inbound_depth == 0 {
+            return bad("queue_depth/inbound_depth", "must be at least 1".into());
+        }
+        if self.backoff_min.is_zero() || self.backoff_min > self.backoff_max {
+            return bad(
+                "backoff_min/backoff_max",
+                format!("need 0 < {:?} <= {:?}", self.backoff_min, self.backoff_max),
+            );
+        }
+        if self.keep_alive.is_zero() || self.keep_alive >= self.idle_timeout {
+            return bad(
+                "keep_alive/idle_timeout",
+                format!("need 0 < {:?} < {:?}", self.keep_alive, self.idle_timeout),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Why [`QuicTransport::start`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// A setting is invalid. Cause and fix: see `reason`.
+    #[error("invalid transport setting {setting}: {reason}")]
+    InvalidConfig {
+        /// Which setting.
+        setting: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The TLS configuration could not be built from the identity. Cause and fix: see
+    /// the inner error.
+    #[error("TLS setup failed: {0}")]
+    Tls(#[from] TlsError),
+    /// The UDP socket could not be bound. Cause: address in use (another process, or
+    /// the previous endpoint on this address is still draining for a moment after
+    /// `close`), or not an address of this host. Fix: free the port, or retry shortly.
+    #[error("cannot bind UDP {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// Not called inside a tokio runtime. Fix: call `start` from async code running on
+    /// tokio (the transport spawns its tasks there).
+    #[error("QuicTransport::start must be called inside a tokio runtime")]
+    NoRuntime,
+}
+
+/// Settings the tasks read.
+#[derive(Debug, Clone, Copy)]
+struct Settings {
+    max_frame: usize,
+    queue_depth: usize,
+    backoff_min: Duration,
+    backoff_max: Duration,
+    keep_while_disconnected: usize,
+}
+
+/// What the transport's tasks share.
+struct Shared {
+    id: NodeId,
+    endpoint: quinn::Endpoint,
+    client_config: quinn::ClientConfig,
+    runtime: tokio::runtime::Handle,
+    settings: Settings,
+    stats: TransportStats,
+    faults: Faults,
+    inbound: mpsc::Sender<Inbound>,
+    peers: RwLock<HashMap<NodeId, Peer>>,
+    /// Cancelled by `close`: every task stops.
+    shutdown: CancellationToken,
+    closed: AtomicBool,
+    /// Every task holds a clone; `close` drops this one, so the receiver in
+    /// `tasks_done` yields `None` once all tasks have ended.
+    task_guard: Mutex<Option<mpsc::Sender<()>>>,
+    tasks_done: tokio::sync::Mutex<mpsc::Receiver<()>>,
+    log: Logger,
+}
+
+/// The handle of one peer.
+struct Peer {
+    queue: mpsc::Sender<Message>,
+    addr: watch::Sender<SocketAddr>,
+    /// Cancelled when the peer is removed (child of `shutdown`): stops its outbound task
+    /// and closes its inbound connections.
+    cancel: CancellationToken,
+    /// Notified when the peer connects to us: it is up, so a pending connect attempt
+    /// or backoff wait of its outbound task is cut short.
+    seen: Arc<Notify>,
+}
+
+/// The QUIC transport of one node. See the [module docs](self).
+///
+/// Dropping it closes it ([`Transport::close`]); [`QuicTransport::shutdown`] also waits
+/// until its tasks have ended.
+pub struct QuicTransport {
+    shared: Arc<Shared>,
+    local_addr: SocketAddr,
+}
+
+impl fmt::Debug for QuicTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QuicTransport")
+            .field("id", &self.shared.id)
+            .field("local_addr", &self.local_addr)
+            .field("closed", &self.shared.closed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// Connection ids of 8 random bytes. Any id is accepted as possibly ours, so packets of
+/// a previous life of this node get a stateless reset instead of being ignored.
+struct RandomCids;
+
+impl quinn::ConnectionIdGenerator for RandomCids {
+    fn generate_cid(&mut self) -> quinn::ConnectionId {
+        let bytes: [u8; 8] = rand::random();
+        quinn::ConnectionId::new(&bytes)
+    }
+    fn cid_len(&self) -> usize {
+        8
+    }
+    fn cid_lifetime(&self) -> Option<Duration> {
+        None
+    }
+}
+
+impl QuicTransport {
+    /// Binds `cfg.listen`, starts accepting and starts one outbound task per peer.
+    /// Returns the transport and the receiver of what arrives. Must be called inside a
+    /// tokio runtime.
+    pub fn start(
+        cfg: QuicConfig,
+    ) -> Result<(QuicTransport, mpsc::Receiver<Inbound>), TransportError> {
+        tokio::runtime::Handle::try_current().map_err(|_| TransportError::NoRuntime)?;
+        cfg.validate()?;
+        let socket =
+            std::net::UdpSocket::bind(cfg.listen).map_err(|source| TransportError::Bind {
+                addr: cfg.listen,
+                source,
+            })?;
+        Self::start_on(cfg, socket)
+    }
+
+    /// Like [`QuicTransport::start`], on a socket the caller bound (`cfg.listen` is not
+    /// used). Lets a caller learn every node's port before any node starts (tests binding
+    /// port 0), or hand over an inherited socket.
+    pub fn start_on(
+        cfg: QuicConfig,
+        socket: std::net::UdpSocket,
+    ) -> Result<(QuicTransport, mpsc::Receiver<Inbound>), TransportError> {
+        let runtime =
+            tokio::runtime::Handle::try_current().map_err(|_| TransportError::NoRuntime)?;
+        cfg.validate()?;
+        let bound = socket.local_addr().map_err(|source| TransportError::Bind {
+            addr: cfg.listen,
+            source,
+        })?;
+
+        let mut transport = quinn::TransportConfig::default();
+        transport
+            .keep_alive_interval(Some(cfg.keep_alive))
+            .max_idle_timeout(Some(
+                quinn::IdleTimeout::try_from(cfg.idle_timeout).map_err(|_| {
+                    TransportError::InvalidConfig {
+                        setting: "idle_timeout",
+                        reason: format!("{:?} is too long for QUIC", cfg.idle_timeout),
+                    }
+                })?,
+            ))
+            .max_concurrent_bidi_streams(VarInt::from_u32(0))
+            .max_concurrent_uni_streams(VarInt::from_u32(8))
+            .datagram_receive_buffer_size(None);
+        let transport = Arc::new(transport);
+
+        let mut server_config = cfg.identity.server_config()?;
+        server_config
+            .transport_config(transport.clone())
+            .migration(false);
+        let mut client_config = cfg.identity.client_config()?;
+        client_config.transport_config(transport);
+
+        let reset_key = ring::hmac::Key::new(
+            ring::hmac::HMAC_SHA256,
+            &cfg.identity
+                .derive_secret(b"tenure/1 QUIC stateless reset key"),
+        );
+        let mut endpoint_config = quinn::EndpointConfig::new(Arc::new(reset_key));
+        endpoint_config.cid_generator(|| Box::new(RandomCids));
+
+        let endpoint = {
+            let _guard = runtime.enter();
+            quinn::Endpoint::new(
+                endpoint_config,
+                Some(server_config),
+                socket,
+                Arc::new(quinn::TokioRuntime),
+            )
+            .map_err(|source| TransportError::Bind {
+                addr: bound,
+                source,
+            })?
+        };
+        let local_addr = endpoint
+            .local_addr()
+            .map_err(|source| TransportError::Bind {
+                addr: bound,
+                source,
+            })?;
+
+        let log = cfg
+            .logger
+            .new(o!("node" => cfg.id, "addr" => local_addr.to_string()));
+        let (inbound, inbound_rx) = mpsc::channel(cfg.inbound_depth);
+        let (guard, done) = mpsc::channel(1);
+        let shared = Arc::new(Shared {
+            id: cfg.id,
+            endpoint,
+            client_config,
+            runtime,
+            settings: Settings {
+                max_frame: cfg.max_frame,
+                queue_depth: cfg.queue_depth,
+                backoff_min: cfg.backoff_min,
+                backoff_max: cfg.backoff_max,
+                keep_while_disconnected: cfg.keep_while_disconnected,
+            },
+            stats: TransportStats::default(),
+            faults: Faults::default(),
+            inbound,
+            peers: RwLock::new(HashMap::new()),
+            shutdown: CancellationToken::new(),
+            closed: AtomicBool::new(false),
+            task_guard: Mutex::new(Some(guard)),
+            tasks_done: tokio::sync::Mutex::new(done),
+            log,
+        });
+        info!(shared.log, "QUIC transport listening"; "peers" => format!("{:?}", cfg.peers));
+        // Peers first: the accept loop refuses ids it does not know yet.
+        for (id, addr) in cfg.peers {
+            shared.add_peer(id, addr);
+        }
+        shared.spawn(accept_loop(shared.clone()));
+        Ok((QuicTransport { shared, local_addr }, inbound_rx))
+    }
+
+    /// The bound UDP address (useful after binding port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.shared.id
+    }
+
+    /// Sets where peer `id` is reached, adding it as a peer if it is new. A changed
+    /// address is used from the next connect on (an open connection stays; it is to the
+    /// right node, by its certificate).
+    pub fn set_peer_addr(&self, id: NodeId, addr: SocketAddr) {
+        if id == self.shared.id || id == 0 || self.shared.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let peers = self.shared.peers_read();
+        if let Some(peer) = peers.get(&id) {
+            peer.addr.send_replace(addr);
+            return;
+        }
+        drop(peers);
+        self.shared.add_peer(id, addr);
+    }
+
+    /// Forgets peer `id`: stops sending to it, closes its connections both ways and
+    /// refuses it from now on. Its queued messages are dropped.
+    pub fn remove_peer(&self, id: NodeId) {
+        let removed = self
+            .shared
+            .peers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        if let Some(peer) = removed {
+            info!(self.shared.log, "peer removed"; "peer" => id);
+            peer.cancel.cancel();
+        }
+    }
+
+    /// Closes the transport (as [`Transport::close`]) and waits until all its tasks have
+    /// ended and its connections have drained.
+    pub async fn shutdown(&self) {
+        self.close();
+        let mut done = self.shared.tasks_done.lock().await;
+        while done.recv().await.is_some() {}
+        self.shared.endpoint.wait_idle().await;
+    }
+}
+
+impl Transport for QuicTransport {
+    fn send(&self, msg: Message) {
+        let shared = &self.shared;
+        if shared.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let to = msg.to;
+        let peers = shared.peers_read();
+        let Some(peer) = peers.get(&to) else {
+            TransportStats::bump(&shared.stats.dropped_unknown_peer);
+            return;
+        };
+        if shared.faults.outbound_blocked(to) {
+            TransportStats::bump(&shared.stats.dropped_fault);
+            return;
+        }
+        match peer.queue.try_send(msg) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => TransportStats::bump(&shared.stats.dropped_queue_full),
+            Err(TrySendError::Closed(_)) => {
+                TransportStats::bump(&shared.stats.dropped_disconnected)
+            }
+        }
+    }
+
+    fn stats(&self) -> TransportStatsSnapshot {
+        self.shared.stats.snapshot()
+    }
+
+    fn faults(&self) -> &Faults {
+        &self.shared.faults
+    }
+
+    fn close(&self) {
+        let shared = &self.shared;
+        if shared.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        info!(shared.log, "QUIC transport closing");
+        shared.shutdown.cancel();
+        // Refuse new handshakes right away (packets of new connections are ignored), so
+        // that draining the open ones is not prolonged by peers that keep dialing.
+        shared.endpoint.set_server_config(None);
+        shared
+            .peers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        shared
+            .endpoint
+            .close(code(close_code::SHUTDOWN), b"node shutting down");
+        shared
+            .task_guard
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+    }
+}
+
+impl Drop for QuicTransport {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Shared {
+    fn peers_read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<NodeId, Peer>> {
+        self.peers.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Spawns `fut` as one of the transport's tasks (not after close).
+    fn spawn<F>(&self, fut: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let guard = self
+            .task_guard
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(guard) = guard {
+            self.runtime.spawn(async move {
+                fut.await;
+                drop(guard);
+            });
+        }
+    }
+
+    fn add_peer(self: &Arc<Self>, id: NodeId, addr: SocketAddr) {
+        let (queue, rx) = mpsc::channel(self.settings.queue_depth);
+        let (addr_tx, addr_rx) = watch::channel(addr);
+        let cancel = self.shutdown.child_token();
+        let seen = Arc::new(Notify::new());
+        let peer = Peer {
+            queue,
+            addr: addr_tx,
+            cancel: cancel.clone(),
+            seen: seen.clone(),
+        };
+        {
+            let mut peers = self.peers.write().unwrap_or_else(|e| e.into_inner());
+            if self.closed.load(Ordering::Acquire) || peers.contains_key(&id) {
+                return;
+            }
+            peers.insert(id, peer);
+        }
+        let log = self.log.new(o!("peer" => id));
+        self.spawn(
+            Outbound {
+                shared: self.clone(),
+                peer: id,
+                rx,
+                addr: addr_rx,
+                cancel,
+                seen,
+                backlog: VecDeque::new(),
+                log,
+            }
+            .run(),
+        );
+    }
+
+    /// Tells the driver that `peer` is unreachable (never blocks).
+    fn report_unreachable(&self, peer: NodeId) {
+        if let Err(TrySendError::Full(_)) = self.inbound.try_send(Inbound::Unreachable(peer)) {
+            TransportStats::bump(&self.stats.dropped_inbound_full);
+        }
+    }
+
+    /// Hands a message from the authenticated `peer` to the driver, or drops and counts it.
+    fn deliver(&self, peer: NodeId, msg: Message, log: &Logger) -> Result<(), ()> {
+        if msg.from != peer {
+            TransportStats::bump(&self.stats.from_mismatch);
+            debug!(log, "dropped message whose sender is not the certificate's node";
+                "from" => msg.from);
+            return Ok(());
+        }
+        if self.faults.inbound_blocked(peer) {
+            TransportStats::bump(&self.stats.dropped_fault);
+            return Ok(());
+        }
+        match self.inbound.try_send(Inbound::Message(msg)) {
+            Ok(()) => {
+                TransportStats::bump(&self.stats.received);
+                Ok(())
+            }
+            Err(TrySendError::Full(_)) => {
+                TransportStats::bump(&self.stats.dropped_inbound_full);
+                Ok(())
+            }
+            Err(TrySendError::Closed(_)) => Err(()),
+        }
+    }
+}
+
+/// The node id in the certificate the peer of `conn` presented.
+fn peer_node_id(conn: &Connection) -> Result<NodeId, String> {
+    let identity = conn
+        .peer_identity()
+        .ok_or_else(|| "no peer certificate".to_string())?;
+    let chain = identity
+        .downcast::<Vec<CertificateDer<'static>>>()
+        .map_err(|_| "peer identity is not a certificate chain".to_string())?;
+    let end_entity = chain
+        .first()
+        .ok_or_else(|| "empty certificate chain".to_string())?;
+    node_id_from_cert(end_entity).map_err(|e| e.to_string())
+}
+
+/// Why a connect attempt or a connection ended.
+enum Ended {
+    /// The transport closed or the peer was removed: the task stops.
+    Stop,
+    /// Connect failed or the connection was lost: back off and reconnect.
+    Failed(String),
+    /// The peer showed up while a connect attempt was pending: retry at once.
+    Retry,
+}
+
+/// The outbound task of one peer.
+struct Outbound {
+    shared: Arc<Shared>,
+    peer: NodeId,
+    rx: mpsc::Receiver<Message>,
+    addr: watch::Receiver<SocketAddr>,
+    cancel: CancellationToken,
+    /// See [`Peer::seen`].
+    seen: Arc<Notify>,
+    /// Messages kept while disconnected (the most recent few).
+    backlog: VecDeque<Message>,
+    log: Logger,
+}
+
+impl Outbound {
+    async fn run(mut self) {
+        let mut attempt: u32 = 0;
+        let mut failing_since: Option<Instant> = None;
+        loop {
+            let started = Instant::now();
+            let ended = match self.connect().await {
+                Ok((conn, stream)) => {
+                    TransportStats::bump(&self.shared.stats.connects);
+                    if let Some(since) = failing_since.take() {
+                        info!(self.log, "connected to peer";
+                            "after_failing_for" => format!("{:?}", since.elapsed()));
+                    } else {
+                        debug!(self.log, "connected to peer");
+                    }
+                    let ended = self.pump(&conn, stream).await;
+                    let reason: &[u8] = match &ended {
+                        Ended::Stop => b"closing",
+                        Ended::Failed(_) | Ended::Retry => b"reconnecting",
+                    };
+                    conn.close(code(close_code::SHUTDOWN), reason);
+                    ended
+                }
+                Err(Ended::Failed(e)) => {
+                    TransportStats::bump(&self.shared.stats.connect_failures);
+                    Ended::Failed(format!("connect failed: {e}"))
+                }
+                Err(Ended::Retry) => {
+                    debug!(
+                        self.log,
+                        "peer connected to us; retrying the connect at once"
+                    );
+                    attempt = 0;
+                    continue;
+                }
+                Err(Ended::Stop) => Ended::Stop,
+            };
+            let reason = match ended {
+                Ended::Failed(reason) => reason,
+                Ended::Retry => continue,
+                Ended::Stop => return,
+            };
+            if failing_since.is_none() {
+                failing_since = Some(Instant::now());
+                info!(self.log, "peer unreachable"; "reason" => &reason);
+            } else {
+                debug!(self.log, "peer still unreachable"; "reason" => &reason);
+            }
+            self.shared.report_unreachable(self.peer);
+            // A connection that stayed up a while starts a new failure episode; one that
+            // drops right away keeps backing off (e.g. the peer refuses us).
+            if started.elapsed() >= self.shared.settings.backoff_max {
+                attempt = 0;
+            }
+            let delay = backoff_delay(&self.shared.settings, attempt);
+            attempt = attempt.saturating_add(1);
+            if let Ended::Stop = self.wait(delay).await {
+                return;
+            }
+        }
+    }
+
+    /// Keeps `msg` for the next connection, dropping the oldest kept one when full.
+    fn keep(&mut self, msg: Message) {
+        self.backlog.push_back(msg);
+        while self.backlog.len() > self.shared.settings.keep_while_disconnected {
+            self.backlog.pop_front();
+            TransportStats::bump(&self.shared.stats.dropped_disconnected);
+        }
+    }
+
+    /// Waits `delay` (or until the peer's address changes), draining the queue.
+    async fn wait(&mut self, delay: Duration) -> Ended {
+        let sleep = tokio::time::sleep(delay);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                _ = self.cancel.cancelled() => return Ended::Stop,
+                _ = &mut sleep => return Ended::Retry,
+                _ = self.seen.notified() => return Ended::Retry,
+                changed = self.addr.changed() => {
+                    if changed.is_err() {
+                        return Ended::Stop;
+                    }
+                    return Ended::Retry;
+                }
+                msg = self.rx.recv() => match msg {
+                    Some(msg) => self.keep(msg),
+                    None => return Ended::Stop,
+                },
+            }
+        }
+    }
+
+    /// Connects, checks the peer's identity and opens the stream, draining the queue
+    /// meanwhile.
+    async fn connect(&mut self) -> Result<(Connection, SendStream), Ended> {
+        let addr = *self.addr.borrow_and_update();
+        let server_name = node_server_name(self.peer);
+        let connecting = self
+            .shared
+            .endpoint
+            .connect_with(self.shared.client_config.clone(), addr, &server_name)
+            .map_err(|e| Ended::Failed(format!("{addr}: {e}")))?;
+        let peer = self.peer;
+        let mut connecting = connecting;
+        // Set once the peer has answered (its handshake messages arrived).
+        let answered = AtomicBool::new(false);
+        let answered = &answered;
+        let attempt = async move {
+            connecting
+                .handshake_data()
+                .await
+                .map_err(|e| format!("{addr}: {e}"))?;
+            answered.store(true, Ordering::Relaxed);
+            let conn = connecting.await.map_err(|e| format!("{addr}: {e}"))?;
+            match peer_node_id(&conn) {
+                Ok(id) if id == peer => {}
+                Ok(id) => {
+                    conn.close(code(close_code::WRONG_PEER), b"wrong node");
+                    return Err(format!("{addr} presented the certificate of node {id}"));
+                }
+                Err(e) => {
+                    conn.close(code(close_code::WRONG_PEER), b"not a node certificate");
+                    return Err(format!("{addr}: {e}"));
+                }
+            }
+            let stream = conn.open_uni().await.map_err(|e| format!("{addr}: {e}"))?;
+            Ok((conn, stream))
+        };
+        tokio::pin!(attempt);
+        let started = tokio::time::Instant::now();
+        // When the peer connects to us, it is up. If our attempt has not been answered
+        // within ANSWER_GRACE by then, its first packets went out while the peer was down
+        // and now wait in retransmission backoff (about a second): start afresh.
+        let mut recheck: Option<tokio::time::Instant> = None;
+        loop {
+            let deadline = recheck.unwrap_or_else(|| started + FAR_FUTURE);
+            tokio::select! {
+                _ = self.cancel.cancelled() => return Err(Ended::Stop),
+                r = &mut attempt => return r.map_err(Ended::Failed),
+                _ = self.seen.notified() => {
+                    if !answered.load(Ordering::Relaxed) {
+                        recheck = Some(started + ANSWER_GRACE);
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline), if recheck.is_some() => {
+                    if !answered.load(Ordering::Relaxed) {
+                        return Err(Ended::Retry);
+                    }
+                    recheck = None;
+                }
+                msg = self.rx.recv() => match msg {
+                    Some(msg) => self.keep(msg),
+                    None => return Err(Ended::Stop),
+                },
+            }
+        }
+    }
+
+    /// Writes the backlog, then every queued message, until the connection ends.
+    async fn pump(&mut self, conn: &Connection, mut stream: SendStream) -> Ended {
+        let mut batch: Vec<Message> = self.backlog.drain(..).collect();
+        loop {
+            let (frames, n) = self.encode(&mut batch);
+            if n > 0 {
+                tokio::select! {
+                    _ = self.cancel.cancelled() => return Ended::Stop,
+                    r = stream.write_chunk(frames.into()) => {
+                        if let Err(e) = r {
+                            return Ended::Failed(format!("connection lost: {e}"));
+                        }
+                    }
+                }
+                self.shared.stats.sent.fetch_add(n, Ordering::Relaxed);
+            }
+            tokio::select! {
+                _ = self.cancel.cancelled() => return Ended::Stop,
+                e = conn.closed() => return Ended::Failed(describe_loss(&e)),
+                msg = self.rx.recv() => match msg {
+                    Some(msg) => {
+                        batch.push(msg);
+                        while batch.len() < 64 {
+                            match self.rx.try_recv() {
+                                Ok(m) => batch.push(m),
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    None => return Ended::Stop,
+                },
+            }
+        }
+    }
+
+    /// Encodes and empties `batch`; returns the frames and how many messages they hold.
+    fn encode(&self, batch: &mut Vec<Message>) -> (Vec<u8>, u64) {
+        let mut buf = Vec::new();
+        let mut n = 0;
+        for msg in batch.drain(..) {
+            match frame::encode_into(&msg, self.shared.settings.max_frame, &mut buf) {
+                Ok(()) => n += 1,
+                Err(e) => {
+                    TransportStats::bump(&self.shared.stats.dropped_too_large);
+                    warn!(self.log, "dropped outbound message"; "error" => %e,
+                        "msg_type" => ?msg.get_msg_type());
+                }
+            }
+        }
+        (buf, n)
+    }
+}
+
+fn describe_loss(e: &ConnectionError) -> String {
+    match e {
+        ConnectionError::ApplicationClosed(close) => format!(
+            "peer closed the connection (code {}: {})",
+            close.error_code,
+            String::from_utf8_lossy(&close.reason)
+        ),
+        other => format!("connection lost: {other}"),
+    }
+}
+
+/// The delay before reconnect attempt `attempt` (0-based): `backoff_min * 2^attempt`
+/// capped at `backoff_max`, then drawn uniformly from its upper half.
+fn backoff_delay(s: &Settings, attempt: u32) -> Duration {
+    let base = s
+        .backoff_min
+        .saturating_mul(1u32 << attempt.min(20))
+        .min(s.backoff_max);
+    let half = base / 2;
+    let jitter = rand::thread_rng().gen_range(0..=half.as_micros() as u64);
+    half + Duration::from_micros(jitter)
+}
+
+/// Accepts incoming connections until the transport closes.
+async fn accept_loop(shared: Arc<Shared>) {
+    loop {
+        let incoming = tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            incoming = shared.endpoint.accept() => match incoming {
+                Some(incoming) => incoming,
+                None => return,
+            },
+        };
+        shared.spawn(serve_connection(shared.clone(), incoming));
+    }
+}
+
+/// Completes the handshake of one incoming connection, names the peer by its
+/// certificate, and reads its streams.
+async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
+    let remote = incoming.remote_address();
+    let log = shared.log.new(o!("remote" => remote.to_string()));
+    let conn = tokio::select! {
+        _ = shared.shutdown.cancelled() => return,
+        r = incoming => match r {
+            Ok(conn) => conn,
+            // We detected the failure: rustls rejected the client (no certificate, a
+            // certificate of another CA, expired, ...) or the handshake broke protocol.
+            Err(e @ ConnectionError::TransportError(_)) => {
+                TransportStats::bump(&shared.stats.connections_refused);
+                warn!(log, "refused incoming connection: handshake failed"; "error" => %e);
+                return;
+            }
+            // The client gave up (it rejected our certificate, timed out, or abandoned
+            // the attempt): not a refusal of ours.
+            Err(e) => {
+                debug!(log, "incoming handshake did not complete"; "error" => %e);
+                return;
+            }
+        },
+    };
+    let refuse = |reason: String| {
+        TransportStats::bump(&shared.stats.connections_refused);
+        warn!(log, "refused incoming connection"; "reason" => reason);
+        conn.close(code(close_code::REFUSED), b"refused");
+    };
+    let peer = match peer_node_id(&conn) {
+        Ok(id) => id,
+        Err(e) => return refuse(e),
+    };
+    let (cancel, seen) = match shared.peers_read().get(&peer) {
+        Some(p) => (p.cancel.clone(), p.seen.clone()),
+        None => return refuse(format!("node {peer} is not a known peer")),
+    };
+    let log = log.new(o!("peer" => peer));
+    debug!(log, "accepted connection");
+    seen.notify_one();
+    loop {
+        let stream = tokio::select! {
+            _ = cancel.cancelled() => {
+                let c = if shared.shutdown.is_cancelled() {
+                    close_code::SHUTDOWN
+                } else {
+                    close_code::PEER_REMOVED
+                };
+                conn.close(code(c), b"closing");
+                return;
+            }
+            s = conn.accept_uni() => s,
+        };
+        match stream {
+            Ok(stream) => shared.spawn(read_stream(
+                shared.clone(),
+                conn.clone(),
+                peer,
+                stream,
+                cancel.clone(),
+                log.clone(),
+            )),
+            Err(e) => {
+                debug!(log, "incoming connection ended"; "reason" => describe_loss(&e));
+                return;
+            }
+        }
+    }
+}
+
+/// Reads frames from one stream of `peer` until it ends or misbehaves.
+async fn read_stream(
+    shared: Arc<Shared>,
+    conn: Connection,
+    peer: NodeId,
+    mut stream: RecvStream,
+    cancel: CancellationToken,
+    log: Logger,
+) {
+    let max = shared.settings.max_frame;
+    loop {
+        let read = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = frame::read_frame(&mut stream, max) => r,
+        };
+        match read {
+            Ok(Some(msg)) => {
+                if shared.deliver(peer, msg, &log).is_err() {
+                    return; // the driver is gone
+                }
+            }
+            Ok(None) => return,
+            Err(e @ FrameError::TooLarge { .. }) => {
+                TransportStats::bump(&shared.stats.frames_oversized);
+                warn!(log, "closing connection: oversized frame"; "error" => %e);
+                conn.close(code(close_code::FRAME_TOO_LARGE), b"frame too large");
+                return;
+            }
+            Err(e @ FrameError::Malformed(_)) => {
+                TransportStats::bump(&shared.stats.frames_malformed);
+                warn!(log, "closing connection: malformed frame"; "error" => %e);
+                conn.close(code(close_code::MALFORMED), b"malformed frame");
+                return;
+            }
+            Err(e) => {
+                debug!(log, "stream ended"; "reason" => %e);
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_is_capped_and_jittered_within_the_upper_half() {
+        let s = Settings {
+            max_frame: DEFAULT_MAX_FRAME,
+            queue_depth: 1,
+            backoff_min: Duration::from_millis(20),
+            backoff_max: Duration::from_secs(1),
+            keep_while_disconnected: 1,
+        };
+        for attempt in 0..40 {
+            let base = (Duration::from_millis(20) * 2u32.pow(attempt.min(20))).min(s.backoff_max);
+            for _ in 0..20 {
+                let d = backoff_delay(&s, attempt);
+                assert!(
+                    d >= base / 2 && d <= base,
+                    "attempt {attempt}: {d:?} vs {base:?}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,572 @@
+//! The QUIC transport over real sockets on 127.0.0.1: delivery, identity checks, bad
+//! input, restarts and back-pressure.
+//!
+//! Set `TENURE_TEST_LOG=1` to see the transports' logs on stderr.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use raft::eraftpb::Message;
+use slog::{o, Drain, Logger};
+use tenure::transport::frame;
+use tenure::transport::quic::{close_code, QuicConfig, QuicTransport};
+use tenure::transport::tls::{node_server_name, ClusterCa, TlsIdentity};
+use tenure::transport::{Inbound, NodeId, Transport};
+use tokio::sync::mpsc;
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+fn logger() -> Logger {
+    if std::env::var_os("TENURE_TEST_LOG").is_some() {
+        let decorator = slog_term::PlainSyncDecorator::new(std::io::stderr());
+        let drain = slog_term::FullFormat::new(decorator).build().fuse();
+        Logger::root(drain, o!())
+    } else {
+        Logger::root(slog::Discard, o!())
+    }
+}
+
+/// Polls `cond` every 10 ms until it holds; panics naming `what` after `timeout`.
+async fn wait_for(mut cond: impl FnMut() -> bool, what: &str, timeout: Duration) {
+    let start = Instant::now();
+    loop {
+        if cond() {
+            return;
+        }
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn msg(from: NodeId, to: NodeId, term: u64) -> Message {
+    Message {
+        from,
+        to,
+        term,
+        ..Default::default()
+    }
+}
+
+fn identity(ca: &ClusterCa, id: NodeId) -> TlsIdentity {
+    let node = ca.issue_node(id).unwrap();
+    TlsIdentity::from_pem(ca.cert_pem(), &node.cert_pem, &node.key_pem).unwrap()
+}
+
+fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn config(identity: TlsIdentity, listen: SocketAddr) -> QuicConfig {
+    let mut cfg = QuicConfig::new(identity.id(), listen, HashMap::new(), identity);
+    cfg.logger = logger().new(o!("test_node" => cfg.id));
+    cfg
+}
+
+/// What one node received so far.
+struct Inbox {
+    rx: mpsc::Receiver<Inbound>,
+    messages: Vec<Message>,
+    unreachable: Vec<NodeId>,
+}
+
+impl Inbox {
+    fn new(rx: mpsc::Receiver<Inbound>) -> Self {
+        Inbox {
+            rx,
+            messages: Vec::new(),
+            unreachable: Vec::new(),
+        }
+    }
+
+    /// Moves everything that arrived into the lists.
+    fn pump(&mut self) -> &mut Self {
+        while let Ok(item) = self.rx.try_recv() {
+            match item {
+                Inbound::Message(m) => self.messages.push(m),
+                Inbound::Unreachable(id) => self.unreachable.push(id),
+            }
+        }
+        self
+    }
+
+    fn has(&mut self, from: NodeId, term: u64) -> bool {
+        self.pump()
+            .messages
+            .iter()
+            .any(|m| m.from == from && m.term == term)
+    }
+
+    fn any_from(&mut self, from: NodeId) -> bool {
+        self.pump().messages.iter().any(|m| m.from == from)
+    }
+}
+
+/// Starts one node per identity on 127.0.0.1, each configured with all the others
+/// (the sockets are bound first, so every node knows every port before any starts).
+fn start_all(ids: Vec<TlsIdentity>) -> Vec<(QuicTransport, Inbox)> {
+    let sockets: Vec<std::net::UdpSocket> = ids
+        .iter()
+        .map(|_| std::net::UdpSocket::bind(loopback()).unwrap())
+        .collect();
+    let addrs: HashMap<NodeId, SocketAddr> = ids
+        .iter()
+        .zip(&sockets)
+        .map(|(id, s)| (id.id(), s.local_addr().unwrap()))
+        .collect();
+    ids.into_iter()
+        .zip(sockets)
+        .map(|(identity, socket)| {
+            let me = identity.id();
+            let mut cfg = config(identity, socket.local_addr().unwrap());
+            cfg.peers = addrs
+                .iter()
+                .filter(|(id, _)| **id != me)
+                .map(|(id, a)| (*id, *a))
+                .collect();
+            let (t, rx) = QuicTransport::start_on(cfg, socket).unwrap();
+            (t, Inbox::new(rx))
+        })
+        .collect()
+}
+
+/// A bare quinn client endpoint on 127.0.0.1.
+fn raw_endpoint() -> quinn::Endpoint {
+    quinn::Endpoint::client(loopback()).unwrap()
+}
+
+/// Connects the bare `endpoint` with `identity` to node `server_id` at `server`.
+async fn raw_connect(
+    endpoint: &quinn::Endpoint,
+    identity: &TlsIdentity,
+    server: SocketAddr,
+    server_id: NodeId,
+) -> quinn::Connection {
+    endpoint
+        .connect_with(
+            identity.client_config().unwrap(),
+            server,
+            &node_server_name(server_id),
+        )
+        .unwrap()
+        .await
+        .unwrap()
+}
+
+/// Waits until the server closes `conn` and returns its application error code.
+async fn closed_with_code(conn: &quinn::Connection) -> Option<u64> {
+    let err = tokio::time::timeout(TIMEOUT, conn.closed())
+        .await
+        .expect("server did not close the connection");
+    match err {
+        quinn::ConnectionError::ApplicationClosed(close) => Some(close.error_code.into_inner()),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_exchange_messages_in_every_direction() {
+    let ca = ClusterCa::generate().unwrap();
+    let mut nodes = start_all((1..=3).map(|id| identity(&ca, id)).collect());
+    let ids: Vec<NodeId> = vec![1, 2, 3];
+    for (t, _) in &nodes {
+        for &to in &ids {
+            if to != t.id() {
+                t.send(msg(t.id(), to, 10 * t.id() + to));
+            }
+        }
+    }
+    for (t, inbox) in nodes.iter_mut() {
+        let me = t.id();
+        for &from in &ids {
+            if from != me {
+                let term = 10 * from + me;
+                wait_for(
+                    || inbox.has(from, term),
+                    &format!("node {me} receives term {term} from node {from}"),
+                    TIMEOUT,
+                )
+                .await;
+            }
+        }
+    }
+    for (t, inbox) in nodes.iter_mut() {
+        let s = t.stats();
+        assert_eq!(s.received, 2, "node {}: {s:?}", t.id());
+        assert_eq!(s.sent, 2, "node {}: {s:?}", t.id());
+        assert_eq!(
+            s.from_mismatch + s.frames_malformed + s.connections_refused,
+            0
+        );
+        assert!(inbox.pump().messages.iter().all(|m| m.to == t.id()));
+    }
+
+    // Unknown destination and blocked links drop and count.
+    let (t1, _) = &nodes[0];
+    t1.send(msg(1, 9, 1));
+    assert_eq!(t1.stats().dropped_unknown_peer, 1);
+    t1.faults().block_outbound(2);
+    t1.send(msg(1, 2, 500));
+    assert_eq!(t1.stats().dropped_fault, 1);
+    t1.faults().heal();
+    nodes[2].0.faults().block_inbound(1);
+    nodes[0].0.send(msg(1, 3, 501));
+    wait_for(
+        || nodes[2].0.stats().dropped_fault == 1,
+        "node 3 drops the message from blocked node 1",
+        TIMEOUT,
+    )
+    .await;
+    assert!(!nodes[2].1.has(1, 501));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_with_certificate_from_another_ca_is_refused() {
+    let ca = ClusterCa::generate().unwrap();
+    let rogue_ca = ClusterCa::generate().unwrap();
+    // The rogue knows the cluster's (public) CA certificate, so it accepts node 1 as a
+    // server; but its own certificate, "node 2", comes from its own CA.
+    let rogue_cert = rogue_ca.issue_node(2).unwrap();
+    let both_cas = format!("{}{}", ca.cert_pem(), rogue_ca.cert_pem());
+    let rogue =
+        TlsIdentity::from_pem(&both_cas, &rogue_cert.cert_pem, &rogue_cert.key_pem).unwrap();
+    let mut nodes = start_all(vec![identity(&ca, 1), rogue]);
+    let (t2, _inbox2) = nodes.pop().unwrap();
+    let (t1, mut inbox1) = nodes.pop().unwrap();
+
+    t2.send(msg(2, 1, 7));
+    t1.send(msg(1, 2, 8));
+    wait_for(
+        || {
+            t2.send(msg(2, 1, 7));
+            t1.stats().connections_refused >= 1
+                && t1.stats().connect_failures >= 1
+                && inbox1.pump().unreachable.contains(&2)
+        },
+        "node 1 refuses the rogue's connection and cannot connect to it",
+        TIMEOUT,
+    )
+    .await;
+    assert!(!inbox1.any_from(2), "a message of the rogue arrived");
+    assert_eq!(t1.stats().received, 0);
+    assert_eq!(
+        t1.stats().connects,
+        0,
+        "node 1 accepted the rogue as server"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn message_whose_sender_differs_from_the_certificate_is_dropped_and_counted() {
+    let ca = ClusterCa::generate().unwrap();
+    let id2 = identity(&ca, 2);
+    let (t1, rx1) = QuicTransport::start(config(identity(&ca, 1), loopback())).unwrap();
+    let mut inbox1 = Inbox::new(rx1);
+    // Node 1 knows nodes 2 and 3 (both "at" the raw client, which never answers).
+    let client = raw_endpoint();
+    t1.set_peer_addr(2, client.local_addr().unwrap());
+    t1.set_peer_addr(3, client.local_addr().unwrap());
+    let conn = raw_connect(&client, &id2, t1.local_addr(), 1).await;
+
+    let mut stream = conn.open_uni().await.unwrap();
+    let forged = frame::encode(&msg(3, 1, 66), frame::DEFAULT_MAX_FRAME).unwrap();
+    let honest = frame::encode(&msg(2, 1, 77), frame::DEFAULT_MAX_FRAME).unwrap();
+    stream.write_all(&forged).await.unwrap();
+    stream.write_all(&honest).await.unwrap();
+
+    wait_for(
+        || inbox1.has(2, 77),
+        "node 1 receives node 2's honest message",
+        TIMEOUT,
+    )
+    .await;
+    assert_eq!(t1.stats().from_mismatch, 1);
+    assert!(
+        !inbox1.any_from(3),
+        "a message claiming to be from node 3 arrived"
+    );
+    assert_eq!(t1.stats().received, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_and_garbage_frames_close_the_connection_and_the_endpoint_keeps_working() {
+    let ca = ClusterCa::generate().unwrap();
+    let id2 = identity(&ca, 2);
+    let mut cfg1 = config(identity(&ca, 1), loopback());
+    cfg1.max_frame = 1024;
+    let (t1, rx1) = QuicTransport::start(cfg1).unwrap();
+    let mut inbox1 = Inbox::new(rx1);
+    let addr1 = t1.local_addr();
+    let client = raw_endpoint();
+    // Node 2 is a known peer, for now "at" the raw client (which never answers).
+    t1.set_peer_addr(2, client.local_addr().unwrap());
+
+    // 1. A frame announcing 1 MiB against a 1 KiB limit.
+    let conn = raw_connect(&client, &id2, addr1, 1).await;
+    let mut s = conn.open_uni().await.unwrap();
+    s.write_all(&(1u32 << 20).to_be_bytes()).await.unwrap();
+    s.write_all(&[0u8; 64]).await.unwrap();
+    assert_eq!(
+        closed_with_code(&conn).await,
+        Some(close_code::FRAME_TOO_LARGE.into())
+    );
+    assert_eq!(t1.stats().frames_oversized, 1);
+
+    // 2. A frame within the limit that is not a raft message (an unterminated varint).
+    let conn = raw_connect(&client, &id2, addr1, 1).await;
+    let mut s = conn.open_uni().await.unwrap();
+    s.write_all(&[0, 0, 0, 8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff])
+        .await
+        .unwrap();
+    assert_eq!(
+        closed_with_code(&conn).await,
+        Some(close_code::MALFORMED.into())
+    );
+    assert_eq!(t1.stats().frames_malformed, 1);
+
+    // 3. Random bytes: whatever the first four say, the connection is closed and counted.
+    let conn = raw_connect(&client, &id2, addr1, 1).await;
+    let mut s = conn.open_uni().await.unwrap();
+    let mut x: u32 = 0x1234_5678;
+    let garbage: Vec<u8> = (0..4096)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect();
+    s.write_all(&garbage).await.unwrap();
+    let _ = s.finish();
+    let code = closed_with_code(&conn).await;
+    assert!(
+        code == Some(close_code::FRAME_TOO_LARGE.into())
+            || code == Some(close_code::MALFORMED.into()),
+        "closed with {code:?}"
+    );
+    let s1 = t1.stats();
+    assert_eq!(s1.frames_oversized + s1.frames_malformed, 3, "{s1:?}");
+    assert_eq!(s1.received, 0);
+
+    // 4. A well-formed peer still gets through, both ways.
+    let (t2, rx2) = QuicTransport::start(config(id2, loopback())).unwrap();
+    let mut inbox2 = Inbox::new(rx2);
+    t2.set_peer_addr(1, addr1);
+    t1.set_peer_addr(2, t2.local_addr());
+    wait_for(
+        || {
+            t2.send(msg(2, 1, 5));
+            t1.send(msg(1, 2, 6));
+            inbox1.has(2, 5) && inbox2.has(1, 6)
+        },
+        "nodes 1 and 2 exchange messages after the bad input",
+        TIMEOUT,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_peer_is_reconnected_and_reported_unreachable_while_down() {
+    let ca = ClusterCa::generate().unwrap();
+    let id2 = identity(&ca, 2);
+    let mut nodes = start_all(vec![identity(&ca, 1), id2.clone()]);
+    let (t2, mut inbox2) = nodes.pop().unwrap();
+    let (t1, mut inbox1) = nodes.pop().unwrap();
+    let addr1 = t1.local_addr();
+    let addr2 = t2.local_addr();
+
+    let mut term = 1;
+    wait_for(
+        || {
+            term += 1;
+            t1.send(msg(1, 2, term));
+            inbox2.any_from(1)
+        },
+        "node 2 hears from node 1 before the restart",
+        TIMEOUT,
+    )
+    .await;
+
+    // Node 2 goes down.
+    inbox1.pump().unreachable.clear();
+    t2.shutdown().await;
+    drop(t2);
+    drop(inbox2);
+    wait_for(
+        || {
+            term += 1;
+            t1.send(msg(1, 2, term));
+            inbox1.pump().unreachable.contains(&2)
+        },
+        "node 1 reports node 2 unreachable while it is down",
+        TIMEOUT,
+    )
+    .await;
+    let connects_before = t1.stats().connects;
+
+    // Node 2 comes back on the same address with the same identity. The old socket may
+    // take a moment to be released.
+    let mut restarted = None;
+    wait_for(
+        || match QuicTransport::start(config(id2.clone(), addr2)) {
+            Ok(started) => {
+                restarted = Some(started);
+                true
+            }
+            Err(_) => false,
+        },
+        "node 2 binds its old address again",
+        TIMEOUT,
+    )
+    .await;
+    let (t2, rx2) = restarted.unwrap();
+    let mut inbox2 = Inbox::new(rx2);
+    t2.set_peer_addr(1, addr1);
+    let restart = Instant::now();
+    let first_term_after = term + 1;
+    wait_for(
+        || {
+            term += 1;
+            t1.send(msg(1, 2, term));
+            t2.send(msg(2, 1, 1000 + term));
+            inbox2
+                .pump()
+                .messages
+                .iter()
+                .any(|m| m.from == 1 && m.term >= first_term_after)
+                && inbox1.any_from(2)
+        },
+        "delivery resumes both ways after node 2 restarts",
+        TIMEOUT,
+    )
+    .await;
+    assert!(t1.stats().connects > connects_before);
+    eprintln!("delivery resumed {:?} after the restart", restart.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashed_peer_is_noticed_by_stateless_reset_after_it_restarts() {
+    // Node 2 runs on its own runtime; shutting that runtime down stops it dead, without a
+    // CONNECTION_CLOSE: a crash. Idle timeouts are 60 s, so only the stateless reset of
+    // the restarted node 2 (same key, derived from its identity) can end node 1's stale
+    // connection within the 15 s this test waits.
+    let ca = ClusterCa::generate().unwrap();
+    let id2 = identity(&ca, 2);
+    let s1 = std::net::UdpSocket::bind(loopback()).unwrap();
+    let s2 = std::net::UdpSocket::bind(loopback()).unwrap();
+    let (addr1, addr2) = (s1.local_addr().unwrap(), s2.local_addr().unwrap());
+    let mut cfg1 = config(identity(&ca, 1), addr1);
+    cfg1.idle_timeout = Duration::from_secs(60);
+    cfg1.peers.insert(2, addr2);
+    let (t1, rx1) = QuicTransport::start_on(cfg1, s1).unwrap();
+    let mut inbox1 = Inbox::new(rx1);
+    let mut cfg2 = config(id2.clone(), addr2);
+    cfg2.idle_timeout = Duration::from_secs(60);
+    cfg2.peers.insert(1, addr1);
+
+    let rt2 = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (t2, rx2) = {
+        let _in_rt2 = rt2.enter();
+        QuicTransport::start_on(cfg2.clone(), s2).unwrap()
+    };
+    let mut inbox2 = Inbox::new(rx2);
+    let mut term = 0;
+    wait_for(
+        || {
+            term += 1;
+            t1.send(msg(1, 2, term));
+            inbox2.any_from(1)
+        },
+        "node 2 hears from node 1 before the crash",
+        TIMEOUT,
+    )
+    .await;
+
+    // Stop every task of node 2 (no packet leaves after this), then release its socket.
+    tokio::task::spawn_blocking(move || rt2.shutdown_timeout(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    drop(t2);
+    drop(inbox2);
+    let mut restarted = None;
+    wait_for(
+        || match QuicTransport::start(cfg2.clone()) {
+            Ok(started) => {
+                restarted = Some(started);
+                true
+            }
+            Err(_) => false,
+        },
+        "node 2 binds its old address again",
+        TIMEOUT,
+    )
+    .await;
+    let (_t2, rx2) = restarted.unwrap();
+    let mut inbox2 = Inbox::new(rx2);
+    let restart = Instant::now();
+    let first_term_after = term + 1;
+    wait_for(
+        || {
+            term += 1;
+            t1.send(msg(1, 2, term));
+            inbox2
+                .pump()
+                .messages
+                .iter()
+                .any(|m| m.from == 1 && m.term >= first_term_after)
+        },
+        "node 1's messages reach the restarted node 2",
+        Duration::from_secs(15),
+    )
+    .await;
+    assert!(inbox1.pump().unreachable.contains(&2));
+    eprintln!(
+        "stale connection replaced {:?} after the restart",
+        restart.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn full_queue_drops_and_counts_instead_of_blocking() {
+    // A current-thread runtime: the peer's task cannot run while this test sends, so the
+    // queue fills deterministically. The peer address is a bound socket nobody answers.
+    let ca = ClusterCa::generate().unwrap();
+    let black_hole = std::net::UdpSocket::bind(loopback()).unwrap();
+    let mut cfg = config(identity(&ca, 1), loopback());
+    cfg.queue_depth = 4;
+    cfg.peers.insert(2, black_hole.local_addr().unwrap());
+    let (t1, _rx1) = QuicTransport::start(cfg).unwrap();
+
+    let start = Instant::now();
+    for term in 0..100 {
+        t1.send(msg(1, 2, term));
+    }
+    let elapsed = start.elapsed();
+    let s = t1.stats();
+    assert_eq!(s.dropped_queue_full, 96, "{s:?}");
+    assert!(
+        elapsed < Duration::from_secs(1),
+        "send blocked for {elapsed:?}"
+    );
+
+    // Once the task runs it drains the queue while disconnected, keeping only the most
+    // recent few: sending no longer fills up.
+    wait_for(
+        || {
+            t1.send(msg(1, 2, 1000));
+            t1.stats().dropped_disconnected > 0
+        },
+        "the disconnected peer's queue is drained, old messages discarded",
+        TIMEOUT,
+    )
+    .await;
+    t1.close();
+    t1.close(); // idempotent
+    t1.send(msg(1, 2, 2000)); // after close: ignored, no panic
+}
