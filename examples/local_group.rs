@@ -195,8 +195,7 @@ impl Group {
         if let Some(l) = &self.ledger {
             cmd.arg("--ledger").arg(l);
         }
-        cmd
-            .stdin(Stdio::null())
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
@@ -300,7 +299,7 @@ async fn run(o: Options) -> i32 {
     };
     let ids: Vec<u64> = (1..=o.nodes).collect();
     if let Err(e) =
-        tenure::transport::tls::write_cluster_certs(&dir.path().join("certs"), ids.iter().copied())
+        tenure::transport::tls::write_cluster_certs(dir.path().join("certs"), ids.iter().copied())
     {
         eprintln!("local_group: cannot write certificates: {e}");
         return 1;
@@ -359,7 +358,9 @@ async fn run(o: Options) -> i32 {
     // SQLite calls block (a paused worker may hold the file lock): keep them off this loop.
     let ledger_call = |f: Box<dyn FnOnce(&mut ledger::Ledger) + Send>| {
         if let Some(l) = ledger.clone() {
-            tokio::task::spawn_blocking(move || f(&mut l.lock().unwrap_or_else(|e| e.into_inner())));
+            tokio::task::spawn_blocking(move || {
+                f(&mut l.lock().unwrap_or_else(|e| e.into_inner()))
+            });
         }
     };
     let seeding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -476,7 +477,7 @@ async fn run(o: Options) -> i32 {
                 view.last_event = ev;
             }
             _ = chaos_tick.tick(), if o.chaos != Chaos::None => {
-                chaos = step_chaos(chaos, o.chaos, &mut group, &mut views, &mut log, tty, started, &stats).await;
+                chaos = step_chaos(chaos, o.chaos, &mut group, &mut views, &mut log, Out { tty, started }, &stats).await;
             }
             _ = seed_tick.tick(), if ledger.is_some() => {
                 // Keep work flowing, but stop seeding near the end so it can all settle.
@@ -503,12 +504,18 @@ async fn run(o: Options) -> i32 {
         let verify = move || {
             let l = l.clone();
             async move {
-                tokio::task::spawn_blocking(move || l.lock().unwrap_or_else(|e| e.into_inner()).verify())
-                    .await
-                    .unwrap_or_else(|e| Err(e.to_string()))
+                tokio::task::spawn_blocking(move || {
+                    l.lock().unwrap_or_else(|e| e.into_inner()).verify()
+                })
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()))
             }
         };
-        let ids: Vec<u64> = views.iter().filter(|(_, v)| v.paused).map(|(id, _)| *id).collect();
+        let ids: Vec<u64> = views
+            .iter()
+            .filter(|(_, v)| v.paused)
+            .map(|(id, _)| *id)
+            .collect();
         for id in ids {
             group.signal(id, libc::SIGCONT);
         }
@@ -574,7 +581,11 @@ async fn run(o: Options) -> i32 {
         let verified = l.lock().unwrap_or_else(|e| e.into_inner()).verify();
         match verified {
             Ok(r) => {
-                let rejected = log.all.iter().filter(|e| e.event == "fence_rejected").count();
+                let rejected = log
+                    .all
+                    .iter()
+                    .filter(|e| e.event == "fence_rejected")
+                    .count();
                 println!(
                     "ledger: {} of {} seeded batches settled, {} of {} payments; {} accepted writes, highest token {}",
                     r.settled_batches, r.seeded_batches, r.settled_payments, r.payments, r.writes, r.highest_token
@@ -630,6 +641,13 @@ struct SettleStats {
     batch_started: Option<(u64, Instant)>,
 }
 
+/// How and since when the status is printed.
+#[derive(Clone, Copy)]
+struct Out {
+    tty: bool,
+    started: Instant,
+}
+
 enum ChaosState {
     /// The group runs; next fault after a pause.
     Steady { since: Instant },
@@ -661,10 +679,10 @@ async fn step_chaos(
     group: &mut Group,
     views: &mut BTreeMap<u64, WorkerView>,
     log: &mut EventLog,
-    tty: bool,
-    started: Instant,
+    out: Out,
     stats: &SettleStats,
 ) -> ChaosState {
+    let Out { tty, started } = out;
     match state {
         ChaosState::Steady { since } => {
             if since.elapsed() < Duration::from_millis(2000) {
@@ -789,7 +807,10 @@ fn render(
     stats: &SettleStats,
 ) {
     let settle = if o.ledger.is_some() {
-        format!("   settled batches: {}   fence rejections: {}", stats.settled, stats.rejected)
+        format!(
+            "   settled batches: {}   fence rejections: {}",
+            stats.settled, stats.rejected
+        )
     } else {
         String::new()
     };
@@ -813,7 +834,10 @@ fn render(
         None => "last failover: none yet".into(),
     };
     if !tty {
-        println!("[{:>6.1}s] {head}   {fo}{settle}", started.elapsed().as_secs_f64());
+        println!(
+            "[{:>6.1}s] {head}   {fo}{settle}",
+            started.elapsed().as_secs_f64()
+        );
         return;
     }
     let mut out = String::new();

@@ -290,7 +290,7 @@ impl Config {
         let n = self.peers.len();
         if n == 1 {
             warnings.push(ConfigWarning::SingleNode);
-        } else if n % 2 == 0 {
+        } else if n.is_multiple_of(2) {
             warnings.push(ConfigWarning::EvenGroupSize(n));
         }
         Ok(warnings)

@@ -74,6 +74,9 @@ pub struct Node {
     transport: Arc<dyn Transport>,
     read_mode: ReadMode,
     task: Arc<tokio::sync::Mutex<Option<DriverTask>>>,
+    /// The QUIC transport when started by [`Node::start`]: stopping waits until its
+    /// socket is released, so a restart in the same process can bind the port again.
+    quic: Option<Arc<QuicTransport>>,
 }
 
 type DriverTask = JoinHandle<Result<(), NodeStopped>>;
@@ -128,7 +131,10 @@ impl Node {
         let mut qc = QuicConfig::new(config.id, listen, peers, identity);
         qc.logger = logger.new(o!("component" => "quic"));
         let (transport, inbound) = QuicTransport::start(qc)?;
-        Node::start_with(config, store, Arc::new(transport), inbound).await
+        let quic = Arc::new(transport);
+        let mut node = Node::start_with(config, store, quic.clone(), inbound).await?;
+        node.quic = Some(quic);
+        Ok(node)
     }
 
     /// Starts a node on a store and transport of your choice (memory store and in-process
@@ -209,6 +215,7 @@ impl Node {
             transport,
             read_mode: config.read_mode,
             task: Arc::new(tokio::sync::Mutex::new(Some(task))),
+            quic: None,
         })
     }
 
@@ -292,6 +299,14 @@ impl Node {
     /// Waits until the driver has ended; its error if it stopped on a fatal error.
     pub async fn join(&self) -> Result<(), NodeStopped> {
         let task = self.task.lock().await.take();
+        let result = self.join_driver(task).await;
+        if let Some(q) = &self.quic {
+            q.shutdown().await;
+        }
+        result
+    }
+
+    async fn join_driver(&self, task: Option<DriverTask>) -> Result<(), NodeStopped> {
         match task {
             Some(t) => match t.await {
                 Ok(r) => r,

@@ -70,7 +70,7 @@ fn crash_child() {
             writeln!(out, "persisted {n}").expect("child stdout");
             out.flush().expect("child stdout");
         }
-        if n % COMPACT_EVERY == 0 {
+        if n.is_multiple_of(COMPACT_EVERY) {
             store.compact(n - KEEP, Vec::new()).expect("child compact");
         }
     }

@@ -100,7 +100,9 @@ impl Ledger {
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(|e| e.to_string())?;
         let last: u64 = tx
-            .query_row("SELECT COALESCE(MAX(batch), 0) FROM payments", [], |r| r.get::<_, i64>(0))
+            .query_row("SELECT COALESCE(MAX(batch), 0) FROM payments", [], |r| {
+                r.get::<_, i64>(0)
+            })
             .map_err(|e| e.to_string())? as u64;
         let mut out = Vec::new();
         for b in last + 1..=last + count {
@@ -133,19 +135,29 @@ impl Ledger {
         let Some(batch) = batch else { return Ok(None) };
         let mut stmt = self
             .conn
-            .prepare("SELECT id FROM payments WHERE batch = ?1 AND settled_token IS NULL ORDER BY id")
+            .prepare(
+                "SELECT id FROM payments WHERE batch = ?1 AND settled_token IS NULL ORDER BY id",
+            )
             .map_err(|e| e.to_string())?;
         let ids = stmt
             .query_map([batch], |r| r.get::<_, i64>(0))
             .map_err(|e| e.to_string())?
             .collect::<Result<Vec<i64>, _>>()
             .map_err(|e| e.to_string())?;
-        Ok(Some((batch as u64, ids.into_iter().map(|i| i as u64).collect())))
+        Ok(Some((
+            batch as u64,
+            ids.into_iter().map(|i| i as u64).collect(),
+        )))
     }
 
     /// Settles one payment with `token`: fenced and idempotent. `Ok(false)` if it was
     /// already settled.
-    pub fn settle_payment(&mut self, token: FencingToken, batch: u64, payment: u64) -> Result<bool, FenceError> {
+    pub fn settle_payment(
+        &mut self,
+        token: FencingToken,
+        batch: u64,
+        payment: u64,
+    ) -> Result<bool, FenceError> {
         let node = self.node as i64;
         self.fence.write(&mut self.conn, token, |tx| {
             let n = tx.execute(
@@ -166,7 +178,11 @@ impl Ledger {
 
     /// Closes `batch` under its idempotency key: fenced; `Ok(Some(rows))` if this call
     /// closed it, `Ok(None)` if it was closed before.
-    pub fn close_batch(&mut self, token: FencingToken, batch: u64) -> Result<Option<u64>, FenceError> {
+    pub fn close_batch(
+        &mut self,
+        token: FencingToken,
+        batch: u64,
+    ) -> Result<Option<u64>, FenceError> {
         let node = self.node as i64;
         self.fence.write(&mut self.conn, token, |tx| {
             let (rows, open): (i64, i64) = tx.query_row(
@@ -240,7 +256,13 @@ impl Ledger {
             .prepare("SELECT seq, token, node FROM writes ORDER BY seq")
             .map_err(e)?;
         let rows = stmt
-            .query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?)))
+            .query_map([], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, i64>(2)?,
+                ))
+            })
             .map_err(e)?
             .collect::<Result<Vec<_>, _>>()
             .map_err(e)?;

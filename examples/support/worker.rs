@@ -33,8 +33,9 @@ options:
 
 Prints one JSON object per line on stdout: started, leader_changed, lease_acquired,
 lease_confirmed, lease_lost, stopped; with --ledger also batch_started, settled,
-fence_rejected. SIGTERM or SIGINT stops it gracefully (handing
-leadership over first when it leads).";
+fence_rejected. SIGTERM or SIGINT stops it gracefully (handing leadership over first
+when it leads). SIGUSR1 cuts it off from every peer (a partition drill through the
+transport's fault hooks, no root needed) and SIGUSR2 heals it.";
 
 /// Parsed command line.
 #[derive(Debug, Clone)]
@@ -272,7 +273,12 @@ pub async fn run(args: WorkerArgs) -> i32 {
 
     let settlement = match &args.ledger {
         Some(path) => match Ledger::open(path, id) {
-            Ok(ledger) => Some(spawn_settlement(node.clone(), ledger, args.settle_every, args.row_delay)),
+            Ok(ledger) => Some(spawn_settlement(
+                node.clone(),
+                ledger,
+                args.settle_every,
+                args.row_delay,
+            )),
             Err(e) => {
                 eprintln!("worker {id}: {e}");
                 emit(id, "start_failed", json!({"error": e}));
@@ -282,6 +288,37 @@ pub async fn run(args: WorkerArgs) -> i32 {
         },
         None => None,
     };
+
+    // Partition drills without root: SIGUSR1 isolates, SIGUSR2 heals.
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let peer_ids: Vec<u64> = tenure::config::parse_peers(&args.peers)
+            .map(|p| p.keys().copied().filter(|p| *p != id).collect())
+            .unwrap_or_default();
+        if let (Ok(mut cut), Ok(mut heal)) = (
+            signal(SignalKind::user_defined1()),
+            signal(SignalKind::user_defined2()),
+        ) {
+            let n = node.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        Some(()) = cut.recv() => {
+                            for p in &peer_ids {
+                                n.faults().isolate_from(*p);
+                            }
+                            emit(id, "isolated", json!({}));
+                        }
+                        Some(()) = heal.recv() => {
+                            n.faults().heal();
+                            emit(id, "healed", json!({}));
+                        }
+                        else => break,
+                    }
+                }
+            });
+        }
+    }
 
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(s) => s,
@@ -327,7 +364,12 @@ fn lost(id: u64, lease: &tenure::Lease, reason: tenure::LostReason) {
 /// with the lease's token. The task is cancelled the moment the lease is lost, but a
 /// write already under way (a stalled process that wakes up) still reaches the ledger,
 /// where the fence rejects it.
-fn spawn_settlement(node: Node, ledger: Ledger, every: Duration, row_delay: Duration) -> LeaderTaskHandle {
+fn spawn_settlement(
+    node: Node,
+    ledger: Ledger,
+    every: Duration,
+    row_delay: Duration,
+) -> LeaderTaskHandle {
     let id = node.id();
     let ledger = std::sync::Arc::new(std::sync::Mutex::new(ledger));
     LeaderTask::new(node).spawn(move |lease| {
@@ -339,7 +381,11 @@ fn spawn_settlement(node: Node, ledger: Ledger, every: Duration, row_delay: Dura
 fn rejected(id: u64, err: &FenceError) -> bool {
     match err {
         FenceError::Stale { presented, highest } => {
-            emit(id, "fence_rejected", json!({"term": presented.0, "token": presented.0, "highest": highest.0}));
+            emit(
+                id,
+                "fence_rejected",
+                json!({"term": presented.0, "token": presented.0, "highest": highest.0}),
+            );
             true
         }
         other => {
@@ -356,56 +402,53 @@ async fn settle(
     every: Duration,
     row_delay: Duration,
 ) {
-    // SQLite calls block (a stalled writer holds the file lock): run them off the async
-    // threads so the election never waits for the database.
-    async fn with_ledger<T: Send + 'static>(
-        ledger: &std::sync::Arc<std::sync::Mutex<Ledger>>,
-        f: impl FnOnce(&mut Ledger) -> T + Send + 'static,
-    ) -> Option<T> {
-        let l = ledger.clone();
-        tokio::task::spawn_blocking(move || f(&mut l.lock().unwrap_or_else(|e| e.into_inner())))
-            .await
-            .ok()
-    }
     loop {
         let Ok(token): Result<FencingToken, _> = lease.confirm().await else { return };
-        match with_ledger(&ledger, |l| l.next_batch()).await {
-            Some(Ok(Some((batch, payments)))) => {
-                emit(id, "batch_started", json!({"term": token.0, "token": token.0, "batch": batch, "rows": payments.len()}));
-                let mut complete = true;
-                for p in payments {
-                    // The external call (the bank) takes a while: a pause here leaves the
-                    // worker mid-batch with a token that may be stale when it wakes.
-                    tokio::time::sleep(row_delay).await;
-                    match with_ledger(&ledger, move |l| l.settle_payment(token, batch, p)).await {
-                        Some(Ok(_)) => {}
-                        Some(Err(e)) => {
-                            if rejected(id, &e) {
-                                return;
-                            }
-                            complete = false;
-                            break;
-                        }
-                        None => return,
-                    }
-                }
-                if complete {
-                    match with_ledger(&ledger, move |l| l.close_batch(token, batch)).await {
-                        Some(Ok(Some(rows))) => emit(id, "settled", json!({"term": token.0, "token": token.0, "batch": batch, "rows": rows})),
-                        Some(Ok(None)) => {}
-                        Some(Err(e)) => {
-                            if rejected(id, &e) {
-                                return;
-                            }
-                        }
-                        None => return,
-                    }
-                }
-            }
-            Some(Ok(None)) => {}
-            Some(Err(e)) => emit(id, "ledger_error", json!({"error": e})),
-            None => return,
+        // A batch runs on a blocking thread, the way a worker thread calls a bank API row
+        // by row with the token it started with. Cancelling this task does not stop it:
+        // a worker that stalls mid-batch and wakes up keeps writing with its old token,
+        // and only the fence stops it. (SQLite calls block, too: a stalled writer holds
+        // the file lock, and the election must never wait for the database.)
+        let l = ledger.clone();
+        let batch = tokio::task::spawn_blocking(move || settle_batch(id, token, &l, row_delay));
+        match batch.await {
+            Ok(true) => {}
+            Ok(false) | Err(_) => return,
         }
         tokio::time::sleep(every).await;
     }
+}
+
+/// Settles the oldest open batch with `token`; false when the fence rejected the token.
+fn settle_batch(
+    id: u64,
+    token: FencingToken,
+    ledger: &std::sync::Mutex<Ledger>,
+    row_delay: Duration,
+) -> bool {
+    let lock = || ledger.lock().unwrap_or_else(|e| e.into_inner());
+    let next = lock().next_batch();
+    let (batch, payments) = match next {
+        Ok(Some(b)) => b,
+        Ok(None) => return true,
+        Err(e) => {
+            emit(id, "ledger_error", json!({"error": e}));
+            return true;
+        }
+    };
+    emit(id, "batch_started", json!({"term": token.0, "token": token.0, "batch": batch, "rows": payments.len()}));
+    for p in payments {
+        std::thread::sleep(row_delay); // the external call
+        let r = lock().settle_payment(token, batch, p);
+        if let Err(e) = r {
+            return !rejected(id, &e);
+        }
+    }
+    let r = lock().close_batch(token, batch);
+    match r {
+        Ok(Some(rows)) => emit(id, "settled", json!({"term": token.0, "token": token.0, "batch": batch, "rows": rows})),
+        Ok(None) => {}
+        Err(e) => return !rejected(id, &e),
+    }
+    true
 }

@@ -116,7 +116,8 @@ impl Cluster {
             match Node::start(self.config(id)).await {
                 Ok(n) => break n,
                 Err(tenure::StartError::Transport(TransportError::Bind { source, .. }))
-                    if source.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline =>
+                    if source.kind() == std::io::ErrorKind::AddrInUse
+                        && Instant::now() < deadline =>
                 {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
@@ -159,8 +160,14 @@ impl Cluster {
     }
 
     pub async fn restart(&mut self, id: NodeId) {
+        let t0 = Instant::now();
         self.kill(id).await;
+        let killed = t0.elapsed();
         self.start_node(id).await;
+        eprintln!(
+            "restart of node {id}: killed in {killed:?}, running again after {:?}",
+            t0.elapsed()
+        );
     }
 
     pub fn node(&self, id: NodeId) -> &Node {
