@@ -209,6 +209,10 @@ pub struct Config {
     pub read_mode: ReadMode,
     /// Where tenure logs; `None` logs nothing.
     pub logger: Option<slog::Logger>,
+    /// Test hook: this node's clock runs this many times as fast as real time (1.0).
+    /// Used by the clock-skew tests; leave it at 1.0.
+    #[doc(hidden)]
+    pub clock_rate: f64,
 }
 
 impl fmt::Debug for Config {
@@ -263,6 +267,7 @@ impl Config {
                 timing: Timing::default(),
                 read_mode: ReadMode::default(),
                 logger: None,
+                clock_rate: 1.0,
             },
         }
     }
@@ -286,6 +291,12 @@ impl Config {
             });
         }
         self.timing.validate()?;
+        if !(0.25..=4.0).contains(&self.clock_rate) {
+            return Err(ConfigError::Timing(format!(
+                "clock_rate {} is outside [0.25, 4]",
+                self.clock_rate
+            )));
+        }
         let mut warnings = Vec::new();
         let n = self.peers.len();
         if n == 1 {

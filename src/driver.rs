@@ -32,9 +32,11 @@ use slog::{debug, error, info, o, warn, Logger};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
+use crate::clock::LocalClock;
 use crate::config::{ReadMode, Timing};
 use crate::error::{LostReason, NodeStopped, StorageError, TransferError};
 use crate::lease::{FencingToken, Lease, LeaseShared};
+use crate::mutation;
 use crate::node::{Leadership, Role};
 use crate::storage::{RaftStore, ReadyWrite};
 use crate::transport::{Inbound, NodeId, Transport};
@@ -85,6 +87,7 @@ pub(crate) struct DriverParts<S: RaftStore> {
     pub timing: Timing,
     pub read_mode: ReadMode,
     pub logger: Logger,
+    pub clock: LocalClock,
 }
 
 pub(crate) struct Driver<S: RaftStore> {
@@ -99,6 +102,8 @@ pub(crate) struct Driver<S: RaftStore> {
     timing: Timing,
     read_mode: ReadMode,
     logger: Logger,
+    /// This node's clock: real time, except in clock-skew tests.
+    clock: LocalClock,
 
     /// Until then, vote and pre-vote requests are dropped: a restarted node has forgotten
     /// when it last heard from a leader that may still hold a lease.
@@ -132,7 +137,7 @@ enum StopKind {
 
 impl<S: RaftStore> Driver<S> {
     pub(crate) fn new(parts: DriverParts<S>) -> Self {
-        let now = Instant::now();
+        let now = parts.clock.now();
         let id = parts.raw.raft.id;
         let initial = Leadership {
             term: parts.raw.raft.term,
@@ -142,7 +147,11 @@ impl<S: RaftStore> Driver<S> {
         };
         Driver {
             id,
-            quiet_until: now + parts.timing.election_timeout(),
+            quiet_until: if mutation::active("no-restart-quiet") {
+                now
+            } else {
+                now + parts.timing.election_timeout()
+            },
             epoch: now,
             raw: parts.raw,
             store: parts.store,
@@ -154,6 +163,7 @@ impl<S: RaftStore> Driver<S> {
             timing: parts.timing,
             read_mode: parts.read_mode,
             logger: parts.logger,
+            clock: parts.clock,
             lease_until: None,
             lease: None,
             lease_waiters: Vec::new(),
@@ -170,15 +180,18 @@ impl<S: RaftStore> Driver<S> {
 
     /// Runs until shutdown, kill, a fatal error, or every handle is dropped.
     pub(crate) async fn run(mut self) -> Result<(), NodeStopped> {
-        let mut ticker = tokio::time::interval(self.timing.tick);
+        let mut ticker = tokio::time::interval(self.clock.real_duration(self.timing.tick));
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         info!(self.logger, "driver started"; "term" => self.raw.raft.term,
               "quiet_ms" => self.timing.election_timeout().as_millis() as u64);
         loop {
             // A stalled process must not act on a lease that ran out while it slept:
             // check before anything else.
-            self.expire_lease(Instant::now());
-            let deadline = self.lease.as_ref().map(|l| l.valid_until());
+            self.expire_lease(self.clock.now());
+            let deadline = self
+                .lease
+                .as_ref()
+                .map(|l| self.clock.to_real(l.valid_until()));
             tokio::select! {
                 biased;
                 cmd = self.commands.recv() => match cmd {
@@ -197,7 +210,7 @@ impl<S: RaftStore> Driver<S> {
                     }
                 },
                 _ = sleep_until_opt(deadline) => {
-                    self.expire_lease(Instant::now());
+                    self.expire_lease(self.clock.now());
                 }
                 inbound = self.inbound.recv() => {
                     match inbound {
@@ -227,7 +240,7 @@ impl<S: RaftStore> Driver<S> {
                 }
             }
             if self.stop.is_none() {
-                self.after_ready(Instant::now());
+                self.after_ready(self.clock.now());
             }
             if let Some(stop) = self.stop.take() {
                 return self.finish(stop);
@@ -246,7 +259,7 @@ impl<S: RaftStore> Driver<S> {
                 if matches!(
                     t,
                     MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
-                ) && Instant::now() < self.quiet_until
+                ) && self.clock.now() < self.quiet_until
                 {
                     debug!(self.logger, "ignoring vote request during restart quiet period";
                            "from" => m.from, "type" => ?t, "term" => m.term);
@@ -271,7 +284,7 @@ impl<S: RaftStore> Driver<S> {
             }
             Command::Confirm { term, reply } => match &self.lease {
                 Some(l) if l.token.0 == term && self.raw.raft.term == term => {
-                    if self.read_mode == ReadMode::LeaseBased && l.is_valid_at(Instant::now()) {
+                    if self.read_mode == ReadMode::LeaseBased && l.is_valid_at(self.clock.now()) {
                         let _ = reply.send(Ok(l.token));
                     } else {
                         self.pending_confirms.push(reply);
@@ -297,7 +310,7 @@ impl<S: RaftStore> Driver<S> {
                     Ok(target) => {
                         self.transfer = Some(PendingTransfer {
                             to: target,
-                            deadline: Instant::now() + self.timing.election_timeout() * 2,
+                            deadline: self.clock.now() + self.timing.election_timeout() * 2,
                             reply: Some(reply),
                         });
                     }
@@ -359,7 +372,7 @@ impl<S: RaftStore> Driver<S> {
         if leading && self.raw.raft.prs().conf().voters().ids().len() > 1 {
             match self.start_transfer(None) {
                 Ok(target) => {
-                    let deadline = Instant::now() + self.timing.election_timeout();
+                    let deadline = self.clock.now() + self.timing.election_timeout();
                     info!(self.logger, "shutdown: waiting for handover"; "to" => target);
                     if let Some(t) = self.transfer.take() {
                         if let Some(r) = t.reply {
@@ -410,6 +423,12 @@ impl<S: RaftStore> Driver<S> {
         }
         if let Some(hs) = rd.hs() {
             write.hard_state = Some(hs.clone());
+        }
+        if mutation::active("persist-after-send") {
+            // Broken on purpose (mutation testing): promises leave before the disk has them.
+            if !rd.persisted_messages().is_empty() {
+                self.send(rd.take_persisted_messages());
+            }
         }
         if !write.is_empty() {
             self.store.write(write)?;
@@ -555,11 +574,16 @@ impl<S: RaftStore> Driver<S> {
         self.expire_lease(now);
 
         let handing_over = self.raw.raft.lead_transferee.is_some() || self.shutdown.is_some();
+        if leading && mutation::active("lease-before-read-index") && self.lease_until.is_none() {
+            // Broken on purpose (mutation testing): a lease without a quorum round.
+            self.lease_until = Some(now + self.timing.lease_duration());
+        }
         if leading && !handing_over && self.raw.raft.commit_to_current_term() {
             // Grant or extend the tenure.
             if let Some(until) = self.lease_until.filter(|u| now < *u) {
                 if self.lease.is_none() {
-                    let shared = LeaseShared::new(FencingToken(term), self.epoch, until);
+                    let shared =
+                        LeaseShared::new(FencingToken(term), self.epoch, until, self.clock);
                     info!(self.logger, "lease acquired"; "token" => term);
                     self.lease = Some(shared);
                 }
@@ -670,7 +694,7 @@ impl<S: RaftStore> Driver<S> {
 
     fn current_lease(&self) -> Option<Lease> {
         let shared = self.lease.as_ref()?;
-        if !shared.is_valid_at(Instant::now()) {
+        if !shared.is_valid_at(self.clock.now()) {
             return None;
         }
         let commands = self.command_tx.upgrade()?;

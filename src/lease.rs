@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::LocalClock;
 use crate::config::ReadMode;
 use crate::driver::Command;
 use crate::error::{LeaseLost, LostReason};
@@ -57,10 +58,17 @@ pub(crate) struct LeaseShared {
     reason: OnceLock<LostReason>,
     /// When the lease was revoked (nanoseconds since `base`).
     ended_ns: OnceLock<u64>,
+    /// The node's clock (local time; real time outside clock tests).
+    clock: LocalClock,
 }
 
 impl LeaseShared {
-    pub(crate) fn new(token: FencingToken, base: Instant, valid_until: Instant) -> Arc<Self> {
+    pub(crate) fn new(
+        token: FencingToken,
+        base: Instant,
+        valid_until: Instant,
+        clock: LocalClock,
+    ) -> Arc<Self> {
         let s = Arc::new(LeaseShared {
             token,
             valid_until_ns: AtomicU64::new(0),
@@ -68,6 +76,7 @@ impl LeaseShared {
             cancel: CancellationToken::new(),
             reason: OnceLock::new(),
             ended_ns: OnceLock::new(),
+            clock,
         });
         s.extend(valid_until);
         s
@@ -87,7 +96,8 @@ impl LeaseShared {
     pub(crate) fn revoke(&self, reason: LostReason) {
         let _ = self.reason.set(reason);
         let _ = self.ended_ns.set(
-            Instant::now()
+            self.clock
+                .now()
                 .saturating_duration_since(self.base)
                 .as_nanos() as u64,
         );
@@ -151,7 +161,7 @@ impl Lease {
         if let Some(reason) = self.shared.lost_reason() {
             return Err(lost(reason));
         }
-        let now = Instant::now();
+        let now = self.shared.clock.now();
         if !self.shared.is_valid_at(now) {
             return Err(lost(
                 self.shared.lost_reason().unwrap_or(LostReason::Expired),
@@ -193,13 +203,13 @@ impl Lease {
 
     /// Whether the lease holds right now (not revoked, not past its validity).
     pub fn is_valid(&self) -> bool {
-        self.shared.is_valid_at(Instant::now())
+        self.shared.is_valid_at(self.shared.clock.now())
     }
 
     /// The instant until which the lease holds unless renewed (it moves forward with each
     /// acknowledged round). Meaningless once lost.
     pub fn valid_until(&self) -> Instant {
-        self.shared.valid_until()
+        self.shared.clock.to_real(self.shared.valid_until())
     }
 
     /// When the lease ended: the earlier of its validity running out and its revocation.

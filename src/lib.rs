@@ -104,6 +104,8 @@ mod driver;
 pub mod error;
 pub mod fence;
 pub mod lease;
+#[doc(hidden)]
+pub mod mutation;
 mod node;
 pub mod runner;
 pub mod storage;

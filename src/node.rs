@@ -175,7 +175,7 @@ impl Node {
             min_election_tick: t.election_ticks,
             max_election_tick: t.election_ticks_max,
             pre_vote: true,
-            check_quorum: true,
+            check_quorum: !crate::mutation::active("no-check-quorum"),
             read_only_option: ReadOnlyOption::Safe,
             max_inflight_msgs: 256,
             max_size_per_msg: 1 << 20,
@@ -206,6 +206,7 @@ impl Node {
             timing: t,
             read_mode: config.read_mode,
             logger: logger.clone(),
+            clock: crate::clock::LocalClock::with_rate(config.clock_rate),
         });
         let task = tokio::spawn(driver.run());
         Ok(Node {

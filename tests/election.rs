@@ -219,9 +219,13 @@ async fn graceful_shutdown_of_the_leader_yields_a_new_leader_well_before_an_elec
     let (old, old_term) = c.steady_leader(LONG).await;
     let node = c.nodes.remove(&old).unwrap();
     let t0 = tokio::time::Instant::now();
-    node.shutdown().await.unwrap();
-    let (new, new_term) = c.steady_leader(LONG).await;
+    let stopping = tokio::spawn(async move { node.shutdown().await });
+    let (new, new_term) = wait_for("a new leased leader", LONG, || {
+        c.leased_leader().filter(|(id, _)| *id != old)
+    })
+    .await;
     let took = t0.elapsed();
+    stopping.await.unwrap().unwrap();
     assert_ne!(new, old);
     assert!(new_term > old_term);
     // A crash would take at least the minimum election timeout; a handover does not wait

@@ -197,7 +197,12 @@ impl SqliteFence {
         })?;
         let changed = conn
             .execute(
-                "UPDATE tenure_fence SET token = ?1 WHERE name = ?2 AND token <= ?1",
+                if crate::mutation::active("fence-accepts-any") {
+                    // Broken on purpose (mutation testing): no token check at all.
+                    "UPDATE tenure_fence SET token = ?1 WHERE name = ?2"
+                } else {
+                    "UPDATE tenure_fence SET token = ?1 WHERE name = ?2 AND token <= ?1"
+                },
                 params![value, self.name],
             )
             .map_err(|e| self.backend("advancing the token in tenure_fence", e))?;

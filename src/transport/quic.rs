@@ -34,13 +34,27 @@
 //! node answers packets of its previous life with a valid stateless reset. 0-RTT and TLS
 //! session resumption are off (every connection shows its certificate), bidirectional
 //! streams and datagrams are refused, connection migration is off.
+//!
+//! # Shutdown
+//!
+//! [`QuicTransport::shutdown`] closes every connection (CONNECTION_CLOSE), waits until the
+//! tasks have ended, which includes until each open connection's CONNECTION_CLOSE has been
+//! handed to the socket, and then closes the UDP socket: the port can be bound again at
+//! once. It does not wait out QUIC's draining period (three probe timeouts, about 3 s for
+//! a connection whose handshake never got an answer: no round-trip sample yet, so the
+//! 333 ms initial RTT applies). Quinn finishes that period in memory, without a socket;
+//! a peer's late packets reach nobody, or a restarted node on the same port, which
+//! answers them with a stateless reset (see above).
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 use quinn::{Connection, ConnectionError, RecvStream, SendStream, VarInt};
@@ -48,8 +62,9 @@ use raft::eraftpb::Message;
 use rand::Rng;
 use rustls::pki_types::CertificateDer;
 use slog::{debug, info, o, warn, Logger};
+use tokio::io::Interest;
 use tokio::sync::mpsc::{self, error::TrySendError};
-use tokio::sync::{watch, Notify};
+use tokio::sync::{oneshot, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::frame::{self, FrameError, DEFAULT_MAX_FRAME};
@@ -76,6 +91,12 @@ pub const DEFAULT_KEEP_WHILE_DISCONNECTED: usize = 8;
 const ANSWER_GRACE: Duration = Duration::from_millis(100);
 /// A deadline that never comes.
 const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365);
+/// At shutdown, how long a task waits for the endpoint's close of its connection to be
+/// processed (that is prompt: this only bounds a stuck runtime) before closing it itself.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+/// At shutdown, how long to wait for the last user of the UDP socket to let go of it
+/// after it is released (that is prompt: this only bounds a stuck runtime).
+const RELEASE_WAIT: Duration = Duration::from_secs(1);
 
 /// Application error codes tenure closes QUIC connections with (seen by the peer as
 /// `ConnectionError::ApplicationClosed`).
@@ -250,8 +271,10 @@ pub enum TransportError {
     #[error("TLS setup failed: {0}")]
     Tls(#[from] TlsError),
     /// The UDP socket could not be bound. Cause: address in use (another process, or
-    /// the previous endpoint on this address is still draining for a moment after
-    /// `close`), or not an address of this host. Fix: free the port, or retry shortly.
+    /// the previous transport on this address was closed or dropped without
+    /// [`QuicTransport::shutdown`] and its tasks are still ending: its socket is
+    /// released a moment later), or not an address of this host. Fix: free the port, or
+    /// retry shortly.
     #[error("cannot bind UDP {addr}: {source}")]
     Bind {
         /// The address.
@@ -279,6 +302,10 @@ struct Settings {
 struct Shared {
     id: NodeId,
     endpoint: quinn::Endpoint,
+    /// The endpoint's UDP socket, released once the tasks have ended after `close`.
+    socket: Arc<ReleasableSocket>,
+    /// Cancelled once the socket is closed after `close` (the port is free).
+    released: CancellationToken,
     client_config: quinn::ClientConfig,
     runtime: tokio::runtime::Handle,
     settings: Settings,
@@ -292,7 +319,8 @@ struct Shared {
     /// Every task holds a clone; `close` drops this one, so the receiver in
     /// `tasks_done` yields `None` once all tasks have ended.
     task_guard: Mutex<Option<mpsc::Sender<()>>>,
-    tasks_done: tokio::sync::Mutex<mpsc::Receiver<()>>,
+    /// Taken by the task `close` starts to release the socket.
+    tasks_done: Mutex<Option<mpsc::Receiver<()>>>,
     log: Logger,
 }
 
@@ -311,7 +339,7 @@ struct Peer {
 /// The QUIC transport of one node. See the [module docs](self).
 ///
 /// Dropping it closes it ([`Transport::close`]); [`QuicTransport::shutdown`] also waits
-/// until its tasks have ended.
+/// until its tasks have ended and its UDP socket is closed.
 pub struct QuicTransport {
     shared: Arc<Shared>,
     local_addr: SocketAddr,
@@ -341,6 +369,177 @@ impl quinn::ConnectionIdGenerator for RandomCids {
     }
     fn cid_lifetime(&self) -> Option<Duration> {
         None
+    }
+}
+
+/// The endpoint's UDP socket (what quinn's tokio runtime would wrap it in), which the
+/// transport can close while quinn still holds it.
+///
+/// Quinn keeps its socket until every connection has drained, seconds after the
+/// endpoint is closed. [`ReleasableSocket::release`] closes it at once: from then on,
+/// what quinn sends is discarded and nothing is received.
+struct ReleasableSocket {
+    /// `None` once released. The only other holders of the `Arc` are writability waits
+    /// in progress, which end on `released`.
+    io: RwLock<Option<Arc<SocketIo>>>,
+    released: CancellationToken,
+    /// Resolves once the socket is closed; taken by `release`.
+    closed: Mutex<Option<oneshot::Receiver<()>>>,
+    local_addr: SocketAddr,
+}
+
+struct SocketIo {
+    io: tokio::net::UdpSocket,
+    state: quinn::udp::UdpSocketState,
+    /// Dropped after `io` (fields drop in order): tells `release` the socket is closed.
+    _closed: oneshot::Sender<()>,
+}
+
+impl ReleasableSocket {
+    /// Wraps `socket` (makes it non-blocking). Must be called inside a tokio runtime.
+    fn new(socket: std::net::UdpSocket) -> io::Result<ReleasableSocket> {
+        let state = quinn::udp::UdpSocketState::new((&socket).into())?;
+        let local_addr = socket.local_addr()?;
+        let (closed_tx, closed_rx) = oneshot::channel();
+        Ok(ReleasableSocket {
+            io: RwLock::new(Some(Arc::new(SocketIo {
+                io: tokio::net::UdpSocket::from_std(socket)?,
+                state,
+                _closed: closed_tx,
+            }))),
+            released: CancellationToken::new(),
+            closed: Mutex::new(Some(closed_rx)),
+            local_addr,
+        })
+    }
+
+    fn io(&self) -> std::sync::RwLockReadGuard<'_, Option<Arc<SocketIo>>> {
+        self.io.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Lets go of the socket; the returned future resolves once it is closed (at once,
+    /// unless a writability wait still holds it: that wait ends now too). Only the first
+    /// call returns a receiver that resolves; later ones resolve at once.
+    fn release(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.released.cancel();
+        let io = self.io.write().unwrap_or_else(|e| e.into_inner()).take();
+        drop(io);
+        let closed = self
+            .closed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        async move {
+            if let Some(closed) = closed {
+                let _ = closed.await;
+            }
+        }
+    }
+}
+
+impl fmt::Debug for ReleasableSocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReleasableSocket")
+            .field("local_addr", &self.local_addr)
+            .field("released", &self.released.is_cancelled())
+            .finish()
+    }
+}
+
+impl quinn::AsyncUdpSocket for ReleasableSocket {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn quinn::UdpPoller>> {
+        Box::pin(WritablePoller {
+            socket: self,
+            wait: None,
+        })
+    }
+
+    fn try_send(&self, transmit: &quinn::udp::Transmit) -> io::Result<()> {
+        match &*self.io() {
+            Some(s) => s
+                .io
+                .try_io(Interest::WRITABLE, || s.state.send((&s.io).into(), transmit)),
+            // Released: the datagram is lost, as if on the wire.
+            None => Ok(()),
+        }
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [io::IoSliceMut<'_>],
+        meta: &mut [quinn::udp::RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        let guard = self.io();
+        // Released: nothing arrives any more (the endpoint's other work wakes its driver).
+        let Some(s) = &*guard else {
+            return Poll::Pending;
+        };
+        loop {
+            ready!(s.io.poll_recv_ready(cx))?;
+            if let Ok(res) = s.io.try_io(Interest::READABLE, || {
+                s.state.recv((&s.io).into(), bufs, meta)
+            }) {
+                return Poll::Ready(Ok(res));
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.local_addr)
+    }
+
+    fn may_fragment(&self) -> bool {
+        self.io().as_ref().is_none_or(|s| s.state.may_fragment())
+    }
+
+    fn max_transmit_segments(&self) -> usize {
+        self.io().as_ref().map_or(1, |s| s.state.max_gso_segments())
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        self.io().as_ref().map_or(1, |s| s.state.gro_segments())
+    }
+}
+
+type WritableWait = Pin<Box<dyn Future<Output = io::Result<()>> + Send + Sync>>;
+
+/// Waits for the socket to be writable, for one connection (each has its own, so each is
+/// woken). Holds the socket only while a wait is in progress; release ends the wait.
+struct WritablePoller {
+    socket: Arc<ReleasableSocket>,
+    wait: Option<WritableWait>,
+}
+
+impl fmt::Debug for WritablePoller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WritablePoller")
+            .field("waiting", &self.wait.is_some())
+            .finish()
+    }
+}
+
+impl quinn::UdpPoller for WritablePoller {
+    fn poll_writable(self: Pin<&mut Self>, cx: &mut Context) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.wait.is_none() {
+            let Some(io) = this.socket.io().clone() else {
+                return Poll::Ready(Ok(())); // released: sends are discarded
+            };
+            let released = this.socket.released.clone();
+            this.wait = Some(Box::pin(async move {
+                tokio::select! {
+                    r = io.io.writable() => r,
+                    _ = released.cancelled() => Ok(()),
+                }
+            }));
+        }
+        let wait = this.wait.as_mut().expect("set above");
+        let r = wait.as_mut().poll(cx);
+        if r.is_ready() {
+            this.wait = None;
+        }
+        r
     }
 }
 
@@ -407,18 +606,21 @@ impl QuicTransport {
         let mut endpoint_config = quinn::EndpointConfig::new(Arc::new(reset_key));
         endpoint_config.cid_generator(|| Box::new(RandomCids));
 
-        let endpoint = {
+        let (socket, endpoint) = {
             let _guard = runtime.enter();
-            quinn::Endpoint::new(
-                endpoint_config,
-                Some(server_config),
-                socket,
-                Arc::new(quinn::TokioRuntime),
-            )
-            .map_err(|source| TransportError::Bind {
+            let bind_err = |source| TransportError::Bind {
                 addr: bound,
                 source,
-            })?
+            };
+            let socket = Arc::new(ReleasableSocket::new(socket).map_err(bind_err)?);
+            let endpoint = quinn::Endpoint::new_with_abstract_socket(
+                endpoint_config,
+                Some(server_config),
+                socket.clone(),
+                Arc::new(quinn::TokioRuntime),
+            )
+            .map_err(bind_err)?;
+            (socket, endpoint)
         };
         let local_addr = endpoint
             .local_addr()
@@ -435,6 +637,8 @@ impl QuicTransport {
         let shared = Arc::new(Shared {
             id: cfg.id,
             endpoint,
+            socket,
+            released: CancellationToken::new(),
             client_config,
             runtime,
             settings: Settings {
@@ -451,7 +655,7 @@ impl QuicTransport {
             shutdown: CancellationToken::new(),
             closed: AtomicBool::new(false),
             task_guard: Mutex::new(Some(guard)),
-            tasks_done: tokio::sync::Mutex::new(done),
+            tasks_done: Mutex::new(Some(done)),
             log,
         });
         info!(shared.log, "QUIC transport listening"; "peers" => format!("{:?}", cfg.peers));
@@ -505,12 +709,12 @@ impl QuicTransport {
     }
 
     /// Closes the transport (as [`Transport::close`]) and waits until all its tasks have
-    /// ended and its connections have drained.
+    /// ended, every open connection's CONNECTION_CLOSE has been sent and the UDP socket is
+    /// closed: when it returns, the address can be bound again. The connections' draining
+    /// period is not waited for (see the [module docs](self#shutdown)).
     pub async fn shutdown(&self) {
         self.close();
-        let mut done = self.shared.tasks_done.lock().await;
-        while done.recv().await.is_some() {}
-        self.shared.endpoint.wait_idle().await;
+        self.shared.released.cancelled().await;
     }
 }
 
@@ -562,6 +766,9 @@ impl Transport for QuicTransport {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
+        // Every connection, open or in handshake, sends CONNECTION_CLOSE the next time its
+        // driver runs. The tasks holding an open connection wait for that (see
+        // `Shared::closed_at_shutdown`).
         shared
             .endpoint
             .close(code(close_code::SHUTDOWN), b"node shutting down");
@@ -570,6 +777,26 @@ impl Transport for QuicTransport {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
+        // Once the tasks have ended, close the socket: the port is free again without
+        // waiting out the connections' draining period.
+        let done = shared
+            .tasks_done
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let shared2 = self.shared.clone();
+        shared.runtime.spawn(async move {
+            if let Some(mut done) = done {
+                while done.recv().await.is_some() {}
+            }
+            let closed = shared2.socket.release();
+            if tokio::time::timeout(RELEASE_WAIT, closed).await.is_err() {
+                warn!(shared2.log, "UDP socket still in use after close";
+                    "waited" => format!("{RELEASE_WAIT:?}"));
+            }
+            debug!(shared2.log, "UDP socket closed");
+            shared2.released.cancel();
+        });
     }
 }
 
@@ -634,6 +861,23 @@ impl Shared {
             }
             .run(),
         );
+    }
+
+    /// Closes `conn` with `c`, unless the transport is shutting down: then
+    /// [`quinn::Endpoint::close`] closes it, and this waits until that close has been
+    /// processed. Quinn processes an endpoint close and sends the CONNECTION_CLOSE in one
+    /// step of the connection's driver, so when this returns the close has been handed
+    /// to the socket (or the connection had ended already), and the socket may be
+    /// released (a close of our own could still be waiting for the driver to run).
+    async fn close_conn(&self, conn: &Connection, c: u32, reason: &[u8]) {
+        if self.shutdown.is_cancelled()
+            && tokio::time::timeout(CLOSE_WAIT, conn.closed())
+                .await
+                .is_ok()
+        {
+            return;
+        }
+        conn.close(code(c), reason);
     }
 
     /// Tells the driver that `peer` is unreachable (never blocks).
@@ -727,7 +971,9 @@ impl Outbound {
                         Ended::Stop => b"closing",
                         Ended::Failed(_) | Ended::Retry => b"reconnecting",
                     };
-                    conn.close(code(close_code::SHUTDOWN), reason);
+                    self.shared
+                        .close_conn(&conn, close_code::SHUTDOWN, reason)
+                        .await;
                     ended
                 }
                 Err(Ended::Failed(e)) => {
@@ -1005,7 +1251,7 @@ async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
                 } else {
                     close_code::PEER_REMOVED
                 };
-                conn.close(code(c), b"closing");
+                shared.close_conn(&conn, c, b"closing").await;
                 return;
             }
             s = conn.accept_uni() => s,

@@ -1,0 +1,37 @@
+//! Deliberately broken builds, to prove the fault suites catch what they claim to.
+//!
+//! Compiled in only with the `mutations` cargo feature; then `TENURE_MUTATION` (a comma
+//! list) switches them on at run time:
+//!
+//! | name | what breaks |
+//! |---|---|
+//! | `no-check-quorum` | raft-rs check-quorum off (a partitioned leader never steps down; followers grant votes while they hear from a leader) |
+//! | `persist-after-send` | votes and append responses leave before the state they promise is on disk |
+//! | `lease-before-read-index` | a new leader grants its lease at once, without a quorum-acknowledged round |
+//! | `no-restart-quiet` | a restarted node votes at once |
+//! | `fence-accepts-any` | the SQLite fence accepts every token |
+//!
+//! Without the feature, [`active`] is a constant `false` and the checks compile away.
+
+/// Whether mutation `name` is on.
+#[cfg(feature = "mutations")]
+pub fn active(name: &str) -> bool {
+    static ON: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    ON.get_or_init(|| {
+        std::env::var("TENURE_MUTATION")
+            .unwrap_or_default()
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect()
+    })
+    .iter()
+    .any(|m| m == name)
+}
+
+/// Whether mutation `name` is on (never, without the `mutations` feature).
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub fn active(_name: &str) -> bool {
+    false
+}
