@@ -127,8 +127,14 @@ fn stale_leader_scenario(fault: i32, resume: i32) -> (u64, u64, u64) {
     for e in g.events().iter().filter(|e| e.event == "fence_rejected") {
         assert!(e.u64("highest").unwrap() > e.term().unwrap());
     }
-    let highest = ledger::Ledger::open(&path, 0).unwrap().highest_token().unwrap();
-    assert!(highest.0 >= new_token, "fence at {highest} after token {new_token} was accepted");
+    let highest = ledger::Ledger::open(&path, 0)
+        .unwrap()
+        .highest_token()
+        .unwrap();
+    assert!(
+        highest.0 >= new_token,
+        "fence at {highest} after token {new_token} was accepted"
+    );
     g.stop();
     (old, old_token, new_token)
 }

@@ -403,7 +403,9 @@ async fn settle(
     row_delay: Duration,
 ) {
     loop {
-        let Ok(token): Result<FencingToken, _> = lease.confirm().await else { return };
+        let Ok(token): Result<FencingToken, _> = lease.confirm().await else {
+            return;
+        };
         // A batch runs on a blocking thread, the way a worker thread calls a bank API row
         // by row with the token it started with. Cancelling this task does not stop it:
         // a worker that stalls mid-batch and wakes up keeps writing with its old token,
@@ -436,7 +438,11 @@ fn settle_batch(
             return true;
         }
     };
-    emit(id, "batch_started", json!({"term": token.0, "token": token.0, "batch": batch, "rows": payments.len()}));
+    emit(
+        id,
+        "batch_started",
+        json!({"term": token.0, "token": token.0, "batch": batch, "rows": payments.len()}),
+    );
     for p in payments {
         std::thread::sleep(row_delay); // the external call
         let r = lock().settle_payment(token, batch, p);
@@ -446,7 +452,11 @@ fn settle_batch(
     }
     let r = lock().close_batch(token, batch);
     match r {
-        Ok(Some(rows)) => emit(id, "settled", json!({"term": token.0, "token": token.0, "batch": batch, "rows": rows})),
+        Ok(Some(rows)) => emit(
+            id,
+            "settled",
+            json!({"term": token.0, "token": token.0, "batch": batch, "rows": rows}),
+        ),
         Ok(None) => {}
         Err(e) => return !rejected(id, &e),
     }
