@@ -1,0 +1,219 @@
+//! The history checker itself (tests/support/checker.rs) on small hand-made histories:
+//! one that passes, and for each rule one that must fail, so the checker provably can.
+
+mod support;
+
+use support::checker::*;
+
+const MS: u64 = 1_000_000;
+
+/// A healthy history: n1 leads term 2, is cut off, its lease runs out, n2 takes
+/// term 3 after it; the resource sees tokens 2 then 3.
+fn healthy() -> (Vec<Event>, Vec<Write>) {
+    let ev = vec![
+        Event::new(1, 0, Kind::Started),
+        Event::new(2, 0, Kind::Started),
+        Event::new(3, 0, Kind::Started),
+        Event::term_changed(1, 100 * MS, 2, Some(1), "leader"),
+        Event::term_changed(2, 100 * MS, 2, Some(1), "follower"),
+        Event::term_changed(3, 100 * MS, 2, Some(1), "follower"),
+        Event::acquired(1, 110 * MS, 2, 280 * MS),
+        Event::confirmed(1, 150 * MS, 152 * MS, 2, 320 * MS),
+        Event::new(0, 200 * MS, Kind::Fault).note("isolate n1"),
+        Event::lost(1, 330 * MS, 2, 320 * MS, "expired"),
+        Event::term_changed(2, 420 * MS, 3, None, "candidate"),
+        Event::term_changed(3, 421 * MS, 3, Some(2), "follower"),
+        Event::term_changed(2, 421 * MS, 3, Some(2), "leader"),
+        Event::acquired(2, 430 * MS, 3, 600 * MS),
+        Event::new(0, 500 * MS, Kind::Heal).note("heal all"),
+        Event::term_changed(1, 505 * MS, 3, Some(2), "follower"),
+        Event::confirmed(2, 540 * MS, 541 * MS, 3, 700 * MS),
+    ];
+    let w = vec![
+        Write {
+            seq: 1,
+            token: 2,
+            node: 1,
+            at_ns: Some(153 * MS),
+        },
+        Write {
+            seq: 2,
+            token: 3,
+            node: 2,
+            at_ns: Some(542 * MS),
+        },
+    ];
+    (ev, w)
+}
+
+fn opts() -> Options {
+    Options::new(3).liveness(500 * MS, 200 * MS)
+}
+
+fn fails(ev: &[Event], w: &[Write], rule: Rule) -> Failure {
+    let f = check(ev, w, &opts()).expect_err("the history must fail");
+    assert!(f.broke(rule), "expected {rule}, got:\n{f}");
+    let text = f.to_string();
+    assert!(
+        text.contains(">> "),
+        "the timeline marks the violation:\n{text}"
+    );
+    f
+}
+
+#[test]
+fn healthy_history_passes() {
+    let (ev, w) = healthy();
+    let s = check(&ev, &w, &opts()).unwrap_or_else(|f| panic!("{f}"));
+    assert_eq!(s.terms_with_leases, 2);
+    assert_eq!(s.confirms, 2);
+    assert_eq!(s.recovery_ns, Some(41 * MS));
+}
+
+#[test]
+fn two_holders_in_one_term_fail_rule_a() {
+    let (mut ev, w) = healthy();
+    ev.push(Event::acquired(3, 431 * MS, 3, 600 * MS));
+    fails(&ev, &w, Rule::OneHolderPerTerm);
+}
+
+#[test]
+fn one_holder_reacquiring_in_its_term_is_fine() {
+    let (mut ev, w) = healthy();
+    ev.push(Event::lost(2, 610 * MS, 3, 600 * MS, "expired"));
+    ev.push(Event::acquired(2, 620 * MS, 3, 800 * MS));
+    check(&ev, &w, &opts()).unwrap_or_else(|f| panic!("{f}"));
+}
+
+#[test]
+fn a_lower_token_after_a_higher_one_fails_rule_b() {
+    let (ev, mut w) = healthy();
+    w.push(Write {
+        seq: 3,
+        token: 2,
+        node: 1,
+        at_ns: Some(560 * MS),
+    });
+    let f = fails(&ev, &w, Rule::Fencing);
+    assert!(f.to_string().contains("resource log"), "{f}");
+}
+
+#[test]
+fn one_token_from_two_writers_fails_rule_b() {
+    let (ev, mut w) = healthy();
+    w.push(Write {
+        seq: 3,
+        token: 3,
+        node: 3,
+        at_ns: None,
+    });
+    fails(&ev, &w, Rule::Fencing);
+}
+
+#[test]
+fn a_token_written_by_someone_else_than_its_holder_fails_rule_b() {
+    let (ev, mut w) = healthy();
+    w[1].node = 3;
+    fails(&ev, &w, Rule::Fencing);
+}
+
+#[test]
+fn a_confirm_begun_after_a_majority_moved_on_fails_rule_c() {
+    let (mut ev, w) = healthy();
+    // n1 was cut off, the majority moved to term 3 by 421 ms; a confirm of term 2
+    // that began at 425 ms cannot have been acknowledged by a quorum.
+    ev.push(Event::confirmed(1, 425 * MS, 426 * MS, 2, 500 * MS));
+    fails(&ev, &w, Rule::StaleConfirm);
+}
+
+#[test]
+fn a_confirm_begun_before_the_majority_moved_on_is_fine() {
+    let (mut ev, w) = healthy();
+    // Began before M(2) = 421 ms, returned after it: acknowledged in time.
+    ev.push(Event::confirmed(1, 300 * MS, 425 * MS, 2, 320 * MS));
+    check(&ev, &w, &opts()).unwrap_or_else(|f| panic!("{f}"));
+}
+
+#[test]
+fn json_latency_defines_when_a_confirm_began() {
+    let (mut ev, w) = healthy();
+    let line = r#"{"event":"lease_confirmed","node":1,"mono_ns":430000000,"term":2,"token":2,"latency_us":2000.0,"valid_until_ns":500000000}"#;
+    let e = Event::from_json_line(line).expect("parses");
+    assert_eq!(e.began(), 428 * MS);
+    ev.push(e);
+    fails(&ev, &w, Rule::StaleConfirm);
+}
+
+#[test]
+fn a_lease_acquired_before_the_old_one_ended_fails_rule_d() {
+    let (mut ev, w) = healthy();
+    // n1's lease actually ran until 450 ms, after n2 acquired at 430 ms.
+    for e in &mut ev {
+        if e.kind == Kind::LeaseLost {
+            e.ended_ns = Some(450 * MS);
+        }
+    }
+    fails(&ev, &w, Rule::Overlap);
+}
+
+#[test]
+fn a_crashed_holder_lease_ends_at_its_last_validity() {
+    let (mut ev, w) = healthy();
+    ev.retain(|e| e.kind != Kind::LeaseLost);
+    ev.push(Event::new(1, 250 * MS, Kind::Crashed));
+    check(&ev, &w, &opts()).unwrap_or_else(|f| panic!("{f}"));
+    // …but a confirm reporting validity past n2's acquisition makes it overlap.
+    ev.retain(|e| e.kind != Kind::Crashed);
+    ev.push(Event::confirmed(1, 200 * MS, 201 * MS, 2, 440 * MS));
+    fails(&ev, &w, Rule::Overlap);
+}
+
+#[test]
+fn no_lease_after_the_heal_fails_rule_e() {
+    let (mut ev, w) = healthy();
+    ev.retain(|e| !(e.at_ns >= 500 * MS && e.kind == Kind::LeaseConfirmed));
+    ev.push(Event::new(3, 900 * MS, Kind::Other("tick".into())));
+    let f = fails(&ev, &w, Rule::Liveness);
+    assert!(f.to_string().contains("none came"), "{f}");
+    // A late lease is reported with its delay.
+    ev.push(Event::confirmed(2, 800 * MS, 801 * MS, 3, 900 * MS));
+    let f = fails(&ev, &w, Rule::Liveness);
+    assert!(f.to_string().contains("301.000 ms after"), "{f}");
+}
+
+#[test]
+fn worker_json_lines_parse() {
+    let text = r#"
+{"event":"started","node":1,"mono_ns":5,"pid":1}
+not json
+{"event":"leader_changed","node":1,"mono_ns":7,"term":2,"leader":1,"role":"leader"}
+{"event":"lease_lost","node":1,"mono_ns":9,"term":2,"token":2,"reason":"expired","ended_ns":8}
+{"event":"fence_rejected","node":1,"mono_ns":10,"term":2,"token":2,"highest":3}
+"#;
+    let ev = events_from_json(text);
+    assert_eq!(ev.len(), 4);
+    assert_eq!(ev[1].kind, Kind::LeaderChanged);
+    assert_eq!(ev[1].leader, Some(1));
+    assert_eq!(ev[2].ended_ns, Some(8));
+    assert_eq!(ev[3].highest, Some(3));
+}
+
+#[test]
+fn timeline_is_relative_to_the_first_event_one_line_each() {
+    let (mut ev, w) = healthy();
+    ev.push(Event::acquired(3, 431 * MS, 3, 600 * MS));
+    let f = check(&ev, &w, &opts()).unwrap_err();
+    let text = f.to_string();
+    assert!(text.contains("+431.000ms  n3  lease_acquired"), "{text}");
+    assert!(text.contains("+0.000ms"), "{text}");
+}
+
+#[test]
+#[should_panic(expected = "violation")]
+fn a_failure_prints_its_timeline() {
+    let (mut ev, w) = healthy();
+    ev.push(Event::confirmed(1, 425 * MS, 426 * MS, 2, 500 * MS));
+    if let Err(f) = check(&ev, &w, &opts()) {
+        panic!("{f}");
+    }
+}

@@ -1,0 +1,864 @@
+//! A history checker: judges what the nodes of one run reported (their lease events, in
+//! one time base) and what a fenced resource accepted, against tenure's guarantees.
+//!
+//! Feed it [`Event`]s (built in process by a simulation, or parsed from the worker's JSON
+//! lines with [`Event::from_json_line`] / [`events_from_json`]) and the resource's
+//! [`Write`] log in commit order, then call [`check`]. A failure is a [`Failure`] whose
+//! `Display` is a readable timeline of the events around each violation.
+//!
+//! # Time
+//!
+//! Every `*_ns` field is in **one** time base for the whole history: `CLOCK_MONOTONIC`
+//! for worker processes on one host, simulated time in the simulation. A node whose
+//! clock runs at a skewed rate still reports real instants (the worker converts with
+//! [`Lease::valid_until`](tenure::Lease::valid_until), the simulation with its own clock).
+//!
+//! # Rules
+//!
+//! **(a) One holder per term.** At most one node reports `lease_acquired` for a term. The
+//! same node may acquire several leases in one term (a lease that ran out unrenewed is
+//! granted again when a later round is acknowledged); that is the same tenure.
+//!
+//! **(b) Fencing.** Taking the accepted writes in commit order (`seq`), no write carries a
+//! token lower than one accepted before it. Also, every accepted write with token `t` comes
+//! from one node, and if the history has a `lease_acquired` of term `t`, from that node:
+//! equal tokens are the same tenure.
+//!
+//! **(c) No confirm after a majority moved past its term.** Derivation, for a group of
+//! `n` nodes, quorum `q = n/2 + 1`:
+//!
+//! * A `Safe` confirm of term `t` is answered by a ReadIndex round that the leader starts
+//!   *after the confirm call began* (the driver gives confirms a round of their own) and
+//!   that a quorum acknowledges, the leader included.
+//! * A follower acknowledges a term-`t` heartbeat only while its own term is `t`: with a
+//!   lower term it first moves to `t`; with a higher term it answers with a rejection in
+//!   its own term (check-quorum), which is not an acknowledgement and makes the old
+//!   leader step down.
+//! * A node's term never decreases (it is persisted before anything that depends on it
+//!   is sent, and the watch channel publishes a term only after that Ready was
+//!   persisted). raft-rs ignores a higher-term vote request while it is in lease (it heard
+//!   from its leader within the election timeout) *without* raising its term, and
+//!   pre-vote never raises terms; so a reported term change is a real one, and the
+//!   acknowledgements of a round of term `t` all happen before those nodes moved past `t`.
+//! * A node *reports* its term (`leader_changed`) after the change happened, so "node `k`
+//!   reported a term > `t` at `r_k`" implies its term was > `t` from `r_k` on.
+//!
+//! Let `M(t)` be the `q`-th earliest of the nodes' first reports of a term > `t`. If a
+//! confirm of term `t` **began** after `M(t)`, a majority already had a term > `t` when
+//! its round was sent; that majority intersects every quorum, so some acknowledger would
+//! have had to acknowledge term `t` after leaving it. Hence the rule:
+//!
+//! > violation if `began > M(t)` (strictly), where `began = began_ns`, or
+//! > `at_ns − latency_ns` when the event does not say.
+//!
+//! For `LeaseBased` confirms the same rule applies (the local validity check happens at
+//! the call, not before it), but it is **not** a theorem there: it holds only while the
+//! holder's clock runs within `max_clock_drift` of the others, which is exactly what the
+//! clock tests probe. Not checked by (c): acquisitions (covered by (a) and (d)); confirms
+//! that began before `M(t)` but returned after it (legal: the round was acknowledged in
+//! time); nodes whose term changes were never reported (a killed node's last report
+//! stands until it reports again). `at_ns − latency_ns` is slightly *after* the real call
+//! start (the event is stamped after the call returned), so a process stalled between
+//! the return and the stamp could be flagged falsely; events that carry `began_ns` avoid
+//! that.
+//!
+//! **(d) Leases do not overlap.** A lease acquired by node `B` in term `t` at `a` must
+//! start after every lease of an earlier term held by another node ended. A lease ends at
+//! its `lease_lost` `ended_ns` (the earlier of revocation and validity); without one, at
+//! the earlier of its last reported `valid_until_ns` and the holder's crash or stop. (A
+//! lease renewed after its last report really lasted longer than we know: the check is
+//! lenient there, never falsely strict.)
+//!
+//! **(e) Liveness.** When [`Options::liveness`] is set: some node reports
+//! `lease_acquired` or `lease_confirmed` within `bound_ns` after `healed_at_ns` (the end
+//! of the last fault). The history must run that long; if it ends first without a lease,
+//! that is a violation too. The bound is the caller's: it depends on the timing and on
+//! what the transport needs to reconnect (see the simulation for the one it uses).
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde_json::Value;
+
+/// What happened, as far as the checker cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// A node (process) started.
+    Started,
+    /// A node's view of term and leader changed (`term`, `leader`, `role`).
+    LeaderChanged,
+    /// A node acquired a lease (`term` = `token`, `valid_until_ns`).
+    LeaseAcquired,
+    /// A node confirmed its lease (`term`, `latency_ns`, `valid_until_ns`, maybe `began_ns`).
+    LeaseConfirmed,
+    /// A node lost its lease (`term`, `reason`, `ended_ns`).
+    LeaseLost,
+    /// A node stopped gracefully.
+    Stopped,
+    /// A node died without a word (SIGKILL, simulated crash).
+    Crashed,
+    /// A leader began a batch of fenced work (`token`).
+    BatchStarted,
+    /// A batch of fenced work was settled (`token`).
+    Settled,
+    /// The resource rejected a stale token (`token`, `highest`).
+    FenceRejected,
+    /// A fault was injected (partition, pause, loss…); `note` says which.
+    Fault,
+    /// Faults were healed; `note` says which.
+    Heal,
+    /// The resource accepted a write (timeline only; the checked log is [`Write`]).
+    Write,
+    /// Anything else, by name.
+    Other(String),
+}
+
+impl Kind {
+    fn name(&self) -> &str {
+        match self {
+            Kind::Started => "started",
+            Kind::LeaderChanged => "leader_changed",
+            Kind::LeaseAcquired => "lease_acquired",
+            Kind::LeaseConfirmed => "lease_confirmed",
+            Kind::LeaseLost => "lease_lost",
+            Kind::Stopped => "stopped",
+            Kind::Crashed => "crashed",
+            Kind::BatchStarted => "batch_started",
+            Kind::Settled => "settled",
+            Kind::FenceRejected => "fence_rejected",
+            Kind::Fault => "fault",
+            Kind::Heal => "heal",
+            Kind::Write => "write",
+            Kind::Other(s) => s,
+        }
+    }
+
+    fn from_name(s: &str) -> Kind {
+        match s {
+            "started" => Kind::Started,
+            "leader_changed" => Kind::LeaderChanged,
+            "lease_acquired" => Kind::LeaseAcquired,
+            "lease_confirmed" => Kind::LeaseConfirmed,
+            "lease_lost" => Kind::LeaseLost,
+            "stopped" => Kind::Stopped,
+            "crashed" | "killed" => Kind::Crashed,
+            "batch_started" => Kind::BatchStarted,
+            "settled" => Kind::Settled,
+            "fence_rejected" => Kind::FenceRejected,
+            "fault" | "isolated" => Kind::Fault,
+            "heal" | "healed" => Kind::Heal,
+            "write" => Kind::Write,
+            other => Kind::Other(other.to_string()),
+        }
+    }
+}
+
+/// One event of one node, in the history's time base.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// The reporting node (0 for events of the harness itself, like faults).
+    pub node: u64,
+    /// When it was reported.
+    pub at_ns: u64,
+    /// What happened.
+    pub kind: Kind,
+    /// The node's term (`leader_changed`), or the lease's term.
+    pub term: Option<u64>,
+    /// The fencing token (equal to the lease's term).
+    pub token: Option<u64>,
+    /// The leader a `leader_changed` names.
+    pub leader: Option<u64>,
+    /// The role a `leader_changed` names.
+    pub role: Option<String>,
+    /// Until when the lease holds, as reported with an acquire or confirm.
+    pub valid_until_ns: Option<u64>,
+    /// How long a confirm took.
+    pub latency_ns: Option<u64>,
+    /// When a confirm call began, if known exactly (else `at_ns − latency_ns`).
+    pub began_ns: Option<u64>,
+    /// When a lost lease really ended.
+    pub ended_ns: Option<u64>,
+    /// The resource's highest token, with `fence_rejected`.
+    pub highest: Option<u64>,
+    /// Why a lease was lost.
+    pub reason: Option<String>,
+    /// Free text for the timeline (fault descriptions).
+    pub note: String,
+}
+
+impl Event {
+    /// An event with only the required fields set.
+    pub fn new(node: u64, at_ns: u64, kind: Kind) -> Event {
+        Event {
+            node,
+            at_ns,
+            kind,
+            term: None,
+            token: None,
+            leader: None,
+            role: None,
+            valid_until_ns: None,
+            latency_ns: None,
+            began_ns: None,
+            ended_ns: None,
+            highest: None,
+            reason: None,
+            note: String::new(),
+        }
+    }
+
+    /// Sets `term` and `token` (a lease event).
+    pub fn term(mut self, t: u64) -> Event {
+        self.term = Some(t);
+        self.token = Some(t);
+        self
+    }
+
+    /// Sets `valid_until_ns`.
+    pub fn until(mut self, ns: u64) -> Event {
+        self.valid_until_ns = Some(ns);
+        self
+    }
+
+    /// Sets a free-text note.
+    pub fn note(mut self, s: impl Into<String>) -> Event {
+        self.note = s.into();
+        self
+    }
+
+    /// `lease_acquired` of term `t` by `node` at `at`, valid until `until`.
+    pub fn acquired(node: u64, at: u64, t: u64, until: u64) -> Event {
+        Event::new(node, at, Kind::LeaseAcquired)
+            .term(t)
+            .until(until)
+    }
+
+    /// `lease_confirmed` of term `t`, the call having begun at `began`.
+    pub fn confirmed(node: u64, began: u64, at: u64, t: u64, until: u64) -> Event {
+        let mut e = Event::new(node, at, Kind::LeaseConfirmed)
+            .term(t)
+            .until(until);
+        e.began_ns = Some(began);
+        e.latency_ns = Some(at.saturating_sub(began));
+        e
+    }
+
+    /// `lease_lost` of term `t`, the lease having ended at `ended`.
+    pub fn lost(node: u64, at: u64, t: u64, ended: u64, reason: &str) -> Event {
+        let mut e = Event::new(node, at, Kind::LeaseLost).term(t);
+        e.ended_ns = Some(ended);
+        e.reason = Some(reason.to_string());
+        e
+    }
+
+    /// `leader_changed`: `node` is now in `term`, following `leader`.
+    pub fn term_changed(node: u64, at: u64, term: u64, leader: Option<u64>, role: &str) -> Event {
+        let mut e = Event::new(node, at, Kind::LeaderChanged);
+        e.term = Some(term);
+        e.leader = leader;
+        e.role = Some(role.to_string());
+        e
+    }
+
+    /// Parses one worker JSON line (`{"event": .., "node": .., "mono_ns": .., ...}`);
+    /// `None` for anything else. `latency_us` becomes `latency_ns`; an optional
+    /// `began_ns` is taken as is.
+    pub fn from_json_line(line: &str) -> Option<Event> {
+        let v: Value = serde_json::from_str(line.trim()).ok()?;
+        Event::from_json(&v)
+    }
+
+    /// [`Event::from_json_line`] on a parsed value.
+    pub fn from_json(v: &Value) -> Option<Event> {
+        let u = |k: &str| v.get(k).and_then(Value::as_u64);
+        let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+        let mut e = Event::new(
+            u("node")?,
+            u("mono_ns")?,
+            Kind::from_name(v.get("event")?.as_str()?),
+        );
+        e.term = u("term");
+        e.token = u("token").or(e.term);
+        e.leader = u("leader");
+        e.role = s("role");
+        e.valid_until_ns = u("valid_until_ns");
+        e.latency_ns = v
+            .get("latency_us")
+            .and_then(Value::as_f64)
+            .map(|us| (us * 1e3) as u64)
+            .or_else(|| u("latency_ns"));
+        e.began_ns = u("began_ns");
+        e.ended_ns = u("ended_ns");
+        e.highest = u("highest");
+        e.reason = s("reason");
+        if let Kind::Other(_) | Kind::Fault | Kind::Heal = e.kind {
+            e.note = s("note").unwrap_or_default();
+        }
+        Some(e)
+    }
+
+    /// When a confirm began (see rule (c)).
+    pub fn began(&self) -> u64 {
+        self.began_ns
+            .unwrap_or_else(|| self.at_ns.saturating_sub(self.latency_ns.unwrap_or(0)))
+    }
+}
+
+/// Parses every event line of a worker's output (other lines are skipped).
+pub fn events_from_json(text: &str) -> Vec<Event> {
+    text.lines().filter_map(Event::from_json_line).collect()
+}
+
+/// A write the fenced resource accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Write {
+    /// Commit order at the resource (strictly increasing along the log).
+    pub seq: u64,
+    /// The token the write carried.
+    pub token: u64,
+    /// The node that wrote.
+    pub node: u64,
+    /// When it was accepted, if known (for the timeline).
+    pub at_ns: Option<u64>,
+}
+
+/// Which rule a violation breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Rule {
+    /// (a) at most one lease holder per term.
+    OneHolderPerTerm,
+    /// (b) accepted tokens never decrease; one tenure per token.
+    Fencing,
+    /// (c) no confirm that began after a majority moved past its term.
+    StaleConfirm,
+    /// (d) no lease acquired before an earlier-term lease of another node ended.
+    Overlap,
+    /// (e) a lease within the bound after the last heal.
+    Liveness,
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Rule::OneHolderPerTerm => "(a) one lease holder per term",
+            Rule::Fencing => "(b) fencing",
+            Rule::StaleConfirm => "(c) no confirm after a majority moved past the term",
+            Rule::Overlap => "(d) leases do not overlap",
+            Rule::Liveness => "(e) liveness after the last heal",
+        })
+    }
+}
+
+/// One broken rule, with the timeline around it.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    /// The rule.
+    pub rule: Rule,
+    /// What exactly is wrong.
+    pub message: String,
+    /// The events around it, one per line.
+    pub timeline: String,
+}
+
+/// Liveness requirement: a lease within `bound_ns` after `healed_at_ns`.
+#[derive(Debug, Clone, Copy)]
+pub struct Liveness {
+    /// When the last fault was healed.
+    pub healed_at_ns: u64,
+    /// How long after that a lease must be acquired or confirmed.
+    pub bound_ns: u64,
+}
+
+/// What to check.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Number of voters (for the majority of rule (c)).
+    pub group_size: usize,
+    /// Rule (e), when set.
+    pub liveness: Option<Liveness>,
+    /// Events shown on each side of a violation.
+    pub context: usize,
+}
+
+impl Options {
+    /// Rules (a)–(d) for a group of `group_size`, 12 events of context.
+    pub fn new(group_size: usize) -> Options {
+        Options {
+            group_size,
+            liveness: None,
+            context: 12,
+        }
+    }
+
+    /// Also check liveness (e).
+    pub fn liveness(mut self, healed_at_ns: u64, bound_ns: u64) -> Options {
+        self.liveness = Some(Liveness {
+            healed_at_ns,
+            bound_ns,
+        });
+        self
+    }
+}
+
+/// What a passing history looked like.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    /// Events judged.
+    pub events: usize,
+    /// Distinct terms in which a lease was acquired.
+    pub terms_with_leases: usize,
+    /// Confirms judged by rule (c).
+    pub confirms: usize,
+    /// Writes judged by rule (b).
+    pub writes: usize,
+    /// Time from the last heal to the first lease event after it (rule (e)).
+    pub recovery_ns: Option<u64>,
+}
+
+/// Every violation of one history.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// The violations, in rule order.
+    pub violations: Vec<Violation>,
+    /// What the history looked like anyway.
+    pub summary: Summary,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{} violation(s):", self.violations.len())?;
+        for v in &self.violations {
+            writeln!(f, "\n{}: {}\n{}", v.rule, v.message, v.timeline)?;
+        }
+        Ok(())
+    }
+}
+
+impl Failure {
+    /// Whether `rule` is among the violations.
+    pub fn broke(&self, rule: Rule) -> bool {
+        self.violations.iter().any(|v| v.rule == rule)
+    }
+}
+
+/// A lease instance: from acquisition to its end.
+#[derive(Debug, Clone)]
+struct Tenure {
+    node: u64,
+    term: u64,
+    acquired_ns: u64,
+    /// Index of the acquisition in the sorted history.
+    idx: usize,
+    end_ns: u64,
+}
+
+/// The sorted history and the timeline printer.
+struct History<'a> {
+    events: Vec<&'a Event>,
+    writes: &'a [Write],
+    origin: u64,
+    context: usize,
+}
+
+impl History<'_> {
+    fn rel(&self, ns: u64) -> String {
+        let d = ns as i128 - self.origin as i128;
+        format!("{:+.3}ms", d as f64 / 1e6)
+    }
+
+    fn line(&self, e: &Event) -> String {
+        let mut s = format!(
+            "{:>12}  n{:<2} {:<15}",
+            self.rel(e.at_ns),
+            e.node,
+            e.kind.name()
+        );
+        let mut kv = |k: &str, v: String| {
+            s.push(' ');
+            s.push_str(k);
+            s.push('=');
+            s.push_str(&v);
+        };
+        if let Some(t) = e.term {
+            kv("term", t.to_string());
+        }
+        if let (Some(tok), Some(t)) = (e.token, e.term) {
+            if tok != t {
+                kv("token", tok.to_string());
+            }
+        } else if let Some(tok) = e.token {
+            kv("token", tok.to_string());
+        }
+        if e.kind == Kind::LeaderChanged {
+            kv(
+                "leader",
+                e.leader.map_or("none".into(), |l| format!("n{l}")),
+            );
+        }
+        if let Some(r) = &e.role {
+            kv("role", r.clone());
+        }
+        if e.kind == Kind::LeaseConfirmed {
+            kv("began", self.rel(e.began()));
+        }
+        if let Some(v) = e.valid_until_ns {
+            kv("until", self.rel(v));
+        }
+        if let Some(v) = e.ended_ns {
+            kv("ended", self.rel(v));
+        }
+        if let Some(r) = &e.reason {
+            kv("reason", r.clone());
+        }
+        if let Some(h) = e.highest {
+            kv("highest", h.to_string());
+        }
+        if !e.note.is_empty() {
+            s.push_str("  ");
+            s.push_str(&e.note);
+        }
+        s
+    }
+
+    /// The events around index `focus`, the focus marked `>>`.
+    fn around(&self, focus: usize, also: &[usize]) -> String {
+        let lo = focus.saturating_sub(self.context);
+        let hi = (focus + self.context + 1).min(self.events.len());
+        let mut out = String::new();
+        if lo > 0 {
+            out.push_str(&format!("      ... {lo} earlier event(s)\n"));
+        }
+        for i in lo..hi {
+            let mark = if i == focus {
+                ">> "
+            } else if also.contains(&i) {
+                " * "
+            } else {
+                "   "
+            };
+            out.push_str(mark);
+            out.push_str(self.line(self.events[i]).trim_end());
+            out.push('\n');
+        }
+        if hi < self.events.len() {
+            out.push_str(&format!(
+                "      ... {} later event(s)\n",
+                self.events.len() - hi
+            ));
+        }
+        out
+    }
+
+    /// The first event at or after `ns`.
+    fn index_at(&self, ns: u64) -> usize {
+        self.events
+            .partition_point(|e| e.at_ns < ns)
+            .min(self.events.len().saturating_sub(1))
+    }
+
+    /// The writes around write `focus` of the log, then the events around its time.
+    fn around_write(&self, focus: usize) -> String {
+        let lo = focus.saturating_sub(self.context);
+        let hi = (focus + self.context / 2 + 1).min(self.writes.len());
+        let mut out = String::from("   resource log (commit order):\n");
+        for (i, w) in self.writes.iter().enumerate().take(hi).skip(lo) {
+            let mark = if i == focus { ">> " } else { "   " };
+            let at = w.at_ns.map(|a| self.rel(a)).unwrap_or_default();
+            out.push_str(&format!(
+                "{mark}seq {:<6} token {:<4} n{:<2} {at}\n",
+                w.seq, w.token, w.node
+            ));
+        }
+        if let Some(at) = self.writes[focus].at_ns {
+            if !self.events.is_empty() {
+                out.push_str("   events around it:\n");
+                out.push_str(&self.around(self.index_at(at), &[]));
+            }
+        }
+        out
+    }
+}
+
+/// Checks a history: `events` in any order (sorted by `at_ns`, stable), `writes` in the
+/// resource's commit order.
+pub fn check(events: &[Event], writes: &[Write], opts: &Options) -> Result<Summary, Failure> {
+    let mut sorted: Vec<&Event> = events.iter().collect();
+    sorted.sort_by_key(|e| e.at_ns);
+    let origin = sorted.first().map_or(0, |e| e.at_ns);
+    let h = History {
+        events: sorted,
+        writes,
+        origin,
+        context: opts.context,
+    };
+    let mut violations = Vec::new();
+    let mut summary = Summary {
+        events: events.len(),
+        writes: writes.len(),
+        ..Summary::default()
+    };
+
+    // (a) one holder per term.
+    let mut holders: BTreeMap<u64, Vec<(u64, usize)>> = BTreeMap::new();
+    for (i, e) in h.events.iter().enumerate() {
+        if let (Kind::LeaseAcquired, Some(t)) = (&e.kind, e.term) {
+            let hs = holders.entry(t).or_default();
+            if !hs.iter().any(|(n, _)| *n == e.node) {
+                hs.push((e.node, i));
+            }
+        }
+    }
+    summary.terms_with_leases = holders.len();
+    for (t, hs) in &holders {
+        if hs.len() > 1 {
+            let nodes: Vec<String> = hs.iter().map(|(n, _)| format!("n{n}")).collect();
+            let also: Vec<usize> = hs.iter().map(|(_, i)| *i).collect();
+            violations.push(Violation {
+                rule: Rule::OneHolderPerTerm,
+                message: format!(
+                    "term {t}: leases acquired by {} nodes: {}",
+                    hs.len(),
+                    nodes.join(", ")
+                ),
+                timeline: h.around(hs[1].1, &also),
+            });
+        }
+    }
+
+    // (b) fencing.
+    let mut highest: Option<(u64, usize)> = None;
+    let mut writer_of: BTreeMap<u64, u64> = BTreeMap::new();
+    for (i, w) in writes.iter().enumerate() {
+        if let Some((hi, hi_idx)) = highest {
+            if w.token < hi {
+                violations.push(Violation {
+                    rule: Rule::Fencing,
+                    message: format!(
+                        "write seq {} with token {} by n{} accepted after write seq {} with \
+                         the higher token {}",
+                        w.seq, w.token, w.node, writes[hi_idx].seq, hi
+                    ),
+                    timeline: h.around_write(i),
+                });
+                continue;
+            }
+        }
+        if highest.is_none_or(|(hi, _)| w.token > hi) {
+            highest = Some((w.token, i));
+        }
+        match writer_of.get(&w.token) {
+            Some(n) if *n != w.node => violations.push(Violation {
+                rule: Rule::Fencing,
+                message: format!(
+                    "token {} used by two writers: n{} and n{} (seq {})",
+                    w.token, n, w.node, w.seq
+                ),
+                timeline: h.around_write(i),
+            }),
+            Some(_) => {}
+            None => {
+                writer_of.insert(w.token, w.node);
+                if let Some(hs) = holders.get(&w.token) {
+                    if !hs.iter().any(|(n, _)| *n == w.node) {
+                        violations.push(Violation {
+                            rule: Rule::Fencing,
+                            message: format!(
+                                "write seq {} with token {} by n{}, but the lease of term {} \
+                                 was acquired by n{}",
+                                w.seq, w.token, w.node, w.token, hs[0].0
+                            ),
+                            timeline: h.around_write(i),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    // (c) stale confirms.
+    let q = opts.group_size / 2 + 1;
+    // First report of each term per node: node → [(term, at)] with strictly rising terms.
+    let mut rises: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
+    for e in &h.events {
+        if e.kind == Kind::LeaderChanged || e.kind == Kind::LeaseAcquired {
+            if let Some(t) = e.term {
+                let r = rises.entry(e.node).or_default();
+                if r.last().is_none_or(|(last, _)| t > *last) {
+                    r.push((t, e.at_ns));
+                }
+            }
+        }
+    }
+    // M(t): the q-th earliest first report of a term > t among the nodes.
+    let majority_past = |t: u64| -> Option<(u64, Vec<u64>)> {
+        let mut firsts: Vec<(u64, u64)> = rises
+            .iter()
+            .filter_map(|(node, r)| {
+                r.iter()
+                    .find(|(term, _)| *term > t)
+                    .map(|(_, at)| (*at, *node))
+            })
+            .collect();
+        if firsts.len() < q {
+            return None;
+        }
+        firsts.sort_unstable();
+        Some((
+            firsts[q - 1].0,
+            firsts[..q].iter().map(|(_, n)| *n).collect(),
+        ))
+    };
+    let mut stale_terms: BTreeSet<(u64, u64)> = BTreeSet::new();
+    for (i, e) in h.events.iter().enumerate() {
+        if e.kind != Kind::LeaseConfirmed {
+            continue;
+        }
+        let Some(t) = e.term else { continue };
+        summary.confirms += 1;
+        if let Some((m, nodes)) = majority_past(t) {
+            let began = e.began();
+            // One report per (node, term) is enough to read.
+            if began > m && stale_terms.insert((e.node, t)) {
+                let names: Vec<String> = nodes.iter().map(|n| format!("n{n}")).collect();
+                violations.push(Violation {
+                    rule: Rule::StaleConfirm,
+                    message: format!(
+                        "n{} confirmed term {t} with a call that began at {}, after a majority \
+                         ({}) had reported a term > {t} (by {})",
+                        e.node,
+                        h.rel(began),
+                        names.join(", "),
+                        h.rel(m)
+                    ),
+                    timeline: h.around(i, &[h.index_at(m)]),
+                });
+            }
+        }
+    }
+
+    // (d) overlapping leases.
+    let mut tenures: Vec<Tenure> = Vec::new();
+    let mut open: BTreeMap<u64, (usize, u64)> = BTreeMap::new(); // node → (tenure, max until)
+    let close = |tenures: &mut Vec<Tenure>, idx: usize, end: u64| {
+        let t = &mut tenures[idx];
+        t.end_ns = end.max(t.acquired_ns);
+    };
+    for (i, e) in h.events.iter().enumerate() {
+        match e.kind {
+            Kind::LeaseAcquired => {
+                let Some(t) = e.term else { continue };
+                if let Some((idx, until)) = open.remove(&e.node) {
+                    close(&mut tenures, idx, until.min(e.at_ns));
+                }
+                let until = e.valid_until_ns.unwrap_or(e.at_ns);
+                tenures.push(Tenure {
+                    node: e.node,
+                    term: t,
+                    acquired_ns: e.at_ns,
+                    idx: i,
+                    end_ns: until,
+                });
+                open.insert(e.node, (tenures.len() - 1, until));
+            }
+            Kind::LeaseConfirmed => {
+                if let Some((idx, until)) = open.get_mut(&e.node) {
+                    if Some(tenures[*idx].term) == e.term {
+                        *until = (*until).max(e.valid_until_ns.unwrap_or(0));
+                        tenures[*idx].end_ns = *until;
+                    }
+                }
+            }
+            Kind::LeaseLost => {
+                if let Some((idx, until)) = open.get(&e.node).copied() {
+                    if Some(tenures[idx].term) == e.term {
+                        open.remove(&e.node);
+                        let end = e.ended_ns.unwrap_or_else(|| until.min(e.at_ns));
+                        close(&mut tenures, idx, end);
+                    }
+                }
+            }
+            Kind::Crashed | Kind::Stopped | Kind::Started => {
+                if let Some((idx, until)) = open.remove(&e.node) {
+                    close(&mut tenures, idx, until.min(e.at_ns));
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut reported: BTreeSet<(usize, usize)> = BTreeSet::new();
+    for (bi, b) in tenures.iter().enumerate() {
+        for (ai, a) in tenures.iter().enumerate() {
+            if a.term < b.term
+                && a.node != b.node
+                && b.acquired_ns < a.end_ns
+                && reported.insert((ai, bi))
+            {
+                violations.push(Violation {
+                    rule: Rule::Overlap,
+                    message: format!(
+                        "n{} acquired term {} at {}, {:.3} ms before n{}'s lease of term {} \
+                         (acquired {}) ended at {}",
+                        b.node,
+                        b.term,
+                        h.rel(b.acquired_ns),
+                        (a.end_ns - b.acquired_ns) as f64 / 1e6,
+                        a.node,
+                        a.term,
+                        h.rel(a.acquired_ns),
+                        h.rel(a.end_ns)
+                    ),
+                    timeline: h.around(b.idx, &[a.idx]),
+                });
+            }
+        }
+    }
+
+    // (e) liveness.
+    if let Some(l) = opts.liveness {
+        let first = h.events.iter().position(|e| {
+            e.at_ns >= l.healed_at_ns
+                && matches!(e.kind, Kind::LeaseAcquired | Kind::LeaseConfirmed)
+        });
+        let last_at = h.events.last().map_or(0, |e| e.at_ns);
+        match first {
+            Some(i) if h.events[i].at_ns - l.healed_at_ns <= l.bound_ns => {
+                summary.recovery_ns = Some(h.events[i].at_ns - l.healed_at_ns);
+            }
+            other => {
+                let what = match other {
+                    Some(i) => {
+                        let d = h.events[i].at_ns - l.healed_at_ns;
+                        summary.recovery_ns = Some(d);
+                        format!("the first came {:.3} ms after it", d as f64 / 1e6)
+                    }
+                    None => format!(
+                        "none came at all (the history ends {:.3} ms after the heal)",
+                        last_at.saturating_sub(l.healed_at_ns) as f64 / 1e6
+                    ),
+                };
+                violations.push(Violation {
+                    rule: Rule::Liveness,
+                    message: format!(
+                        "no lease acquired or confirmed within {:.3} ms of the last heal at {}: \
+                         {what}",
+                        l.bound_ns as f64 / 1e6,
+                        h.rel(l.healed_at_ns)
+                    ),
+                    timeline: h.around(h.index_at(l.healed_at_ns), &[]),
+                });
+            }
+        }
+    }
+
+    if violations.is_empty() {
+        Ok(summary)
+    } else {
+        violations.sort_by_key(|v| v.rule);
+        Err(Failure {
+            violations,
+            summary,
+        })
+    }
+}
