@@ -26,6 +26,9 @@ options:
                                    explicit timing (overrides the preset)
   --read-mode safe|lease           how confirms are answered (default safe)
   --confirm-ms N                   confirm the lease every N ms while leading (default 100)
+  --bench-confirms N               benchmark: on the first lease, time N confirms one by one,
+                                   then N from 64 tasks; print confirm_stats
+  --stats-ms N                     print transport_stats (messages, bytes sent) every N ms
   --log-level LEVEL                tenure's log on stderr: off|error|warn|info|debug (default warn)
   --ledger PATH                    settle pending payments in this SQLite ledger while leading
   --settle-ms N                    pause between batches (default 150)
@@ -48,6 +51,8 @@ pub struct WorkerArgs {
     pub timing: Timing,
     pub read_mode: ReadMode,
     pub confirm_every: Duration,
+    pub bench_confirms: usize,
+    pub stats_every: Option<Duration>,
     pub log_level: Option<slog::Level>,
     pub ledger: Option<PathBuf>,
     pub settle_every: Duration,
@@ -65,6 +70,8 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
     let mut explicit: [Option<u64>; 4] = [None; 4];
     let mut read_mode = ReadMode::Safe;
     let mut confirm_ms = 100u64;
+    let mut bench_confirms = 0;
+    let mut stats_ms = None;
     let mut log_level = Some(slog::Level::Warning);
     let mut ledger = None;
     let mut settle_ms = 150u64;
@@ -116,6 +123,8 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
                 }
             }
             "--confirm-ms" => confirm_ms = num(val()?, "--confirm-ms")?.max(1),
+            "--bench-confirms" => bench_confirms = num(val()?, "--bench-confirms")? as usize,
+            "--stats-ms" => stats_ms = Some(num(val()?, "--stats-ms")?.max(1)),
             "--log-level" => {
                 log_level = match val()?.as_str() {
                     "off" => None,
@@ -153,6 +162,8 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
         timing,
         read_mode,
         confirm_every: Duration::from_millis(confirm_ms),
+        bench_confirms,
+        stats_every: stats_ms.map(Duration::from_millis),
         log_level,
         ledger,
         settle_every: Duration::from_millis(settle_ms),
@@ -234,9 +245,27 @@ pub async fn run(args: WorkerArgs) -> i32 {
         }
     });
 
+    if let Some(every) = args.stats_every {
+        let n = node.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                let s = n.transport_stats();
+                emit(
+                    id,
+                    "transport_stats",
+                    json!({"sent": s.sent, "received": s.received,
+                    "connects": s.connects}),
+                );
+            }
+        });
+    }
+
     // The lease loop: acquire, confirm periodically, report loss.
     let lease_node = node.clone();
     let confirm_every = args.confirm_every;
+    let mut bench_confirms = args.bench_confirms;
     let lease_task = tokio::spawn(async move {
         while let Ok(lease) = lease_node.lease().await {
             let token = lease.token().0;
@@ -246,6 +275,9 @@ pub async fn run(args: WorkerArgs) -> i32 {
                 json!({"term": token, "token": token,
                        "valid_until_ns": instant_to_monotonic_ns(lease.valid_until())}),
             );
+            if std::mem::take(&mut bench_confirms) > 0 {
+                confirm_bench(id, &lease, args.bench_confirms).await;
+            }
             loop {
                 tokio::select! {
                     reason = lease.lost() => {
@@ -461,4 +493,50 @@ fn settle_batch(
         Err(e) => return !rejected(id, &e),
     }
     true
+}
+
+/// `--bench-confirms N`: times N confirms one after another (after a warm-up), then N
+/// from 64 concurrent tasks, and prints `confirm_stats` with every sequential latency.
+async fn confirm_bench(id: u64, lease: &Lease, n: usize) {
+    const TASKS: usize = 64;
+    let run = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for _ in 0..n / 10 {
+            lease.confirm().await.map_err(|e| e.to_string())?;
+        }
+        let mut latencies = Vec::with_capacity(n);
+        let t0 = StdInstant::now();
+        for _ in 0..n {
+            let t = StdInstant::now();
+            lease.confirm().await.map_err(|e| e.to_string())?;
+            latencies.push(t.elapsed().as_nanos() as u64);
+        }
+        let sequential = n as f64 / t0.elapsed().as_secs_f64();
+        let per_task = n.div_ceil(TASKS);
+        let t1 = StdInstant::now();
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|_| {
+                let l = lease.clone();
+                tokio::spawn(async move {
+                    for _ in 0..per_task {
+                        l.confirm().await?;
+                    }
+                    Ok::<_, tenure::LeaseLost>(())
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+        }
+        let concurrent = (per_task * TASKS) as f64 / t1.elapsed().as_secs_f64();
+        Ok::<_, String>(json!({"n": n,
+            "latencies_ns": latencies, "sequential_per_s": sequential,
+            "concurrent_tasks": TASKS, "concurrent_per_s": concurrent}))
+    };
+    match run.await {
+        Ok(v) => emit(id, "confirm_stats", v),
+        Err(e) => emit(id, "confirm_stats", json!({"error": e})),
+    }
 }
