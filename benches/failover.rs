@@ -273,6 +273,11 @@ fn main() {
         dir.join("failover.csv").display(),
         dir.join("failover.txt").display()
     );
+    if !failures.is_empty() {
+        // No new leader within many election timeouts is a liveness failure, not a
+        // slow figure.
+        std::process::exit(1);
+    }
 }
 
 /// Runs `n` trials of `scenario` on a fresh group with timing `conf`.
@@ -591,6 +596,8 @@ fn plot(o: &Options, all: &[Trial], path: &std::path::Path) -> Result<(), String
             .y_desc("cumulative percent")
             .x_labels(12)
             .y_labels(6)
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| format!("{y:.0}"))
             .draw()
             .map_err(|e| e.to_string())?;
         for (i, c) in o.confs.iter().enumerate() {
