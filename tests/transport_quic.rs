@@ -570,3 +570,110 @@ async fn full_queue_drops_and_counts_instead_of_blocking() {
     t1.close(); // idempotent
     t1.send(msg(1, 2, 2000)); // after close: ignored, no panic
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_connections_and_frees_the_address_at_once() {
+    // At shutdown node 1 has: connections both ways with node 3, whose link is cut by the
+    // fault hooks (the connections stay up); a connection from a raw client holding node
+    // 2's certificate; and its own connect attempt to "node 2" (the raw client, which
+    // never answers) in handshake. Quinn drains a closed connection for three probe
+    // timeouts; the attempt never got a round-trip sample, so that is about 3 s. Shutdown
+    // must not wait for that: within 2 s of calling it (expected: milliseconds), it has
+    // returned and the address can be bound again.
+    let ca = ClusterCa::generate().unwrap();
+    let id1 = identity(&ca, 1);
+    let id2 = identity(&ca, 2);
+    let mut nodes = start_all(vec![id1.clone(), identity(&ca, 3)]);
+    let (t3, mut inbox3) = nodes.pop().unwrap();
+    let (t1, mut inbox1) = nodes.pop().unwrap();
+    let (addr1, addr3) = (t1.local_addr(), t3.local_addr());
+    let client = raw_endpoint();
+    t1.set_peer_addr(2, client.local_addr().unwrap());
+    let conn2 = raw_connect(&client, &id2, addr1, 1).await;
+    let mut stream = conn2.open_uni().await.unwrap();
+    let hello = frame::encode(&msg(2, 1, 7), frame::DEFAULT_MAX_FRAME).unwrap();
+    stream.write_all(&hello).await.unwrap();
+    let mut term = 0;
+    wait_for(
+        || {
+            term += 1;
+            t1.send(msg(1, 3, term));
+            t3.send(msg(3, 1, term));
+            inbox1.has(2, 7) && inbox1.any_from(3) && inbox3.any_from(1)
+        },
+        "node 1 hears from the raw client and exchanges messages with node 3",
+        TIMEOUT,
+    )
+    .await;
+    t1.faults().isolate_from(3);
+    t3.faults().isolate_from(1);
+
+    let bound = Duration::from_secs(2);
+    let started = Instant::now();
+    tokio::time::timeout(bound, t1.shutdown())
+        .await
+        .expect("shutdown did not return within 2 s: does it wait out the draining period?");
+    let shutdown_took = started.elapsed();
+    drop(t1);
+    drop(inbox1);
+
+    let mut restarted = None;
+    wait_for(
+        || {
+            let mut cfg = config(id1.clone(), addr1);
+            cfg.peers.insert(3, addr3);
+            match QuicTransport::start(cfg) {
+                Ok(started) => {
+                    restarted = Some(started);
+                    true
+                }
+                Err(_) => false,
+            }
+        },
+        "node 1 binds its address again right after shutdown",
+        bound.saturating_sub(started.elapsed()),
+    )
+    .await;
+    let bound_again = started.elapsed();
+    eprintln!(
+        "shutdown returned after {shutdown_took:?}; address bound again {bound_again:?} \
+         after shutdown began"
+    );
+    let (t1, rx1) = restarted.unwrap();
+    let mut inbox1 = Inbox::new(rx1);
+
+    // The connections were closed, not abandoned: the raw client got node 1's
+    // CONNECTION_CLOSE. (Usually it ends the connection with code SHUTDOWN; if an ACK of
+    // the client's crossed the close and reached the restarted node 1, that node's
+    // stateless reset, processed after the close, is what quinn reports.)
+    let ended = tokio::time::timeout(TIMEOUT, conn2.closed())
+        .await
+        .expect("the raw client's connection did not end");
+    if let quinn::ConnectionError::ApplicationClosed(close) = &ended {
+        assert_eq!(close.error_code, close_code::SHUTDOWN.into());
+    }
+    assert!(
+        conn2.stats().frame_rx.connection_close >= 1,
+        "the raw client's connection ended without node 1's CONNECTION_CLOSE: {ended:?}"
+    );
+
+    // The restarted node 1 works: delivery resumes both ways once the link is healed.
+    t3.faults().heal();
+    let first_term_after = term + 1;
+    wait_for(
+        || {
+            term += 1;
+            t1.send(msg(1, 3, term));
+            t3.send(msg(3, 1, term));
+            inbox3
+                .pump()
+                .messages
+                .iter()
+                .any(|m| m.from == 1 && m.term >= first_term_after)
+                && inbox1.any_from(3)
+        },
+        "delivery resumes both ways between the restarted node 1 and node 3",
+        TIMEOUT,
+    )
+    .await;
+}

@@ -64,7 +64,7 @@ use rustls::pki_types::CertificateDer;
 use slog::{debug, info, o, warn, Logger};
 use tokio::io::Interest;
 use tokio::sync::mpsc::{self, error::TrySendError};
-use tokio::sync::{oneshot, watch, Notify};
+use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::frame::{self, FrameError, DEFAULT_MAX_FRAME};
@@ -304,8 +304,6 @@ struct Shared {
     endpoint: quinn::Endpoint,
     /// The endpoint's UDP socket, released once the tasks have ended after `close`.
     socket: Arc<ReleasableSocket>,
-    /// Cancelled once the socket is closed after `close` (the port is free).
-    released: CancellationToken,
     client_config: quinn::ClientConfig,
     runtime: tokio::runtime::Handle,
     settings: Settings,
@@ -319,8 +317,7 @@ struct Shared {
     /// Every task holds a clone; `close` drops this one, so the receiver in
     /// `tasks_done` yields `None` once all tasks have ended.
     task_guard: Mutex<Option<mpsc::Sender<()>>>,
-    /// Taken by the task `close` starts to release the socket.
-    tasks_done: Mutex<Option<mpsc::Receiver<()>>>,
+    tasks_done: tokio::sync::Mutex<mpsc::Receiver<()>>,
     log: Logger,
 }
 
@@ -383,8 +380,8 @@ struct ReleasableSocket {
     /// in progress, which end on `released`.
     io: RwLock<Option<Arc<SocketIo>>>,
     released: CancellationToken,
-    /// Resolves once the socket is closed; taken by `release`.
-    closed: Mutex<Option<oneshot::Receiver<()>>>,
+    /// Its sender is dropped with the socket: `changed` then fails.
+    closed: watch::Receiver<()>,
     local_addr: SocketAddr,
 }
 
@@ -392,7 +389,7 @@ struct SocketIo {
     io: tokio::net::UdpSocket,
     state: quinn::udp::UdpSocketState,
     /// Dropped after `io` (fields drop in order): tells `release` the socket is closed.
-    _closed: oneshot::Sender<()>,
+    _closed: watch::Sender<()>,
 }
 
 impl ReleasableSocket {
@@ -400,7 +397,7 @@ impl ReleasableSocket {
     fn new(socket: std::net::UdpSocket) -> io::Result<ReleasableSocket> {
         let state = quinn::udp::UdpSocketState::new((&socket).into())?;
         let local_addr = socket.local_addr()?;
-        let (closed_tx, closed_rx) = oneshot::channel();
+        let (closed_tx, closed_rx) = watch::channel(());
         Ok(ReleasableSocket {
             io: RwLock::new(Some(Arc::new(SocketIo {
                 io: tokio::net::UdpSocket::from_std(socket)?,
@@ -408,7 +405,7 @@ impl ReleasableSocket {
                 _closed: closed_tx,
             }))),
             released: CancellationToken::new(),
-            closed: Mutex::new(Some(closed_rx)),
+            closed: closed_rx,
             local_addr,
         })
     }
@@ -418,22 +415,13 @@ impl ReleasableSocket {
     }
 
     /// Lets go of the socket; the returned future resolves once it is closed (at once,
-    /// unless a writability wait still holds it: that wait ends now too). Only the first
-    /// call returns a receiver that resolves; later ones resolve at once.
+    /// unless a writability wait still holds it: that wait ends now too). Idempotent.
     fn release(&self) -> impl Future<Output = ()> + Send + 'static {
         self.released.cancel();
         let io = self.io.write().unwrap_or_else(|e| e.into_inner()).take();
         drop(io);
-        let closed = self
-            .closed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        async move {
-            if let Some(closed) = closed {
-                let _ = closed.await;
-            }
-        }
+        let mut closed = self.closed.clone();
+        async move { while closed.changed().await.is_ok() {} }
     }
 }
 
@@ -456,9 +444,9 @@ impl quinn::AsyncUdpSocket for ReleasableSocket {
 
     fn try_send(&self, transmit: &quinn::udp::Transmit) -> io::Result<()> {
         match &*self.io() {
-            Some(s) => s
-                .io
-                .try_io(Interest::WRITABLE, || s.state.send((&s.io).into(), transmit)),
+            Some(s) => s.io.try_io(Interest::WRITABLE, || {
+                s.state.send((&s.io).into(), transmit)
+            }),
             // Released: the datagram is lost, as if on the wire.
             None => Ok(()),
         }
@@ -638,7 +626,6 @@ impl QuicTransport {
             id: cfg.id,
             endpoint,
             socket,
-            released: CancellationToken::new(),
             client_config,
             runtime,
             settings: Settings {
@@ -655,7 +642,7 @@ impl QuicTransport {
             shutdown: CancellationToken::new(),
             closed: AtomicBool::new(false),
             task_guard: Mutex::new(Some(guard)),
-            tasks_done: Mutex::new(Some(done)),
+            tasks_done: tokio::sync::Mutex::new(done),
             log,
         });
         info!(shared.log, "QUIC transport listening"; "peers" => format!("{:?}", cfg.peers));
@@ -714,7 +701,7 @@ impl QuicTransport {
     /// period is not waited for (see the [module docs](self#shutdown)).
     pub async fn shutdown(&self) {
         self.close();
-        self.shared.released.cancelled().await;
+        self.shared.release_socket().await;
     }
 }
 
@@ -768,7 +755,7 @@ impl Transport for QuicTransport {
             .clear();
         // Every connection, open or in handshake, sends CONNECTION_CLOSE the next time its
         // driver runs. The tasks holding an open connection wait for that (see
-        // `Shared::closed_at_shutdown`).
+        // `Shared::close_conn`).
         shared
             .endpoint
             .close(code(close_code::SHUTDOWN), b"node shutting down");
@@ -777,26 +764,12 @@ impl Transport for QuicTransport {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        // Once the tasks have ended, close the socket: the port is free again without
-        // waiting out the connections' draining period.
-        let done = shared
-            .tasks_done
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        // Free the port once the tasks have ended, also when the transport is only
+        // closed or dropped (`shutdown` does the same and waits for it).
         let shared2 = self.shared.clone();
-        shared.runtime.spawn(async move {
-            if let Some(mut done) = done {
-                while done.recv().await.is_some() {}
-            }
-            let closed = shared2.socket.release();
-            if tokio::time::timeout(RELEASE_WAIT, closed).await.is_err() {
-                warn!(shared2.log, "UDP socket still in use after close";
-                    "waited" => format!("{RELEASE_WAIT:?}"));
-            }
-            debug!(shared2.log, "UDP socket closed");
-            shared2.released.cancel();
-        });
+        shared
+            .runtime
+            .spawn(async move { shared2.release_socket().await });
     }
 }
 
@@ -861,6 +834,24 @@ impl Shared {
             }
             .run(),
         );
+    }
+
+    /// After `close`: waits until the tasks have ended (so every open connection's
+    /// CONNECTION_CLOSE has been sent, see `close_conn`), then closes the UDP socket and
+    /// waits until it is closed. The connections finish their draining period without it.
+    /// Idempotent.
+    async fn release_socket(&self) {
+        {
+            let mut done = self.tasks_done.lock().await;
+            while done.recv().await.is_some() {}
+        }
+        if tokio::time::timeout(RELEASE_WAIT, self.socket.release())
+            .await
+            .is_err()
+        {
+            warn!(self.log, "UDP socket still in use after close";
+                "waited" => format!("{RELEASE_WAIT:?}"));
+        }
     }
 
     /// Closes `conn` with `c`, unless the transport is shutting down: then
