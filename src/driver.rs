@@ -36,6 +36,7 @@ use crate::clock::LocalClock;
 use crate::config::{ReadMode, Timing};
 use crate::error::{LostReason, NodeStopped, StorageError, TransferError};
 use crate::lease::{FencingToken, Lease, LeaseShared};
+use crate::metrics::Metrics;
 use crate::mutation;
 use crate::node::{Leadership, Role};
 use crate::storage::{RaftStore, ReadyWrite};
@@ -88,6 +89,7 @@ pub(crate) struct DriverParts<S: RaftStore> {
     pub read_mode: ReadMode,
     pub logger: Logger,
     pub clock: LocalClock,
+    pub metrics: Arc<Metrics>,
 }
 
 pub(crate) struct Driver<S: RaftStore> {
@@ -104,6 +106,9 @@ pub(crate) struct Driver<S: RaftStore> {
     logger: Logger,
     /// This node's clock: real time, except in clock-skew tests.
     clock: LocalClock,
+    metrics: Arc<Metrics>,
+    /// Since when this node has known no leader (for the failover histogram).
+    leaderless_since: Option<Instant>,
 
     /// Until then, vote and pre-vote requests are dropped: a restarted node has forgotten
     /// when it last heard from a leader that may still hold a lease.
@@ -164,6 +169,8 @@ impl<S: RaftStore> Driver<S> {
             read_mode: parts.read_mode,
             logger: parts.logger,
             clock: parts.clock,
+            metrics: parts.metrics,
+            leaderless_since: Some(now),
             lease_until: None,
             lease: None,
             lease_waiters: Vec::new(),
@@ -231,6 +238,7 @@ impl<S: RaftStore> Driver<S> {
                 }
                 _ = ticker.tick() => {
                     self.raw.tick();
+                    self.update_health();
                 }
             }
             if self.stop.is_none() {
@@ -515,6 +523,8 @@ impl<S: RaftStore> Driver<S> {
                 continue;
             };
             if leading && round.term == term {
+                self.metrics
+                    .renew_round_trip(self.clock.now().saturating_duration_since(round.sent));
                 let until = round.sent + self.timing.lease_duration();
                 self.lease_until = Some(self.lease_until.map_or(until, |u| u.max(until)));
                 if let Some(l) = &self.lease {
@@ -585,6 +595,7 @@ impl<S: RaftStore> Driver<S> {
                     let shared =
                         LeaseShared::new(FencingToken(term), self.epoch, until, self.clock);
                     info!(self.logger, "lease acquired"; "token" => term);
+                    self.metrics.lease_acquired();
                     self.lease = Some(shared);
                 }
             }
@@ -719,6 +730,7 @@ impl<S: RaftStore> Driver<S> {
         if let Some(l) = self.lease.take() {
             info!(self.logger, "lease revoked"; "token" => l.token.0, "reason" => reason.as_str());
             l.revoke(reason);
+            self.metrics.lease_revoked(reason);
         }
         for w in self.pending_confirms.drain(..) {
             let _ = w.send(Err(reason));
@@ -748,8 +760,50 @@ impl<S: RaftStore> Driver<S> {
             leased: self.lease.is_some(),
         };
         if now != self.last_published {
+            if now.role != self.last_published.role {
+                match now.role {
+                    Role::Candidate => self.metrics.election_started(),
+                    Role::Leader => self.metrics.election_won(),
+                    _ => {}
+                }
+            }
+            let t = self.clock.now();
+            match (now.leader, self.leaderless_since) {
+                (None, None) => self.leaderless_since = Some(t),
+                (Some(_), Some(since)) => {
+                    self.metrics
+                        .leaderless_for(t.saturating_duration_since(since));
+                    self.leaderless_since = None;
+                }
+                _ => {}
+            }
+            self.metrics.set_state(
+                now.term,
+                role_code(now.role),
+                now.leader.unwrap_or(0),
+                now.leased,
+            );
             self.last_published = now.clone();
             self.leadership.send_replace(now);
+        }
+    }
+
+    /// Peers reachable and quorum health, for the metrics.
+    fn update_health(&self) {
+        let raft = &self.raw.raft;
+        let voters = raft.prs().conf().voters().ids();
+        let members = voters.len() as u64;
+        if raft.state == StateRole::Leader {
+            let active = raft
+                .prs()
+                .iter()
+                .filter(|(id, pr)| **id != self.id && voters.contains(**id) && pr.recent_active)
+                .count() as u64;
+            self.metrics
+                .set_health(members, 1 + active, self.lease.is_some());
+        } else {
+            let hears = raft.leader_id != 0 && raft.election_elapsed < raft.election_timeout();
+            self.metrics.set_health(members, 1 + hears as u64, hears);
         }
     }
 
@@ -780,6 +834,8 @@ impl<S: RaftStore> Driver<S> {
         self.lease_waiters.clear();
         self.transport.close();
         let mut last = self.last_published.clone();
+        self.metrics
+            .set_state(last.term, role_code(Role::Stopped), 0, false);
         last.role = Role::Stopped;
         last.leased = false;
         last.leader = None;
@@ -792,6 +848,16 @@ impl<S: RaftStore> Driver<S> {
             _ => {}
         }
         result
+    }
+}
+
+fn role_code(r: Role) -> u64 {
+    match r {
+        Role::Follower => 0,
+        Role::PreCandidate => 1,
+        Role::Candidate => 2,
+        Role::Leader => 3,
+        Role::Stopped => 4,
     }
 }
 

@@ -96,6 +96,9 @@
 //! | [`transport`] | QUIC with mutual TLS, frames, the in-process test network |
 //! | [`error`] | one error enum per operation |
 //! | [`clock`] | `CLOCK_MONOTONIC` timestamps comparable across processes |
+//! | [`fence`] | resource-side token checks: SQLite and RocksDB fences |
+//! | [`runner`] | leader-only tasks: run while leased, cancel when lost |
+//! | [`metrics`] | Prometheus text exposition and a tiny HTTP endpoint |
 #![deny(missing_docs)]
 
 pub mod clock;
@@ -104,6 +107,7 @@ mod driver;
 pub mod error;
 pub mod fence;
 pub mod lease;
+pub mod metrics;
 #[doc(hidden)]
 pub mod mutation;
 mod node;

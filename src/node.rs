@@ -13,6 +13,7 @@ use crate::config::{Config, ReadMode, TlsSource};
 use crate::driver::{discard_logger, Command, Driver, DriverParts};
 use crate::error::{ConfigError, NodeStopped, StartError, TransferError};
 use crate::lease::Lease;
+use crate::metrics::Metrics;
 use crate::storage::{RaftStore, RocksStore};
 use crate::transport::quic::{QuicConfig, QuicTransport};
 use crate::transport::tls::TlsIdentity;
@@ -77,6 +78,7 @@ pub struct Node {
     /// The QUIC transport when started by [`Node::start`]: stopping waits until its
     /// socket is released, so a restart in the same process can bind the port again.
     quic: Option<Arc<QuicTransport>>,
+    metrics: Arc<Metrics>,
 }
 
 type DriverTask = JoinHandle<Result<(), NodeStopped>>;
@@ -195,6 +197,7 @@ impl Node {
             leased: false,
         };
         let (ltx, lrx) = watch::channel(initial);
+        let metrics = Metrics::new(config.id);
         let driver = Driver::new(DriverParts {
             raw,
             store,
@@ -207,6 +210,7 @@ impl Node {
             read_mode: config.read_mode,
             logger: logger.clone(),
             clock: crate::clock::LocalClock::with_rate(config.clock_rate),
+            metrics: metrics.clone(),
         });
         let task = tokio::spawn(driver.run());
         Ok(Node {
@@ -217,6 +221,7 @@ impl Node {
             read_mode: config.read_mode,
             task: Arc::new(tokio::sync::Mutex::new(Some(task))),
             quic: None,
+            metrics,
         })
     }
 
@@ -322,6 +327,18 @@ impl Node {
                 Ok(())
             }
         }
+    }
+
+    /// This node's metrics (register fences on it with
+    /// [`Metrics::register_fence`]).
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// The Prometheus text exposition of this node's metrics, transport counters included.
+    pub fn metrics_text(&self) -> String {
+        self.metrics.set_transport(self.transport.stats());
+        self.metrics.render()
     }
 
     /// Transport counters (messages sent, dropped, frames rejected, …).

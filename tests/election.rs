@@ -80,10 +80,15 @@ async fn isolated_leader_loses_its_lease_within_an_election_timeout_while_the_ma
     let reason = tokio::time::timeout(LONG, lease.lost())
         .await
         .expect("lease lost");
-    let lost_after = cut_at.elapsed();
+    // When the lease ended (its validity, or its revocation if earlier) is computed from
+    // the last acknowledged round, so this holds however loaded the machine is: the
+    // last round that can count was sent before the cut.
+    let ended = lease.ended_at().expect("a lost lease has an end");
+    let lost_after = ended.saturating_duration_since(cut_at);
     assert!(
-        lost_after <= election_timeout(&c) + c.timing.tick * 5,
-        "lease lost after {lost_after:?}, election timeout {:?}",
+        lost_after <= c.timing.lease_duration() && lost_after < election_timeout(&c),
+        "lease ended {lost_after:?} after the cut; lease {:?}, election timeout {:?}",
+        c.timing.lease_duration(),
         election_timeout(&c)
     );
     assert!(matches!(
@@ -215,8 +220,13 @@ async fn transfer_leadership_moves_leadership_to_the_named_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_of_the_leader_yields_a_new_leader_well_before_an_election_timeout() {
-    let mut c = Cluster::start(5).await;
+    // A long election timeout (3 s): without a handover, no new leader could exist
+    // before it, so seeing one earlier proves the handover happened (no timing
+    // assertion on a noisy machine; the benchmark measures the real figure).
+    let timing = tenure::Timing::from_millis(10, 50, 3000, 4000);
+    let mut c = Cluster::start_with(5, timing, ReadMode::Safe).await;
     let (old, old_term) = c.steady_leader(LONG).await;
+    let old_lease = c.node(old).lease().await.unwrap();
     let node = c.nodes.remove(&old).unwrap();
     let t0 = tokio::time::Instant::now();
     let stopping = tokio::spawn(async move { node.shutdown().await });
@@ -227,12 +237,15 @@ async fn graceful_shutdown_of_the_leader_yields_a_new_leader_well_before_an_elec
     let took = t0.elapsed();
     stopping.await.unwrap().unwrap();
     assert_ne!(new, old);
-    assert!(new_term > old_term);
-    // A crash would take at least the minimum election timeout; a handover does not wait
-    // for it. (Generous bound for a loaded machine; the benchmark measures the real figure.)
+    assert_eq!(
+        new_term,
+        old_term + 1,
+        "one transfer election, no split vote"
+    );
+    assert_eq!(old_lease.lost_reason(), Some(LostReason::HandedOver));
     assert!(
         took < election_timeout(&c),
-        "handover took {took:?}, election timeout {:?}",
+        "handover took {took:?}; only a timeout election could take {:?}",
         election_timeout(&c)
     );
     c.assert_leases_never_overlap();
@@ -266,7 +279,7 @@ async fn no_overlap_when_a_follower_that_acknowledged_the_old_leader_restarts_at
     for round in 0..3 {
         let (leader, _) = c.steady_leader(LONG).await;
         let others: Vec<u64> = c.nodes.keys().copied().filter(|id| *id != leader).collect();
-        let (a, b, cc, d) = (others[0], others[1], others[2], others[3]);
+        let (a, cc, d) = (others[0], others[2], others[3]);
         c.cut(leader, cc);
         c.cut(leader, d);
         // Let c and d time out and start asking for votes.
@@ -279,13 +292,10 @@ async fn no_overlap_when_a_follower_that_acknowledged_the_old_leader_restarts_at
         c.restart(a).await;
         c.cut(leader, cc);
         c.cut(leader, d);
-        wait_for("a new leased leader", LONG, || {
-            [a, b, cc, d]
-                .iter()
-                .find(|id| c.nodes.get(id).is_some_and(|n| n.leadership().leased))
-                .map(|_| ())
-        })
-        .await;
+        // Whoever leads next (the old leader keeps its quorum once a is back; a broken
+        // build elects c early), leases must not overlap.
+        tokio::time::sleep(election_timeout(&c) * 2).await;
+        wait_for("a leased leader", LONG, || c.leased_leader()).await;
         c.heal();
     }
     c.steady_leader(LONG).await;

@@ -280,6 +280,11 @@ impl Ledger {
         Ok(r)
     }
 
+    /// The fence's counters (accepted / rejected), for the metrics.
+    pub fn fence_stats(&self) -> std::sync::Arc<tenure::fence::FenceStats> {
+        self.fence.stats().clone()
+    }
+
     pub fn highest_token(&self) -> Result<FencingToken, FenceError> {
         self.fence.highest(&self.conn)
     }

@@ -33,6 +33,8 @@ options:
   --ledger PATH                    settle pending payments in this SQLite ledger while leading
   --settle-ms N                    pause between batches (default 150)
   --row-ms N                       time one payment takes to settle (default 20)
+  --metrics ADDR                   serve Prometheus metrics on http://ADDR/metrics (port 0: any;
+                                   the bound address is in the `started` event)
 
 Prints one JSON object per line on stdout: started, leader_changed, lease_acquired,
 lease_confirmed, lease_lost, stopped; with --ledger also batch_started, settled,
@@ -57,6 +59,7 @@ pub struct WorkerArgs {
     pub ledger: Option<PathBuf>,
     pub settle_every: Duration,
     pub row_delay: Duration,
+    pub metrics: Option<SocketAddr>,
 }
 
 /// Parses worker arguments; `Err` carries a message for the user.
@@ -76,6 +79,7 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
     let mut ledger = None;
     let mut settle_ms = 150u64;
     let mut row_ms = 20u64;
+    let mut metrics = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = || {
@@ -138,6 +142,13 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
             "--ledger" => ledger = Some(PathBuf::from(val()?)),
             "--settle-ms" => settle_ms = num(val()?, "--settle-ms")?,
             "--row-ms" => row_ms = num(val()?, "--row-ms")?,
+            "--metrics" => {
+                let v = val()?;
+                metrics = Some(
+                    v.parse()
+                        .map_err(|_| format!("--metrics: {v:?} is not IP:PORT"))?,
+                )
+            }
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -168,6 +179,7 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
         ledger,
         settle_every: Duration::from_millis(settle_ms),
         row_delay: Duration::from_millis(row_ms),
+        metrics,
     })
 }
 
@@ -212,6 +224,25 @@ pub async fn run(args: WorkerArgs) -> i32 {
             return 1;
         }
     };
+    let metrics_addr = match args.metrics {
+        Some(addr) => {
+            let n = node.clone();
+            match tenure::metrics::serve(addr, move || n.metrics_text()).await {
+                Ok((bound, _task)) => Some(bound.to_string()),
+                Err(e) => {
+                    eprintln!("worker {id}: --metrics {addr}: {e}");
+                    emit(
+                        id,
+                        "start_failed",
+                        json!({"error": format!("--metrics {addr}: {e}")}),
+                    );
+                    let _ = node.shutdown().await;
+                    return 1;
+                }
+            }
+        }
+        None => None,
+    };
     let t = args.timing;
     emit(
         id,
@@ -222,6 +253,7 @@ pub async fn run(args: WorkerArgs) -> i32 {
             "election_ms": t.election_timeout().as_secs_f64() * 1e3,
             "heartbeat_ms": t.heartbeat_interval().as_secs_f64() * 1e3,
             "read_mode": format!("{:?}", args.read_mode),
+            "metrics": metrics_addr,
         }),
     );
 
@@ -286,9 +318,13 @@ pub async fn run(args: WorkerArgs) -> i32 {
                     }
                     _ = tokio::time::sleep(confirm_every) => {
                         let t0 = StdInstant::now();
+                        // When the call began, exactly: a process stopped between the
+                        // confirm's return and this event must not look like it began late.
+                        let began_ns = monotonic_ns();
                         match lease.confirm().await {
                             Ok(tok) => emit(id, "lease_confirmed", json!({
                                 "term": tok.0, "token": tok.0,
+                                "began_ns": began_ns,
                                 "latency_us": t0.elapsed().as_secs_f64() * 1e6,
                                 "valid_until_ns": instant_to_monotonic_ns(lease.valid_until()),
                             })),
@@ -305,12 +341,14 @@ pub async fn run(args: WorkerArgs) -> i32 {
 
     let settlement = match &args.ledger {
         Some(path) => match Ledger::open(path, id) {
-            Ok(ledger) => Some(spawn_settlement(
-                node.clone(),
-                ledger,
-                args.settle_every,
-                args.row_delay,
-            )),
+            Ok(ledger) => Some({
+                node.metrics()
+                    .register_fence(super::ledger::FENCE, ledger.fence_stats());
+                ledger
+            })
+            .map(|ledger| {
+                spawn_settlement(node.clone(), ledger, args.settle_every, args.row_delay)
+            }),
             Err(e) => {
                 eprintln!("worker {id}: {e}");
                 emit(id, "start_failed", json!({"error": e}));

@@ -1,0 +1,457 @@
+//! Metrics in the Prometheus text exposition format, and a tiny HTTP endpoint.
+//!
+//! [`Node::metrics`](crate::Node::metrics) returns this node's [`Metrics`]; the driver
+//! updates it. [`Metrics::render`] produces the text; [`serve`] answers `GET /metrics`.
+//! Values are the latest state, not every change.
+//!
+//! | metric | type | meaning |
+//! |---|---|---|
+//! | `tenure_term` | gauge | current Raft term at this node |
+//! | `tenure_role` | gauge | 0 follower, 1 pre-candidate, 2 candidate, 3 leader, 4 stopped |
+//! | `tenure_leader_id` | gauge | leader this node knows of (0: none) |
+//! | `tenure_lease_held` | gauge | 1 while this node holds a confirmed lease |
+//! | `tenure_members` | gauge | voters in the group |
+//! | `tenure_peers_reachable` | gauge | voters heard from recently (leader: raft's recent-active; follower: 1 + leader) |
+//! | `tenure_quorum_healthy` | gauge | leader: holds its lease; follower: hears from a leader |
+//! | `tenure_lease_renew_seconds` | histogram | round trip of quorum-acknowledged ReadIndex rounds |
+//! | `tenure_failover_seconds` | histogram | time this node spent without a known leader, per episode |
+//! | `tenure_elections_started_total` | counter | campaigns this node started (became candidate) |
+//! | `tenure_elections_won_total` | counter | times this node became leader |
+//! | `tenure_leases_acquired_total` | counter | leases granted |
+//! | `tenure_lease_expiries_total` | counter | leases that ran out unrenewed |
+//! | `tenure_lease_revocations_total{reason}` | counter | leases revoked, by reason |
+//! | `tenure_fence_accepted_total{fence}` / `tenure_fence_rejections_total{fence}` | counter | registered fences |
+//! | `tenure_transport_*_total` | counter | messages sent/received/dropped, frames rejected, connections |
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::error::LostReason;
+use crate::fence::FenceStats;
+use crate::transport::TransportStatsSnapshot;
+
+const RENEW_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+const FAILOVER_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0,
+];
+
+/// A cumulative histogram with fixed buckets (seconds).
+#[derive(Debug)]
+struct Histogram {
+    bounds: &'static [f64],
+    counts: Vec<AtomicU64>,
+    sum_micros: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds,
+            counts: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
+            sum_micros: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            if s <= *b {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.sum_micros
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{b}\"}} {}",
+                c.load(Ordering::Relaxed)
+            );
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(
+            out,
+            "{name}_sum {}",
+            self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
+        );
+        let _ = writeln!(out, "{name}_count {count}");
+    }
+}
+
+/// This node's metrics. Shared (`Arc`) between the driver, the node handle and the
+/// HTTP endpoint.
+#[derive(Debug)]
+pub struct Metrics {
+    node: u64,
+    term: AtomicU64,
+    role: AtomicU64,
+    leader: AtomicU64,
+    lease_held: AtomicU64,
+    members: AtomicU64,
+    peers_reachable: AtomicU64,
+    quorum_healthy: AtomicU64,
+    elections_started: AtomicU64,
+    elections_won: AtomicU64,
+    leases_acquired: AtomicU64,
+    revocations: [AtomicU64; 6],
+    renew: Histogram,
+    failover: Histogram,
+    fences: Mutex<Vec<(String, Arc<FenceStats>)>>,
+    transport: Mutex<Option<TransportStatsSnapshot>>,
+}
+
+const REASONS: [LostReason; 6] = [
+    LostReason::Expired,
+    LostReason::TermChanged,
+    LostReason::SteppedDown,
+    LostReason::HandedOver,
+    LostReason::Shutdown,
+    LostReason::Failed,
+];
+
+impl Metrics {
+    /// Empty metrics for node `node`.
+    pub fn new(node: u64) -> Arc<Metrics> {
+        Arc::new(Metrics {
+            node,
+            term: AtomicU64::new(0),
+            role: AtomicU64::new(0),
+            leader: AtomicU64::new(0),
+            lease_held: AtomicU64::new(0),
+            members: AtomicU64::new(0),
+            peers_reachable: AtomicU64::new(0),
+            quorum_healthy: AtomicU64::new(0),
+            elections_started: AtomicU64::new(0),
+            elections_won: AtomicU64::new(0),
+            leases_acquired: AtomicU64::new(0),
+            revocations: Default::default(),
+            renew: Histogram::new(RENEW_BUCKETS),
+            failover: Histogram::new(FAILOVER_BUCKETS),
+            fences: Mutex::new(Vec::new()),
+            transport: Mutex::new(None),
+        })
+    }
+
+    /// Adds a fence's counters to the exposition (`tenure_fence_*{fence="name"}`).
+    pub fn register_fence(&self, name: &str, stats: Arc<FenceStats>) {
+        self.fences
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((name.to_string(), stats));
+    }
+
+    pub(crate) fn set_state(&self, term: u64, role: u64, leader: u64, lease_held: bool) {
+        self.term.store(term, Ordering::Relaxed);
+        self.role.store(role, Ordering::Relaxed);
+        self.leader.store(leader, Ordering::Relaxed);
+        self.lease_held.store(lease_held as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_health(&self, members: u64, reachable: u64, quorum_healthy: bool) {
+        self.members.store(members, Ordering::Relaxed);
+        self.peers_reachable.store(reachable, Ordering::Relaxed);
+        self.quorum_healthy
+            .store(quorum_healthy as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn election_started(&self) {
+        self.elections_started.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn election_won(&self) {
+        self.elections_won.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn lease_acquired(&self) {
+        self.leases_acquired.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn lease_revoked(&self, reason: LostReason) {
+        if let Some(i) = REASONS.iter().position(|r| *r == reason) {
+            self.revocations[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn renew_round_trip(&self, d: Duration) {
+        self.renew.observe(d);
+    }
+
+    pub(crate) fn leaderless_for(&self, d: Duration) {
+        self.failover.observe(d);
+    }
+
+    pub(crate) fn set_transport(&self, t: TransportStatsSnapshot) {
+        *self.transport.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+    }
+
+    /// Lease revocations so far for `reason`.
+    pub fn revocations(&self, reason: LostReason) -> u64 {
+        REASONS
+            .iter()
+            .position(|r| *r == reason)
+            .map_or(0, |i| self.revocations[i].load(Ordering::Relaxed))
+    }
+
+    /// The Prometheus text exposition (format 0.0.4).
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let node = self.node;
+        let mut gauge = |name: &str, help: &str, v: u64| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} gauge");
+            let _ = writeln!(out, "{name}{{node=\"{node}\"}} {v}");
+        };
+        gauge(
+            "tenure_term",
+            "Current Raft term at this node.",
+            l(&self.term),
+        );
+        gauge(
+            "tenure_role",
+            "0 follower, 1 pre-candidate, 2 candidate, 3 leader, 4 stopped.",
+            l(&self.role),
+        );
+        gauge(
+            "tenure_leader_id",
+            "Leader known to this node (0: none).",
+            l(&self.leader),
+        );
+        gauge(
+            "tenure_lease_held",
+            "1 while this node holds a confirmed lease.",
+            l(&self.lease_held),
+        );
+        gauge("tenure_members", "Voters in the group.", l(&self.members));
+        gauge(
+            "tenure_peers_reachable",
+            "Voters heard from recently, this node included.",
+            l(&self.peers_reachable),
+        );
+        gauge(
+            "tenure_quorum_healthy",
+            "Leader: holds its lease. Follower: hears from a leader.",
+            l(&self.quorum_healthy),
+        );
+        let mut counter = |name: &str, help: &str, v: u64| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            let _ = writeln!(out, "{name}{{node=\"{node}\"}} {v}");
+        };
+        counter(
+            "tenure_elections_started_total",
+            "Campaigns this node started.",
+            l(&self.elections_started),
+        );
+        counter(
+            "tenure_elections_won_total",
+            "Times this node became leader.",
+            l(&self.elections_won),
+        );
+        counter(
+            "tenure_leases_acquired_total",
+            "Leases granted.",
+            l(&self.leases_acquired),
+        );
+        counter(
+            "tenure_lease_expiries_total",
+            "Leases that ran out unrenewed.",
+            self.revocations(LostReason::Expired),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP tenure_lease_revocations_total Leases revoked, by reason."
+        );
+        let _ = writeln!(out, "# TYPE tenure_lease_revocations_total counter");
+        for (i, r) in REASONS.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "tenure_lease_revocations_total{{node=\"{node}\",reason=\"{}\"}} {}",
+                r.as_str(),
+                l(&self.revocations[i])
+            );
+        }
+        self.renew.render(
+            &mut out,
+            "tenure_lease_renew_seconds",
+            "Round trip of quorum-acknowledged ReadIndex rounds.",
+        );
+        self.failover.render(
+            &mut out,
+            "tenure_failover_seconds",
+            "Time this node spent without a known leader, per episode.",
+        );
+        let fences = self
+            .fences
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if !fences.is_empty() {
+            let _ = writeln!(
+                out,
+                "# HELP tenure_fence_accepted_total Writes a fence accepted."
+            );
+            let _ = writeln!(out, "# TYPE tenure_fence_accepted_total counter");
+            for (name, s) in &fences {
+                let _ = writeln!(
+                    out,
+                    "tenure_fence_accepted_total{{fence=\"{}\"}} {}",
+                    escape(name),
+                    s.snapshot().accepted
+                );
+            }
+            let _ = writeln!(
+                out,
+                "# HELP tenure_fence_rejections_total Writes a fence rejected (stale token)."
+            );
+            let _ = writeln!(out, "# TYPE tenure_fence_rejections_total counter");
+            for (name, s) in &fences {
+                let _ = writeln!(
+                    out,
+                    "tenure_fence_rejections_total{{fence=\"{}\"}} {}",
+                    escape(name),
+                    s.snapshot().rejected_stale
+                );
+            }
+        }
+        if let Some(t) = *self.transport.lock().unwrap_or_else(|e| e.into_inner()) {
+            let rows: [(&str, &str, u64); 10] = [
+                ("sent", "Messages handed to a connection.", t.sent),
+                ("received", "Messages delivered to the driver.", t.received),
+                (
+                    "dropped_queue_full",
+                    "Messages dropped: peer queue full.",
+                    t.dropped_queue_full,
+                ),
+                (
+                    "dropped_unknown_peer",
+                    "Messages dropped: unknown peer.",
+                    t.dropped_unknown_peer,
+                ),
+                (
+                    "dropped_inbound_full",
+                    "Inbound messages dropped: driver busy.",
+                    t.dropped_inbound_full,
+                ),
+                (
+                    "from_mismatch",
+                    "Messages dropped: sender differs from certificate.",
+                    t.from_mismatch,
+                ),
+                (
+                    "frames_oversized",
+                    "Frames over the size limit.",
+                    t.frames_oversized,
+                ),
+                (
+                    "frames_malformed",
+                    "Frames that did not decode.",
+                    t.frames_malformed,
+                ),
+                (
+                    "connections_refused",
+                    "Incoming connections refused.",
+                    t.connections_refused,
+                ),
+                (
+                    "connect_failures",
+                    "Outbound connection attempts that failed.",
+                    t.connect_failures,
+                ),
+            ];
+            for (name, help, v) in rows {
+                let _ = writeln!(out, "# HELP tenure_transport_{name}_total {help}");
+                let _ = writeln!(out, "# TYPE tenure_transport_{name}_total counter");
+                let _ = writeln!(out, "tenure_transport_{name}_total{{node=\"{node}\"}} {v}");
+            }
+        }
+        out
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Serves `GET /metrics` on `addr` with `render()` of the given metrics source until
+/// the returned task is aborted. Returns the bound address (useful with port 0).
+pub async fn serve<F>(addr: SocketAddr, render: F) -> std::io::Result<(SocketAddr, JoinHandle<()>)>
+where
+    F: Fn() -> String + Send + Sync + 'static,
+{
+    let listener = TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    let render = Arc::new(render);
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                continue;
+            };
+            let render = render.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut n = 0;
+                // Read the request head (bounded; slow or huge requests are dropped).
+                let head = tokio::time::timeout(Duration::from_secs(5), async {
+                    while n < buf.len() {
+                        match sock.read(&mut buf[n..]).await {
+                            Ok(0) | Err(_) => return false,
+                            Ok(k) => n += k,
+                        }
+                        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                            return true;
+                        }
+                    }
+                    false
+                })
+                .await;
+                if !matches!(head, Ok(true)) {
+                    return;
+                }
+                let line = String::from_utf8_lossy(&buf[..n]);
+                let first = line.lines().next().unwrap_or("");
+                let (status, ctype, body) =
+                    if first.starts_with("GET /metrics ") || first.starts_with("GET / ") {
+                        (
+                            "200 OK",
+                            "text/plain; version=0.0.4; charset=utf-8",
+                            render(),
+                        )
+                    } else {
+                        (
+                            "404 Not Found",
+                            "text/plain",
+                            "only GET /metrics is served\n".to_string(),
+                        )
+                    };
+                let resp = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = sock.write_all(resp.as_bytes()).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    Ok((local, task))
+}
