@@ -1,3 +1,4 @@
 pub mod checker;
 pub mod cluster;
+pub mod netns;
 pub mod procs;

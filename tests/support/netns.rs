@@ -1,0 +1,704 @@
+//! A network lab for real worker processes (root only): every worker runs in its own
+//! network namespace, wired by a veth to a bridge that lives in a dedicated "switch"
+//! namespace, with an address in a private subnet (10.77.0.0/24) that exists only inside
+//! these namespaces. The host's own network namespace is never touched.
+//!
+//! Faults are nftables rules in each worker's namespace (an `inet tenure` table with an
+//! `input` and an `output` chain): drop from / to given peers, one way or both, and drop
+//! a share of packets at random (`numgen random mod 100 < P`; the kernel here has no
+//! netem). Processes are paused with SIGSTOP, killed with SIGKILL and restarted with the
+//! same data folder. Every process is tracked by PID (`ip netns exec` execs the worker,
+//! so the child's PID is the worker's); nothing is killed by name.
+//!
+//! Cleanup: dropping a [`Lab`] (also while a panic unwinds) kills its workers and deletes
+//! its namespaces, which deletes their veths and the bridge with them. Workers get
+//! `PR_SET_PDEATHSIG` = SIGKILL, so they die with the harness even when it is killed, and
+//! [`Lab::new`] deletes namespaces left behind by harness processes that no longer run.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Every namespace this harness makes starts with this; [`Lab::new`] sweeps stale ones.
+pub const NS_PREFIX: &str = "tenure-netns-";
+/// The port every worker listens on (each has its own namespace, so they never clash).
+pub const PORT: u16 = 7000;
+
+/// Why the suite cannot run here, if it cannot: `None` means go ahead.
+///
+/// Forced with `TENURE_NETNS_SKIP=1`. Without root, `ip` or `nft`, or when this kernel
+/// or container refuses network namespaces, it is skipped too.
+pub fn skip_reason() -> Option<String> {
+    if std::env::var("TENURE_NETNS_SKIP").is_ok_and(|v| !v.is_empty() && v != "0") {
+        return Some("TENURE_NETNS_SKIP is set".into());
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root".into());
+    }
+    for (tool, arg) in [("ip", "-V"), ("nft", "--version")] {
+        let ok = Command::new(tool)
+            .arg(arg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            return Some(format!(
+                "`{tool}` is missing (scripts/bootstrap.sh --with-nft installs nftables)"
+            ));
+        }
+    }
+    // Can we make a namespace and an nft table in it? (Root in a container may not.)
+    let probe = format!("{NS_PREFIX}{}-probe", std::process::id());
+    let made = run("ip", &["netns", "add", &probe]);
+    let nft = made.is_ok() && nft_script(&probe, &table_script()).is_ok();
+    let _ = run("ip", &["netns", "del", &probe]);
+    if let Err(e) = made {
+        return Some(format!("cannot create a network namespace: {e}"));
+    }
+    if !nft {
+        return Some("cannot create an nftables table in a network namespace".into());
+    }
+    None
+}
+
+/// Runs a command, `Err` with its stderr when it fails.
+pub fn run(prog: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(prog)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{prog}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{prog} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Loads an nft script (one atomic transaction) in namespace `ns`.
+fn nft_script(ns: &str, script: &str) -> Result<(), String> {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("ip netns exec {ns} nft: {e}"))?;
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(script.as_bytes())
+        .map_err(|e| format!("nft stdin: {e}"))?;
+    let out = child.wait_with_output().map_err(|e| format!("nft: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "nft in {ns}: {}\nscript:\n{script}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+fn table_script() -> String {
+    "table inet tenure {\n\
+       chain input { type filter hook input priority 0; policy accept; }\n\
+       chain output { type filter hook output priority 0; policy accept; }\n\
+     }\n"
+    .to_string()
+}
+
+/// Deletes namespaces of harness processes that are gone (killed before they could
+/// clean up). Their workers died with them (`PR_SET_PDEATHSIG`).
+fn sweep_stale() {
+    let Ok(list) = run("ip", &["netns", "list"]) else {
+        return;
+    };
+    for line in list.lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        let Some(rest) = name.strip_prefix(NS_PREFIX) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks that the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = run("ip", &["netns", "del", name]);
+        }
+    }
+}
+
+/// The address of worker `id` (1-based).
+pub fn addr_of(id: u64) -> String {
+    format!("10.77.0.{id}")
+}
+
+/// What the network does now: one-way cuts and random loss. The default heals all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetState {
+    /// `(from, to)`: packets from `from` to `to` are dropped (at both ends).
+    pub cut: BTreeSet<(u64, u64)>,
+    /// Node → percent of its packets dropped, inbound and outbound.
+    pub loss: BTreeMap<u64, u32>,
+}
+
+impl NetState {
+    /// Cuts both directions between every node of `a` and every node of `b`.
+    pub fn cut_between(&mut self, a: &[u64], b: &[u64]) {
+        for &x in a {
+            for &y in b {
+                if x != y {
+                    self.cut.insert((x, y));
+                    self.cut.insert((y, x));
+                }
+            }
+        }
+    }
+
+    /// Drops what goes from `from` to each of `to` (one way).
+    pub fn cut_one_way(&mut self, from: u64, to: &[u64]) {
+        for &y in to {
+            if y != from {
+                self.cut.insert((from, y));
+            }
+        }
+    }
+
+    /// The nft script that makes node `id`'s namespace enforce this state.
+    fn script_for(&self, id: u64) -> String {
+        let mut s = String::from("flush chain inet tenure input\nflush chain inet tenure output\n");
+        for &(from, to) in &self.cut {
+            if from == id {
+                s += &format!(
+                    "add rule inet tenure output ip daddr {} drop\n",
+                    addr_of(to)
+                );
+            }
+            if to == id {
+                s += &format!(
+                    "add rule inet tenure input ip saddr {} drop\n",
+                    addr_of(from)
+                );
+            }
+        }
+        if let Some(p) = self.loss.get(&id).filter(|p| **p > 0) {
+            s += &format!(
+                "add rule inet tenure input ip saddr 10.77.0.0/24 numgen random mod 100 < {p} drop\n\
+                 add rule inet tenure output ip daddr 10.77.0.0/24 numgen random mod 100 < {p} drop\n"
+            );
+        }
+        s
+    }
+}
+
+impl fmt::Display for NetState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.cut.is_empty() && self.loss.is_empty() {
+            return write!(f, "all links up");
+        }
+        let cuts: Vec<String> = self.cut.iter().map(|(a, b)| format!("{a}->{b}")).collect();
+        let loss: Vec<String> = self.loss.iter().map(|(n, p)| format!("{n}:{p}%")).collect();
+        write!(f, "cut [{}] loss [{}]", cuts.join(" "), loss.join(" "))
+    }
+}
+
+/// One line a worker printed, with its `CLOCK_MONOTONIC` time.
+#[derive(Debug, Clone)]
+pub struct Line {
+    pub node: u64,
+    pub event: String,
+    pub mono_ns: u64,
+    pub v: Value,
+    pub raw: String,
+}
+
+impl Line {
+    pub fn term(&self) -> Option<u64> {
+        self.v.get("term").and_then(Value::as_u64)
+    }
+}
+
+/// What kind of thing the harness did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActionKind {
+    /// A worker process was started.
+    Start,
+    /// A fault landed (rules, SIGSTOP).
+    Fault,
+    /// A fault was healed (rules flushed, SIGCONT).
+    Heal,
+    /// A worker was killed with SIGKILL.
+    Crash,
+    /// The workers were told to stop.
+    Stop,
+}
+
+/// Something the harness did, for the timeline.
+#[derive(Debug, Clone)]
+pub struct Action {
+    pub mono_ns: u64,
+    pub kind: ActionKind,
+    /// The worker it concerns; 0 for the whole network.
+    pub node: u64,
+    pub what: String,
+}
+
+/// Five (or `n`) workers in their namespaces.
+pub struct Lab {
+    pub name: String,
+    pub ids: Vec<u64>,
+    pub dir: tempfile::TempDir,
+    pub start_ns: u64,
+    switch: String,
+    namespaces: Vec<String>,
+    worker: PathBuf,
+    args: Vec<String>,
+    children: BTreeMap<u64, Child>,
+    paused: BTreeSet<u64>,
+    net: NetState,
+    pub lines: Arc<Mutex<Vec<Line>>>,
+    pub actions: Arc<Mutex<Vec<Action>>>,
+}
+
+impl Lab {
+    /// Makes the namespaces, the bridge and the certificates for `n` workers; `tag`
+    /// tells labs of one harness process apart. Starts no worker.
+    pub fn new(tag: &str, n: u64, worker: PathBuf, args: &[String]) -> Result<Lab, String> {
+        sweep_stale();
+        let name = format!("{NS_PREFIX}{}-{tag}", std::process::id());
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let ids: Vec<u64> = (1..=n).collect();
+        tenure::transport::tls::write_cluster_certs(dir.path().join("certs"), ids.iter().copied())
+            .map_err(|e| e.to_string())?;
+        let mut lab = Lab {
+            switch: format!("{name}-sw"),
+            name,
+            ids,
+            dir,
+            start_ns: tenure::clock::monotonic_ns(),
+            namespaces: Vec::new(),
+            worker,
+            args: args.to_vec(),
+            children: BTreeMap::new(),
+            paused: BTreeSet::new(),
+            net: NetState::default(),
+            lines: Arc::new(Mutex::new(Vec::new())),
+            actions: Arc::new(Mutex::new(Vec::new())),
+        };
+        // On error, Drop removes whatever was made.
+        let sw = lab.switch.clone();
+        lab.make_ns(&sw)?;
+        run("ip", &["-n", &sw, "link", "add", "br0", "type", "bridge"])?;
+        run("ip", &["-n", &sw, "link", "set", "br0", "up"])?;
+        for id in lab.ids.clone() {
+            let ns = lab.ns(id);
+            lab.make_ns(&ns)?;
+            let port = format!("p{id}");
+            // The veth is made inside the worker's namespace with its peer straight in
+            // the switch namespace: no interface ever appears in the host's namespace.
+            run(
+                "ip",
+                &[
+                    "-n", &ns, "link", "add", "eth0", "type", "veth", "peer", "name", &port,
+                    "netns", &sw,
+                ],
+            )?;
+            run("ip", &["-n", &sw, "link", "set", &port, "master", "br0"])?;
+            run("ip", &["-n", &sw, "link", "set", &port, "up"])?;
+            let cidr = format!("{}/24", addr_of(id));
+            run("ip", &["-n", &ns, "addr", "add", &cidr, "dev", "eth0"])?;
+            run("ip", &["-n", &ns, "link", "set", "eth0", "up"])?;
+            run("ip", &["-n", &ns, "link", "set", "lo", "up"])?;
+            nft_script(&ns, &table_script())?;
+        }
+        Ok(lab)
+    }
+
+    fn make_ns(&mut self, ns: &str) -> Result<(), String> {
+        run("ip", &["netns", "add", ns])?;
+        self.namespaces.push(ns.to_string());
+        Ok(())
+    }
+
+    /// The namespace of worker `id`.
+    pub fn ns(&self, id: u64) -> String {
+        format!("{}-n{id}", self.name)
+    }
+
+    pub fn data_dir(&self, id: u64) -> PathBuf {
+        self.dir.path().join(format!("data-{id}"))
+    }
+
+    /// Records a harness action on the timeline.
+    pub fn note(&self, kind: ActionKind, node: u64, what: impl Into<String>) {
+        self.actions.lock().unwrap().push(Action {
+            mono_ns: tenure::clock::monotonic_ns(),
+            kind,
+            node,
+            what: what.into(),
+        });
+    }
+
+    /// Starts worker `id` in its namespace (again, after a kill: same data folder).
+    pub fn spawn(&mut self, id: u64) {
+        let peers = self
+            .ids
+            .iter()
+            .map(|i| format!("{i}={}:{PORT}", addr_of(*i)))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns(id)])
+            .arg(&self.worker)
+            .args(["--id", &id.to_string()])
+            .args(["--listen", &format!("{}:{PORT}", addr_of(id))])
+            .args(["--peers", &peers])
+            .arg("--data-dir")
+            .arg(self.data_dir(id))
+            .arg("--certs")
+            .arg(self.dir.path().join("certs"))
+            .args(["--log-level", "off"])
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        // SAFETY: prctl is async-signal-safe; it only sets this child's parent-death signal
+        // (kept across `ip`'s exec of the worker: neither is set-user-ID).
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().expect("spawn ip netns exec worker");
+        let out = child.stdout.take().expect("stdout");
+        let lines = self.lines.clone();
+        std::thread::spawn(move || {
+            for raw in BufReader::new(out).lines().map_while(Result::ok) {
+                let Ok(v) = serde_json::from_str::<Value>(&raw) else {
+                    continue;
+                };
+                let get = |k: &str| v.get(k).and_then(Value::as_u64);
+                let line = Line {
+                    node: get("node").unwrap_or(0),
+                    mono_ns: get("mono_ns").unwrap_or(0),
+                    event: v
+                        .get("event")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                    v: v.clone(),
+                    raw,
+                };
+                lines.lock().unwrap().push(line);
+            }
+        });
+        self.note(
+            ActionKind::Start,
+            id,
+            format!("start n{id} (pid {})", child.id()),
+        );
+        self.children.insert(id, child);
+        self.paused.remove(&id);
+    }
+
+    pub fn start_all(&mut self) {
+        for id in self.ids.clone() {
+            self.spawn(id);
+        }
+    }
+
+    pub fn is_running(&self, id: u64) -> bool {
+        self.children.contains_key(&id)
+    }
+
+    pub fn is_paused(&self, id: u64) -> bool {
+        self.paused.contains(&id)
+    }
+
+    fn signal(&self, id: u64, sig: i32) {
+        if let Some(c) = self.children.get(&id) {
+            // SAFETY: kill(2) on our own child, not yet reaped.
+            unsafe { libc::kill(c.id() as i32, sig) };
+        }
+    }
+
+    pub fn pause(&mut self, id: u64) {
+        self.signal(id, libc::SIGSTOP);
+        self.paused.insert(id);
+        self.note(ActionKind::Fault, id, format!("SIGSTOP n{id}"));
+    }
+
+    pub fn resume(&mut self, id: u64) {
+        self.signal(id, libc::SIGCONT);
+        self.paused.remove(&id);
+        self.note(ActionKind::Heal, id, format!("SIGCONT n{id}"));
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self, id: u64) {
+        if let Some(mut c) = self.children.remove(&id) {
+            let _ = c.kill();
+            let _ = c.wait();
+            self.note(ActionKind::Crash, id, format!("SIGKILL n{id}"));
+        }
+        self.paused.remove(&id);
+    }
+
+    /// Makes every namespace enforce `net`; `why` goes on the timeline. Only the
+    /// namespaces whose rules change are touched.
+    pub fn set_net(&mut self, net: NetState, why: &str) -> Result<(), String> {
+        if net == self.net {
+            return Ok(());
+        }
+        for id in self.ids.clone() {
+            let script = net.script_for(id);
+            if script != self.net.script_for(id) {
+                nft_script(&self.ns(id), &script)?;
+            }
+        }
+        let kind = if net == NetState::default() {
+            ActionKind::Heal
+        } else {
+            ActionKind::Fault
+        };
+        self.note(kind, 0, format!("{why}: {net}"));
+        self.net = net;
+        Ok(())
+    }
+
+    pub fn net(&self) -> &NetState {
+        &self.net
+    }
+
+    /// Heals everything: links up, no loss, every worker running and not paused.
+    pub fn heal_all(&mut self) -> Result<(), String> {
+        self.set_net(NetState::default(), "heal links")?;
+        for id in self.paused.clone() {
+            self.resume(id);
+        }
+        for id in self.ids.clone() {
+            if !self.is_running(id) {
+                self.spawn(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// The worker lines so far, in arrival order.
+    pub fn lines(&self) -> Vec<Line> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// The node that holds the most recent lease (highest term acquired and not yet
+    /// reported lost), else the leader of the highest term anyone reported.
+    pub fn current_leader(&self) -> Option<u64> {
+        let lines = self.lines.lock().unwrap();
+        let acquired = lines
+            .iter()
+            .filter(|l| l.event == "lease_acquired")
+            .max_by_key(|l| l.term());
+        if let Some(a) = acquired {
+            let lost = lines
+                .iter()
+                .any(|l| l.event == "lease_lost" && l.node == a.node && l.term() == a.term());
+            if !lost {
+                return Some(a.node);
+            }
+        }
+        lines
+            .iter()
+            .filter(|l| l.event == "leader_changed")
+            .filter_map(|l| Some((l.term()?, l.v.get("leader")?.as_u64()?)))
+            .max()
+            .map(|(_, leader)| leader)
+    }
+
+    /// Waits until a line matching `f` arrived; `None` after `timeout`.
+    pub fn wait_line(&self, timeout: Duration, f: impl Fn(&Line) -> bool) -> Option<Line> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(l) = self.lines.lock().unwrap().iter().find(|l| f(l)) {
+                return Some(l.clone());
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGCONT and SIGTERM to every worker, then waits (SIGKILL after `grace`).
+    pub fn stop_all(&mut self, grace: Duration) {
+        for id in self.children.keys().copied().collect::<Vec<_>>() {
+            self.signal(id, libc::SIGCONT);
+            self.signal(id, libc::SIGTERM);
+        }
+        self.paused.clear();
+        self.note(ActionKind::Stop, 0, "SIGTERM to all workers");
+        let deadline = Instant::now() + grace;
+        for (_, mut c) in std::mem::take(&mut self.children) {
+            loop {
+                match c.try_wait() {
+                    Ok(Some(_)) => break,
+                    _ if Instant::now() >= deadline => {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                        break;
+                    }
+                    _ => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        }
+    }
+
+    /// Worker lines and harness actions merged in time order, times in ms since the lab
+    /// was made; for failure reports.
+    pub fn timeline(&self) -> Vec<String> {
+        let mut all: Vec<(u64, String)> = self
+            .lines()
+            .into_iter()
+            .filter(|l| l.event != "lease_confirmed" && l.event != "started")
+            .map(|l| (l.mono_ns, format!("node {} {}", l.node, l.raw)))
+            .collect();
+        all.extend(
+            self.actions
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|a| (a.mono_ns, format!("harness: {}", a.what))),
+        );
+        all.sort_by_key(|(t, _)| *t);
+        all.into_iter()
+            .map(|(t, s)| {
+                format!(
+                    "{:>9.1} ms  {s}",
+                    t.saturating_sub(self.start_ns) as f64 / 1e6
+                )
+            })
+            .collect()
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for (_, mut c) in std::mem::take(&mut self.children) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for ns in self.namespaces.drain(..).rev() {
+            let _ = run("ip", &["netns", "del", &ns]);
+        }
+    }
+}
+
+/// The worker binary to run: the plain example, or, with `TENURE_MUTATION` set, one
+/// built with `--features mutations` (checked to really be one).
+///
+/// `TENURE_NETNS_WORKER=PATH` runs that binary instead (no build: for long manual runs
+/// while the tree changes).
+pub fn worker_for_run() -> PathBuf {
+    let mutation = std::env::var("TENURE_MUTATION").unwrap_or_default();
+    if let Some(p) = std::env::var_os("TENURE_NETNS_WORKER").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        assert!(
+            mutation.trim().is_empty() || contains(&p, b"TENURE_MUTATION"),
+            "TENURE_MUTATION is set but {} was not built with --features mutations",
+            p.display()
+        );
+        return p;
+    }
+    if mutation.trim().is_empty() {
+        return super::procs::worker_binary();
+    }
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_mutations_worker).clone()
+}
+
+/// Builds the worker with `--features mutations` and returns cargo's hashed copy of it
+/// (`examples/worker-<hash>`), which a later plain build does not overwrite.
+fn build_mutations_worker() -> PathBuf {
+    let exe = std::env::current_exe().expect("test exe path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf();
+    let examples = profile_dir.join("examples");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    for _ in 0..3 {
+        let mut args = vec!["build", "--example", "worker", "--features", "mutations"];
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            args.push("--release");
+        }
+        let status = Command::new(&cargo)
+            .args(&args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdout(Stdio::null())
+            .status()
+            .expect("run cargo build --example worker --features mutations");
+        assert!(status.success(), "cargo build --features mutations failed");
+        // The uplifted `examples/worker` is a hard link to the hashed file just built.
+        use std::os::unix::fs::MetadataExt;
+        let ino = std::fs::metadata(examples.join("worker"))
+            .expect("worker binary")
+            .ino();
+        let hashed = std::fs::read_dir(&examples)
+            .expect("examples dir")
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                name.starts_with("worker-")
+                    && p.extension().is_none()
+                    && std::fs::metadata(p).is_ok_and(|m| m.ino() == ino)
+            });
+        // Another build may have replaced the link meanwhile: check what we got.
+        if let Some(p) = hashed.filter(|p| contains(p, b"TENURE_MUTATION")) {
+            return p;
+        }
+    }
+    panic!("could not get a worker built with --features mutations");
+}
+
+/// Whether the file at `path` contains `needle`.
+fn contains(path: &Path, needle: &[u8]) -> bool {
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut buf = vec![0u8; 1 << 20];
+    let mut carry: Vec<u8> = Vec::new();
+    loop {
+        let n = match f.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => n,
+        };
+        carry.extend_from_slice(&buf[..n]);
+        if carry.windows(needle.len()).any(|w| w == needle) {
+            return true;
+        }
+        let keep = carry.len().saturating_sub(needle.len());
+        carry.drain(..keep);
+    }
+}
