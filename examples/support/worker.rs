@@ -288,7 +288,7 @@ pub async fn run(args: WorkerArgs) -> i32 {
                     id,
                     "transport_stats",
                     json!({"sent": s.sent, "received": s.received,
-                    "connects": s.connects}),
+                    "bytes_sent": s.bytes_sent, "connects": s.connects}),
                 );
             }
         });

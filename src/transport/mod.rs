@@ -108,6 +108,9 @@ impl Faults {
 pub struct TransportStats {
     /// Messages handed to a connection.
     pub sent: AtomicU64,
+    /// Bytes of the frames of those messages (length prefixes included; QUIC, UDP and
+    /// IP overhead not).
+    pub bytes_sent: AtomicU64,
     /// Messages delivered to the driver.
     pub received: AtomicU64,
     /// Messages dropped because a peer's outbound queue was full.
@@ -149,6 +152,7 @@ impl TransportStats {
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
         TransportStatsSnapshot {
             sent: l(&self.sent),
+            bytes_sent: l(&self.bytes_sent),
             received: l(&self.received),
             dropped_queue_full: l(&self.dropped_queue_full),
             dropped_unknown_peer: l(&self.dropped_unknown_peer),
@@ -171,6 +175,7 @@ impl TransportStats {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TransportStatsSnapshot {
     pub sent: u64,
+    pub bytes_sent: u64,
     pub received: u64,
     pub dropped_queue_full: u64,
     pub dropped_unknown_peer: u64,

@@ -1110,6 +1110,7 @@ impl Outbound {
         loop {
             let (frames, n) = self.encode(&mut batch);
             if n > 0 {
+                let bytes = frames.len() as u64;
                 tokio::select! {
                     _ = self.cancel.cancelled() => return Ended::Stop,
                     r = stream.write_chunk(frames.into()) => {
@@ -1119,6 +1120,10 @@ impl Outbound {
                     }
                 }
                 self.shared.stats.sent.fetch_add(n, Ordering::Relaxed);
+                self.shared
+                    .stats
+                    .bytes_sent
+                    .fetch_add(bytes, Ordering::Relaxed);
             }
             tokio::select! {
                 _ = self.cancel.cancelled() => return Ended::Stop,
