@@ -410,6 +410,19 @@ impl ReleasableSocket {
         })
     }
 
+    /// Stands in for a socket the caller owns ([`QuicTransport::start_on_socket`]):
+    /// nothing to close, so releasing it resolves at once.
+    fn detached(local_addr: SocketAddr) -> ReleasableSocket {
+        // The sender is dropped here: `release` sees the socket closed at once.
+        let (_, closed) = watch::channel(());
+        ReleasableSocket {
+            io: RwLock::new(None),
+            released: CancellationToken::new(),
+            closed,
+            local_addr,
+        }
+    }
+
     fn io(&self) -> std::sync::RwLockReadGuard<'_, Option<Arc<SocketIo>>> {
         self.io.read().unwrap_or_else(|e| e.into_inner())
     }
@@ -531,6 +544,23 @@ impl quinn::UdpPoller for WritablePoller {
     }
 }
 
+/// The socket a transport is started on.
+enum GivenSocket {
+    /// A bound OS socket: the transport wraps it and closes it at shutdown.
+    Std(std::net::UdpSocket),
+    /// A socket the caller owns, and the quinn runtime to drive it with.
+    Abstract(Arc<dyn quinn::AsyncUdpSocket>, Arc<dyn quinn::Runtime>),
+}
+
+impl GivenSocket {
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        match self {
+            GivenSocket::Std(s) => s.local_addr(),
+            GivenSocket::Abstract(s, _) => s.local_addr(),
+        }
+    }
+}
+
 impl QuicTransport {
     /// Binds `cfg.listen`, starts accepting and starts one outbound task per peer.
     /// Returns the transport and the receiver of what arrives. Must be called inside a
@@ -554,6 +584,26 @@ impl QuicTransport {
     pub fn start_on(
         cfg: QuicConfig,
         socket: std::net::UdpSocket,
+    ) -> Result<(QuicTransport, mpsc::Receiver<Inbound>), TransportError> {
+        Self::start_inner(cfg, GivenSocket::Std(socket))
+    }
+
+    /// Like [`QuicTransport::start_on`], on any socket quinn can drive, with quinn's
+    /// runtime of the caller's choice: a simulated network (the deterministic simulation
+    /// runs this transport over turmoil's UDP this way). The caller owns the socket:
+    /// [`shutdown`](Self::shutdown) does not wait for it to close. Must be called inside
+    /// a tokio runtime (the transport's own tasks run there).
+    pub fn start_on_socket(
+        cfg: QuicConfig,
+        socket: Arc<dyn quinn::AsyncUdpSocket>,
+        runtime: Arc<dyn quinn::Runtime>,
+    ) -> Result<(QuicTransport, mpsc::Receiver<Inbound>), TransportError> {
+        Self::start_inner(cfg, GivenSocket::Abstract(socket, runtime))
+    }
+
+    fn start_inner(
+        cfg: QuicConfig,
+        socket: GivenSocket,
     ) -> Result<(QuicTransport, mpsc::Receiver<Inbound>), TransportError> {
         let runtime =
             tokio::runtime::Handle::try_current().map_err(|_| TransportError::NoRuntime)?;
@@ -600,12 +650,21 @@ impl QuicTransport {
                 addr: bound,
                 source,
             };
-            let socket = Arc::new(ReleasableSocket::new(socket).map_err(bind_err)?);
+            let (socket, quinn_socket, quinn_runtime): (_, Arc<dyn quinn::AsyncUdpSocket>, _) =
+                match socket {
+                    GivenSocket::Std(socket) => {
+                        let s = Arc::new(ReleasableSocket::new(socket).map_err(bind_err)?);
+                        (s.clone(), s, Arc::new(quinn::TokioRuntime) as _)
+                    }
+                    GivenSocket::Abstract(s, rt) => {
+                        (Arc::new(ReleasableSocket::detached(bound)), s, rt)
+                    }
+                };
             let endpoint = quinn::Endpoint::new_with_abstract_socket(
                 endpoint_config,
                 Some(server_config),
-                socket.clone(),
-                Arc::new(quinn::TokioRuntime),
+                quinn_socket,
+                quinn_runtime,
             )
             .map_err(bind_err)?;
             (socket, endpoint)

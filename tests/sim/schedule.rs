@@ -1,0 +1,316 @@
+//! Seeded fault schedules: what goes wrong, to whom, when, for how long.
+
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::Rng;
+use tenure::NodeId;
+
+/// Whom a fault hits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Target {
+    /// This node.
+    Node(NodeId),
+    /// Whoever leads when the fault starts (`or` if nobody does): the interesting victim.
+    Leader {
+        /// The node hit when no leader is known.
+        or: NodeId,
+    },
+}
+
+impl Target {
+    fn resolve(self, leader: Option<NodeId>) -> NodeId {
+        match self {
+            Target::Node(n) => n,
+            Target::Leader { or } => leader.unwrap_or(or),
+        }
+    }
+}
+
+/// One kind of fault.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FaultKind {
+    /// A symmetric partition: `minority` cannot talk to the rest.
+    Split {
+        /// The smaller side.
+        minority: Vec<NodeId>,
+    },
+    /// The target is cut off from everyone, both ways.
+    Isolate(Target),
+    /// Asymmetric: the target's messages to everyone are lost (`outbound`), or
+    /// everyone's messages to it are.
+    OneWay {
+        /// Who.
+        target: Target,
+        /// Its outbound direction is cut (else its inbound).
+        outbound: bool,
+    },
+    /// Two sides that cannot talk, and a bridge node that talks to both.
+    Bridge {
+        /// One side (the other side is everyone else but the bridge).
+        side: Vec<NodeId>,
+        /// The node that sees both sides.
+        bridge: NodeId,
+    },
+    /// The target's host crashes; it restarts (same disk) when the fault ends.
+    Crash(Target),
+    /// Like `Crash`, but the process dies in the middle of its next write of a hard
+    /// state (term, vote): that write never reaches the disk. It restarts when the fault
+    /// ends (at the latest; it crashes then if no such write came).
+    CrashMidWrite(Target),
+    /// The target's links are held: its messages, both ways, arrive when the fault ends.
+    Pause(Target),
+    /// Each packet to or from these nodes is lost with probability `rate`.
+    Loss {
+        /// Whose links.
+        nodes: Vec<NodeId>,
+        /// Drop probability.
+        rate: f64,
+    },
+    /// Latency on these nodes' links goes up to `max` (packets reorder).
+    Delay {
+        /// Whose links.
+        nodes: Vec<NodeId>,
+        /// Highest latency.
+        max: Duration,
+    },
+}
+
+/// A fault with its time.
+#[derive(Debug, Clone)]
+pub struct Fault {
+    /// When it starts (simulated time from the start of the run).
+    pub at: Duration,
+    /// How long it lasts.
+    pub duration: Duration,
+    /// What it is.
+    pub kind: FaultKind,
+}
+
+/// A run's faults; every one has ended by `heal_at`.
+#[derive(Debug, Clone, Default)]
+pub struct Schedule {
+    /// The faults, by start time.
+    pub faults: Vec<Fault>,
+    /// When the last fault ends (everything is healed and every node runs).
+    pub heal_at: Duration,
+}
+
+impl FaultKind {
+    /// The nodes the fault involves, resolved when it starts. For a bridge: one side,
+    /// then the bridge last.
+    pub fn nodes(&self, _ids: &[NodeId], leader: Option<NodeId>) -> Vec<NodeId> {
+        match self {
+            FaultKind::Split { minority } => minority.clone(),
+            FaultKind::Isolate(t)
+            | FaultKind::Crash(t)
+            | FaultKind::CrashMidWrite(t)
+            | FaultKind::Pause(t)
+            | FaultKind::OneWay { target: t, .. } => vec![t.resolve(leader)],
+            FaultKind::Bridge { side, bridge } => {
+                let mut v = side.clone();
+                v.push(*bridge);
+                v
+            }
+            FaultKind::Loss { nodes, .. } | FaultKind::Delay { nodes, .. } => nodes.clone(),
+        }
+    }
+
+    /// The directed links (from, to) the fault cuts, for the partition kinds.
+    pub fn cut_links(&self, ids: &[NodeId], nodes: &[NodeId]) -> Vec<(NodeId, NodeId)> {
+        let both = |a: &[NodeId], b: &[NodeId]| {
+            let mut v = Vec::new();
+            for x in a {
+                for y in b {
+                    v.push((*x, *y));
+                    v.push((*y, *x));
+                }
+            }
+            v
+        };
+        let rest = |side: &[NodeId]| -> Vec<NodeId> {
+            ids.iter().copied().filter(|i| !side.contains(i)).collect()
+        };
+        match self {
+            FaultKind::Split { .. } | FaultKind::Isolate(_) => both(nodes, &rest(nodes)),
+            FaultKind::OneWay { outbound, .. } => {
+                let x = nodes[0];
+                rest(nodes)
+                    .into_iter()
+                    .map(|o| if *outbound { (x, o) } else { (o, x) })
+                    .collect()
+            }
+            FaultKind::Bridge { .. } => {
+                let (side, bridge) = nodes.split_at(nodes.len() - 1);
+                let other: Vec<NodeId> =
+                    rest(side).into_iter().filter(|o| *o != bridge[0]).collect();
+                both(side, &other)
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// One line for the timeline.
+    pub fn describe(&self, nodes: &[NodeId], start: bool) -> String {
+        let list = |v: &[NodeId]| {
+            v.iter()
+                .map(|n| format!("n{n}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let what = match self {
+            FaultKind::Split { .. } => format!("partition: {{{}}} | rest", list(nodes)),
+            FaultKind::Isolate(_) => format!("isolate {}", list(nodes)),
+            FaultKind::OneWay { outbound, .. } => format!(
+                "one-way: {} {}",
+                list(nodes),
+                if *outbound {
+                    "cannot send"
+                } else {
+                    "cannot receive"
+                }
+            ),
+            FaultKind::Bridge { .. } => {
+                let (side, bridge) = nodes.split_at(nodes.len() - 1);
+                format!("bridge n{} between {{{}}} | rest", bridge[0], list(side))
+            }
+            FaultKind::Crash(_) => format!("crash {}", list(nodes)),
+            FaultKind::CrashMidWrite(_) => {
+                format!("crash {} at its next hard-state write", list(nodes))
+            }
+            FaultKind::Pause(_) => format!("pause (hold links of) {}", list(nodes)),
+            FaultKind::Loss { rate, .. } => {
+                format!("loss {:.0}% on {}", rate * 100.0, list(nodes))
+            }
+            FaultKind::Delay { max, .. } => format!("delay ≤{max:?} on {}", list(nodes)),
+        };
+        if start {
+            what
+        } else {
+            format!("end of {what}")
+        }
+    }
+
+    /// A short name, for statistics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            FaultKind::Split { .. } => "partition",
+            FaultKind::Isolate(_) => "isolate",
+            FaultKind::OneWay { .. } => "one-way",
+            FaultKind::Bridge { .. } => "bridge",
+            FaultKind::Crash(_) => "crash+restart",
+            FaultKind::CrashMidWrite(_) => "crash mid-write",
+            FaultKind::Pause(_) => "pause",
+            FaultKind::Loss { .. } => "loss",
+            FaultKind::Delay { .. } => "delay",
+        }
+    }
+}
+
+/// How random schedules are drawn.
+#[derive(Debug, Clone, Copy)]
+pub struct ScheduleShape {
+    /// No fault before this (the first election).
+    pub warmup: Duration,
+    /// Faults start within this window after the warmup; all end by its end.
+    pub window: Duration,
+    /// Fewest and most faults.
+    pub faults: (usize, usize),
+    /// Shortest and longest fault.
+    pub length: (Duration, Duration),
+}
+
+impl Schedule {
+    /// A random schedule for the group `ids`.
+    pub fn random(rng: &mut StdRng, ids: &[NodeId], shape: ScheduleShape) -> Schedule {
+        let heal_at = shape.warmup + shape.window;
+        let count = rng.gen_range(shape.faults.0..=shape.faults.1);
+        let mut faults: Vec<Fault> = (0..count)
+            .map(|_| {
+                let at = shape.warmup
+                    + Duration::from_millis(
+                        rng.gen_range(0..shape.window.as_millis() as u64 * 3 / 4),
+                    );
+                let len = Duration::from_millis(rng.gen_range(
+                    shape.length.0.as_millis() as u64..=shape.length.1.as_millis() as u64,
+                ));
+                let kind = random_kind(rng, ids);
+                // Some crashes are quick restarts: back within a few milliseconds, well
+                // inside the lease it helped renew before it died.
+                let len = match kind {
+                    FaultKind::Crash(_) | FaultKind::CrashMidWrite(_) if rng.gen_bool(0.5) => {
+                        Duration::from_millis(rng.gen_range(1..=60))
+                    }
+                    _ => len,
+                };
+                let duration = len.min(heal_at - at);
+                Fault { at, duration, kind }
+            })
+            .collect();
+        faults.sort_by_key(|f| f.at);
+        Schedule { faults, heal_at }
+    }
+}
+
+fn random_target(rng: &mut StdRng, ids: &[NodeId]) -> Target {
+    let any = *ids.choose(rng).expect("nodes");
+    if rng.gen_bool(0.6) {
+        Target::Leader { or: any }
+    } else {
+        Target::Node(any)
+    }
+}
+
+fn random_kind(rng: &mut StdRng, ids: &[NodeId]) -> FaultKind {
+    let n = ids.len();
+    let some = |rng: &mut StdRng, k: usize| {
+        let mut v: Vec<NodeId> = ids.choose_multiple(rng, k).copied().collect();
+        v.sort_unstable();
+        v
+    };
+    loop {
+        return match rng.gen_range(0..9) {
+            0 => {
+                let k = rng.gen_range(1..=n / 2);
+                FaultKind::Split {
+                    minority: some(rng, k),
+                }
+            }
+            1 => FaultKind::Isolate(random_target(rng, ids)),
+            2 => FaultKind::OneWay {
+                target: random_target(rng, ids),
+                outbound: rng.gen_bool(0.5),
+            },
+            3 => {
+                if n < 5 {
+                    continue;
+                }
+                // 5 nodes: {a, b} | bridge | {c, d}.
+                let mut v = some(rng, n);
+                v.shuffle(rng);
+                let bridge = v[0];
+                let mut side: Vec<NodeId> = v[1..1 + (n - 1) / 2].to_vec();
+                side.sort_unstable();
+                FaultKind::Bridge { side, bridge }
+            }
+            4 => FaultKind::Crash(random_target(rng, ids)),
+            5 => FaultKind::Pause(random_target(rng, ids)),
+            8 => FaultKind::CrashMidWrite(random_target(rng, ids)),
+            6 => {
+                let k = rng.gen_range(1..=n);
+                FaultKind::Loss {
+                    nodes: some(rng, k),
+                    rate: [0.05, 0.1, 0.2, 0.4][rng.gen_range(0..4)],
+                }
+            }
+            _ => {
+                let k = rng.gen_range(1..=n);
+                FaultKind::Delay {
+                    nodes: some(rng, k),
+                    max: Duration::from_millis(rng.gen_range(10..=80)),
+                }
+            }
+        };
+    }
+}

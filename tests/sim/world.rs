@@ -1,0 +1,728 @@
+//! One simulated run: N turmoil hosts, each running the real driver ([`Node::start_with`])
+//! on a [`MemStore`] whose [`MemDisk`] survives crashes, over the real QUIC transport on
+//! turmoil's UDP network ([`SimUdp`]). A workload on every node acquires leases,
+//! confirms them and writes to a fenced resource (tenure's [`SqliteFence`] on an
+//! in-memory SQLite database) with the token; a recorder turns all of it into checker
+//! [`Event`]s stamped with simulated time.
+//!
+//! Faults come from a [`Schedule`] and are applied between simulation steps: partitions
+//! through turmoil's link states, pauses as held links (the messages arrive late, in one
+//! burst), crashes as turmoil host crashes (the runtime and everything on it is dropped;
+//! the disk is not) and restarts as a fresh node on the same disk, loss in the socket
+//! adapter (seeded), delay as turmoil link latency.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use raft::eraftpb::ConfState;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tenure::fence::SqliteFence;
+use tenure::storage::{MemDisk, MemStore, RaftStore, ReadyWrite, StorageError};
+use tenure::transport::quic::{QuicConfig, QuicTransport};
+use tenure::transport::tls::{ClusterCa, TlsIdentity};
+use tenure::{Config, FencingToken, Node, NodeId, ReadMode, Role, Timing};
+use tokio::time::Instant;
+
+use super::checker::{Event, Kind, Write};
+use super::schedule::{FaultKind, Schedule};
+use super::udp::{NetCtl, SimUdp};
+
+/// The UDP port every node listens on (each host has its own address).
+const PORT: u16 = 7000;
+
+/// Everything one run needs.
+#[derive(Clone)]
+pub struct RunConfig {
+    /// The seed of everything random in the run.
+    pub seed: u64,
+    /// Group size.
+    pub nodes: u64,
+    /// Election timing.
+    pub timing: Timing,
+    /// How confirms are answered.
+    pub read_mode: ReadMode,
+    /// Nodes whose clock runs at another rate.
+    pub clock_rates: BTreeMap<NodeId, f64>,
+    /// The faults.
+    pub schedule: Schedule,
+    /// After the last heal, how long a lease may take (the liveness bound).
+    pub liveness_bound: Duration,
+    /// After the first lease that follows the last heal, how much longer to run.
+    pub tail: Duration,
+    /// Chance that a write stalls (a GC pause between confirm and write) before it
+    /// reaches the resource, and how long the stall may be.
+    pub stall_chance: f64,
+    /// Longest writer stall.
+    pub stall_max: Duration,
+    /// Pause between two confirms of the workload.
+    pub confirm_every: (Duration, Duration),
+}
+
+/// What a run produced.
+pub struct Outcome {
+    /// Every recorded event, including the faults.
+    pub events: Vec<Event>,
+    /// The resource's accepted writes in commit order.
+    pub writes: Vec<Write>,
+    /// When the last fault was healed.
+    pub healed_at_ns: u64,
+    /// Simulated time at the end.
+    pub end_ns: u64,
+}
+
+/// The record all hosts write to (they all run on this thread; tasks need `Send`).
+#[derive(Default)]
+struct Record {
+    events: Vec<Event>,
+    writes: Vec<Write>,
+    /// Latest view per node: (term, role, leader).
+    views: BTreeMap<NodeId, (u64, Role, Option<NodeId>)>,
+    incarnations: BTreeMap<NodeId, u64>,
+}
+
+type Rec = Arc<Mutex<Record>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The fenced resource: a SQLite database in memory, guarded by tenure's own fence
+/// (which honours the `fence-accepts-any` mutation).
+struct Resource {
+    conn: rusqlite::Connection,
+    fence: SqliteFence,
+    seq: u64,
+}
+
+impl Resource {
+    fn new() -> Resource {
+        let conn = rusqlite::Connection::open_in_memory().expect("in-memory SQLite");
+        conn.execute_batch(
+            "CREATE TABLE writes (seq INTEGER PRIMARY KEY, token INTEGER, node INTEGER)",
+        )
+        .expect("create table");
+        let fence = SqliteFence::install(&conn, "sim").expect("install fence");
+        Resource {
+            conn,
+            fence,
+            seq: 0,
+        }
+    }
+
+    /// Writes with `token`; `Ok(seq)` if accepted, `Err(highest)` if fenced off.
+    fn write(&mut self, token: u64, node: NodeId) -> Result<u64, u64> {
+        let seq = self.seq + 1;
+        let r = self.fence.write(&mut self.conn, FencingToken(token), |tx| {
+            tx.execute(
+                "INSERT INTO writes (seq, token, node) VALUES (?1, ?2, ?3)",
+                rusqlite::params![seq as i64, token as i64, node as i64],
+            )?;
+            Ok(())
+        });
+        match r {
+            Ok(()) => {
+                self.seq = seq;
+                Ok(seq)
+            }
+            Err(tenure::FenceError::Stale { highest, .. }) => Err(highest.0),
+            Err(e) => panic!("fence backend failed: {e}"),
+        }
+    }
+}
+
+/// The CA and node identities, made once per process (key generation is not part of
+/// what a run varies).
+fn identities() -> &'static Vec<TlsIdentity> {
+    static IDS: OnceLock<Vec<TlsIdentity>> = OnceLock::new();
+    IDS.get_or_init(|| {
+        let ca = ClusterCa::generate().expect("CA");
+        (1..=7)
+            .map(|id| {
+                let n = ca.issue_node(id).expect("node certificate");
+                TlsIdentity::from_pem(ca.cert_pem(), &n.cert_pem, &n.key_pem).expect("identity")
+            })
+            .collect()
+    })
+}
+
+fn host_name(id: NodeId) -> String {
+    format!("n{id}")
+}
+
+/// turmoil gives the hosts 192.168.0.1, .2, … in the order they are registered.
+fn host_ip(id: NodeId) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(192, 168, 0, id as u8))
+}
+
+/// Simulated time now, in nanoseconds (inside a host).
+fn sim_ns() -> u64 {
+    turmoil::sim_elapsed().map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Simulated time of a tokio instant of the current host.
+fn sim_ns_of(at: Instant) -> u64 {
+    let now = Instant::now();
+    let base = sim_ns();
+    if at >= now {
+        base + (at - now).as_nanos() as u64
+    } else {
+        base.saturating_sub((now - at).as_nanos() as u64)
+    }
+}
+
+/// The node's store: a [`MemStore`] that can be told to die in the middle of its next
+/// hard-state write (the write is lost and the driver stops, as a process killed during
+/// its fsync would).
+#[derive(Clone)]
+struct SimStore {
+    inner: MemStore,
+    tear: Arc<AtomicBool>,
+}
+
+impl raft::Storage for SimStore {
+    fn initial_state(&self) -> raft::Result<raft::RaftState> {
+        self.inner.initial_state()
+    }
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        context: raft::GetEntriesContext,
+    ) -> raft::Result<Vec<raft::eraftpb::Entry>> {
+        self.inner.entries(low, high, max_size, context)
+    }
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        self.inner.term(idx)
+    }
+    fn first_index(&self) -> raft::Result<u64> {
+        self.inner.first_index()
+    }
+    fn last_index(&self) -> raft::Result<u64> {
+        self.inner.last_index()
+    }
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<raft::eraftpb::Snapshot> {
+        self.inner.snapshot(request_index, to)
+    }
+}
+
+impl RaftStore for SimStore {
+    fn write(&self, write: ReadyWrite) -> Result<(), StorageError> {
+        if write.hard_state.is_some() && self.tear.swap(false, Ordering::SeqCst) {
+            return Err(StorageError::Io {
+                path: "simulated disk".into(),
+                detail: "the process died during this write (simulated)".into(),
+            });
+        }
+        self.inner.write(write)
+    }
+    fn compact(&self, index: u64, data: Vec<u8>) -> Result<(), StorageError> {
+        self.inner.compact(index, data)
+    }
+    fn hard_state(&self) -> raft::eraftpb::HardState {
+        self.inner.hard_state()
+    }
+    fn conf_state(&self) -> ConfState {
+        self.inner.conf_state()
+    }
+}
+
+struct HostCtx {
+    id: NodeId,
+    cfg: RunConfig,
+    disk: MemDisk,
+    tear: Arc<AtomicBool>,
+    rec: Rec,
+    resource: Arc<Mutex<Resource>>,
+    net: Arc<Mutex<NetCtl>>,
+    peers: BTreeMap<NodeId, SocketAddr>,
+}
+
+/// The software of one host: a node and its workload, until the host crashes.
+async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
+    let id = ctx.id;
+    let inc = {
+        let mut r = lock(&ctx.rec);
+        let inc = r.incarnations.entry(id).or_insert(0);
+        *inc += 1;
+        let inc = *inc;
+        r.events
+            .push(Event::new(id, sim_ns(), Kind::Started).note(format!("incarnation {inc}")));
+        inc
+    };
+    let mut rng = StdRng::seed_from_u64(ctx.cfg.seed ^ (id << 40) ^ (inc << 52));
+    // Start the node somewhere inside its first tick, so the hosts' tickers are not in
+    // lockstep (real processes never are).
+    let offset = rng.gen_range(0..ctx.cfg.timing.tick.as_micros() as u64);
+    tokio::time::sleep(Duration::from_micros(offset)).await;
+
+    let addr = ctx.peers[&id];
+    let socket = SimUdp::bind(
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), PORT),
+        addr,
+        ctx.net.clone(),
+    )
+    .await?;
+    let mut qc = QuicConfig::new(
+        id,
+        addr,
+        HashMap::new(),
+        identities()[id as usize - 1].clone(),
+    );
+    // LAN-like QUIC settings so that a link that was cut is noticed within a few
+    // election timeouts (the defaults are 1 s / 5 s, for real networks).
+    qc.keep_alive = Duration::from_millis(100);
+    qc.idle_timeout = Duration::from_millis(500);
+    // The transport draws its reconnect jitter from the OS-seeded thread RNG; a backoff
+    // of 1 µs leaves it nothing to draw (see the determinism notes in tests/sim.rs).
+    qc.backoff_min = Duration::from_micros(1);
+    qc.backoff_max = Duration::from_micros(1);
+    let (transport, inbound) =
+        QuicTransport::start_on_socket(qc, socket, Arc::new(quinn::TokioRuntime))?;
+    // Peers in id order (a HashMap in the config would start their tasks in a random
+    // order, and the order of tasks is the order of packets).
+    for (p, a) in ctx.peers.iter().filter(|(p, _)| **p != id) {
+        transport.set_peer_addr(*p, *a);
+    }
+    let mut config = Config::builder(id)
+        .peers(ctx.peers.clone())
+        .timing(ctx.cfg.timing)
+        .read_mode(ctx.cfg.read_mode)
+        .build();
+    if let Some(rate) = ctx.cfg.clock_rates.get(&id) {
+        config.clock_rate = *rate;
+    }
+    let store = SimStore {
+        inner: MemStore::open(ctx.disk.clone()),
+        tear: ctx.tear.clone(),
+    };
+    let node = Node::start_with(config, store, Arc::new(transport), inbound).await?;
+
+    // leader_changed, as the worker prints it.
+    let mut watch = node.watch();
+    let rec = ctx.rec.clone();
+    tokio::spawn(async move {
+        let mut last = None;
+        loop {
+            let l = watch.borrow_and_update().clone();
+            if l.role != Role::Stopped && last != Some((l.term, l.leader, l.role)) {
+                last = Some((l.term, l.leader, l.role));
+                let mut r = lock(&rec);
+                r.views.insert(id, (l.term, l.role, l.leader));
+                r.events.push(Event::term_changed(
+                    id,
+                    sim_ns(),
+                    l.term,
+                    l.leader,
+                    l.role.as_str(),
+                ));
+            }
+            if watch.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+
+    workload(ctx.clone(), node.clone(), rng).await;
+    // The node stopped: it died at a torn write (the host restarts when the fault ends).
+    if let Err(e) = node.join().await {
+        lock(&ctx.rec)
+            .events
+            .push(Event::new(id, sim_ns(), Kind::Crashed).note(e.reason));
+    }
+    Ok(())
+}
+
+/// Acquire, confirm, write with the token; forever.
+async fn workload(ctx: Arc<HostCtx>, node: Node, mut rng: StdRng) {
+    let id = ctx.id;
+    let ev = |e: Event| lock(&ctx.rec).events.push(e);
+    while let Ok(lease) = node.lease().await {
+        let token = lease.token().0;
+        ev(Event::acquired(
+            id,
+            sim_ns(),
+            token,
+            sim_ns_of(lease.valid_until()),
+        ));
+        // The loss is recorded by its own task, the moment it happens.
+        let watcher = lease.clone();
+        let rec = ctx.rec.clone();
+        tokio::spawn(async move {
+            let reason = watcher.lost().await;
+            let now = sim_ns();
+            let ended = now.min(sim_ns_of(watcher.valid_until()));
+            lock(&rec)
+                .events
+                .push(Event::lost(id, now, token, ended, reason.as_str()));
+        });
+        loop {
+            let (lo, hi) = ctx.cfg.confirm_every;
+            let pause = rng.gen_range(lo..=hi);
+            tokio::select! {
+                _ = lease.lost() => break,
+                _ = tokio::time::sleep(pause) => {}
+            }
+            let began = sim_ns();
+            let Ok(tok) = lease.confirm().await else {
+                break;
+            };
+            ev(Event::confirmed(
+                id,
+                began,
+                sim_ns(),
+                tok.0,
+                sim_ns_of(lease.valid_until()),
+            ));
+            if rng.gen_bool(ctx.cfg.stall_chance) {
+                // A stall between the confirm and the write: the write reaches the
+                // resource late, maybe after a new leader wrote. Only the fence stops it.
+                let max = ctx.cfg.stall_max.as_millis() as u64;
+                tokio::time::sleep(Duration::from_millis(rng.gen_range(1..=max))).await;
+            }
+            let r = lock(&ctx.resource).write(tok.0, id);
+            let now = sim_ns();
+            match r {
+                Ok(seq) => {
+                    let mut rec = lock(&ctx.rec);
+                    rec.writes.push(Write {
+                        seq,
+                        token: tok.0,
+                        node: id,
+                        at_ns: Some(now),
+                    });
+                    let mut e = Event::new(id, now, Kind::Write).term(tok.0);
+                    e.note = format!("seq {seq}");
+                    rec.events.push(e);
+                }
+                Err(highest) => {
+                    let mut e = Event::new(id, now, Kind::FenceRejected).term(tok.0);
+                    e.highest = Some(highest);
+                    ev(e);
+                }
+            }
+        }
+    }
+}
+
+/// The desired state of the network, recomputed from the active faults.
+#[derive(Default)]
+struct Active {
+    /// Directed links cut: (from, to) → count of faults cutting it.
+    cut: BTreeMap<(NodeId, NodeId), u32>,
+    /// Nodes whose links are held (a pause).
+    held: BTreeMap<NodeId, u32>,
+    /// Loss per directed link (max of the active faults).
+    loss: BTreeMap<(NodeId, NodeId), Vec<f64>>,
+    /// Extra latency per link.
+    delay: BTreeMap<(NodeId, NodeId), Vec<Duration>>,
+    /// Crash count per node.
+    crashed: BTreeMap<NodeId, u32>,
+    /// What was last pushed to turmoil per link (a < b): only changes are pushed, so
+    /// held messages stay held until their pause ends.
+    applied: BTreeMap<(NodeId, NodeId), LinkState>,
+}
+
+#[derive(Clone, Copy, PartialEq, Default)]
+struct LinkState {
+    cut_ab: bool,
+    cut_ba: bool,
+    held: bool,
+    latency: Duration,
+}
+
+/// Runs one simulation to the end and returns what happened.
+pub fn run(cfg: &RunConfig) -> Outcome {
+    let n = cfg.nodes;
+    let ids: Vec<NodeId> = (1..=n).collect();
+    let base_latency = Duration::from_millis(2);
+    let mut sim = turmoil::Builder::new()
+        .tick_duration(Duration::from_micros(
+            std::env::var("SIM_TICK_US")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(1000),
+        ))
+        .simulation_duration(Duration::from_secs(3600))
+        .min_message_latency(Duration::from_micros(100))
+        .max_message_latency(base_latency)
+        .rng_seed(cfg.seed)
+        .build();
+    let rec: Rec = Arc::default();
+    let resource = Arc::new(Mutex::new(Resource::new()));
+    let net = Arc::new(Mutex::new(NetCtl::new(cfg.seed)));
+    let peers: BTreeMap<NodeId, SocketAddr> = ids
+        .iter()
+        .map(|id| (*id, SocketAddr::new(host_ip(*id), PORT)))
+        .collect();
+    let conf = ConfState {
+        voters: ids.clone(),
+        ..Default::default()
+    };
+    let tears: BTreeMap<NodeId, Arc<AtomicBool>> =
+        ids.iter().map(|id| (*id, Arc::default())).collect();
+    for id in &ids {
+        let ctx = Arc::new(HostCtx {
+            id: *id,
+            cfg: cfg.clone(),
+            disk: MemDisk::new(conf.clone()),
+            tear: tears[id].clone(),
+            rec: rec.clone(),
+            resource: resource.clone(),
+            net: net.clone(),
+            peers: peers.clone(),
+        });
+        sim.host(host_name(*id), move || host(ctx.clone()));
+        assert_eq!(sim.lookup(host_name(*id)), host_ip(*id), "host address");
+    }
+
+    // Fault starts and ends, in time order.
+    let mut actions: Vec<(Duration, bool, usize)> = Vec::new();
+    for (i, f) in cfg.schedule.faults.iter().enumerate() {
+        actions.push((f.at, true, i));
+        actions.push((f.at + f.duration, false, i));
+    }
+    actions.sort_by_key(|(t, start, i)| (*t, !*start, *i));
+    let healed_at = cfg.schedule.heal_at;
+    let mut resolved: Vec<Vec<NodeId>> = vec![Vec::new(); cfg.schedule.faults.len()];
+    let mut active = Active::default();
+    let mut next = 0;
+    let mut stop_at = healed_at + cfg.liveness_bound;
+    let mut recovered = false;
+    loop {
+        let now = sim.elapsed();
+        while next < actions.len() && actions[next].0 <= now {
+            let (_, start, i) = actions[next];
+            next += 1;
+            let fault = &cfg.schedule.faults[i];
+            if start {
+                let leader = current_leader(&rec, &active);
+                resolved[i] = fault.kind.nodes(&ids, leader);
+            }
+            let note = fault.kind.describe(&resolved[i], start);
+            let kind = if start { Kind::Fault } else { Kind::Heal };
+            lock(&rec)
+                .events
+                .push(Event::new(0, now.as_nanos() as u64, kind).note(note));
+            if let FaultKind::Crash(_) | FaultKind::CrashMidWrite(_) = fault.kind {
+                for id in &resolved[i] {
+                    let crash = matches!(fault.kind, FaultKind::Crash(_)) == start;
+                    if crash {
+                        // Down from now (or, mid-write, from the end at the latest).
+                        lock(&rec).events.push(Event::new(
+                            *id,
+                            now.as_nanos() as u64,
+                            Kind::Crashed,
+                        ));
+                    }
+                    tears[id].store(
+                        start && matches!(fault.kind, FaultKind::CrashMidWrite(_)),
+                        Ordering::SeqCst,
+                    );
+                }
+            }
+            apply(
+                &mut sim,
+                &net,
+                &ids,
+                &mut active,
+                &fault.kind,
+                &resolved[i],
+                start,
+                base_latency,
+            );
+        }
+        if now >= stop_at {
+            break;
+        }
+        if !recovered && now >= healed_at {
+            let h = healed_at.as_nanos() as u64;
+            let first = lock(&rec)
+                .events
+                .iter()
+                .filter(|e| {
+                    e.at_ns >= h && matches!(e.kind, Kind::LeaseAcquired | Kind::LeaseConfirmed)
+                })
+                .map(|e| e.at_ns)
+                .min();
+            if let Some(t) = first {
+                recovered = true;
+                stop_at = stop_at.min(Duration::from_nanos(t) + cfg.tail);
+            }
+        }
+        if let Err(e) = sim.step() {
+            panic!("simulation step failed at {now:?}: {e}");
+        }
+    }
+    let end_ns = sim.elapsed().as_nanos() as u64;
+    drop(sim);
+    let mut r = lock(&rec);
+    Outcome {
+        events: std::mem::take(&mut r.events),
+        writes: std::mem::take(&mut r.writes),
+        healed_at_ns: healed_at.as_nanos() as u64,
+        end_ns,
+    }
+}
+
+/// The node that leads in the highest term, as the running nodes last reported.
+fn current_leader(rec: &Rec, active: &Active) -> Option<NodeId> {
+    let r = lock(rec);
+    r.views
+        .iter()
+        .filter(|(id, (_, role, _))| {
+            *role == Role::Leader && active.crashed.get(*id).copied().unwrap_or(0) == 0
+        })
+        .max_by_key(|(_, (term, _, _))| *term)
+        .map(|(id, _)| *id)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn apply(
+    sim: &mut turmoil::Sim<'_>,
+    net: &Arc<Mutex<NetCtl>>,
+    ids: &[NodeId],
+    active: &mut Active,
+    kind: &FaultKind,
+    nodes: &[NodeId],
+    start: bool,
+    base_latency: Duration,
+) {
+    let bump = |m: &mut BTreeMap<(NodeId, NodeId), u32>, k: (NodeId, NodeId)| {
+        let c = m.entry(k).or_insert(0);
+        if start {
+            *c += 1;
+        } else {
+            *c = c.saturating_sub(1);
+        }
+    };
+    match kind {
+        FaultKind::CrashMidWrite(_) => {
+            // Armed at the start (the store dies at its next hard-state write); the host
+            // is crashed, if still up, and restarted at the end.
+            if !start {
+                for id in nodes {
+                    if active.crashed.get(id).copied().unwrap_or(0) == 0 {
+                        sim.crash(host_name(*id));
+                        sim.bounce(host_name(*id));
+                    }
+                }
+            }
+            return;
+        }
+        FaultKind::Crash(_) => {
+            for id in nodes {
+                let c = active.crashed.entry(*id).or_insert(0);
+                if start {
+                    *c += 1;
+                    if *c == 1 {
+                        sim.crash(host_name(*id));
+                    }
+                } else {
+                    *c = c.saturating_sub(1);
+                    if *c == 0 {
+                        sim.bounce(host_name(*id));
+                    }
+                }
+            }
+            return;
+        }
+        FaultKind::Pause(_) => {
+            for id in nodes {
+                let c = active.held.entry(*id).or_insert(0);
+                if start {
+                    *c += 1;
+                } else {
+                    *c = c.saturating_sub(1);
+                }
+            }
+        }
+        FaultKind::Loss { rate, .. } => {
+            for a in nodes {
+                for b in ids.iter().filter(|b| *b != a) {
+                    for k in [(*a, *b), (*b, *a)] {
+                        let v = active.loss.entry(k).or_default();
+                        if start {
+                            v.push(*rate);
+                        } else if let Some(p) = v.iter().position(|x| x == rate) {
+                            v.remove(p);
+                        }
+                    }
+                }
+            }
+        }
+        FaultKind::Delay { max, .. } => {
+            for a in nodes {
+                for b in ids.iter().filter(|b| *b != a) {
+                    let k = ((*a).min(*b), (*a).max(*b));
+                    let v = active.delay.entry(k).or_default();
+                    if start {
+                        v.push(*max);
+                    } else if let Some(p) = v.iter().position(|x| x == max) {
+                        v.remove(p);
+                    }
+                }
+            }
+        }
+        _ => {
+            for (from, to) in kind.cut_links(ids, nodes) {
+                bump(&mut active.cut, (from, to));
+            }
+        }
+    }
+    // Push the whole desired state to turmoil and the socket adapter.
+    {
+        let mut n = lock(net);
+        n.loss.clear();
+        for ((a, b), v) in &active.loss {
+            if let Some(p) = v.iter().copied().reduce(f64::max) {
+                n.loss.insert((host_ip(*a), host_ip(*b)), p);
+            }
+        }
+    }
+    for (i, a) in ids.iter().enumerate() {
+        for b in &ids[i + 1..] {
+            let (ha, hb) = (host_name(*a), host_name(*b));
+            let want = LinkState {
+                cut_ab: active.cut.get(&(*a, *b)).copied().unwrap_or(0) > 0,
+                cut_ba: active.cut.get(&(*b, *a)).copied().unwrap_or(0) > 0,
+                held: active.held.get(a).copied().unwrap_or(0) > 0
+                    || active.held.get(b).copied().unwrap_or(0) > 0,
+                latency: active
+                    .delay
+                    .get(&(*a, *b))
+                    .and_then(|v| v.iter().copied().max())
+                    .unwrap_or(base_latency),
+            };
+            let had = active.applied.get(&(*a, *b)).copied().unwrap_or(LinkState {
+                latency: base_latency,
+                ..LinkState::default()
+            });
+            if want == had {
+                continue;
+            }
+            active.applied.insert((*a, *b), want);
+            if (want.cut_ab, want.cut_ba, want.held) != (had.cut_ab, had.cut_ba, had.held) {
+                // Back to healthy (delivering anything held), then the desired state.
+                sim.release(ha.as_str(), hb.as_str());
+                sim.repair(ha.as_str(), hb.as_str());
+                if want.cut_ab && want.cut_ba {
+                    sim.partition(ha.as_str(), hb.as_str());
+                } else if want.cut_ab {
+                    sim.partition_oneway(ha.as_str(), hb.as_str());
+                } else if want.cut_ba {
+                    sim.partition_oneway(hb.as_str(), ha.as_str());
+                } else if want.held {
+                    sim.hold(ha.as_str(), hb.as_str());
+                }
+            }
+            if want.latency != had.latency {
+                sim.set_link_max_message_latency(ha.as_str(), hb.as_str(), want.latency);
+            }
+        }
+    }
+}
