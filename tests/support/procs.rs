@@ -26,8 +26,13 @@ pub fn worker_binary() -> PathBuf {
                 .expect("target dir")
                 .to_path_buf();
             let bin = profile_dir.join("examples").join("worker");
+            // A plain `cargo test` has just built the examples: use the binary when it is
+            // newer than every source it is built from. Otherwise (a filtered run such as
+            // `cargo test --test settlement`) ask cargo to build it.
+            if bin.exists() && newer_than_sources(&bin) {
+                return bin;
+            }
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            // Always ask cargo: it is a no-op when the example is fresh.
             let mut args = vec!["build", "--example", "worker"];
             if profile_dir.file_name().is_some_and(|n| n == "release") {
                 args.push("--release");
@@ -43,6 +48,31 @@ pub fn worker_binary() -> PathBuf {
             bin
         })
         .clone()
+}
+
+/// Whether `bin` is newer than Cargo.toml and every file under src/ and examples/.
+fn newer_than_sources(bin: &Path) -> bool {
+    fn newest(dir: &Path, acc: &mut std::time::SystemTime) {
+        let Ok(rd) = std::fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                newest(&p, acc);
+            } else if let Ok(m) = e.metadata().and_then(|m| m.modified()) {
+                *acc = (*acc).max(m);
+            }
+        }
+    }
+    let Ok(built) = std::fs::metadata(bin).and_then(|m| m.modified()) else {
+        return false;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut newest_src = std::fs::metadata(root.join("Cargo.toml"))
+        .and_then(|m| m.modified())
+        .unwrap_or(std::time::SystemTime::UNIX_EPOCH);
+    newest(&root.join("src"), &mut newest_src);
+    newest(&root.join("examples"), &mut newest_src);
+    built > newest_src
 }
 
 /// One event line with when the harness received it.
