@@ -16,6 +16,41 @@
 //! * `TENURE_SIM_EXPECT_VIOLATION=1` (for mutation testing, with `--features mutations`
 //!   and `TENURE_MUTATION=...`) stops at the first violating seed and reports it
 //!   instead of failing; it fails if no seed violates.
+//!
+//! # What is simulated, and how
+//!
+//! * **Pauses** hold every link of a node (turmoil's `hold`): its messages both ways
+//!   arrive in one burst when the pause ends. turmoil cannot stop one host's runtime, so
+//!   the paused node's own timers keep running; the "woken stale writer" is modelled by
+//!   the workload instead: now and then a write stalls up to 400 ms between the confirm
+//!   and the resource, and only the fence can stop it.
+//! * **Crashes** drop the host's runtime (every task, socket and in-memory state); the
+//!   restart is a new `Node` on the same `MemDisk`. Half of them are quick (back within
+//!   60 ms). A crash *mid-write* makes the node's next hard-state write fail without
+//!   reaching the disk, which stops the driver there, as a process killed during its
+//!   fsync.
+//! * **QUIC** uses LAN-like settings (100 ms keep-alive, 500 ms idle timeout) so that a
+//!   connection the fault killed is noticed quickly.
+//!
+//! # Determinism
+//!
+//! Everything the simulation decides is drawn from the seed: the schedule, turmoil's
+//! latencies, the adapter's packet loss, each host's start offset, the workload. Three
+//! things in the code under test draw from the OS instead, and are handled so:
+//!
+//! * raft-rs draws its randomized election timeout from `rand::thread_rng()`. The
+//!   simulation gives every node the same fixed timeout (`election_ticks_max =
+//!   election_ticks + 1`, so there is nothing to draw) and breaks ties with per-node
+//!   clock rates within ±1.5 % (inside `max_clock_drift`) and seeded tick phases. (Fixed
+//!   timeouts with identical clocks livelock in split votes; a driver hook that reseeds
+//!   raft-rs per node would restore randomized timeouts.)
+//! * The QUIC transport's reconnect jitter comes from the same RNG: the simulation sets a
+//!   1 µs backoff, which leaves nothing to draw.
+//! * tokio's `select!` fairness is seeded from the OS unless built with
+//!   `--cfg tokio_unstable` (then turmoil seeds it), and rustls/quinn draw keys and
+//!   connection ids. These change the order of events that are ready at the same moment,
+//!   so a replay follows the same schedule but its fine interleaving can drift apart,
+//!   usually only after the first fault.
 
 #[path = "support/checker.rs"]
 mod checker;
@@ -91,6 +126,7 @@ fn config_for(seed: u64) -> RunConfig {
         stall_chance: 0.05,
         stall_max: Duration::from_millis(400),
         confirm_every: (Duration::from_millis(20), Duration::from_millis(60)),
+        prefer_leader: None,
     }
 }
 

@@ -60,6 +60,9 @@ pub struct RunConfig {
     pub stall_max: Duration,
     /// Pause between two confirms of the workload.
     pub confirm_every: (Duration, Duration),
+    /// Until this time, any other leader hands leadership to this node (the clock tests
+    /// put their skewed clock on the leader this way).
+    pub prefer_leader: Option<(NodeId, Duration)>,
 }
 
 /// What a run produced.
@@ -349,9 +352,15 @@ async fn workload(ctx: Arc<HostCtx>, node: Node, mut rng: StdRng) {
             token,
             sim_ns_of(lease.valid_until()),
         ));
+        let hand_over = ctx.cfg.prefer_leader.filter(|(p, until)| {
+            *p != id && turmoil::sim_elapsed().is_some_and(|now| now < *until)
+        });
         // The loss is recorded by its own task, the moment it happens.
         let watcher = lease.clone();
         let rec = ctx.rec.clone();
+        if let Some((to, _)) = hand_over {
+            let _ = node.transfer_leadership(Some(to)).await;
+        }
         tokio::spawn(async move {
             let reason = watcher.lost().await;
             let now = sim_ns();
