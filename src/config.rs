@@ -209,6 +209,11 @@ pub struct Config {
     pub read_mode: ReadMode,
     /// Where tenure logs; `None` logs nothing.
     pub logger: Option<slog::Logger>,
+    /// How many tenures the replicated leadership history keeps (oldest dropped first).
+    pub history_retention: usize,
+    /// Compact the Raft log (snapshot the history, drop older entries) once this many
+    /// applied entries sit above the last snapshot. Keeps disk use flat.
+    pub compact_after: u64,
     /// Test hook: this node's clock runs this many times as fast as real time (1.0).
     /// Used by the clock-skew tests; leave it at 1.0.
     #[doc(hidden)]
@@ -268,6 +273,8 @@ impl Config {
                 read_mode: ReadMode::default(),
                 logger: None,
                 clock_rate: 1.0,
+                history_retention: 1000,
+                compact_after: 1024,
             },
         }
     }
@@ -368,6 +375,16 @@ impl ConfigBuilder {
     /// Where tenure logs.
     pub fn logger(mut self, logger: slog::Logger) -> Self {
         self.config.logger = Some(logger);
+        self
+    }
+    /// How many tenures the leadership history keeps.
+    pub fn history_retention(mut self, n: usize) -> Self {
+        self.config.history_retention = n.max(1);
+        self
+    }
+    /// Compact the log after this many applied entries.
+    pub fn compact_after(mut self, entries: u64) -> Self {
+        self.config.compact_after = entries.max(1);
         self
     }
     /// The finished configuration (validated when the node starts).

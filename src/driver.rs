@@ -35,6 +35,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use crate::clock::LocalClock;
 use crate::config::{ReadMode, Timing};
 use crate::error::{LostReason, NodeStopped, StorageError, TransferError};
+use crate::history::{History, TenureRecord, TenureStart};
 use crate::lease::{FencingToken, Lease, LeaseShared};
 use crate::metrics::Metrics;
 use crate::mutation;
@@ -60,6 +61,12 @@ pub(crate) enum Command {
     Shutdown { reply: oneshot::Sender<()> },
     /// Stop at once, as if the process died (no handover).
     Kill { reply: oneshot::Sender<()> },
+    /// The replicated leadership history as this node has applied it.
+    History {
+        reply: oneshot::Sender<Vec<TenureRecord>>,
+    },
+    /// The log's first and last index (for tests of compaction).
+    LogSpan { reply: oneshot::Sender<(u64, u64)> },
 }
 
 /// A ReadIndex round in flight.
@@ -90,6 +97,11 @@ pub(crate) struct DriverParts<S: RaftStore> {
     pub logger: Logger,
     pub clock: LocalClock,
     pub metrics: Arc<Metrics>,
+    /// The history restored from the store's snapshot, and that snapshot's index.
+    pub history: History,
+    pub applied: u64,
+    pub history_retention: usize,
+    pub compact_after: u64,
 }
 
 pub(crate) struct Driver<S: RaftStore> {
@@ -109,6 +121,17 @@ pub(crate) struct Driver<S: RaftStore> {
     metrics: Arc<Metrics>,
     /// Since when this node has known no leader (for the failover histogram).
     leaderless_since: Option<Instant>,
+    /// The replicated leadership history (the state the log builds).
+    history: History,
+    /// The index of the last entry applied.
+    applied: u64,
+    history_retention: usize,
+    /// Compact the log when this many applied entries sit above the last snapshot.
+    compact_after: u64,
+    /// The term this node recorded its tenure for (one record per tenure).
+    recorded_term: u64,
+    /// The term a leadership transfer to this node (MsgTimeoutNow) would start.
+    handover_term: Option<u64>,
 
     /// Until then, vote and pre-vote requests are dropped: a restarted node has forgotten
     /// when it last heard from a leader that may still hold a lease.
@@ -171,6 +194,12 @@ impl<S: RaftStore> Driver<S> {
             clock: parts.clock,
             metrics: parts.metrics,
             leaderless_since: Some(now),
+            history: parts.history,
+            applied: parts.applied,
+            history_retention: parts.history_retention,
+            compact_after: parts.compact_after.max(1),
+            recorded_term: 0,
+            handover_term: None,
             lease_until: None,
             lease: None,
             lease_waiters: Vec::new(),
@@ -264,6 +293,10 @@ impl<S: RaftStore> Driver<S> {
                     return;
                 }
                 let t = m.get_msg_type();
+                if t == MessageType::MsgTimeoutNow {
+                    // The leader hands over to us: the election it starts is a handover.
+                    self.handover_term = Some(self.raw.raft.term + 1);
+                }
                 if matches!(
                     t,
                     MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
@@ -329,6 +362,14 @@ impl<S: RaftStore> Driver<S> {
             }
             Command::Shutdown { reply } => self.begin_shutdown(Some(reply)),
             Command::Kill { reply } => self.stop = Some(StopKind::Killed(reply)),
+            Command::History { reply } => {
+                let _ = reply.send(self.history.records());
+            }
+            Command::LogSpan { reply } => {
+                let first = self.store.first_index().unwrap_or(0);
+                let last = self.store.last_index().unwrap_or(0);
+                let _ = reply.send((first, last));
+            }
         }
     }
 
@@ -423,8 +464,23 @@ impl<S: RaftStore> Driver<S> {
         }
         // 2. One synced batch for everything this Ready asks to persist.
         let mut write = ReadyWrite::default();
+        let mut snapshot_history = None;
         if !rd.snapshot().is_empty() {
-            write.snapshot = Some(rd.snapshot().clone());
+            let snap = rd.snapshot().clone();
+            // A snapshot replaces the applied state: decode it before anything changes.
+            match History::from_snapshot(&snap.data) {
+                Ok(h) => snapshot_history = Some((h, snap.get_metadata().index)),
+                Err(e) => {
+                    return Err(StorageError::Corrupt {
+                        path: Default::default(),
+                        detail: format!(
+                            "snapshot {} from the leader: {e}",
+                            snap.get_metadata().index
+                        ),
+                    })
+                }
+            }
+            write.snapshot = Some(snap);
         }
         if !rd.entries().is_empty() {
             write.entries = rd.take_entries();
@@ -446,6 +502,10 @@ impl<S: RaftStore> Driver<S> {
             self.send(rd.take_persisted_messages());
         }
         // 4. Apply.
+        if let Some((h, index)) = snapshot_history {
+            self.history = h;
+            self.applied = self.applied.max(index);
+        }
         let committed = rd.take_committed_entries();
         self.apply(committed)?;
         let read_states = rd.take_read_states();
@@ -461,6 +521,24 @@ impl<S: RaftStore> Driver<S> {
         self.send(light.take_messages());
         self.apply(light.take_committed_entries())?;
         self.raw.advance_apply();
+        self.maybe_compact()?;
+        Ok(())
+    }
+
+    /// Keeps the log bounded: once `compact_after` applied entries sit above the last
+    /// snapshot, snapshot the history at the applied index and drop the entries below.
+    fn maybe_compact(&mut self) -> Result<(), StorageError> {
+        let first = self.store.first_index().unwrap_or(1);
+        if self.applied + 1 < first + self.compact_after {
+            return Ok(());
+        }
+        let commit = self.store.hard_state().commit;
+        let index = self.applied.min(commit);
+        if index < first {
+            return Ok(());
+        }
+        self.store.compact(index, self.history.to_snapshot())?;
+        debug!(self.logger, "log compacted"; "index" => index);
         Ok(())
     }
 
@@ -472,8 +550,13 @@ impl<S: RaftStore> Driver<S> {
 
     fn apply(&mut self, entries: Vec<Entry>) -> Result<(), StorageError> {
         for e in entries {
+            self.applied = self.applied.max(e.index);
             match e.get_entry_type() {
-                EntryType::EntryNormal => {}
+                EntryType::EntryNormal => {
+                    if !e.data.is_empty() {
+                        self.history.apply(&e.data, self.history_retention);
+                    }
+                }
                 EntryType::EntryConfChange => {
                     let cc: ConfChange = match protobuf::Message::parse_from_bytes(&e.data) {
                         Ok(cc) => cc,
@@ -584,6 +667,19 @@ impl<S: RaftStore> Driver<S> {
         self.expire_lease(now);
 
         let handing_over = self.raw.raft.lead_transferee.is_some() || self.shutdown.is_some();
+        if leading && self.recorded_term != term && !handing_over {
+            // Record this tenure in the replicated history (once per term).
+            let started_by = if self.handover_term == Some(term) {
+                TenureStart::Handover
+            } else {
+                TenureStart::Election
+            };
+            let data = History::entry(term, self.id, started_by);
+            match self.raw.propose(vec![], data) {
+                Ok(()) => self.recorded_term = term,
+                Err(e) => debug!(self.logger, "history record not proposed yet"; "error" => %e),
+            }
+        }
         if leading && mutation::active("lease-before-read-index") && self.lease_until.is_none() {
             // Broken on purpose (mutation testing): a lease without a quorum round.
             self.lease_until = Some(now + self.timing.lease_duration());

@@ -106,6 +106,7 @@ pub mod config;
 mod driver;
 pub mod error;
 pub mod fence;
+pub mod history;
 pub mod lease;
 pub mod metrics;
 #[doc(hidden)]
@@ -118,6 +119,7 @@ pub mod transport;
 pub use config::{Config, ConfigBuilder, ReadMode, Timing, TlsSource};
 pub use error::{LeaseLost, LostReason, NodeStopped, StartError, TransferError};
 pub use fence::{FenceError, RocksFence, SqliteFence};
+pub use history::{TenureEnd, TenureRecord, TenureStart};
 pub use lease::{FencingToken, Lease};
 pub use node::{terminal_logger, Leadership, Node, Role};
 pub use transport::NodeId;

@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 use crate::config::{Config, ReadMode, TlsSource};
 use crate::driver::{discard_logger, Command, Driver, DriverParts};
 use crate::error::{ConfigError, NodeStopped, StartError, TransferError};
+use crate::history::{History, TenureRecord};
 use crate::lease::Lease;
 use crate::metrics::Metrics;
 use crate::storage::{RaftStore, RocksStore};
@@ -169,6 +170,16 @@ impl Node {
                 members,
             });
         }
+        // The replicated state (the leadership history) as of the last snapshot; the log
+        // above it is replayed by raft-rs.
+        let snap = raft::Storage::snapshot(&store, 0, 0).map_err(StartError::Raft)?;
+        let applied = snap.get_metadata().index;
+        let history = History::from_snapshot(&snap.data).map_err(|detail| {
+            StartError::Storage(crate::storage::StorageError::Corrupt {
+                path: config.data_dir.clone().unwrap_or_default(),
+                detail,
+            })
+        })?;
         let t = config.timing;
         let raft_config = raft::Config {
             id: config.id,
@@ -211,6 +222,10 @@ impl Node {
             logger: logger.clone(),
             clock: crate::clock::LocalClock::with_rate(config.clock_rate),
             metrics: metrics.clone(),
+            history,
+            applied,
+            history_retention: config.history_retention,
+            compact_after: config.compact_after,
         });
         let task = tokio::spawn(driver.run());
         Ok(Node {
@@ -327,6 +342,29 @@ impl Node {
                 Ok(())
             }
         }
+    }
+
+    /// The leadership history this node has applied: one record per tenure, oldest
+    /// first, bounded by [`Config::history_retention`]. Every node converges on the same
+    /// history; a follower's may trail the leader's by the entries it has not applied.
+    pub async fn history(&self) -> Result<Vec<TenureRecord>, NodeStopped> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::History { reply: tx })
+            .await
+            .map_err(|_| stopped())?;
+        rx.await.map_err(|_| stopped())
+    }
+
+    /// The first and last index of this node's Raft log (for tests of compaction).
+    #[doc(hidden)]
+    pub async fn log_span(&self) -> Result<(u64, u64), NodeStopped> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::LogSpan { reply: tx })
+            .await
+            .map_err(|_| stopped())?;
+        rx.await.map_err(|_| stopped())
     }
 
     /// This node's metrics (register fences on it with

@@ -60,6 +60,8 @@ pub struct Cluster {
     pub timing: Timing,
     pub read_mode: ReadMode,
     pub leases: Leases,
+    /// `Config::compact_after` for every node.
+    pub compact_after: u64,
 }
 
 pub fn test_timing() -> Timing {
@@ -91,6 +93,7 @@ impl Cluster {
             timing,
             read_mode,
             leases: Arc::new(Mutex::new(Vec::new())),
+            compact_after: 1024,
         };
         for id in ids {
             c.start_node(id).await;
@@ -105,6 +108,7 @@ impl Cluster {
             .tls_dir(self.dir.path().join("certs"))
             .timing(self.timing)
             .read_mode(self.read_mode)
+            .compact_after(self.compact_after)
             .build()
     }
 

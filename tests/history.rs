@@ -1,0 +1,113 @@
+//! The replicated leadership history and the bounded log: every tenure is recorded on
+//! every node, survives restarts and compaction, and a node that fell behind the
+//! compacted log catches up from a snapshot.
+
+mod support;
+
+use std::time::Duration;
+
+use support::cluster::{wait_for, Cluster};
+use tenure::{TenureEnd, TenureRecord, TenureStart};
+
+const LONG: Duration = Duration::from_secs(20);
+
+async fn histories(c: &Cluster) -> Vec<(u64, Vec<TenureRecord>)> {
+    let mut out = Vec::new();
+    for (id, n) in &c.nodes {
+        out.push((*id, n.history().await.unwrap()));
+    }
+    out
+}
+
+/// Waits until every running node has applied the same history, with at least `min`
+/// records, and returns it.
+async fn converged(c: &Cluster, min: usize) -> Vec<TenureRecord> {
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        let all = histories(c).await;
+        let first = all[0].1.clone();
+        if first.len() >= min && all.iter().all(|(_, h)| *h == first) {
+            return first;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "histories did not converge: {all:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tenure_is_recorded_on_every_node_and_survives_a_restart() {
+    let mut c = Cluster::start(3).await;
+    let (first, t1) = c.steady_leader(LONG).await;
+    let h = converged(&c, 1).await;
+    let last = h.last().unwrap();
+    assert_eq!(
+        (last.term, last.leader, last.started_by),
+        (t1, first, TenureStart::Election)
+    );
+
+    let target = *c.nodes.keys().find(|id| **id != first).unwrap();
+    c.node(first)
+        .transfer_leadership(Some(target))
+        .await
+        .unwrap();
+    let (_, t2) = c.steady_leader(LONG).await;
+    let h = converged(&c, 2).await;
+    let n = h.len();
+    assert_eq!((h[n - 1].term, h[n - 1].leader), (t2, target));
+    assert_eq!(h[n - 1].started_by, TenureStart::Handover, "{h:#?}");
+    assert_eq!(h[n - 2].ended, Some(TenureEnd::HandedOver));
+    // Terms increase: one leader per term, in order.
+    assert!(h.windows(2).all(|w| w[0].term < w[1].term));
+
+    // A restarted node rebuilds the same history from its disk.
+    let other = *c.nodes.keys().find(|id| **id != target).unwrap();
+    c.restart(other).await;
+    let again = converged(&c, n).await;
+    assert_eq!(again, h);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_stays_bounded_and_a_lagging_node_catches_up_from_a_snapshot() {
+    let mut c = Cluster::start(3).await;
+    c.compact_after = 8;
+    // Restart everyone with the small compaction threshold.
+    for id in [1, 2, 3] {
+        c.restart(id).await;
+    }
+    c.steady_leader(LONG).await;
+    // Node 3 falls behind: it is down while leadership moves 30 times.
+    c.kill(3).await;
+    for _ in 0..30 {
+        let (leader, _) = c.steady_leader(LONG).await;
+        let to = if leader == 1 { 2 } else { 1 };
+        c.node(leader).transfer_leadership(Some(to)).await.unwrap();
+    }
+    let (leader, _) = c.steady_leader(LONG).await;
+    let h = converged(&c, 30).await;
+    let (first, last) = c.node(leader).log_span().await.unwrap();
+    assert!(first > 1, "the log was compacted (first index {first})");
+    assert!(
+        last + 1 - first <= 3 * c.compact_after,
+        "log span {first}..={last} stays bounded"
+    );
+
+    // Node 3's log ends far below the leader's first index: only a snapshot can bring it back.
+    c.start_node(3).await;
+    let caught_up = converged(&c, h.len()).await;
+    assert_eq!(caught_up.len(), h.len().max(caught_up.len()));
+    let (first3, _) = c.node(3).log_span().await.unwrap();
+    assert!(
+        first3 > 1,
+        "node 3 installed a snapshot (first index {first3})"
+    );
+    wait_for("node 3 follows the leader", LONG, || {
+        (c.view(3).leader == Some(leader)).then_some(())
+    })
+    .await;
+    c.assert_leases_never_overlap();
+    c.shutdown().await;
+}
