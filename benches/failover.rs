@@ -148,6 +148,10 @@ struct Trial {
     new_leader: u64,
     old_term: u64,
     new_term: u64,
+    /// The first worker that left "follower" (pre-candidate or candidate).
+    first_campaigner: Option<u64>,
+    /// How many workers campaigned before the new lease.
+    campaigners: usize,
     /// Signal → the first worker that left "follower" (pre-candidate or candidate).
     detect_ms: Option<f64>,
     /// That moment → the new leader reports itself leader.
@@ -375,11 +379,15 @@ fn measure(
     let s = group.state();
     let after = &s.events[cursor.min(s.events.len())..];
     let ms = |ns: u64| ns.saturating_sub(at) as f64 / 1e6;
-    let campaign = after
+    let campaigns: Vec<&Ev> = after
         .iter()
-        .filter(|e| e.node != leader && e.event == "leader_changed")
-        .find(|e| matches!(e.str("role"), Some("pre_candidate" | "candidate")))
-        .map(|e| e.mono_ns);
+        .filter(|e| e.node != leader && e.event == "leader_changed" && e.mono_ns <= new.mono_ns)
+        .filter(|e| matches!(e.str("role"), Some("pre_candidate" | "candidate")))
+        .collect();
+    let mut campaigners: Vec<u64> = campaigns.iter().map(|e| e.node).collect();
+    campaigners.sort_unstable();
+    campaigners.dedup();
+    let campaign = campaigns.first().map(|e| e.mono_ns);
     let elected = after
         .iter()
         .find(|e| {
@@ -398,6 +406,8 @@ fn measure(
         new_leader: new.node,
         old_term: term,
         new_term: new.term(),
+        first_campaigner: campaigns.first().map(|e| e.node),
+        campaigners: campaigners.len(),
         detect_ms: campaign.map(ms),
         elect_ms: campaign
             .zip(elected)
@@ -511,13 +521,14 @@ fn report(
 
 fn csv(all: &[Trial]) -> String {
     let mut out = String::from(
-        "config,scenario,trial,downtime_ms,old_leader,new_leader,old_term,new_term,terms_skipped,detect_ms,elect_ms,lease_ms\n",
+        "config,scenario,trial,downtime_ms,old_leader,new_leader,old_term,new_term,terms_skipped,\
+         first_campaigner,campaigners,detect_ms,elect_ms,lease_ms\n",
     );
     let opt = |x: Option<f64>| x.map(|v| format!("{v:.3}")).unwrap_or_default();
     for t in all {
         let _ = writeln!(
             out,
-            "{},{},{},{:.3},{},{},{},{},{},{},{},{}",
+            "{},{},{},{:.3},{},{},{},{},{},{},{},{},{},{}",
             t.conf,
             t.scenario.name(),
             t.trial,
@@ -527,6 +538,10 @@ fn csv(all: &[Trial]) -> String {
             t.old_term,
             t.new_term,
             t.terms_skipped(),
+            t.first_campaigner
+                .map(|n| n.to_string())
+                .unwrap_or_default(),
+            t.campaigners,
             opt(t.detect_ms),
             opt(t.elect_ms),
             opt(t.lease_ms),
