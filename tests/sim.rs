@@ -290,3 +290,42 @@ fn every_seeded_fault_schedule_keeps_safety_and_recovers() {
         );
     }
 }
+
+/// `TENURE_SIM_REPLAY=N`: runs seeds `TENURE_SIM_SEED_START..+N` twice each and reports
+/// how many histories came out identical, and where the others first differ (see
+/// "Determinism" above). Without the variable it does nothing.
+#[test]
+fn replay_fidelity_report() {
+    let n = env_u64("TENURE_SIM_REPLAY", 0);
+    let start = env_u64("TENURE_SIM_SEED_START", 0);
+    if n == 0 {
+        return;
+    }
+    let key = |o: &world::Outcome| -> Vec<String> {
+        o.events
+            .iter()
+            .map(|e| format!("{} n{} {:?} {:?}", e.at_ns, e.node, e.kind, e.term))
+            .collect()
+    };
+    let mut identical = 0;
+    let mut diverged_at = Vec::new();
+    for seed in start..start + n {
+        let cfg = config_for(seed);
+        let (a, b) = (key(&run(&cfg)), key(&run(&cfg)));
+        match a.iter().zip(&b).position(|(x, y)| x != y) {
+            None if a.len() == b.len() => identical += 1,
+            first => {
+                let i = first.unwrap_or(a.len().min(b.len()));
+                let at_ms = a.get(i).or(b.get(i)).map_or(0, |l| {
+                    l.split(' ').next().unwrap().parse::<u64>().unwrap() / 1_000_000
+                });
+                diverged_at.push(at_ms);
+                eprintln!("seed {seed}: first difference at event {i} (+{at_ms} ms)");
+            }
+        }
+    }
+    diverged_at.sort_unstable();
+    eprintln!(
+        "{identical} of {n} seeds replayed identically; the others diverged at (ms): {diverged_at:?}"
+    );
+}

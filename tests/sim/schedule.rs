@@ -248,6 +248,27 @@ impl Schedule {
                 Fault { at, duration, kind }
             })
             .collect();
+        // A bridge node that restarts while it bridges: the quorum that renews the
+        // leader's lease runs through it, and the other side is waiting for a vote.
+        let bridges: Vec<(Duration, Duration, NodeId)> = faults
+            .iter()
+            .filter_map(|f| match f.kind {
+                FaultKind::Bridge { bridge, .. } => Some((f.at, f.duration, bridge)),
+                _ => None,
+            })
+            .collect();
+        for (at, duration, bridge) in bridges {
+            if !rng.gen_bool(0.5) || duration < Duration::from_millis(150) {
+                continue;
+            }
+            let at = at + Duration::from_millis(rng.gen_range(100..duration.as_millis() as u64));
+            let down = Duration::from_millis(rng.gen_range(1..=40));
+            faults.push(Fault {
+                at,
+                duration: down.min(heal_at.saturating_sub(at)),
+                kind: FaultKind::Crash(Target::Node(bridge)),
+            });
+        }
         faults.sort_by_key(|f| f.at);
         Schedule { faults, heal_at }
     }
