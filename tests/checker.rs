@@ -1,9 +1,10 @@
 //! The history checker itself (tests/support/checker.rs) on small hand-made histories:
 //! one that passes, and for each rule one that must fail, so the checker provably can.
 
-mod support;
+#[path = "support/checker.rs"]
+mod checker;
 
-use support::checker::*;
+use checker::*;
 
 const MS: u64 = 1_000_000;
 
