@@ -1,8 +1,9 @@
 //! Real processes, real network (root only): five worker processes, each in its own
 //! network namespace on a bridge, settle a fenced SQLite ledger while a seeded random
 //! schedule partitions them with nftables rules (majority/minority, isolated leader,
-//! one-way, a bridge node), drops a share of their packets, pauses them with SIGSTOP and
-//! kills them with SIGKILL (restarting them on the same data folder). After the last
+//! one-way, a bridge node, a partial partition), drops a share of their packets, pauses
+//! them with SIGSTOP and kills them with SIGKILL (restarting them on the same data
+//! folder, at once or at the end of the fault). After the last
 //! fault heals, a lease must be confirmed within a bound and every batch must be settled
 //! exactly once. The history checker (tests/support/checker.rs) judges every run.
 //!
@@ -50,8 +51,21 @@ const LIVENESS_BOUND: Duration = Duration::from_secs(10);
 const SETTLE_BOUND: Duration = Duration::from_secs(30);
 /// The first lease of a fresh group.
 const FIRST_LEASE: Duration = Duration::from_secs(20);
-/// Worker options: short batches, so the ledger sees many tokens per run.
-const WORKER_ARGS: &[&str] = &["--row-ms", "10", "--settle-ms", "50"];
+/// Worker options. A batch takes ~0.6 s, row by row with random delays: a leader cut
+/// off mid-batch keeps writing while its successor settles the same batch, the two
+/// overtaking each other row by row, so only the fence keeps the older token out.
+const WORKER_ARGS: &[&str] = &[
+    "--row-ms",
+    "30",
+    "--row-jitter-ms",
+    "60",
+    "--settle-ms",
+    "50",
+];
+/// Payments per batch.
+const ROWS: u64 = 10;
+/// The harness adds a batch this often while faults run (about half the group's pace).
+const FEED_EVERY: Duration = Duration::from_millis(1200);
 
 /// Writes to stderr past the test harness's capture: progress of a long suite and skip
 /// messages should be seen without `--nocapture`.
@@ -110,15 +124,25 @@ enum Fault {
     Pause { leader: bool },
     /// SIGKILL, restarted on the same data folder at the end of the step.
     Kill { leader: bool },
+    /// The node cut off (both ways) from two others only; the remaining two reach
+    /// everyone.
+    Partial { leader: bool },
+    /// SIGKILL and an immediate restart, `after_ms` into the step: a voter that forgets
+    /// what it acknowledged (a non-leader is taken from the end of the step's order, so
+    /// with a partial partition it is one that still reaches both sides).
+    Restart { leader: bool, after_ms: u64 },
 }
 
 impl Fault {
     fn is_process(&self) -> bool {
-        matches!(self, Fault::Pause { .. } | Fault::Kill { .. })
+        matches!(
+            self,
+            Fault::Pause { .. } | Fault::Kill { .. } | Fault::Restart { .. }
+        )
     }
 
     fn random(rng: &mut StdRng) -> Fault {
-        match rng.gen_range(0..7) {
+        match rng.gen_range(0..9) {
             0 => Fault::Split {
                 size: rng.gen_range(1..=2),
                 with_leader: rng.gen_bool(0.5),
@@ -138,18 +162,37 @@ impl Fault {
             5 => Fault::Pause {
                 leader: rng.gen_bool(0.7),
             },
-            _ => Fault::Kill {
+            6 => Fault::Kill {
                 leader: rng.gen_bool(0.7),
+            },
+            7 => Fault::Partial {
+                leader: rng.gen_bool(0.7),
+            },
+            _ => Fault::Restart {
+                leader: rng.gen_bool(0.5),
+                after_ms: rng.gen_range(0..=300),
             },
         }
     }
 
-    fn random_process(rng: &mut StdRng) -> Fault {
+    /// A process fault to go with network fault `with`.
+    fn random_process(rng: &mut StdRng, with: &Fault) -> Fault {
         let leader = rng.gen_bool(0.5);
-        if rng.gen_bool(0.5) {
-            Fault::Pause { leader }
-        } else {
-            Fault::Kill { leader }
+        if matches!(with, Fault::Partial { .. }) {
+            // Restart a voter that still reaches the leader, while the cut-off nodes
+            // campaign: only its restart quiet period keeps it from electing them.
+            return Fault::Restart {
+                leader: false,
+                after_ms: rng.gen_range(0..=300),
+            };
+        }
+        match rng.gen_range(0..3) {
+            0 => Fault::Pause { leader },
+            1 => Fault::Kill { leader },
+            _ => Fault::Restart {
+                leader,
+                after_ms: rng.gen_range(0..=300),
+            },
         }
     }
 }
@@ -181,8 +224,14 @@ impl Schedule {
         let mut count = 0;
         while count < total {
             let mut faults = vec![Fault::random(&mut rng)];
-            if count + 1 < total && !faults[0].is_process() && rng.gen_bool(0.3) {
-                faults.push(Fault::random_process(&mut rng));
+            let pair = if matches!(faults[0], Fault::Partial { .. }) {
+                0.7
+            } else {
+                0.3
+            };
+            if count + 1 < total && !faults[0].is_process() && rng.gen_bool(pair) {
+                let p = Fault::random_process(&mut rng, &faults[0]);
+                faults.push(p);
             }
             count += faults.len();
             let mut order: Vec<u64> = (1..=N).collect();
@@ -303,6 +352,17 @@ fn apply_net(fault: &Fault, order: &[u64], leader: Option<u64>, net: &mut NetSta
                 names(&rest[2..])
             )
         }
+        Fault::Partial { leader: l } => {
+            let nodes = pick(order, leader, l);
+            let x = nodes[0];
+            let rest: Vec<u64> = order.iter().copied().filter(|n| *n != x).collect();
+            net.cut_between(&[x], &rest[..2]);
+            format!(
+                "n{x}{} cut from {} only (partial)",
+                lead(x),
+                names(&rest[..2])
+            )
+        }
         Fault::Loss { count, pct } => {
             let nodes = &order[..count];
             for n in nodes {
@@ -310,7 +370,9 @@ fn apply_net(fault: &Fault, order: &[u64], leader: Option<u64>, net: &mut NetSta
             }
             format!("{pct}% loss on {}", names(nodes))
         }
-        Fault::Pause { .. } | Fault::Kill { .. } => unreachable!("not a network fault"),
+        Fault::Pause { .. } | Fault::Kill { .. } | Fault::Restart { .. } => {
+            unreachable!("not a network fault")
+        }
     }
 }
 
@@ -325,7 +387,11 @@ struct Outcome {
     /// Final heal → first lease acquired or confirmed.
     recovery: Option<Duration>,
     writes: usize,
+    /// Stale writes the fence turned away.
+    rejected: usize,
     terms: usize,
+    /// Each restart after a kill: spawn → the worker's `started` event.
+    restarts: Vec<Duration>,
     /// Everything wrong, with timelines; empty when the run passed.
     problems: Vec<String>,
     took: Duration,
@@ -372,16 +438,17 @@ fn ledger_writes(path: &Path) -> Result<Vec<Write>, String> {
     rows
 }
 
-/// Adds a batch every 400 ms until stopped, so the leader has work during the faults.
+/// Adds a batch every [`FEED_EVERY`] until stopped, so the leader has work during the
+/// faults.
 fn feeder(path: PathBuf, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let Ok(mut l) = ledger::Ledger::open(&path, 0) else {
             return;
         };
         while !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(400));
+            std::thread::sleep(FEED_EVERY);
             // A paused writer can hold the file lock: then this waits or fails, harmless.
-            let _ = l.seed(1, 4);
+            let _ = l.seed(1, ROWS);
         }
     })
 }
@@ -393,7 +460,9 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
         applied: Vec::new(),
         recovery: None,
         writes: 0,
+        rejected: 0,
         terms: 0,
+        restarts: Vec::new(),
         problems: Vec::new(),
         took: Duration::ZERO,
     };
@@ -410,7 +479,7 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
         }
     };
     ledger::Ledger::open(&ledger_path, 0)
-        .and_then(|mut l| l.seed(4, 4))
+        .and_then(|mut l| l.seed(3, ROWS))
         .expect("seed the ledger");
     lab.start_all();
     if lab
@@ -433,6 +502,7 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
         let mut words = Vec::new();
         let mut paused = Vec::new();
         let mut killed = Vec::new();
+        let mut restart = None;
         for f in &step.faults {
             match *f {
                 Fault::Pause { leader: l } => {
@@ -453,6 +523,23 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
                         if Some(x) == leader { " (leader)" } else { "" }
                     ));
                 }
+                Fault::Restart {
+                    leader: l,
+                    after_ms,
+                } => {
+                    let x = if l {
+                        pick(&step.order, leader, true)[0]
+                    } else {
+                        *pick(&step.order, leader, false)
+                            .last()
+                            .expect("a non-leader")
+                    };
+                    restart = Some((x, after_ms.min(step.hold_ms)));
+                    words.push(format!(
+                        "restart n{x}{} at +{after_ms} ms",
+                        if Some(x) == leader { " (leader)" } else { "" }
+                    ));
+                }
                 _ => words.push(apply_net(f, &step.order, leader, &mut net)),
             }
         }
@@ -464,7 +551,15 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
         }
         out.applied
             .push(format!("{} for {} ms", words.join(" + "), step.hold_ms));
-        std::thread::sleep(Duration::from_millis(step.hold_ms));
+        let mut hold = Duration::from_millis(step.hold_ms);
+        if let Some((x, after)) = restart {
+            let after = Duration::from_millis(after);
+            std::thread::sleep(after);
+            hold -= after;
+            lab.kill(x);
+            lab.spawn(x);
+        }
+        std::thread::sleep(hold);
         if let Err(e) = lab.set_net(NetState::default(), "heal links") {
             out.problems.push(format!("nft failed: {e}"));
             break;
@@ -486,7 +581,7 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
     lab.note(netns::ActionKind::Heal, 0, "final heal");
     let _ = feeding.join();
     // Work after the heal, so settling must resume.
-    let _ = ledger::Ledger::open(&ledger_path, 0).and_then(|mut l| l.seed(3, 4));
+    let _ = ledger::Ledger::open(&ledger_path, 0).and_then(|mut l| l.seed(2, ROWS));
     lab.wait_line(LIVENESS_BOUND, |l| {
         (l.event == "lease_acquired" || l.event == "lease_confirmed") && l.mono_ns >= healed
     });
@@ -519,6 +614,11 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
         }
     };
     out.writes = writes.len();
+    out.rejected = events
+        .iter()
+        .filter(|e| e.kind == Kind::FenceRejected)
+        .count();
+    out.restarts = restart_times(&lab);
     let opts = checker::Options::new(N as usize).liveness(healed, LIVENESS_BOUND.as_nanos() as u64);
     match checker::check(&events, &writes, &opts) {
         Ok(s) => {
@@ -542,6 +642,28 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
     }
     out.took = started.elapsed();
     out
+}
+
+/// How long each restart took: from spawning the process to its `started` event.
+fn restart_times(lab: &Lab) -> Vec<Duration> {
+    let lines = lab.lines();
+    let actions = lab.actions.lock().unwrap().clone();
+    actions
+        .iter()
+        .filter(|a| a.kind == netns::ActionKind::Start)
+        .filter(|a| {
+            // Only restarts: the node was killed before.
+            actions.iter().any(|k| {
+                k.kind == netns::ActionKind::Crash && k.node == a.node && k.mono_ns < a.mono_ns
+            })
+        })
+        .filter_map(|a| {
+            lines
+                .iter()
+                .find(|l| l.event == "started" && l.node == a.node && l.mono_ns > a.mono_ns)
+                .map(|l| Duration::from_nanos(l.mono_ns - a.mono_ns))
+        })
+        .collect()
 }
 
 fn tail(lines: &[String], n: usize) -> String {
@@ -585,6 +707,14 @@ fn schedules_replay_from_their_seed_and_cover_every_fault_kind() {
             all.iter().any(|f| matches!(f, Fault::Pause { .. })),
         ),
         ("kill", all.iter().any(|f| matches!(f, Fault::Kill { .. }))),
+        (
+            "partial",
+            all.iter().any(|f| matches!(f, Fault::Partial { .. })),
+        ),
+        (
+            "restart",
+            all.iter().any(|f| matches!(f, Fault::Restart { .. })),
+        ),
     ] {
         assert!(present, "no {name} fault in 40 schedules");
     }
@@ -616,6 +746,15 @@ fn schedules_replay_from_their_seed_and_cover_every_fault_kind() {
     assert!(!net.cut.iter().any(|(a, b)| *a == 2 || *b == 2));
     assert!(net.cut.contains(&(3, 5)) && net.cut.contains(&(4, 1)));
     assert!(!net.cut.contains(&(3, 1)) && !net.cut.contains(&(5, 4)));
+    let mut net = NetState::default();
+    apply_net(
+        &Fault::Partial { leader: true },
+        &[3, 1, 5, 2, 4],
+        Some(5),
+        &mut net,
+    );
+    let cut: Vec<(u64, u64)> = net.cut.iter().copied().collect();
+    assert_eq!(cut, vec![(1, 5), (3, 5), (5, 1), (5, 3)]);
 }
 
 #[test]
@@ -663,7 +802,9 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
                     applied: Vec::new(),
                     recovery: None,
                     writes: 0,
+                    rejected: 0,
                     terms: 0,
+                    restarts: Vec::new(),
                     problems: vec![format!(
                         "harness panicked: {}",
                         p.downcast_ref::<String>()
@@ -676,12 +817,13 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
                 let n = done.fetch_add(1, Ordering::SeqCst) + 1;
                 say(format!(
                     "netns [{n}/{count}] seed {seed}: {} faults: {}; recovered in {}; {} writes, \
-                     {} terms with leases: {} ({:.1} s)",
+                     {} stale ones fenced off, {} terms with leases: {} ({:.1} s)",
                     o.schedule.faults(),
                     o.applied.join(", "),
                     o.recovery
                         .map_or("-".into(), |r| format!("{} ms", r.as_millis())),
                     o.writes,
+                    o.rejected,
                     o.terms,
                     if o.problems.is_empty() {
                         "ok"
@@ -704,6 +846,8 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
     outcomes.sort_by_key(|o| o.schedule.seed);
     let faults: Vec<usize> = outcomes.iter().map(|o| o.schedule.faults()).collect();
     let worst = outcomes.iter().filter_map(|o| o.recovery).max();
+    let mut restarts: Vec<Duration> = outcomes.iter().flat_map(|o| o.restarts.clone()).collect();
+    restarts.sort_unstable();
     let failed: Vec<&Outcome> = outcomes.iter().filter(|o| !o.problems.is_empty()).collect();
     say(format!(
         "netns: {} schedules in {:.0} s, {} faults ({}–{} per schedule), longest recovery \
@@ -724,6 +868,15 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
             ))
             .unwrap_or_default()
     ));
+    if let (Some(lo), Some(hi)) = (restarts.first(), restarts.last()) {
+        say(format!(
+            "netns: {} restarts after SIGKILL took {}–{} ms (median {} ms) from spawn to started",
+            restarts.len(),
+            lo.as_millis(),
+            hi.as_millis(),
+            restarts[restarts.len() / 2].as_millis()
+        ));
+    }
     assert!(
         failed.is_empty(),
         "{} of {} netns schedules failed (seeds {:?}); replay one with \

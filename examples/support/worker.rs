@@ -33,6 +33,8 @@ options:
   --ledger PATH                    settle pending payments in this SQLite ledger while leading
   --settle-ms N                    pause between batches (default 150)
   --row-ms N                       time one payment takes to settle (default 20)
+  --row-jitter-ms N                plus a random 0..=N ms per payment (default 0), so a
+                                   stale writer and a new one overtake each other
   --metrics ADDR                   serve Prometheus metrics on http://ADDR/metrics (port 0: any;
                                    the bound address is in the `started` event)
 
@@ -58,8 +60,23 @@ pub struct WorkerArgs {
     pub log_level: Option<slog::Level>,
     pub ledger: Option<PathBuf>,
     pub settle_every: Duration,
-    pub row_delay: Duration,
+    pub row_delay: RowDelay,
     pub metrics: Option<SocketAddr>,
+}
+
+/// How long settling one payment takes: `base` plus a uniformly random `0..=jitter`.
+#[derive(Debug, Clone, Copy)]
+pub struct RowDelay {
+    pub base: Duration,
+    pub jitter: Duration,
+}
+
+impl RowDelay {
+    fn sample(&self) -> Duration {
+        use rand::Rng;
+        let j = self.jitter.as_micros() as u64;
+        self.base + Duration::from_micros(rand::thread_rng().gen_range(0..=j))
+    }
 }
 
 /// Parses worker arguments; `Err` carries a message for the user.
@@ -79,6 +96,7 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
     let mut ledger = None;
     let mut settle_ms = 150u64;
     let mut row_ms = 20u64;
+    let mut row_jitter_ms = 0u64;
     let mut metrics = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -142,6 +160,7 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
             "--ledger" => ledger = Some(PathBuf::from(val()?)),
             "--settle-ms" => settle_ms = num(val()?, "--settle-ms")?,
             "--row-ms" => row_ms = num(val()?, "--row-ms")?,
+            "--row-jitter-ms" => row_jitter_ms = num(val()?, "--row-jitter-ms")?,
             "--metrics" => {
                 let v = val()?;
                 metrics = Some(
@@ -178,7 +197,10 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
         log_level,
         ledger,
         settle_every: Duration::from_millis(settle_ms),
-        row_delay: Duration::from_millis(row_ms),
+        row_delay: RowDelay {
+            base: Duration::from_millis(row_ms),
+            jitter: Duration::from_millis(row_jitter_ms),
+        },
         metrics,
     })
 }
@@ -438,7 +460,7 @@ fn spawn_settlement(
     node: Node,
     ledger: Ledger,
     every: Duration,
-    row_delay: Duration,
+    row_delay: RowDelay,
 ) -> LeaderTaskHandle {
     let id = node.id();
     let ledger = std::sync::Arc::new(std::sync::Mutex::new(ledger));
@@ -470,7 +492,7 @@ async fn settle(
     lease: Lease,
     ledger: std::sync::Arc<std::sync::Mutex<Ledger>>,
     every: Duration,
-    row_delay: Duration,
+    row_delay: RowDelay,
 ) {
     loop {
         let Ok(token): Result<FencingToken, _> = lease.confirm().await else {
@@ -496,7 +518,7 @@ fn settle_batch(
     id: u64,
     token: FencingToken,
     ledger: &std::sync::Mutex<Ledger>,
-    row_delay: Duration,
+    row_delay: RowDelay,
 ) -> bool {
     let lock = || ledger.lock().unwrap_or_else(|e| e.into_inner());
     let next = lock().next_batch();
@@ -514,7 +536,7 @@ fn settle_batch(
         json!({"term": token.0, "token": token.0, "batch": batch, "rows": payments.len()}),
     );
     for p in payments {
-        std::thread::sleep(row_delay); // the external call
+        std::thread::sleep(row_delay.sample()); // the external call
         let r = lock().settle_payment(token, batch, p);
         if let Err(e) = r {
             return !rejected(id, &e);
