@@ -62,12 +62,28 @@ pub fn worker_binary() -> PathBuf {
                 args.push("--release");
             }
             eprintln!("building the worker: cargo {}", args.join(" "));
-            let status = Command::new(cargo)
-                .args(&args)
+            let mut cmd = Command::new(cargo);
+            cmd.args(&args)
                 .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .stdout(Stdio::null())
-                .status()
-                .expect("run cargo build --example worker");
+                .stdout(Stdio::null());
+            // Cargo runs this bench with the package's variables set (CARGO_MANIFEST_DIR,
+            // CARGO_PKG_*, …). Some build scripts (ring's) rerun when those change, so a
+            // nested build that inherited them would rebuild ring, rustls, quinn and
+            // tenure, and the next `cargo bench` would rebuild them back.
+            for (key, _) in std::env::vars_os() {
+                let k = key.to_string_lossy();
+                if k.starts_with("CARGO_PKG_")
+                    || k.starts_with("CARGO_MANIFEST_")
+                    || k.starts_with("CARGO_BIN_")
+                    || k.starts_with("CARGO_CRATE_")
+                    || k == "CARGO_PRIMARY_PACKAGE"
+                    || k == "CARGO_TARGET_TMPDIR"
+                    || k == "OUT_DIR"
+                {
+                    cmd.env_remove(&key);
+                }
+            }
+            let status = cmd.status().expect("run cargo build --example worker");
             assert!(status.success(), "cargo build --example worker failed");
             let bin = profile_dir.join("examples").join("worker");
             assert!(bin.exists(), "worker binary not found at {}", bin.display());
