@@ -37,7 +37,23 @@ pub fn worker_binary() -> PathBuf {
             if profile_dir.file_name().is_some_and(|n| n == "release") {
                 args.push("--release");
             }
-            let status = Command::new(cargo)
+            let mut cmd = Command::new(cargo);
+            // The test runs with the package's cargo variables set; ring's build script
+            // reruns when CARGO_MANIFEST_DIR changes, so pass none of them on, or the
+            // nested build rebuilds half the dependency tree.
+            for (k, _) in std::env::vars_os() {
+                let key = k.to_string_lossy().into_owned();
+                if key.starts_with("CARGO_PKG_")
+                    || key.starts_with("CARGO_MANIFEST_")
+                    || key.starts_with("CARGO_BIN_")
+                    || key.starts_with("CARGO_CRATE_")
+                    || key == "CARGO_PRIMARY_PACKAGE"
+                    || key == "CARGO_TARGET_TMPDIR"
+                {
+                    cmd.env_remove(&k);
+                }
+            }
+            let status = cmd
                 .args(&args)
                 .current_dir(env!("CARGO_MANIFEST_DIR"))
                 .stdout(Stdio::null())
@@ -53,7 +69,9 @@ pub fn worker_binary() -> PathBuf {
 /// Whether `bin` is newer than Cargo.toml and every file under src/ and examples/.
 fn newer_than_sources(bin: &Path) -> bool {
     fn newest(dir: &Path, acc: &mut std::time::SystemTime) {
-        let Ok(rd) = std::fs::read_dir(dir) else { return };
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
         for e in rd.flatten() {
             let p = e.path();
             if p.is_dir() {
