@@ -184,6 +184,44 @@ fn sim_ns_of(at: Instant) -> u64 {
 struct SimStore {
     inner: MemStore,
     tear: Arc<AtomicBool>,
+    /// Set when the store died: the transport then lets its queues drain for a moment.
+    dying: Arc<AtomicBool>,
+}
+
+/// How long a dying node's transport keeps sending after its store died: the fsync it
+/// died in took this long, and meanwhile the transport's tasks (other threads, in a real
+/// process) sent what was already queued. What the driver queued *before* the write
+/// leaves; what it would have queued after does not.
+const FSYNC_TIME: Duration = Duration::from_millis(2);
+
+/// The QUIC transport, except that closing it after the store died waits
+/// [`FSYNC_TIME`].
+struct SimTransport {
+    inner: Arc<QuicTransport>,
+    dying: Arc<AtomicBool>,
+}
+
+impl tenure::transport::Transport for SimTransport {
+    fn send(&self, msg: raft::eraftpb::Message) {
+        self.inner.send(msg)
+    }
+    fn stats(&self) -> tenure::transport::TransportStatsSnapshot {
+        self.inner.stats()
+    }
+    fn faults(&self) -> &tenure::transport::Faults {
+        self.inner.faults()
+    }
+    fn close(&self) {
+        if self.dying.load(Ordering::SeqCst) {
+            let inner = self.inner.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(FSYNC_TIME).await;
+                tenure::transport::Transport::close(&*inner);
+            });
+        } else {
+            tenure::transport::Transport::close(&*self.inner);
+        }
+    }
 }
 
 impl raft::Storage for SimStore {
@@ -216,6 +254,7 @@ impl raft::Storage for SimStore {
 impl RaftStore for SimStore {
     fn write(&self, write: ReadyWrite) -> Result<(), StorageError> {
         if write.hard_state.is_some() && self.tear.swap(false, Ordering::SeqCst) {
+            self.dying.store(true, Ordering::SeqCst);
             return Err(StorageError::Io {
                 path: "simulated disk".into(),
                 detail: "the process died during this write (simulated)".into(),
@@ -299,9 +338,15 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
     if let Some(rate) = ctx.cfg.clock_rates.get(&id) {
         config.clock_rate = *rate;
     }
+    let dying = Arc::new(AtomicBool::new(false));
     let store = SimStore {
         inner: MemStore::open(ctx.disk.clone()),
         tear: ctx.tear.clone(),
+        dying: dying.clone(),
+    };
+    let transport = SimTransport {
+        inner: Arc::new(transport),
+        dying,
     };
     let node = Node::start_with(config, store, Arc::new(transport), inbound).await?;
 
