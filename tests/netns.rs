@@ -51,21 +51,21 @@ const LIVENESS_BOUND: Duration = Duration::from_secs(10);
 const SETTLE_BOUND: Duration = Duration::from_secs(30);
 /// The first lease of a fresh group.
 const FIRST_LEASE: Duration = Duration::from_secs(20);
-/// Worker options. A batch takes ~0.6 s, row by row with random delays: a leader cut
-/// off mid-batch keeps writing while its successor settles the same batch, the two
-/// overtaking each other row by row, so only the fence keeps the older token out.
+/// Worker options. A batch takes ~1.4 s, row by row with random delays (20–100 ms): a
+/// leader cut off mid-batch keeps writing while its successor settles the same batch, the
+/// two overtaking each other row by row, so only the fence keeps the older token out.
 const WORKER_ARGS: &[&str] = &[
     "--row-ms",
-    "30",
+    "20",
     "--row-jitter-ms",
-    "60",
+    "80",
     "--settle-ms",
     "50",
 ];
 /// Payments per batch.
-const ROWS: u64 = 10;
+const ROWS: u64 = 20;
 /// The harness adds a batch this often while faults run (about half the group's pace).
-const FEED_EVERY: Duration = Duration::from_millis(1200);
+const FEED_EVERY: Duration = Duration::from_millis(2400);
 
 /// Writes to stderr past the test harness's capture: progress of a long suite and skip
 /// messages should be seen without `--nocapture`.
@@ -392,6 +392,9 @@ struct Outcome {
     terms: usize,
     /// Each restart after a kill: spawn → the worker's `started` event.
     restarts: Vec<Duration>,
+    /// Each time the leader was cut from the majority, paused or killed: how long until
+    /// another node acquired a lease.
+    failovers: Vec<Duration>,
     /// Everything wrong, with timelines; empty when the run passed.
     problems: Vec<String>,
     took: Duration,
@@ -463,9 +466,12 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
         rejected: 0,
         terms: 0,
         restarts: Vec::new(),
+        failovers: Vec::new(),
         problems: Vec::new(),
         took: Duration::ZERO,
     };
+    // (when, leader, until the step healed) each time a fault took the leader out.
+    let mut leader_out: Vec<(u64, u64, u64)> = Vec::new();
     let mut args: Vec<String> = WORKER_ARGS.iter().map(|s| s.to_string()).collect();
     let ledger_dir = tempfile::tempdir().expect("temp dir");
     let ledger_path = ledger_dir.path().join("ledger.db");
@@ -543,6 +549,11 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
                 _ => words.push(apply_net(f, &step.order, leader, &mut net)),
             }
         }
+        if let Some(l) = leader {
+            if paused.contains(&l) || killed.contains(&l) || !net.reaches_majority(l, &lab.ids) {
+                leader_out.push((monotonic_ns(), l, u64::MAX));
+            }
+        }
         if net != NetState::default() {
             if let Err(e) = lab.set_net(net, &words.join("; ")) {
                 out.problems.push(format!("nft failed: {e}"));
@@ -556,10 +567,17 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
             let after = Duration::from_millis(after);
             std::thread::sleep(after);
             hold -= after;
+            if Some(x) == leader {
+                leader_out.push((monotonic_ns(), x, u64::MAX));
+            }
             lab.kill(x);
             lab.spawn(x);
         }
         std::thread::sleep(hold);
+        let healing = monotonic_ns();
+        for o in leader_out.iter_mut().filter(|o| o.2 == u64::MAX) {
+            o.2 = healing;
+        }
         if let Err(e) = lab.set_net(NetState::default(), "heal links") {
             out.problems.push(format!("nft failed: {e}"));
             break;
@@ -619,6 +637,19 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
         .filter(|e| e.kind == Kind::FenceRejected)
         .count();
     out.restarts = restart_times(&lab);
+    let lines = lab.lines();
+    out.failovers = leader_out
+        .iter()
+        .filter_map(|(at, old, until)| {
+            lines
+                .iter()
+                .filter(|l| l.event == "lease_acquired" && l.node != *old)
+                .filter(|l| l.mono_ns > *at && l.mono_ns < *until)
+                .map(|l| l.mono_ns - at)
+                .min()
+                .map(Duration::from_nanos)
+        })
+        .collect();
     let opts = checker::Options::new(N as usize).liveness(healed, LIVENESS_BOUND.as_nanos() as u64);
     match checker::check(&events, &writes, &opts) {
         Ok(s) => {
@@ -805,6 +836,7 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
                     rejected: 0,
                     terms: 0,
                     restarts: Vec::new(),
+                    failovers: Vec::new(),
                     problems: vec![format!(
                         "harness panicked: {}",
                         p.downcast_ref::<String>()
@@ -868,6 +900,18 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
             ))
             .unwrap_or_default()
     ));
+    let mut failovers: Vec<Duration> = outcomes.iter().flat_map(|o| o.failovers.clone()).collect();
+    failovers.sort_unstable();
+    if let (Some(lo), Some(hi)) = (failovers.first(), failovers.last()) {
+        say(format!(
+            "netns: {} failovers (leader cut from the majority, paused or killed → another \
+             node's lease): {}–{} ms, median {} ms",
+            failovers.len(),
+            lo.as_millis(),
+            hi.as_millis(),
+            failovers[failovers.len() / 2].as_millis()
+        ));
+    }
     if let (Some(lo), Some(hi)) = (restarts.first(), restarts.last()) {
         say(format!(
             "netns: {} restarts after SIGKILL took {}–{} ms (median {} ms) from spawn to started",

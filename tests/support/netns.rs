@@ -183,6 +183,18 @@ impl NetState {
         }
     }
 
+    /// Whether `id` can still exchange packets both ways with a majority of `ids`
+    /// (itself included), loss aside.
+    pub fn reaches_majority(&self, id: u64, ids: &[u64]) -> bool {
+        let both = ids
+            .iter()
+            .filter(|p| {
+                **p == id || !(self.cut.contains(&(id, **p)) || self.cut.contains(&(**p, id)))
+            })
+            .count();
+        both > ids.len() / 2
+    }
+
     /// The nft script that makes node `id`'s namespace enforce this state.
     fn script_for(&self, id: u64) -> String {
         let mut s = String::from("flush chain inet tenure input\nflush chain inet tenure output\n");
