@@ -502,91 +502,12 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
     let feeding = feeder(ledger_path.clone(), stop_feeding.clone());
 
     for step in &schedule.steps {
-        std::thread::sleep(Duration::from_millis(step.gap_ms));
-        let leader = lab.current_leader();
-        let mut net = NetState::default();
-        let mut words = Vec::new();
-        let mut paused = Vec::new();
-        let mut killed = Vec::new();
-        let mut restart = None;
-        for f in &step.faults {
-            match *f {
-                Fault::Pause { leader: l } => {
-                    let x = pick(&step.order, leader, l)[0];
-                    lab.pause(x);
-                    paused.push(x);
-                    words.push(format!(
-                        "pause n{x}{}",
-                        if Some(x) == leader { " (leader)" } else { "" }
-                    ));
-                }
-                Fault::Kill { leader: l } => {
-                    let x = pick(&step.order, leader, l)[0];
-                    lab.kill(x);
-                    killed.push(x);
-                    words.push(format!(
-                        "kill n{x}{}",
-                        if Some(x) == leader { " (leader)" } else { "" }
-                    ));
-                }
-                Fault::Restart {
-                    leader: l,
-                    after_ms,
-                } => {
-                    let x = if l {
-                        pick(&step.order, leader, true)[0]
-                    } else {
-                        *pick(&step.order, leader, false)
-                            .last()
-                            .expect("a non-leader")
-                    };
-                    restart = Some((x, after_ms.min(step.hold_ms)));
-                    words.push(format!(
-                        "restart n{x}{} at +{after_ms} ms",
-                        if Some(x) == leader { " (leader)" } else { "" }
-                    ));
-                }
-                _ => words.push(apply_net(f, &step.order, leader, &mut net)),
-            }
-        }
-        if let Some(l) = leader {
-            if paused.contains(&l) || killed.contains(&l) || !net.reaches_majority(l, &lab.ids) {
-                leader_out.push((monotonic_ns(), l, u64::MAX));
-            }
-        }
-        if net != NetState::default() {
-            if let Err(e) = lab.set_net(net, &words.join("; ")) {
-                out.problems.push(format!("nft failed: {e}"));
+        match run_step(&mut lab, step, &mut leader_out) {
+            Ok(words) => out.applied.push(words),
+            Err(e) => {
+                out.problems.push(e);
                 break;
             }
-        }
-        out.applied
-            .push(format!("{} for {} ms", words.join(" + "), step.hold_ms));
-        let mut hold = Duration::from_millis(step.hold_ms);
-        if let Some((x, after)) = restart {
-            let after = Duration::from_millis(after);
-            std::thread::sleep(after);
-            hold -= after;
-            if Some(x) == leader {
-                leader_out.push((monotonic_ns(), x, u64::MAX));
-            }
-            lab.kill(x);
-            lab.spawn(x);
-        }
-        std::thread::sleep(hold);
-        let healing = monotonic_ns();
-        for o in leader_out.iter_mut().filter(|o| o.2 == u64::MAX) {
-            o.2 = healing;
-        }
-        if let Err(e) = lab.set_net(NetState::default(), "heal links") {
-            out.problems.push(format!("nft failed: {e}"));
-            break;
-        }
-        for x in paused {
-            lab.resume(x);
-        }
-        for x in killed {
-            lab.spawn(x);
         }
     }
 
@@ -673,6 +594,89 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
     }
     out.took = started.elapsed();
     out
+}
+
+/// Runs one step: waits its gap, lands its faults on whoever they resolve to, holds,
+/// heals. Returns what it did, in words. Each time the leader is cut from the majority,
+/// paused or killed, `(when, leader, when the step healed)` goes into `leader_out`.
+fn run_step(
+    lab: &mut Lab,
+    step: &Step,
+    leader_out: &mut Vec<(u64, u64, u64)>,
+) -> Result<String, String> {
+    std::thread::sleep(Duration::from_millis(step.gap_ms));
+    let leader = lab.current_leader();
+    let tag = |x: u64| if Some(x) == leader { " (leader)" } else { "" };
+    let mut net = NetState::default();
+    let mut words = Vec::new();
+    let mut paused = Vec::new();
+    let mut killed = Vec::new();
+    let mut restart = None;
+    for f in &step.faults {
+        match *f {
+            Fault::Pause { leader: l } => {
+                let x = pick(&step.order, leader, l)[0];
+                lab.pause(x);
+                paused.push(x);
+                words.push(format!("pause n{x}{}", tag(x)));
+            }
+            Fault::Kill { leader: l } => {
+                let x = pick(&step.order, leader, l)[0];
+                lab.kill(x);
+                killed.push(x);
+                words.push(format!("kill n{x}{}", tag(x)));
+            }
+            Fault::Restart {
+                leader: l,
+                after_ms,
+            } => {
+                let x = if l {
+                    pick(&step.order, leader, true)[0]
+                } else {
+                    *pick(&step.order, leader, false)
+                        .last()
+                        .expect("a non-leader")
+                };
+                restart = Some((x, after_ms.min(step.hold_ms)));
+                words.push(format!("restart n{x}{} at +{after_ms} ms", tag(x)));
+            }
+            _ => words.push(apply_net(f, &step.order, leader, &mut net)),
+        }
+    }
+    if let Some(l) = leader {
+        if paused.contains(&l) || killed.contains(&l) || !net.reaches_majority(l, &lab.ids) {
+            leader_out.push((monotonic_ns(), l, u64::MAX));
+        }
+    }
+    if net != NetState::default() {
+        lab.set_net(net, &words.join("; "))
+            .map_err(|e| format!("nft failed: {e}"))?;
+    }
+    let mut hold = Duration::from_millis(step.hold_ms);
+    if let Some((x, after)) = restart {
+        let after = Duration::from_millis(after);
+        std::thread::sleep(after);
+        hold -= after;
+        if Some(x) == leader {
+            leader_out.push((monotonic_ns(), x, u64::MAX));
+        }
+        lab.kill(x);
+        lab.spawn(x);
+    }
+    std::thread::sleep(hold);
+    let healing = monotonic_ns();
+    for o in leader_out.iter_mut().filter(|o| o.2 == u64::MAX) {
+        o.2 = healing;
+    }
+    lab.set_net(NetState::default(), "heal links")
+        .map_err(|e| format!("nft failed: {e}"))?;
+    for x in paused {
+        lab.resume(x);
+    }
+    for x in killed {
+        lab.spawn(x);
+    }
+    Ok(format!("{} for {} ms", words.join(" + "), step.hold_ms))
 }
 
 /// How long each restart took: from spawning the process to its `started` event.
