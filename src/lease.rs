@@ -220,11 +220,13 @@ impl Lease {
             .ended_ns
             .get()
             .map(|ns| self.shared.base + std::time::Duration::from_nanos(*ns));
-        match revoked {
+        let local = match revoked {
             Some(r) => Some(r.min(self.shared.valid_until())),
             None if !self.is_valid() => Some(self.shared.valid_until()),
             None => None,
-        }
+        };
+        // Like `valid_until`, in real time (the node's clock may be skewed in tests).
+        local.map(|l| self.shared.clock.to_real(l))
     }
 
     /// Why the lease was lost, or `None` while it holds.
