@@ -680,9 +680,14 @@ impl<S: RaftStore> Driver<S> {
                 Err(e) => debug!(self.logger, "history record not proposed yet"; "error" => %e),
             }
         }
-        if leading && mutation::active("lease-before-read-index") && self.lease_until.is_none() {
-            // Broken on purpose (mutation testing): a lease without a quorum round.
+        if leading && mutation::active("lease-before-read-index") {
+            // Broken on purpose (mutation testing): the lease is granted and renewed on
+            // the leader's word alone, without waiting for quorum-acknowledged rounds
+            // (what raft-rs's own LeaseBased read does).
             self.lease_until = Some(now + self.timing.lease_duration());
+            if let Some(l) = &self.lease {
+                l.extend(now + self.timing.lease_duration());
+            }
         }
         if leading && !handing_over && self.raw.raft.commit_to_current_term() {
             // Grant or extend the tenure.

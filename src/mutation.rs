@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `no-check-quorum` | raft-rs check-quorum off (a partitioned leader never steps down; followers grant votes while they hear from a leader) |
 //! | `persist-after-send` | votes and append responses leave before the state they promise is on disk |
-//! | `lease-before-read-index` | a new leader grants its lease at once, without a quorum-acknowledged round |
+//! | `lease-before-read-index` | the lease is granted and renewed without waiting for a quorum-acknowledged round (an isolated leader keeps it until raft-rs steps it down) |
 //! | `no-restart-quiet` | a restarted node votes at once |
 //! | `fence-accepts-any` | the SQLite fence accepts every token |
 //!
