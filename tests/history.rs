@@ -57,8 +57,16 @@ async fn every_tenure_is_recorded_on_every_node_and_survives_a_restart() {
     let h = converged(&c, 2).await;
     let n = h.len();
     assert_eq!((h[n - 1].term, h[n - 1].leader), (t2, target));
-    assert_eq!(h[n - 1].started_by, TenureStart::Handover, "{h:#?}");
-    assert_eq!(h[n - 2].ended, Some(TenureEnd::HandedOver));
+    if t2 == t1 + 1 {
+        // The transfer election won at once: recorded as a handover.
+        assert_eq!(h[n - 1].started_by, TenureStart::Handover, "{h:#?}");
+        assert_eq!(h[n - 2].ended, Some(TenureEnd::HandedOver));
+    } else {
+        // The transfer's election did not finish (raft-rs aborted it) and the target
+        // won a later, ordinary election: that is what the history must say.
+        assert_eq!(h[n - 1].started_by, TenureStart::Election, "{h:#?}");
+        assert_eq!(h[n - 2].ended, Some(TenureEnd::Lost));
+    }
     // Terms increase: one leader per term, in order.
     assert!(h.windows(2).all(|w| w[0].term < w[1].term));
 
