@@ -190,9 +190,9 @@ impl Fault {
             // the cut-off nodes campaign (their first try comes 200-300 ms after the cut):
             // its restart quiet period keeps it from electing one of them before the old
             // lease ran out. (Over QUIC the first message a peer sends to a restarted node
-            // is lost as well: it draws the stateless reset that reveals the restart, and
-            // raft-rs resends no vote request within an election timeout. That hides a
-            // missing quiet period here; the simulation is where it shows.)
+            // is often lost as well: it draws the stateless reset that reveals the
+            // restart, and raft-rs resends no vote request within an election timeout.
+            // That hides a missing quiet period in most such steps, not all.)
             return Fault::Restart {
                 leader: false,
                 after_ms: rng.gen_range(50..=250),

@@ -658,15 +658,13 @@ fn build_mutations_worker() -> PathBuf {
         .expect("target dir")
         .to_path_buf();
     let examples = profile_dir.join("examples");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     for _ in 0..3 {
         let mut args = vec!["build", "--example", "worker", "--features", "mutations"];
         if profile_dir.file_name().is_some_and(|n| n == "release") {
             args.push("--release");
         }
-        let status = Command::new(&cargo)
+        let status = super::procs::nested_cargo()
             .args(&args)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
             .stdout(Stdio::null())
             .status()
             .expect("run cargo build --example worker --features mutations");

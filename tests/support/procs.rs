@@ -32,30 +32,12 @@ pub fn worker_binary() -> PathBuf {
             if bin.exists() && newer_than_sources(&bin) {
                 return bin;
             }
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let mut args = vec!["build", "--example", "worker"];
             if profile_dir.file_name().is_some_and(|n| n == "release") {
                 args.push("--release");
             }
-            let mut cmd = Command::new(cargo);
-            // The test runs with the package's cargo variables set; ring's build script
-            // reruns when CARGO_MANIFEST_DIR changes, so pass none of them on, or the
-            // nested build rebuilds half the dependency tree.
-            for (k, _) in std::env::vars_os() {
-                let key = k.to_string_lossy().into_owned();
-                if key.starts_with("CARGO_PKG_")
-                    || key.starts_with("CARGO_MANIFEST_")
-                    || key.starts_with("CARGO_BIN_")
-                    || key.starts_with("CARGO_CRATE_")
-                    || key == "CARGO_PRIMARY_PACKAGE"
-                    || key == "CARGO_TARGET_TMPDIR"
-                {
-                    cmd.env_remove(&k);
-                }
-            }
-            let status = cmd
+            let status = nested_cargo()
                 .args(&args)
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
                 .stdout(Stdio::null())
                 .status()
                 .expect("run cargo build --example worker");
@@ -64,6 +46,30 @@ pub fn worker_binary() -> PathBuf {
             bin
         })
         .clone()
+}
+
+/// `cargo`, to run from a test, in the package folder.
+///
+/// The test runs with the package's cargo variables set; ring's build script reruns when
+/// CARGO_MANIFEST_DIR changes, so none of them is passed on, or the nested build rebuilds
+/// half the dependency tree.
+pub fn nested_cargo() -> Command {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    for (k, _) in std::env::vars_os() {
+        let key = k.to_string_lossy().into_owned();
+        if key.starts_with("CARGO_PKG_")
+            || key.starts_with("CARGO_MANIFEST_")
+            || key.starts_with("CARGO_BIN_")
+            || key.starts_with("CARGO_CRATE_")
+            || key == "CARGO_PRIMARY_PACKAGE"
+            || key == "CARGO_TARGET_TMPDIR"
+        {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"));
+    cmd
 }
 
 /// Whether `bin` is newer than Cargo.toml and every file under src/ and examples/.
