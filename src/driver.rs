@@ -919,8 +919,10 @@ impl<S: RaftStore> Driver<S> {
         let commit = raft.raft_log.committed;
         let matched = |id: NodeId| raft.prs().get(id).map_or(0, |p| p.matched);
         let single = |id, t| {
-            let mut c = ConfChangeSingle::default();
-            c.node_id = id;
+            let mut c = ConfChangeSingle {
+                node_id: id,
+                ..Default::default()
+            };
             c.set_change_type(t);
             c
         };

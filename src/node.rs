@@ -565,8 +565,10 @@ fn bootstrap<S: RaftStore>(store: &S, config: &Config) -> Result<(), StartError>
         return Ok(());
     }
     let state = GroupState::bootstrap(config.peers.clone());
-    let mut snap = raft::eraftpb::Snapshot::default();
-    snap.data = state.to_snapshot().into();
+    let mut snap = raft::eraftpb::Snapshot {
+        data: state.to_snapshot().into(),
+        ..Default::default()
+    };
     let meta = snap.mut_metadata();
     meta.index = 1;
     meta.term = 1;
