@@ -182,8 +182,7 @@ async fn shrink_from_five_to_three_and_removed_nodes_stay_quiet() {
         n.kill().await;
         let err = tenure::Node::start(c.config(id))
             .await
-            .err()
-            .expect("refused");
+            .expect_err("refused");
         assert!(
             matches!(err, tenure::StartError::NotAMember { .. }),
             "node {id}: {err}"
