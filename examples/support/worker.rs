@@ -37,9 +37,13 @@ options:
                                    stale writer and a new one overtake each other
   --metrics ADDR                   serve Prometheus metrics on http://ADDR/metrics (port 0: any;
                                    the bound address is in the `started` event)
+  --join                           join an existing group: start with no membership and wait
+                                   for a member to add this node (ctl members add); --peers
+                                   lists this node and the members to reach
 
-Prints one JSON object per line on stdout: started, leader_changed, lease_acquired,
-lease_confirmed, lease_lost, stopped; with --ledger also batch_started, settled,
+Prints one JSON object per line on stdout: started, leader_changed, membership (this
+node became joining, learner, removed or a voter), lease_acquired, lease_confirmed,
+lease_lost, stopped; with --ledger also batch_started, settled,
 fence_rejected. SIGTERM or SIGINT stops it gracefully (handing leadership over first
 when it leads). SIGUSR1 cuts it off from every peer (a partition drill through the
 transport's fault hooks, no root needed) and SIGUSR2 heals it.";
@@ -62,6 +66,7 @@ pub struct WorkerArgs {
     pub settle_every: Duration,
     pub row_delay: RowDelay,
     pub metrics: Option<SocketAddr>,
+    pub join: bool,
 }
 
 /// How long settling one payment takes: `base` plus a uniformly random `0..=jitter`.
@@ -98,6 +103,7 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
     let mut row_ms = 20u64;
     let mut row_jitter_ms = 0u64;
     let mut metrics = None;
+    let mut join = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = || {
@@ -168,6 +174,7 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
                         .map_err(|_| format!("--metrics: {v:?} is not IP:PORT"))?,
                 )
             }
+            "--join" => join = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -202,6 +209,7 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
             jitter: Duration::from_millis(row_jitter_ms),
         },
         metrics,
+        join,
     })
 }
 
@@ -231,7 +239,8 @@ pub async fn run(args: WorkerArgs) -> i32 {
         .data_dir(&args.data_dir)
         .tls_dir(&args.certs)
         .timing(args.timing)
-        .read_mode(args.read_mode);
+        .read_mode(args.read_mode)
+        .join(args.join);
     if let Some(l) = args.listen {
         b = b.listen(l);
     }
@@ -283,8 +292,19 @@ pub async fn run(args: WorkerArgs) -> i32 {
     let mut watch = node.watch();
     tokio::spawn(async move {
         let mut last: Option<(u64, Option<u64>)> = None;
+        let mut last_kind = None;
         loop {
             let l = watch.borrow_and_update().clone();
+            // Whether this node is in the group, and how.
+            let kind = match l.role {
+                Role::Joining | Role::Learner | Role::Removed => Some(l.role.as_str()),
+                Role::Stopped => last_kind.flatten(),
+                _ => Some("voter"),
+            };
+            if last_kind != Some(kind) && kind.is_some() {
+                last_kind = Some(kind);
+                emit(id, "membership", json!({"term": l.term, "membership": kind}));
+            }
             if l.role != Role::Stopped && last != Some((l.term, l.leader)) {
                 last = Some((l.term, l.leader));
                 emit(
