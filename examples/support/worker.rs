@@ -303,7 +303,11 @@ pub async fn run(args: WorkerArgs) -> i32 {
             };
             if last_kind != Some(kind) && kind.is_some() {
                 last_kind = Some(kind);
-                emit(id, "membership", json!({"term": l.term, "membership": kind}));
+                emit(
+                    id,
+                    "membership",
+                    json!({"term": l.term, "membership": kind}),
+                );
             }
             if l.role != Role::Stopped && last != Some((l.term, l.leader)) {
                 last = Some((l.term, l.leader));
