@@ -93,7 +93,9 @@ fn write_ready<S: RaftStore>(store: &S, next: &mut u64, iters: u64) -> Duration 
         store.write(black_box(w)).expect("write");
         total += t.elapsed();
         if (*next).is_multiple_of(4096) {
-            store.compact(*next - 1, Vec::new()).expect("compact");
+            store
+                .compact(*next - 1, store.conf_state(), Vec::new())
+                .expect("compact");
         }
     }
     total

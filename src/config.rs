@@ -214,6 +214,14 @@ pub struct Config {
     /// Compact the Raft log (snapshot the history, drop older entries) once this many
     /// applied entries sit above the last snapshot. Keeps disk use flat.
     pub compact_after: u64,
+    /// Join an existing group instead of founding one: on first start the node has no
+    /// membership; it waits until a member adds it ([`Node::add_learner`]) and the leader
+    /// sends it a snapshot of the group. `peers` then lists this node and the members it
+    /// should reach (later members are learned from the group). Ignored once the data
+    /// directory holds a group.
+    ///
+    /// [`Node::add_learner`]: crate::Node::add_learner
+    pub join: bool,
     /// Test hook: this node's clock runs this many times as fast as real time (1.0).
     /// Used by the clock-skew tests; leave it at 1.0.
     #[doc(hidden)]
@@ -230,6 +238,7 @@ impl fmt::Debug for Config {
             .field("tls", &self.tls)
             .field("timing", &self.timing)
             .field("read_mode", &self.read_mode)
+            .field("join", &self.join)
             .finish_non_exhaustive()
     }
 }
@@ -275,6 +284,7 @@ impl Config {
                 clock_rate: 1.0,
                 history_retention: 1000,
                 compact_after: 1024,
+                join: false,
             },
         }
     }
@@ -306,7 +316,9 @@ impl Config {
         }
         let mut warnings = Vec::new();
         let n = self.peers.len();
-        if n == 1 {
+        if self.join {
+            // `peers` is a contact list, not the group.
+        } else if n == 1 {
             warnings.push(ConfigWarning::SingleNode);
         } else if n.is_multiple_of(2) {
             warnings.push(ConfigWarning::EvenGroupSize(n));
@@ -385,6 +397,11 @@ impl ConfigBuilder {
     /// Compact the log after this many applied entries.
     pub fn compact_after(mut self, entries: u64) -> Self {
         self.config.compact_after = entries.max(1);
+        self
+    }
+    /// Join an existing group (see [`Config::join`]).
+    pub fn join(mut self, join: bool) -> Self {
+        self.config.join = join;
         self
     }
     /// The finished configuration (validated when the node starts).

@@ -22,10 +22,14 @@
 //! ends. The lease is revoked the moment it runs out unrenewed, the term moves on, the
 //! node steps down, hands over or stops.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType};
+use raft::eraftpb::{
+    ConfChange, ConfChangeSingle, ConfChangeTransition, ConfChangeType, ConfChangeV2, Entry,
+    EntryType, Message, MessageType,
+};
 use raft::prelude::RawNode;
 use raft::StateRole;
 use slog::{debug, error, info, o, warn, Logger};
@@ -34,12 +38,13 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::clock::LocalClock;
 use crate::config::{ReadMode, Timing};
-use crate::error::{LostReason, NodeStopped, StorageError, TransferError};
+use crate::error::{LostReason, MembershipError, NodeStopped, StorageError, TransferError};
 use crate::history::{History, TenureRecord, TenureStart};
 use crate::lease::{FencingToken, Lease, LeaseShared};
 use crate::metrics::Metrics;
 use crate::mutation;
-use crate::node::{Leadership, Role};
+use crate::node::{Leadership, Membership, Role, Status};
+use crate::state::{decode_addrs, encode_addrs, Applied, GroupState};
 use crate::storage::{RaftStore, ReadyWrite};
 use crate::transport::{Inbound, NodeId, Transport};
 
@@ -67,6 +72,47 @@ pub(crate) enum Command {
     },
     /// The log's first and last index (for tests of compaction).
     LogSpan { reply: oneshot::Sender<(u64, u64)> },
+    /// Role, term, membership, health.
+    Status { reply: oneshot::Sender<Status> },
+    /// Change the membership or drain a node (leader only).
+    ChangeMembers {
+        change: MemberChange,
+        reply: oneshot::Sender<Result<Membership, MembershipError>>,
+    },
+}
+
+/// A change an operator asks for.
+#[derive(Debug, Clone)]
+pub(crate) enum MemberChange {
+    AddLearner(NodeId, SocketAddr),
+    Promote(NodeId),
+    Remove(NodeId),
+    Replace {
+        old: NodeId,
+        new: NodeId,
+    },
+    /// As `Replace`, but the group stays joint until a leader leaves explicitly (tests).
+    ReplaceExplicit {
+        old: NodeId,
+        new: NodeId,
+    },
+    Drain(NodeId, bool),
+}
+
+/// A proposed membership change or drain, answered once its entry is applied.
+struct PendingChange {
+    /// The entry's index and term: the same index and term mean the same entry.
+    index: u64,
+    term: u64,
+    what: String,
+    /// Answer only once the group has also left the joint configuration.
+    until_not_joint: bool,
+    /// A conf change (not a drain): only one may be in flight.
+    conf: bool,
+    /// The entry is applied (waiting for the joint configuration to be left).
+    applied: bool,
+    deadline: Instant,
+    reply: Option<oneshot::Sender<Result<Membership, MembershipError>>>,
 }
 
 /// A ReadIndex round in flight.
@@ -97,9 +143,11 @@ pub(crate) struct DriverParts<S: RaftStore> {
     pub logger: Logger,
     pub clock: LocalClock,
     pub metrics: Arc<Metrics>,
-    /// The history restored from the store's snapshot, and that snapshot's index.
-    pub history: History,
+    /// The replicated state restored from the store's snapshot, and that snapshot's index.
+    pub state: GroupState,
     pub applied: u64,
+    /// The peers given in the configuration (their addresses win over replicated ones).
+    pub configured: BTreeSet<NodeId>,
     pub history_retention: usize,
     pub compact_after: u64,
 }
@@ -121,8 +169,16 @@ pub(crate) struct Driver<S: RaftStore> {
     metrics: Arc<Metrics>,
     /// Since when this node has known no leader (for the failover histogram).
     leaderless_since: Option<Instant>,
-    /// The replicated leadership history (the state the log builds).
-    history: History,
+    /// The replicated state the log builds: history, drained nodes, addresses.
+    state: GroupState,
+    configured: BTreeSet<NodeId>,
+    /// Compact at the next chance even below the threshold (after a conf change, so a
+    /// node that joins gets a snapshot whose membership includes it).
+    force_compact: bool,
+    pending_changes: Vec<PendingChange>,
+    /// The term in which this leader entered a joint configuration meant to be left
+    /// explicitly (a test hook): it does not leave it itself.
+    explicit_joint_term: Option<u64>,
     /// The index of the last entry applied.
     applied: u64,
     history_retention: usize,
@@ -194,7 +250,11 @@ impl<S: RaftStore> Driver<S> {
             clock: parts.clock,
             metrics: parts.metrics,
             leaderless_since: Some(now),
-            history: parts.history,
+            state: parts.state,
+            configured: parts.configured,
+            force_compact: false,
+            pending_changes: Vec::new(),
+            explicit_joint_term: None,
             applied: parts.applied,
             history_retention: parts.history_retention,
             compact_after: parts.compact_after.max(1),
@@ -220,6 +280,14 @@ impl<S: RaftStore> Driver<S> {
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         info!(self.logger, "driver started"; "term" => self.raw.raft.term,
               "quiet_ms" => self.timing.election_timeout().as_millis() as u64);
+        // Replay the committed log above the snapshot (history, drains, conf changes)
+        // before anything else, so the membership is current from the first message on.
+        self.apply_addrs(&self.state.addrs.clone());
+        if let Err(e) = self.handle_ready() {
+            error!(self.logger, "storage failed; stopping"; "error" => %e);
+            self.fail(format!("storage failed: {e}"));
+        }
+        self.publish();
         loop {
             // A stalled process must not act on a lease that ran out while it slept:
             // check before anything else.
@@ -293,6 +361,10 @@ impl<S: RaftStore> Driver<S> {
                     return;
                 }
                 let t = m.get_msg_type();
+                if t == MessageType::MsgTimeoutNow && self.state.is_drained(self.id) {
+                    info!(self.logger, "drained: refusing to take over leadership"; "from" => m.from);
+                    return;
+                }
                 if t == MessageType::MsgTimeoutNow {
                     // The leader hands over to us: the election it starts is a handover.
                     self.handover_term = Some(self.raw.raft.term + 1);
@@ -363,7 +435,22 @@ impl<S: RaftStore> Driver<S> {
             Command::Shutdown { reply } => self.begin_shutdown(Some(reply)),
             Command::Kill { reply } => self.stop = Some(StopKind::Killed(reply)),
             Command::History { reply } => {
-                let _ = reply.send(self.history.records());
+                let _ = reply.send(self.state.history.records());
+            }
+            Command::Status { reply } => {
+                let _ = reply.send(self.status());
+            }
+            Command::ChangeMembers { change, reply } => {
+                let now = self.clock.now();
+                match self.propose_change(change, now) {
+                    Ok(mut pending) => {
+                        pending.reply = Some(reply);
+                        self.pending_changes.push(pending);
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
             }
             Command::LogSpan { reply } => {
                 let first = self.store.first_index().unwrap_or(0);
@@ -384,6 +471,7 @@ impl<S: RaftStore> Driver<S> {
         let target = match to {
             Some(t) if t == self.id => return Err(TransferError::AlreadyLeader(t)),
             Some(t) if !voters.contains(&t) => return Err(TransferError::UnknownNode(t)),
+            Some(t) if self.state.is_drained(t) => return Err(TransferError::Drained(t)),
             Some(t) => t,
             None => self.best_follower().ok_or(TransferError::NoCandidate)?,
         };
@@ -399,7 +487,9 @@ impl<S: RaftStore> Driver<S> {
         let voters = raft.prs().conf().voters().ids();
         raft.prs()
             .iter()
-            .filter(|(id, _)| **id != self.id && voters.contains(**id))
+            .filter(|(id, _)| {
+                **id != self.id && voters.contains(**id) && !self.state.is_drained(**id)
+            })
             .max_by_key(|(id, pr)| (pr.recent_active, pr.matched, std::cmp::Reverse(**id)))
             .map(|(id, _)| *id)
     }
@@ -464,12 +554,12 @@ impl<S: RaftStore> Driver<S> {
         }
         // 2. One synced batch for everything this Ready asks to persist.
         let mut write = ReadyWrite::default();
-        let mut snapshot_history = None;
+        let mut snapshot_state = None;
         if !rd.snapshot().is_empty() {
             let snap = rd.snapshot().clone();
             // A snapshot replaces the applied state: decode it before anything changes.
-            match History::from_snapshot(&snap.data) {
-                Ok(h) => snapshot_history = Some((h, snap.get_metadata().index)),
+            match GroupState::from_snapshot(&snap.data) {
+                Ok(h) => snapshot_state = Some((h, snap.get_metadata().index)),
                 Err(e) => {
                     return Err(StorageError::Corrupt {
                         path: Default::default(),
@@ -502,8 +592,10 @@ impl<S: RaftStore> Driver<S> {
             self.send(rd.take_persisted_messages());
         }
         // 4. Apply.
-        if let Some((h, index)) = snapshot_history {
-            self.history = h;
+        if let Some((state, index)) = snapshot_state {
+            info!(self.logger, "installed a snapshot of the group"; "index" => index);
+            self.apply_addrs(&state.addrs);
+            self.state = state;
             self.applied = self.applied.max(index);
         }
         let committed = rd.take_committed_entries();
@@ -529,7 +621,7 @@ impl<S: RaftStore> Driver<S> {
     /// snapshot, snapshot the history at the applied index and drop the entries below.
     fn maybe_compact(&mut self) -> Result<(), StorageError> {
         let first = self.store.first_index().unwrap_or(1);
-        if self.applied + 1 < first + self.compact_after {
+        if self.applied + 1 < first + self.compact_after && !self.force_compact {
             return Ok(());
         }
         let commit = self.store.hard_state().commit;
@@ -537,13 +629,28 @@ impl<S: RaftStore> Driver<S> {
         if index < first {
             return Ok(());
         }
-        self.store.compact(index, self.history.to_snapshot())?;
+        // The snapshot's membership is the one applied at `index` (raft-rs's current
+        // configuration: everything up to `applied` is applied).
+        let cs = self.raw.raft.prs().conf().to_conf_state();
+        self.store.compact(index, cs, self.state.to_snapshot())?;
+        self.force_compact = false;
         debug!(self.logger, "log compacted"; "index" => index);
         Ok(())
     }
 
     fn send(&self, msgs: Vec<Message>) {
+        let drained = self.state.is_drained(self.id);
         for m in msgs {
+            if drained
+                && matches!(
+                    m.get_msg_type(),
+                    MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
+                )
+            {
+                // A drained node never campaigns: its (pre-)vote requests stay here.
+                debug!(self.logger, "drained: not campaigning"; "to" => m.to);
+                continue;
+            }
             self.transport.send(m);
         }
     }
@@ -551,10 +658,15 @@ impl<S: RaftStore> Driver<S> {
     fn apply(&mut self, entries: Vec<Entry>) -> Result<(), StorageError> {
         for e in entries {
             self.applied = self.applied.max(e.index);
+            self.entry_applied(e.index, e.term);
             match e.get_entry_type() {
                 EntryType::EntryNormal => {
                     if !e.data.is_empty() {
-                        self.history.apply(&e.data, self.history_retention);
+                        if let Applied::Drain(id, drained) =
+                            self.state.apply(&e.data, self.history_retention)
+                        {
+                            info!(self.logger, "drain applied"; "node" => id, "drained" => drained);
+                        }
                     }
                 }
                 EntryType::EntryConfChange => {
@@ -565,7 +677,7 @@ impl<S: RaftStore> Driver<S> {
                             continue;
                         }
                     };
-                    self.apply_conf_change(&cc)?;
+                    self.apply_conf_change(&raft_proto::ConfChangeI::into_v2(cc))?;
                 }
                 EntryType::EntryConfChangeV2 => {
                     let cc: ConfChangeV2 = match protobuf::Message::parse_from_bytes(&e.data) {
@@ -582,16 +694,361 @@ impl<S: RaftStore> Driver<S> {
         Ok(())
     }
 
-    fn apply_conf_change(&mut self, cc: &impl raft_proto::ConfChangeI) -> Result<(), StorageError> {
+    /// Applies a committed conf change. The new membership is not written on its own:
+    /// it goes to disk with a snapshot taken right after (so the stored membership is
+    /// always a snapshot's, and conf changes above it are replayed exactly once).
+    fn apply_conf_change(&mut self, cc: &ConfChangeV2) -> Result<(), StorageError> {
+        let before = self.members_now();
         match self.raw.apply_conf_change(cc) {
-            Ok(cs) => self.store.write(ReadyWrite {
-                conf_state: Some(cs),
-                ..Default::default()
-            }),
+            Ok(cs) => {
+                info!(self.logger, "membership changed";
+                      "voters" => ?cs.voters, "learners" => ?cs.learners,
+                      "outgoing" => ?cs.voters_outgoing);
+                let added = decode_addrs(&cc.context);
+                for (id, addr) in &added {
+                    self.state.addrs.insert(*id, *addr);
+                }
+                self.apply_addrs(&added);
+                let after = self.members_now();
+                for gone in before.difference(&after) {
+                    self.state.addrs.remove(gone);
+                    self.state.drained.remove(gone);
+                    if *gone != self.id {
+                        self.transport.set_peer(*gone, None);
+                    }
+                }
+                self.force_compact = true;
+                Ok(())
+            }
             Err(e) => {
                 warn!(self.logger, "conf change rejected by raft"; "error" => %e);
                 Ok(())
             }
+        }
+    }
+
+    /// Every member of the applied configuration (voters of both halves, learners).
+    fn members_now(&self) -> BTreeSet<NodeId> {
+        let cs = self.raw.raft.prs().conf().to_conf_state();
+        cs.voters
+            .iter()
+            .chain(&cs.voters_outgoing)
+            .chain(&cs.learners)
+            .chain(&cs.learners_next)
+            .copied()
+            .collect()
+    }
+
+    fn is_voter(&self, id: NodeId) -> bool {
+        self.raw.raft.prs().conf().voters().contains(id)
+    }
+
+    /// Tells the transport where replicated members listen (configured peers keep the
+    /// address they were started with).
+    fn apply_addrs(&self, addrs: &BTreeMap<NodeId, SocketAddr>) {
+        for (id, addr) in addrs {
+            if *id != self.id && !self.configured.contains(id) {
+                self.transport.set_peer(*id, Some(*addr));
+            }
+        }
+    }
+
+    /// Marks the pending changes whose entry is `index`: applied if the entry is theirs
+    /// (same term), superseded otherwise (a new leader overwrote the proposal).
+    fn entry_applied(&mut self, index: u64, term: u64) {
+        for p in self.pending_changes.iter_mut() {
+            if p.index == index && !p.applied {
+                if p.term == term {
+                    p.applied = true;
+                } else {
+                    p.term = 0; // superseded: answered in `progress_changes`
+                }
+            }
+        }
+    }
+
+    /// Answers pending changes that are done, superseded or out of time.
+    fn progress_changes(&mut self, now: Instant) {
+        if self.pending_changes.is_empty() {
+            return;
+        }
+        let joint = self.is_joint();
+        let members = self.membership();
+        let leader_hint = (self.raw.raft.leader_id != 0).then_some(self.raw.raft.leader_id);
+        let mut keep = Vec::new();
+        for p in self.pending_changes.drain(..) {
+            let result = if p.applied && !(p.until_not_joint && joint) {
+                Some(Ok(members.clone()))
+            } else if p.term == 0 {
+                Some(Err(MembershipError::NotLeader { leader_hint }))
+            } else if now >= p.deadline {
+                Some(Err(MembershipError::TimedOut {
+                    what: p.what.clone(),
+                }))
+            } else {
+                None
+            };
+            match (result, p.reply) {
+                (Some(r), Some(reply)) => {
+                    let _ = reply.send(r);
+                }
+                (Some(_), None) => {}
+                (None, reply) => keep.push(PendingChange { reply, ..p }),
+            }
+        }
+        self.pending_changes = keep;
+    }
+
+    fn is_joint(&self) -> bool {
+        !self
+            .raw
+            .raft
+            .prs()
+            .conf()
+            .to_conf_state()
+            .voters_outgoing
+            .is_empty()
+    }
+
+    /// Validates and proposes a membership change or drain (leader only).
+    fn propose_change(
+        &mut self,
+        change: MemberChange,
+        now: Instant,
+    ) -> Result<PendingChange, MembershipError> {
+        let raft = &self.raw.raft;
+        if raft.state != StateRole::Leader {
+            let leader_hint = (raft.leader_id != 0).then_some(raft.leader_id);
+            return Err(MembershipError::NotLeader { leader_hint });
+        }
+        let m = self.membership();
+        let in_flight = self.change_in_flight();
+        let commit = raft.raft_log.committed;
+        let matched = |id: NodeId| raft.prs().get(id).map_or(0, |p| p.matched);
+        let single = |id, t| {
+            let mut c = ConfChangeSingle::default();
+            c.node_id = id;
+            c.set_change_type(t);
+            c
+        };
+        let mut cc = ConfChangeV2::default();
+        let mut until_not_joint = false;
+        let what;
+        match change {
+            MemberChange::Drain(id, drained) => {
+                if !m.contains(id) {
+                    return Err(MembershipError::UnknownNode(id));
+                }
+                let leaders_left = m
+                    .voters
+                    .iter()
+                    .filter(|v| **v != id && !m.drained.contains(v))
+                    .count();
+                if drained && leaders_left == 0 {
+                    return Err(MembershipError::WouldLoseQuorum {
+                        reason: format!("draining node {id} would leave no voter that may lead"),
+                    });
+                }
+                let data = GroupState::drain_entry(id, drained);
+                let what = format!("{} node {id}", if drained { "drain" } else { "undrain" });
+                return self.propose_entry(data, what, now);
+            }
+            _ if in_flight => return Err(MembershipError::ChangeInFlight),
+            MemberChange::AddLearner(id, addr) => {
+                if id == 0 {
+                    return Err(MembershipError::UnknownNode(0));
+                }
+                if m.contains(id) {
+                    return Err(MembershipError::AlreadyMember(id));
+                }
+                cc.changes.push(single(id, ConfChangeType::AddLearnerNode));
+                let mut addrs = BTreeMap::new();
+                addrs.insert(id, addr);
+                cc.context = encode_addrs(&addrs).into();
+                what = format!("adding node {id} as a learner");
+            }
+            MemberChange::Promote(id) => {
+                if !m.contains(id) {
+                    return Err(MembershipError::UnknownNode(id));
+                }
+                if !m.learners.contains(&id) {
+                    return Err(MembershipError::NotALearner(id));
+                }
+                if matched(id) < commit {
+                    return Err(MembershipError::LearnerBehind {
+                        id,
+                        matched: matched(id),
+                        commit,
+                    });
+                }
+                cc.changes.push(single(id, ConfChangeType::AddNode));
+                what = format!("promoting node {id}");
+            }
+            MemberChange::Remove(id) => {
+                if !m.contains(id) {
+                    return Err(MembershipError::UnknownNode(id));
+                }
+                if m.is_voter(id) {
+                    let rest: Vec<NodeId> = m.voters.iter().copied().filter(|v| *v != id).collect();
+                    if rest.is_empty() {
+                        return Err(MembershipError::WouldLoseQuorum {
+                            reason: format!("node {id} is the last voter"),
+                        });
+                    }
+                    self.check_reachable_quorum(&rest)?;
+                }
+                cc.changes.push(single(id, ConfChangeType::RemoveNode));
+                what = format!("removing node {id}");
+            }
+            MemberChange::Replace { old, new } | MemberChange::ReplaceExplicit { old, new } => {
+                if !m.is_voter(old) {
+                    return Err(MembershipError::UnknownNode(old));
+                }
+                if !m.contains(new) {
+                    return Err(MembershipError::UnknownNode(new));
+                }
+                if !m.learners.contains(&new) {
+                    return Err(MembershipError::NotALearner(new));
+                }
+                if matched(new) < commit {
+                    return Err(MembershipError::LearnerBehind {
+                        id: new,
+                        matched: matched(new),
+                        commit,
+                    });
+                }
+                let rest: Vec<NodeId> = m
+                    .voters
+                    .iter()
+                    .copied()
+                    .filter(|v| *v != old)
+                    .chain([new])
+                    .collect();
+                self.check_reachable_quorum(&rest)?;
+                cc.changes.push(single(new, ConfChangeType::AddNode));
+                cc.changes.push(single(old, ConfChangeType::RemoveNode));
+                if matches!(change, MemberChange::ReplaceExplicit { .. }) {
+                    cc.set_transition(ConfChangeTransition::Explicit);
+                    self.explicit_joint_term = Some(self.raw.raft.term);
+                } else {
+                    until_not_joint = true;
+                }
+                what = format!("replacing node {old} by node {new}");
+            }
+        }
+        if let Err(e) = self.raw.propose_conf_change(vec![], cc) {
+            warn!(self.logger, "conf change not proposed"; "error" => %e);
+            return Err(MembershipError::ChangeInFlight);
+        }
+        let index = self.raw.raft.raft_log.last_index();
+        if self.raw.raft.pending_conf_index != index {
+            // raft-rs turned it into an empty entry (it saw a change in flight).
+            return Err(MembershipError::ChangeInFlight);
+        }
+        info!(self.logger, "membership change proposed"; "what" => &what, "index" => index);
+        Ok(self.pending(index, what, true, until_not_joint, now))
+    }
+
+    fn propose_entry(
+        &mut self,
+        data: Vec<u8>,
+        what: String,
+        now: Instant,
+    ) -> Result<PendingChange, MembershipError> {
+        if let Err(e) = self.raw.propose(vec![], data) {
+            warn!(self.logger, "proposal dropped"; "what" => &what, "error" => %e);
+            return Err(MembershipError::TimedOut { what });
+        }
+        let index = self.raw.raft.raft_log.last_index();
+        Ok(self.pending(index, what, false, false, now))
+    }
+
+    fn pending(
+        &self,
+        index: u64,
+        what: String,
+        conf: bool,
+        until_not_joint: bool,
+        now: Instant,
+    ) -> PendingChange {
+        let wait = (self.timing.election_timeout() * 5).max(std::time::Duration::from_secs(2));
+        PendingChange {
+            index,
+            term: self.raw.raft.term,
+            what,
+            conf,
+            until_not_joint,
+            applied: false,
+            deadline: now + wait,
+            reply: None,
+        }
+    }
+
+    /// Refuses a change after which the voters this leader reaches now (itself included)
+    /// would not form a quorum of `voters`.
+    fn check_reachable_quorum(&self, voters: &[NodeId]) -> Result<(), MembershipError> {
+        let raft = &self.raw.raft;
+        let reachable = voters
+            .iter()
+            .filter(|v| **v == self.id || raft.prs().get(**v).is_some_and(|p| p.recent_active))
+            .count();
+        let quorum = voters.len() / 2 + 1;
+        if reachable < quorum {
+            return Err(MembershipError::WouldLoseQuorum {
+                reason: format!(
+                    "the new group {voters:?} needs {quorum} voters, but only {reachable} are reachable now"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn change_in_flight(&self) -> bool {
+        self.raw.raft.has_pending_conf()
+            || self.is_joint()
+            || self.pending_changes.iter().any(|p| p.conf && !p.applied)
+    }
+
+    /// The applied membership, drains and addresses.
+    fn membership(&self) -> Membership {
+        let cs = self.raw.raft.prs().conf().to_conf_state();
+        let sorted = |v: &[NodeId]| {
+            let mut v = v.to_vec();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        let mut learners = cs.learners.clone();
+        learners.extend(&cs.learners_next);
+        Membership {
+            voters: sorted(&cs.voters),
+            learners: sorted(&learners),
+            outgoing: sorted(&cs.voters_outgoing),
+            drained: self.state.drained.iter().copied().collect(),
+            addrs: self
+                .state
+                .addrs
+                .iter()
+                .map(|(id, a)| (*id, a.to_string()))
+                .collect(),
+        }
+    }
+
+    fn status(&self) -> Status {
+        let raft = &self.raw.raft;
+        let (reachable, healthy) = self.health();
+        Status {
+            id: self.id,
+            term: raft.term,
+            role: self.last_published.role,
+            leader: (raft.leader_id != 0).then_some(raft.leader_id),
+            leased: self.lease.is_some(),
+            members: self.membership(),
+            quorum_healthy: healthy,
+            peers_reachable: reachable,
+            commit: raft.raft_log.committed,
+            applied: self.applied,
+            change_in_flight: self.change_in_flight(),
         }
     }
 
@@ -629,7 +1086,9 @@ impl<S: RaftStore> Driver<S> {
     fn after_ready(&mut self, now: Instant) {
         let raft = &self.raw.raft;
         let term = raft.term;
-        let leading = raft.state == StateRole::Leader;
+        // A leader that is no longer a voter (removed) keeps raft-rs's leader role until
+        // it hands over, but may not hold a lease or act.
+        let leading = raft.state == StateRole::Leader && self.is_voter(self.id);
 
         // A lease lives only while this node leads in its term.
         if let Some(l) = &self.lease {
@@ -665,6 +1124,8 @@ impl<S: RaftStore> Driver<S> {
 
         self.progress_transfer(now);
         self.expire_lease(now);
+        self.progress_changes(now);
+        self.leader_duties(now);
 
         let handing_over = self.raw.raft.lead_transferee.is_some() || self.shutdown.is_some();
         if leading && self.recorded_term != term && !handing_over {
@@ -757,6 +1218,62 @@ impl<S: RaftStore> Driver<S> {
         self.publish();
     }
 
+    /// What a leader owes the group beyond raft-rs: hand over when drained or removed,
+    /// and finish a joint configuration a previous leader left behind.
+    fn leader_duties(&mut self, now: Instant) {
+        if self.raw.raft.state != StateRole::Leader || self.shutdown.is_some() {
+            return;
+        }
+        let removed = !self.is_voter(self.id);
+        let drained = self.state.is_drained(self.id);
+        if (removed || drained)
+            && self.transfer.is_none()
+            && self.raw.raft.lead_transferee.is_none()
+        {
+            let why = if removed {
+                "removed from the group"
+            } else {
+                "drained"
+            };
+            match self.start_transfer(None) {
+                Ok(to) => {
+                    info!(self.logger, "handing leadership over"; "why" => why, "to" => to);
+                    self.transfer = Some(PendingTransfer {
+                        to,
+                        deadline: now + self.timing.election_timeout() * 2,
+                        reply: None,
+                    });
+                }
+                Err(e) => {
+                    warn!(self.logger, "cannot hand leadership over"; "why" => why, "error" => %e);
+                    if removed {
+                        // Nobody to hand to: stop leading; the voters elect among themselves.
+                        self.revoke(LostReason::SteppedDown);
+                        let term = self.raw.raft.term;
+                        self.raw.raft.become_follower(term + 1, raft::INVALID_ID);
+                    }
+                }
+            }
+            return;
+        }
+        let raft = &self.raw.raft;
+        if self.is_joint()
+            && !raft.has_pending_conf()
+            && raft.commit_to_current_term()
+            && self.explicit_joint_term != Some(raft.term)
+        {
+            // A joint configuration nobody is leaving (its leader crashed, or the change
+            // asked for an explicit leave): leave it, so the group does not stay joint.
+            info!(self.logger, "leaving the joint configuration"; "config" => ?raft.prs().conf());
+            if let Err(e) = self
+                .raw
+                .propose_conf_change(vec![], ConfChangeV2::default())
+            {
+                debug!(self.logger, "leave-joint not proposed yet"; "error" => %e);
+            }
+        }
+    }
+
     fn progress_transfer(&mut self, now: Instant) {
         let Some(t) = &mut self.transfer else {
             return;
@@ -847,13 +1364,17 @@ impl<S: RaftStore> Driver<S> {
     }
 
     fn publish(&mut self) {
+        let role = self.role();
+        if role != self.last_published.role {
+            match role {
+                Role::Removed => warn!(self.logger,
+                    "this node was removed from the group: it no longer votes or campaigns; stop it"),
+                Role::Learner => info!(self.logger, "this node is a learner: it replicates the log but does not vote"),
+                Role::Joining => info!(self.logger, "joining: waiting for a member to add this node"),
+                _ => {}
+            }
+        }
         let raft = &self.raw.raft;
-        let role = match raft.state {
-            StateRole::Follower => Role::Follower,
-            StateRole::PreCandidate => Role::PreCandidate,
-            StateRole::Candidate => Role::Candidate,
-            StateRole::Leader => Role::Leader,
-        };
         let now = Leadership {
             term: raft.term,
             leader: (raft.leader_id != 0).then_some(raft.leader_id),
@@ -889,22 +1410,57 @@ impl<S: RaftStore> Driver<S> {
         }
     }
 
+    /// This node's role: raft-rs's, unless it is not a voter.
+    fn role(&self) -> Role {
+        let raft = &self.raw.raft;
+        if raft.state == StateRole::Leader {
+            return Role::Leader; // until a removed leader has handed over
+        }
+        let cs = raft.prs().conf().to_conf_state();
+        let voter = cs.voters.contains(&self.id) || cs.voters_outgoing.contains(&self.id);
+        if !voter {
+            if cs.learners.contains(&self.id) || cs.learners_next.contains(&self.id) {
+                return Role::Learner;
+            }
+            if cs.voters.is_empty() && cs.learners.is_empty() {
+                return Role::Joining;
+            }
+            return Role::Removed;
+        }
+        match raft.state {
+            StateRole::Follower => Role::Follower,
+            StateRole::PreCandidate => Role::PreCandidate,
+            StateRole::Candidate => Role::Candidate,
+            StateRole::Leader => Role::Leader,
+        }
+    }
+
     /// Peers reachable and quorum health, for the metrics.
     fn update_health(&self) {
+        let members = self.raw.raft.prs().conf().voters().ids().len() as u64;
+        let (reachable, healthy) = self.health();
+        self.metrics.set_health(members, reachable, healthy);
+    }
+
+    /// Voters reachable (this node included) and whether the quorum looks healthy: a
+    /// leader counts voters recently active and needs its lease; a follower counts itself
+    /// and the leader it hears.
+    fn health(&self) -> (u64, bool) {
         let raft = &self.raw.raft;
         let voters = raft.prs().conf().voters().ids();
-        let members = voters.len() as u64;
         if raft.state == StateRole::Leader {
             let active = raft
                 .prs()
                 .iter()
                 .filter(|(id, pr)| **id != self.id && voters.contains(**id) && pr.recent_active)
                 .count() as u64;
-            self.metrics
-                .set_health(members, 1 + active, self.lease.is_some());
+            (
+                voters.contains(self.id) as u64 + active,
+                self.lease.is_some(),
+            )
         } else {
             let hears = raft.leader_id != 0 && raft.election_elapsed < raft.election_timeout();
-            self.metrics.set_health(members, 1 + hears as u64, hears);
+            (1 + hears as u64, hears)
         }
     }
 
@@ -959,6 +1515,9 @@ fn role_code(r: Role) -> u64 {
         Role::Candidate => 2,
         Role::Leader => 3,
         Role::Stopped => 4,
+        Role::Learner => 5,
+        Role::Removed => 6,
+        Role::Joining => 7,
     }
 }
 

@@ -84,7 +84,7 @@ pub enum StartError {
     #[error("raft: {0}")]
     Raft(#[from] raft::Error),
     /// The stored membership does not contain this node.
-    #[error("the data directory {path} holds a group whose members {members:?} do not include node {id}")]
+    #[error("the data directory {path} holds a group whose members {members:?} do not include node {id} (a new node joining a group needs Config::join / --join and an empty data directory)")]
     NotAMember {
         /// The data directory.
         path: PathBuf,
@@ -168,6 +168,10 @@ pub enum TransferError {
     /// No follower to hand over to (a group of one).
     #[error("no follower to transfer leadership to")]
     NoCandidate,
+    /// The target is drained: an operator asked that it never lead. Fix: undrain it
+    /// first, or pick another node.
+    #[error("node {0} is drained and may not lead (undrain it first)")]
+    Drained(NodeId),
     /// The target did not take over within an election timeout (it may be down or
     /// behind); this node may still lead.
     #[error("node {to} did not take over within {timeout_ms} ms")]
@@ -176,6 +180,60 @@ pub enum TransferError {
         to: NodeId,
         /// How long we waited.
         timeout_ms: u64,
+    },
+    /// The node stopped.
+    #[error(transparent)]
+    Stopped(#[from] NodeStopped),
+}
+
+/// Why a membership change (or a drain) was not carried out.
+///
+/// The messages are meant for operators: they say what is wrong and what to do.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum MembershipError {
+    /// Only the leader changes the group. Fix: ask the leader (hint: `leader_hint`).
+    #[error("this node is not the leader ({})", match .leader_hint { Some(l) => format!("the leader is node {l}"), None => "no leader is known: the group may have lost its quorum".into() })]
+    NotLeader {
+        /// The leader this node knows of, if any.
+        leader_hint: Option<NodeId>,
+    },
+    /// Another membership change has not finished yet (one is proposed but not applied,
+    /// or the group is still in a joint configuration). Fix: wait and retry.
+    #[error("another membership change is still in flight; wait until it is applied and retry")]
+    ChangeInFlight,
+    /// The node is not a member of the group.
+    #[error("node {0} is not a member of the group")]
+    UnknownNode(NodeId),
+    /// The node to add is a member already.
+    #[error("node {0} is already a member of the group")]
+    AlreadyMember(NodeId),
+    /// Only a learner can be promoted (add it first with `add_learner`).
+    #[error("node {0} is not a learner (add it as a learner first)")]
+    NotALearner(NodeId),
+    /// The learner has not caught up with the log yet. Fix: wait until it has (it must be
+    /// running and reachable) and retry.
+    #[error("learner {id} is behind: it has {matched} of {commit} committed entries; wait until it has caught up")]
+    LearnerBehind {
+        /// The learner.
+        id: NodeId,
+        /// The last index it acknowledged.
+        matched: u64,
+        /// The leader's commit index.
+        commit: u64,
+    },
+    /// The change would leave the group unable to work: no voter left, fewer voters
+    /// reachable than a quorum of the new group, or no voter that may lead.
+    #[error("refused: {reason}")]
+    WouldLoseQuorum {
+        /// What would go wrong.
+        reason: String,
+    },
+    /// The change was proposed but did not take effect in time (the group may have lost
+    /// its quorum, or leadership moved). It may still take effect later: check `status`.
+    #[error("{what} did not take effect in time; check the group's status")]
+    TimedOut {
+        /// What was asked.
+        what: String,
     },
     /// The node stopped.
     #[error(transparent)]

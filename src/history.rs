@@ -2,7 +2,8 @@
 //!
 //! Each new leader appends a "tenure began" entry to the Raft log. Applying the log
 //! builds the same history on every node; it survives restarts (the log is replayed)
-//! and compaction (the history is the snapshot's data), bounded by a retention count.
+//! and compaction (the history is part of the snapshot's data, see `state.rs`), bounded
+//! by a retention count.
 
 use std::collections::VecDeque;
 
@@ -57,20 +58,6 @@ pub(crate) struct History {
 }
 
 impl History {
-    /// Restores from snapshot data (empty: a fresh group). Undecodable data yields an
-    /// error string naming the problem.
-    pub(crate) fn from_snapshot(data: &[u8]) -> Result<History, String> {
-        if data.is_empty() {
-            return Ok(History::default());
-        }
-        serde_json::from_slice(data)
-            .map_err(|e| format!("snapshot data is not a tenure history: {e}"))
-    }
-
-    pub(crate) fn to_snapshot(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-
     /// The entry a new leader proposes.
     pub(crate) fn entry(term: u64, leader: NodeId, started_by: TenureStart) -> Vec<u8> {
         let began_unix_ms = std::time::SystemTime::now()
@@ -136,10 +123,9 @@ mod tests {
         assert_eq!(r.iter().map(|r| r.term).collect::<Vec<_>>(), vec![3, 5, 6]);
         assert_eq!(r[0].ended, Some(TenureEnd::Lost));
         assert_eq!(r[2].ended, None);
-        let back = History::from_snapshot(&h.to_snapshot()).unwrap();
+        let back: History = serde_json::from_slice(&serde_json::to_vec(&h).unwrap()).unwrap();
         assert_eq!(back.records(), r);
         assert!(!h.apply(b"", 3));
         assert!(!h.apply(b"Hgarbage", 3));
-        assert!(History::from_snapshot(b"garbage").is_err());
     }
 }

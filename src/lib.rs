@@ -115,13 +115,14 @@ pub mod metrics;
 pub mod mutation;
 mod node;
 pub mod runner;
+mod state;
 pub mod storage;
 pub mod transport;
 
 pub use config::{Config, ConfigBuilder, ReadMode, Timing, TlsSource};
-pub use error::{LeaseLost, LostReason, NodeStopped, StartError, TransferError};
+pub use error::{LeaseLost, LostReason, MembershipError, NodeStopped, StartError, TransferError};
 pub use fence::{FenceError, RocksFence, SqliteFence};
 pub use history::{TenureEnd, TenureRecord, TenureStart};
 pub use lease::{FencingToken, Lease};
-pub use node::{terminal_logger, Leadership, Node, Role};
+pub use node::{terminal_logger, Leadership, Membership, Node, Role, Status};
 pub use transport::NodeId;

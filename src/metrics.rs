@@ -7,7 +7,7 @@
 //! | metric | type | meaning |
 //! |---|---|---|
 //! | `tenure_term` | gauge | current Raft term at this node |
-//! | `tenure_role` | gauge | 0 follower, 1 pre-candidate, 2 candidate, 3 leader, 4 stopped |
+//! | `tenure_role` | gauge | 0 follower, 1 pre-candidate, 2 candidate, 3 leader, 4 stopped, 5 learner, 6 removed, 7 joining |
 //! | `tenure_leader_id` | gauge | leader this node knows of (0: none) |
 //! | `tenure_lease_held` | gauge | 1 while this node holds a confirmed lease |
 //! | `tenure_members` | gauge | voters in the group |
@@ -227,7 +227,7 @@ impl Metrics {
         );
         gauge(
             "tenure_role",
-            "0 follower, 1 pre-candidate, 2 candidate, 3 leader, 4 stopped.",
+            "0 follower, 1 pre-candidate, 2 candidate, 3 leader, 4 stopped, 5 learner, 6 removed, 7 joining.",
             l(&self.role),
         );
         gauge(

@@ -1,27 +1,33 @@
 //! The public handle to a running election node.
 
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use raft::eraftpb::ConfState;
 use raft::prelude::RawNode;
 use raft::ReadOnlyOption;
+use serde::{Deserialize, Serialize};
 use slog::{o, warn, Logger};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, ReadMode, TlsSource};
-use crate::driver::{discard_logger, Command, Driver, DriverParts};
-use crate::error::{ConfigError, NodeStopped, StartError, TransferError};
-use crate::history::{History, TenureRecord};
+use crate::driver::{discard_logger, Command, Driver, DriverParts, MemberChange};
+use crate::error::{ConfigError, MembershipError, NodeStopped, StartError, TransferError};
+use crate::history::TenureRecord;
 use crate::lease::Lease;
 use crate::metrics::Metrics;
+use crate::state::GroupState;
+use crate::storage::ReadyWrite;
 use crate::storage::{RaftStore, RocksStore};
 use crate::transport::quic::{QuicConfig, QuicTransport};
 use crate::transport::tls::TlsIdentity;
 use crate::transport::{Faults, Inbound, NodeId, Transport, TransportStatsSnapshot};
 
 /// This node's part in the election, as raft-rs sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Role {
     /// Follows a leader, or waits for one.
     Follower,
@@ -33,6 +39,14 @@ pub enum Role {
     Leader,
     /// The node has stopped.
     Stopped,
+    /// A non-voting member: it replicates the log but neither votes nor campaigns (until
+    /// it is promoted, [`Node::promote`]).
+    Learner,
+    /// The node was removed from the group: it no longer votes or campaigns. Stop it.
+    Removed,
+    /// The node started to join a group ([`Config::join`]) and waits for a member to add
+    /// it and the leader to send it the group's state.
+    Joining,
 }
 
 impl Role {
@@ -44,6 +58,9 @@ impl Role {
             Role::Candidate => "candidate",
             Role::Leader => "leader",
             Role::Stopped => "stopped",
+            Role::Learner => "learner",
+            Role::Removed => "removed",
+            Role::Joining => "joining",
         }
     }
 }
@@ -62,6 +79,63 @@ pub struct Leadership {
     pub role: Role,
     /// Whether this node holds a confirmed lease right now.
     pub leased: bool,
+}
+
+/// The group's membership as a node has applied it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Membership {
+    /// The voters (of the incoming configuration while a joint change is in flight).
+    pub voters: Vec<NodeId>,
+    /// Non-voting members catching up.
+    pub learners: Vec<NodeId>,
+    /// The voters of the outgoing configuration while a joint change is in flight
+    /// (both configurations must agree on every decision then); empty otherwise.
+    pub outgoing: Vec<NodeId>,
+    /// Members an operator drained: they never campaign and hand over at once if they lead.
+    pub drained: Vec<NodeId>,
+    /// Where each member listens, as the group was told.
+    pub addrs: BTreeMap<NodeId, String>,
+}
+
+impl Membership {
+    /// Whether `id` votes (in either configuration of a joint change).
+    pub fn is_voter(&self, id: NodeId) -> bool {
+        self.voters.contains(&id) || self.outgoing.contains(&id)
+    }
+
+    /// Whether `id` is a member at all (voter or learner).
+    pub fn contains(&self, id: NodeId) -> bool {
+        self.is_voter(id) || self.learners.contains(&id)
+    }
+}
+
+/// What a node knows about itself and the group, for operators ([`Node::status`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// This node.
+    pub id: NodeId,
+    /// The current term at this node.
+    pub term: u64,
+    /// This node's role.
+    pub role: Role,
+    /// The leader this node knows of.
+    pub leader: Option<NodeId>,
+    /// Whether this node holds a confirmed lease right now.
+    pub leased: bool,
+    /// The membership this node has applied.
+    pub members: Membership,
+    /// Leader: a quorum of voters was heard from recently and the lease holds. Follower:
+    /// it hears from a leader.
+    pub quorum_healthy: bool,
+    /// Voters this node reaches (itself included; a follower counts itself and its leader).
+    pub peers_reachable: u64,
+    /// The commit index of this node's log.
+    pub commit: u64,
+    /// The last index this node has applied.
+    pub applied: u64,
+    /// A membership change is proposed but not applied, or a joint configuration is not
+    /// left yet: further changes are refused until it finishes.
+    pub change_in_flight: bool,
 }
 
 /// A running election node. Cheap to clone; every clone talks to the same node.
@@ -115,9 +189,14 @@ impl Node {
             }
             .into());
         }
-        let initial = ConfState {
-            voters: config.member_ids(),
-            ..Default::default()
+        // A joining node has no membership until the leader's snapshot gives it one.
+        let initial = if config.join {
+            ConfState::default()
+        } else {
+            ConfState {
+                voters: config.member_ids(),
+                ..Default::default()
+            }
         };
         let store = RocksStore::open_or_create(&data_dir, initial)?;
         let logger = config.logger.clone().unwrap_or_else(discard_logger);
@@ -155,28 +234,16 @@ impl Node {
         for w in &warnings {
             warn!(logger, "configuration warning"; "warning" => %w);
         }
-        let cs = store.conf_state();
-        let mut members: Vec<NodeId> = cs
-            .voters
-            .iter()
-            .chain(cs.learners.iter())
-            .copied()
-            .collect();
-        members.sort_unstable();
-        if !members.contains(&config.id) {
-            return Err(StartError::NotAMember {
-                path: config.data_dir.clone().unwrap_or_default(),
-                id: config.id,
-                members,
-            });
-        }
-        // The replicated state (the leadership history) as of the last snapshot; the log
-        // above it is replayed by raft-rs.
+        let path = config.data_dir.clone().unwrap_or_default();
+        bootstrap(&store, &config)?;
+        check_membership(&store, &config, &path)?;
+        // The replicated state as of the last snapshot; the log above it is replayed
+        // (conf changes included: the stored membership is the snapshot's).
         let snap = raft::Storage::snapshot(&store, 0, 0).map_err(StartError::Raft)?;
         let applied = snap.get_metadata().index;
-        let history = History::from_snapshot(&snap.data).map_err(|detail| {
+        let state = GroupState::from_snapshot(&snap.data).map_err(|detail| {
             StartError::Storage(crate::storage::StorageError::Corrupt {
-                path: config.data_dir.clone().unwrap_or_default(),
+                path: path.clone(),
                 detail,
             })
         })?;
@@ -222,8 +289,9 @@ impl Node {
             logger: logger.clone(),
             clock: crate::clock::LocalClock::with_rate(config.clock_rate),
             metrics: metrics.clone(),
-            history,
+            state,
             applied,
+            configured: config.peers.keys().copied().collect(),
             history_retention: config.history_retention,
             compact_after: config.compact_after,
         });
@@ -356,6 +424,84 @@ impl Node {
         rx.await.map_err(|_| stopped())
     }
 
+    /// What this node knows about itself and the group: role, term, leader, lease,
+    /// membership, quorum health.
+    pub async fn status(&self) -> Result<Status, NodeStopped> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Status { reply: tx })
+            .await
+            .map_err(|_| stopped())?;
+        rx.await.map_err(|_| stopped())
+    }
+
+    /// Adds node `id`, listening at `addr`, as a learner: it receives the log (first a
+    /// snapshot of the group) but does not vote until [`promote`](Node::promote)d. Start
+    /// the new node with [`Config::join`]. Call on the leader; resolves once the change
+    /// is applied here.
+    pub async fn add_learner(
+        &self,
+        id: NodeId,
+        addr: SocketAddr,
+    ) -> Result<Membership, MembershipError> {
+        self.change(MemberChange::AddLearner(id, addr)).await
+    }
+
+    /// Makes learner `id` a voter, once it has caught up with the log.
+    pub async fn promote(&self, id: NodeId) -> Result<Membership, MembershipError> {
+        self.change(MemberChange::Promote(id)).await
+    }
+
+    /// Removes `id` from the group. Removing the leader itself is allowed: once the change
+    /// is applied it hands leadership to the most up-to-date remaining voter. Refused when
+    /// the remaining voters reachable now would not form a quorum of the new group.
+    pub async fn remove_member(&self, id: NodeId) -> Result<Membership, MembershipError> {
+        self.change(MemberChange::Remove(id)).await
+    }
+
+    /// Replaces voter `old` (typically a dead node) by learner `new` in one joint-consensus
+    /// change: `new` becomes a voter and `old` leaves atomically. Resolves once the group
+    /// has left the joint configuration.
+    pub async fn replace_member(
+        &self,
+        old: NodeId,
+        new: NodeId,
+    ) -> Result<Membership, MembershipError> {
+        self.change(MemberChange::Replace { old, new }).await
+    }
+
+    /// Drains (`true`) or undrains member `id`. A drained node never campaigns and, if it
+    /// leads, hands leadership over at once. The setting is replicated through the log,
+    /// so it holds on every node and survives restarts.
+    pub async fn set_drained(
+        &self,
+        id: NodeId,
+        drained: bool,
+    ) -> Result<Membership, MembershipError> {
+        self.change(MemberChange::Drain(id, drained)).await
+    }
+
+    /// A joint change with an explicit leave (the group stays joint until a leader leaves
+    /// it): for tests of a crash in the middle of a joint change.
+    #[doc(hidden)]
+    pub async fn replace_member_explicit(
+        &self,
+        old: NodeId,
+        new: NodeId,
+    ) -> Result<Membership, MembershipError> {
+        self.change(MemberChange::ReplaceExplicit { old, new })
+            .await
+    }
+
+    async fn change(&self, change: MemberChange) -> Result<Membership, MembershipError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::ChangeMembers { change, reply: tx })
+            .await
+            .map_err(|_| stopped())?;
+        rx.await.map_err(|_| stopped())?
+    }
+
     /// The first and last index of this node's Raft log (for tests of compaction).
     #[doc(hidden)]
     pub async fn log_span(&self) -> Result<(u64, u64), NodeStopped> {
@@ -388,6 +534,89 @@ impl Node {
     pub fn faults(&self) -> &Faults {
         self.transport.faults()
     }
+}
+
+/// Founds the group in a fresh store: a snapshot at index 1 (term 1) holding the first
+/// membership and the members' addresses. The membership then exists only in snapshots,
+/// never in log entries, so a node that joins later can only learn the group from a
+/// snapshot whose membership includes it (raft-rs refuses others) — never by replaying
+/// entries on top of an empty membership. Does nothing to a store that holds anything,
+/// or when joining.
+fn bootstrap<S: RaftStore>(store: &S, config: &Config) -> Result<(), StartError> {
+    let fresh = raft::Storage::last_index(store).map_err(StartError::Raft)? == 0
+        && raft::Storage::first_index(store).map_err(StartError::Raft)? == 1
+        && store.hard_state() == Default::default();
+    let cs = store.conf_state();
+    if !fresh || config.join || cs.voters.is_empty() {
+        return Ok(());
+    }
+    let state = GroupState::bootstrap(config.peers.clone());
+    let mut snap = raft::eraftpb::Snapshot::default();
+    snap.data = state.to_snapshot().into();
+    let meta = snap.mut_metadata();
+    meta.index = 1;
+    meta.term = 1;
+    meta.set_conf_state(cs);
+    let hard_state = raft::eraftpb::HardState {
+        term: 1,
+        vote: 0,
+        commit: 1,
+        ..Default::default()
+    };
+    store.write(ReadyWrite {
+        snapshot: Some(snap),
+        hard_state: Some(hard_state),
+        ..Default::default()
+    })?;
+    Ok(())
+}
+
+/// Refuses to start on a store whose group does not include this node (a data directory
+/// of another node or group), unless the node is joining (empty membership) or the log
+/// above the snapshot holds the conf change that added it.
+fn check_membership<S: RaftStore>(
+    store: &S,
+    config: &Config,
+    path: &std::path::Path,
+) -> Result<(), StartError> {
+    let cs = store.conf_state();
+    let mut members: Vec<NodeId> = cs
+        .voters
+        .iter()
+        .chain(&cs.learners)
+        .chain(&cs.voters_outgoing)
+        .copied()
+        .collect();
+    members.sort_unstable();
+    members.dedup();
+    if members.contains(&config.id) || (members.is_empty() && config.join) {
+        return Ok(());
+    }
+    let first = raft::Storage::first_index(store).map_err(StartError::Raft)?;
+    let last = raft::Storage::last_index(store).map_err(StartError::Raft)?;
+    if last >= first {
+        let entries = raft::Storage::entries(
+            store,
+            first,
+            last + 1,
+            None,
+            raft::GetEntriesContext::empty(false),
+        )
+        .map_err(StartError::Raft)?;
+        let added = entries.iter().any(|e| {
+            e.get_entry_type() == raft::eraftpb::EntryType::EntryConfChangeV2
+                && <raft::eraftpb::ConfChangeV2 as protobuf::Message>::parse_from_bytes(&e.data)
+                    .is_ok_and(|cc| cc.changes.iter().any(|c| c.node_id == config.id))
+        });
+        if added {
+            return Ok(());
+        }
+    }
+    Err(StartError::NotAMember {
+        path: path.to_path_buf(),
+        id: config.id,
+        members,
+    })
 }
 
 fn stopped() -> NodeStopped {

@@ -253,7 +253,7 @@ fn term_is_known_from_snapshot_to_last_entry<H: Harness>(h: &mut H) {
     append(&s, entries(3..=4, 2));
     append(&s, entries(5..=6, 3));
     set_hard_state(&s, hard_state(3, 1, 6));
-    s.compact(4, b"app@4".to_vec()).unwrap();
+    s.compact(4, s.conf_state(), b"app@4".to_vec()).unwrap();
     let check = |s: &H::S| {
         assert_eq!(bounds(s), (5, 6));
         assert_eq!(s.term(3), err(RaftStorageError::Compacted));
@@ -276,7 +276,7 @@ fn out_of_range_reads_are_errors_not_panics<H: Harness>(h: &mut H) {
     let s = h.fresh(voters(&[1]));
     append(&s, entries(1..=5, 1));
     set_hard_state(&s, hard_state(1, 1, 5));
-    s.compact(2, Vec::new()).unwrap();
+    s.compact(2, s.conf_state(), Vec::new()).unwrap();
     assert_eq!(bounds(&s), (3, 5));
     assert_eq!(read(&s, 2, 4), err(RaftStorageError::Compacted));
     assert_eq!(read(&s, 1, 3), err(RaftStorageError::Compacted));
@@ -423,7 +423,7 @@ fn compaction_moves_first_index_and_records_a_snapshot<H: Harness>(h: &mut H) {
     append(&s, entries(1..=4, 1));
     append(&s, entries(5..=10, 2));
     set_hard_state(&s, hard_state(2, 1, 8));
-    s.compact(5, b"state@5".to_vec()).unwrap();
+    s.compact(5, s.conf_state(), b"state@5".to_vec()).unwrap();
     let check = |s: &H::S| {
         assert_eq!(bounds(s), (6, 10));
         assert_eq!(read(s, 5, 7), err(RaftStorageError::Compacted));
@@ -439,16 +439,16 @@ fn compaction_moves_first_index_and_records_a_snapshot<H: Harness>(h: &mut H) {
     };
     check(&s);
     // Beyond the commit index, or below the snapshot: refused, nothing changes.
-    assert_invalid(s.compact(9, Vec::new()));
-    assert_invalid(s.compact(4, Vec::new()));
+    assert_invalid(s.compact(9, s.conf_state(), Vec::new()));
+    assert_invalid(s.compact(4, s.conf_state(), Vec::new()));
     check(&s);
     let s = h.reopen(s);
     check(&s);
 
     // Again at the same index replaces the data; further moves on.
-    s.compact(5, b"again@5".to_vec()).unwrap();
+    s.compact(5, s.conf_state(), b"again@5".to_vec()).unwrap();
     assert_eq!(&s.snapshot(0, 2).unwrap().data[..], b"again@5");
-    s.compact(8, b"state@8".to_vec()).unwrap();
+    s.compact(8, s.conf_state(), b"state@8".to_vec()).unwrap();
     assert_eq!(bounds(&s), (9, 10));
     // Up to the last entry: the log is empty, its last term stays known.
     s.write(ReadyWrite {
@@ -456,7 +456,7 @@ fn compaction_moves_first_index_and_records_a_snapshot<H: Harness>(h: &mut H) {
         ..Default::default()
     })
     .unwrap();
-    s.compact(10, b"state@10".to_vec()).unwrap();
+    s.compact(10, s.conf_state(), b"state@10".to_vec()).unwrap();
     assert_eq!(bounds(&s), (11, 10));
     assert_eq!(s.term(10), Ok(2));
     assert_eq!(read(&s, 11, 11), Ok(vec![]));
@@ -530,7 +530,7 @@ fn snapshot_honours_request_index<H: Harness>(h: &mut H) {
     let s = h.fresh(voters(&[1]));
     append(&s, entries(1..=6, 1));
     set_hard_state(&s, hard_state(1, 1, 6));
-    s.compact(4, b"s".to_vec()).unwrap();
+    s.compact(4, s.conf_state(), b"s".to_vec()).unwrap();
     assert_eq!(s.snapshot(0, 2).unwrap().get_metadata().index, 4);
     assert_eq!(s.snapshot(4, 2).unwrap().get_metadata().index, 4);
     assert_eq!(

@@ -71,7 +71,9 @@ fn crash_child() {
             out.flush().expect("child stdout");
         }
         if n.is_multiple_of(COMPACT_EVERY) {
-            store.compact(n - KEEP, Vec::new()).expect("child compact");
+            store
+                .compact(n - KEEP, store.conf_state(), Vec::new())
+                .expect("child compact");
         }
     }
     panic!("crash child was never killed");

@@ -142,9 +142,14 @@ impl RaftStore for MemStore {
         Ok(())
     }
 
-    fn compact(&self, index: u64, data: Vec<u8>) -> Result<(), StorageError> {
+    fn compact(
+        &self,
+        index: u64,
+        conf_state: ConfState,
+        data: Vec<u8>,
+    ) -> Result<(), StorageError> {
         let mut disk = self.disk.lock();
-        let mut snapshot = disk.log.plan_compact(index, data)?;
+        let mut snapshot = disk.log.plan_compact(index, conf_state, data)?;
         disk.snapshot_data = std::mem::take(&mut snapshot.data);
         disk.log.apply_compact(snapshot.take_metadata());
         Ok(())

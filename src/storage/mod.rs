@@ -76,13 +76,16 @@ pub trait RaftStore: raft::Storage + Clone + Send + Sync + 'static {
     /// `[snapshot index, last index]` (raft-rs would refuse to restart from that).
     fn write(&self, write: ReadyWrite) -> Result<(), StorageError>;
 
-    /// Compacts the log: records a snapshot at `index` (its term, the current conf
-    /// state, and `data`, the application state as of `index`) and deletes every entry
-    /// at or below `index`. Afterwards `first_index() == index + 1`.
+    /// Compacts the log: records a snapshot at `index` (its term, `conf_state` — the
+    /// membership as of `index`, as the application applied it — and `data`, the
+    /// application state as of `index`) and deletes every entry at or below `index`.
+    /// Afterwards `first_index() == index + 1` and [`conf_state`](Self::conf_state)
+    /// returns `conf_state`.
     ///
     /// `index` must be at most the commit index and at least the current snapshot index;
     /// otherwise [`StorageError::InvalidWrite`] and nothing changes.
-    fn compact(&self, index: u64, data: Vec<u8>) -> Result<(), StorageError>;
+    fn compact(&self, index: u64, conf_state: ConfState, data: Vec<u8>)
+        -> Result<(), StorageError>;
 
     /// The stored hard state.
     fn hard_state(&self) -> HardState;

@@ -320,8 +320,13 @@ impl<T: LogItem> LogState<T> {
     }
 
     /// Validates a compaction to `index` and builds the snapshot it records: `index`,
-    /// its term, the current conf state and `data`.
-    pub(crate) fn plan_compact(&self, index: u64, data: Vec<u8>) -> Result<Snapshot, StorageError> {
+    /// its term, `conf_state` and `data`.
+    pub(crate) fn plan_compact(
+        &self,
+        index: u64,
+        conf_state: ConfState,
+        data: Vec<u8>,
+    ) -> Result<Snapshot, StorageError> {
         if index < self.snapshot.index {
             return Err(StorageError::invalid(format!(
                 "cannot compact to {index}: below the snapshot at index {}",
@@ -344,7 +349,7 @@ impl<T: LogItem> LogState<T> {
         let meta = snapshot.mut_metadata();
         meta.index = index;
         meta.term = term;
-        meta.set_conf_state(self.conf_state.clone());
+        meta.set_conf_state(conf_state);
         Ok(snapshot)
     }
 
@@ -355,6 +360,7 @@ impl<T: LogItem> LogState<T> {
             .unwrap_or(usize::MAX)
             .min(self.log.len());
         self.log.drain(..dropped);
+        self.conf_state = meta.get_conf_state().clone();
         self.snapshot = meta;
     }
 }

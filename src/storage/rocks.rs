@@ -349,13 +349,22 @@ impl RaftStore for RocksStore {
         Ok(())
     }
 
-    fn compact(&self, index: u64, data: Vec<u8>) -> Result<(), StorageError> {
+    fn compact(
+        &self,
+        index: u64,
+        conf_state: ConfState,
+        data: Vec<u8>,
+    ) -> Result<(), StorageError> {
         let mut state = self.write_state();
-        let mut snapshot = state.plan_compact(index, data)?;
+        let mut snapshot = state.plan_compact(index, conf_state, data)?;
         let mut batch = WriteBatch::default();
         // index <= commit <= last index <= MAX_INDEX, so index + 1 does not overflow.
         batch.delete_range(log_key(0), log_key(index + 1));
         batch.put(SNAPSHOT_META_KEY, encode(snapshot.get_metadata())?);
+        batch.put(
+            CONF_STATE_KEY,
+            encode(snapshot.get_metadata().get_conf_state())?,
+        );
         batch.put(SNAPSHOT_DATA_KEY, &snapshot.data);
         write_synced(&self.inner.path, &self.inner.db, batch)?;
         state.apply_compact(snapshot.take_metadata());

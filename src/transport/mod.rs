@@ -47,6 +47,13 @@ pub trait Transport: Send + Sync + 'static {
 
     /// Stops sending and receiving. Idempotent.
     fn close(&self);
+
+    /// The group's membership changed: reach peer `id` at `addr` from now on (a new
+    /// member, or one that moved), or forget it (`None`: it left the group). Transports
+    /// without addresses ignore it.
+    fn set_peer(&self, id: NodeId, addr: Option<std::net::SocketAddr>) {
+        let _ = (id, addr);
+    }
 }
 
 /// Test hooks to cut links of one endpoint: messages to a blocked peer are dropped

@@ -799,6 +799,13 @@ impl Transport for QuicTransport {
         &self.shared.faults
     }
 
+    fn set_peer(&self, id: NodeId, addr: Option<SocketAddr>) {
+        match addr {
+            Some(a) => self.set_peer_addr(id, a),
+            None => self.remove_peer(id),
+        }
+    }
+
     fn close(&self) {
         let shared = &self.shared;
         if shared.closed.swap(true, Ordering::AcqRel) {

@@ -262,8 +262,13 @@ impl RaftStore for SimStore {
         }
         self.inner.write(write)
     }
-    fn compact(&self, index: u64, data: Vec<u8>) -> Result<(), StorageError> {
-        self.inner.compact(index, data)
+    fn compact(
+        &self,
+        index: u64,
+        conf_state: ConfState,
+        data: Vec<u8>,
+    ) -> Result<(), StorageError> {
+        self.inner.compact(index, conf_state, data)
     }
     fn hard_state(&self) -> raft::eraftpb::HardState {
         self.inner.hard_state()
