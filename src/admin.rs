@@ -27,7 +27,7 @@
 //!
 //! ```text
 //! → {"v":1,"command":"transfer","to":2}
-//! ← {"v":1,"ok":{"reply":"transferred","leader":2}}
+//! ← {"v":1,"ok":{"transferred":{"leader":2}}}
 //! → {"v":1,"command":"promote","id":4}
 //! ← {"v":1,"error":{"kind":"not_leader","message":"…","leader_hint":1}}
 //! ```
@@ -55,9 +55,9 @@ use slog::{debug, info, o, warn, Logger};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{NodeStopped, TransferError};
+use crate::error::{MembershipError, NodeStopped, TransferError};
 use crate::history::TenureRecord;
-use crate::node::Node;
+use crate::node::{Membership, Node, Status};
 use crate::transport::tls::{
     check_operator_cert, node_id_from_cert, node_server_name, ring_provider, root_store,
     OperatorIdentity, TlsError, TlsIdentity,
@@ -65,8 +65,6 @@ use crate::transport::tls::{
 #[cfg(doc)]
 use crate::transport::tls::{CertKind, ClusterCa};
 use crate::transport::NodeId;
-
-use pending::{Membership, MembershipError, Status};
 
 /// The ALPN protocol of the admin endpoint, version 1. The raft transport's ALPN
 /// (`tenure/1`) differs, so a client pointed at the wrong port fails at once with
@@ -106,210 +104,6 @@ pub mod close_code {
     /// The client is done.
     pub const DONE: u32 = 2;
 }
-
-/// Not yet on this branch: the membership API of `Node` (landing on `main`). Same names
-/// and shapes, so the calls below switch to the real methods (inherent methods win over
-/// this trait) once it is merged and this module is deleted.
-mod pending {
-    use std::collections::BTreeMap;
-    use std::future::Future;
-    use std::net::SocketAddr;
-
-    use serde::{Deserialize, Serialize};
-
-    use crate::error::NodeStopped;
-    use crate::node::{Node, Role};
-    use crate::transport::NodeId;
-
-    /// The group's configuration.
-    #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-    pub struct Membership {
-        /// Voters.
-        pub voters: Vec<NodeId>,
-        /// Learners.
-        pub learners: Vec<NodeId>,
-        /// Voters of the outgoing config while a joint change is in flight.
-        pub outgoing: Vec<NodeId>,
-        /// Drained nodes.
-        pub drained: Vec<NodeId>,
-        /// Raft addresses.
-        pub addrs: BTreeMap<NodeId, String>,
-    }
-
-    /// A node's view of the group.
-    #[derive(Debug, Clone, Serialize, Deserialize)]
-    pub struct Status {
-        /// The node.
-        pub id: NodeId,
-        /// Its term.
-        pub term: u64,
-        /// Its role.
-        #[serde(with = "role_serde")]
-        pub role: Role,
-        /// The leader it knows of.
-        pub leader: Option<NodeId>,
-        /// Whether it holds a lease.
-        pub leased: bool,
-        /// The configuration.
-        pub members: Membership,
-        /// Whether a quorum is reachable.
-        pub quorum_healthy: bool,
-        /// Peers reachable.
-        pub peers_reachable: u64,
-        /// Commit index.
-        pub commit: u64,
-        /// Applied index.
-        pub applied: u64,
-        /// Whether a membership change is in flight.
-        pub change_in_flight: bool,
-    }
-
-    mod role_serde {
-        use serde::{Deserialize, Deserializer, Serializer};
-
-        use crate::node::Role;
-
-        pub fn serialize<S: Serializer>(r: &Role, s: S) -> Result<S::Ok, S::Error> {
-            s.serialize_str(r.as_str())
-        }
-
-        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Role, D::Error> {
-            let s = String::deserialize(d)?;
-            Ok(match s.as_str() {
-                "leader" => Role::Leader,
-                "candidate" => Role::Candidate,
-                "pre_candidate" => Role::PreCandidate,
-                "stopped" => Role::Stopped,
-                _ => Role::Follower,
-            })
-        }
-    }
-
-    /// Why a membership change was refused.
-    #[derive(Debug, Clone, thiserror::Error)]
-    #[allow(dead_code)]
-    pub enum MembershipError {
-        /// Not the leader.
-        #[error("this node is not the leader (leader: {leader_hint:?})")]
-        NotLeader {
-            /// The leader.
-            leader_hint: Option<NodeId>,
-        },
-        /// Another change is in flight.
-        #[error("another membership change is in flight")]
-        ChangeInFlight,
-        /// Unknown node.
-        #[error("node {0} is not a member")]
-        UnknownNode(NodeId),
-        /// Already a member.
-        #[error("node {0} is already a member")]
-        AlreadyMember(NodeId),
-        /// Not a learner.
-        #[error("node {0} is not a learner")]
-        NotALearner(NodeId),
-        /// Learner behind.
-        #[error("learner {id} is behind ({matched} < {commit})")]
-        LearnerBehind {
-            /// Learner.
-            id: NodeId,
-            /// Matched.
-            matched: u64,
-            /// Commit.
-            commit: u64,
-        },
-        /// Would lose quorum.
-        #[error("removing node {id} would lose quorum")]
-        WouldLoseQuorum {
-            /// The node.
-            id: NodeId,
-        },
-        /// Timed out.
-        #[error("timed out: {what}")]
-        TimedOut {
-            /// What.
-            what: String,
-        },
-        /// Stopped.
-        #[error(transparent)]
-        Stopped(#[from] NodeStopped),
-    }
-
-    fn missing() -> MembershipError {
-        MembershipError::TimedOut {
-            what: "membership changes are not available in this build yet".into(),
-        }
-    }
-
-    type Fut<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-    /// The API being added on `main`.
-    pub trait PendingApi {
-        fn status(&self) -> Fut<'_, Result<Status, NodeStopped>>;
-        fn add_learner(
-            &self,
-            id: NodeId,
-            addr: SocketAddr,
-        ) -> Fut<'_, Result<Membership, MembershipError>>;
-        fn promote(&self, id: NodeId) -> Fut<'_, Result<Membership, MembershipError>>;
-        fn remove_member(&self, id: NodeId) -> Fut<'_, Result<Membership, MembershipError>>;
-        fn replace_member(
-            &self,
-            old: NodeId,
-            new: NodeId,
-        ) -> Fut<'_, Result<Membership, MembershipError>>;
-        fn set_drained(
-            &self,
-            id: NodeId,
-            drained: bool,
-        ) -> Fut<'_, Result<Membership, MembershipError>>;
-    }
-
-    impl PendingApi for Node {
-        fn status(&self) -> Fut<'_, Result<Status, NodeStopped>> {
-            Box::pin(async move {
-                let l = self.leadership();
-                Ok(Status {
-                    id: self.id(),
-                    term: l.term,
-                    role: l.role,
-                    leader: l.leader,
-                    leased: l.leased,
-                    members: Membership::default(),
-                    quorum_healthy: l.leader.is_some(),
-                    peers_reachable: 0,
-                    commit: 0,
-                    applied: 0,
-                    change_in_flight: false,
-                })
-            })
-        }
-        fn add_learner(
-            &self,
-            _: NodeId,
-            _: SocketAddr,
-        ) -> Fut<'_, Result<Membership, MembershipError>> {
-            Box::pin(async { Err(missing()) })
-        }
-        fn promote(&self, _: NodeId) -> Fut<'_, Result<Membership, MembershipError>> {
-            Box::pin(async { Err(missing()) })
-        }
-        fn remove_member(&self, _: NodeId) -> Fut<'_, Result<Membership, MembershipError>> {
-            Box::pin(async { Err(missing()) })
-        }
-        fn replace_member(
-            &self,
-            _: NodeId,
-            _: NodeId,
-        ) -> Fut<'_, Result<Membership, MembershipError>> {
-            Box::pin(async { Err(missing()) })
-        }
-        fn set_drained(&self, _: NodeId, _: bool) -> Fut<'_, Result<Membership, MembershipError>> {
-            Box::pin(async { Err(missing()) })
-        }
-    }
-}
-#[allow(unused_imports)]
-use pending::PendingApi as _;
 
 // ---------------------------------------------------------------------------------------
 // Messages
@@ -483,9 +277,11 @@ impl Request {
     }
 }
 
-/// A successful answer.
+/// A successful answer. On the wire: `{"<kind>": {...}}`, e.g.
+/// `{"transferred":{"leader":2}}` (externally tagged: the membership's address map has
+/// numeric keys, which an internally tagged enum could not read back).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "reply", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum Reply {
     /// Answer to [`Request::Status`].
     Status(Status),
@@ -527,6 +323,8 @@ pub enum ErrorKind {
     AlreadyLeader,
     /// No follower to transfer to.
     NoCandidate,
+    /// The transfer target is drained and may not lead; undrain it or pick another.
+    Drained,
     /// The operation did not complete in time (for example no quorum); it may still
     /// take effect.
     TimedOut,
@@ -554,6 +352,7 @@ impl ErrorKind {
             ErrorKind::WouldLoseQuorum => "would_lose_quorum",
             ErrorKind::AlreadyLeader => "already_leader",
             ErrorKind::NoCandidate => "no_candidate",
+            ErrorKind::Drained => "drained",
             ErrorKind::TimedOut => "timed_out",
             ErrorKind::Stopped => "stopped",
             ErrorKind::BadRequest => "bad_request",
@@ -942,6 +741,7 @@ fn transfer_refusal(me: NodeId, e: TransferError) -> ErrorReply {
         TransferError::UnknownNode(_) => ErrorKind::UnknownNode,
         TransferError::AlreadyLeader(_) => ErrorKind::AlreadyLeader,
         TransferError::NoCandidate => ErrorKind::NoCandidate,
+        TransferError::Drained(_) => ErrorKind::Drained,
         TransferError::TimedOut { .. } => ErrorKind::TimedOut,
         TransferError::Stopped(_) => ErrorKind::Stopped,
     };
@@ -1607,6 +1407,22 @@ mod tests {
         assert!(text.contains(r#""leader_hint":1"#), "{text}");
         let back: Response = serde_json::from_str(&text).unwrap();
         assert_eq!(back.error.unwrap().leader_hint, Some(1));
+        // Answers carrying the membership's numeric-keyed address map read back.
+        let mut m = Membership {
+            voters: vec![1, 2],
+            learners: vec![3],
+            outgoing: vec![],
+            drained: vec![2],
+            addrs: Default::default(),
+        };
+        m.addrs.insert(1, "127.0.0.1:7001".into());
+        let text =
+            String::from_utf8(Response::from_result(Ok(Reply::Membership(m.clone()))).encode())
+                .unwrap();
+        match serde_json::from_str::<Response>(&text).unwrap().ok {
+            Some(Reply::Membership(back)) => assert_eq!(back, m),
+            other => panic!("{text} read back as {other:?}"),
+        }
         // A kind this client does not know reads as Other.
         let e: ErrorReply = serde_json::from_str(r#"{"kind":"brand_new","message":"m"}"#).unwrap();
         assert_eq!(e.kind, ErrorKind::Other);

@@ -338,3 +338,99 @@ async fn transfer_via_admin_moves_leadership() {
     );
     a.shutdown().await;
 }
+
+/// The leader as every node's admin endpoint reports it.
+async fn leader_by_status(a: &Admin) -> NodeId {
+    let clients: Vec<Client> = {
+        let mut v = Vec::new();
+        for id in a.servers.keys() {
+            v.push(a.client(*id).await);
+        }
+        v
+    };
+    for _ in 0..400 {
+        let mut leaders = Vec::new();
+        for c in &clients {
+            if let Ok(s) = c.status().await {
+                if s.role == tenure::Role::Leader && s.quorum_healthy {
+                    leaders.push(s.id);
+                }
+            }
+        }
+        if leaders.len() == 1 {
+            return leaders[0];
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no single healthy leader reported by the admin endpoints");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_commands_answer_with_the_configuration_or_a_clear_refusal() {
+    let a = Admin::start(3).await;
+    let (leader, _) = a.cluster.steady_leader(LONG).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+
+    // On a follower: NotLeader with the hint, for every leader-only command.
+    let fc = a.client(follower).await;
+    let e = fc.drain(leader).await.unwrap_err();
+    let r = e.reply().unwrap_or_else(|| panic!("{e}"));
+    assert_eq!(
+        (r.kind, r.leader_hint),
+        (ErrorKind::NotLeader, Some(leader)),
+        "{r:?}"
+    );
+
+    // Draining the leader: the answer shows it drained, and it hands over at once.
+    let lc = a.client(leader).await;
+    let m = answered("drain the leader", lc.drain(leader))
+        .await
+        .unwrap();
+    assert!(m.drained.contains(&leader), "{m:?}");
+    let next = leader_by_status(&a).await;
+    assert_ne!(next, leader, "a drained node kept leading");
+    let nc = a.client(next).await;
+    let status = nc.status().await.unwrap();
+    assert!(status.members.drained.contains(&leader), "{status:?}");
+    let m = answered("undrain", nc.undrain(leader)).await.unwrap();
+    assert!(!m.drained.contains(&leader), "{m:?}");
+
+    // Unknown nodes and wrong states are named.
+    let e = nc.promote(9).await.unwrap_err();
+    let kind = e.reply().map(|r| r.kind);
+    assert!(
+        matches!(kind, Some(ErrorKind::NotALearner | ErrorKind::UnknownNode)),
+        "{e}"
+    );
+    assert!(e.to_string().contains('9'), "{e}");
+    let e = nc.remove(9).await.unwrap_err();
+    assert_eq!(
+        e.reply().map(|r| r.kind),
+        Some(ErrorKind::UnknownNode),
+        "{e}"
+    );
+
+    // A learner that never started: added, but not promotable, then removed.
+    let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let m = answered("add learner 4", nc.add_learner(4, addr))
+        .await
+        .unwrap();
+    assert!(m.learners.contains(&4), "{m:?}");
+    let e = nc.add_learner(4, addr).await.unwrap_err();
+    assert_eq!(
+        e.reply().map(|r| r.kind),
+        Some(ErrorKind::AlreadyMember),
+        "{e}"
+    );
+    let e = answered("promote a learner that is not running", nc.promote(4))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.reply().map(|r| r.kind),
+        Some(ErrorKind::LearnerBehind),
+        "{e}"
+    );
+    let m = answered("remove learner 4", nc.remove(4)).await.unwrap();
+    assert!(!m.learners.contains(&4) && !m.voters.contains(&4), "{m:?}");
+    a.shutdown().await;
+}
