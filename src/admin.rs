@@ -112,6 +112,7 @@ pub mod close_code {
 /// A command to a node. On the wire: `{"v":1,"command":"<name>", ...arguments}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
 pub enum Request {
     /// The node's view: role, term, leader, members, quorum health, lease. Any node.
     Status,
@@ -282,6 +283,7 @@ impl Request {
 /// numeric keys, which an internally tagged enum could not read back).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Reply {
     /// Answer to [`Request::Status`].
     Status(Status),
@@ -689,9 +691,12 @@ async fn serve_stream(
         Ok(Ok(bytes)) => match Request::from_json(&bytes) {
             Ok(request) => {
                 let command = request.name();
+                // Reads (status, history) may be polled: log them at debug level.
+                let changes = request.leader_only();
                 let r = execute(&node, request).await;
                 match &r {
-                    Ok(_) => info!(log, "admin request done"; "command" => command),
+                    Ok(_) if changes => info!(log, "admin request done"; "command" => command),
+                    Ok(_) => debug!(log, "admin request done"; "command" => command),
                     Err(e) => {
                         info!(log, "admin request refused"; "command" => command, "kind" => e.kind.as_str(), "reason" => &e.message)
                     }
@@ -857,7 +862,7 @@ pub enum ClientError {
     },
     /// No answer in time. Cause: nothing listens there, the host is down or cut off, or
     /// (for a request) the command took longer than the timeout; it may still take effect.
-    #[error("{addr}: no answer within {} ms ({what})", timeout.as_millis())]
+    #[error("{addr}: no answer within {} ms: {what}", timeout.as_millis())]
     TimedOut {
         /// The endpoint.
         addr: SocketAddr,
@@ -993,7 +998,7 @@ fn connection_error(addr: SocketAddr, e: ConnectionError) -> ClientError {
         {
             let alert = u64::from(c.error_code) & 0xff;
             let hint = match alert {
-                42 | 48 => " (our certificate is not from this group's CA?)",
+                42 | 48 | 51 => " (is our certificate from this group's CA?)",
                 45 => " (our certificate has expired?)",
                 _ => "",
             };
@@ -1005,14 +1010,23 @@ fn connection_error(addr: SocketAddr, e: ConnectionError) -> ClientError {
                 ),
             }
         }
+        ConnectionError::TransportError(t) if (0x100..0x200).contains(&u64::from(t.code)) => {
+            ClientError::Handshake {
+                addr,
+                reason: format!(
+                    "we did not accept the node's certificate: {} (is ca.pem this group's CA? is it the node asked for?)",
+                    t.reason
+                ),
+            }
+        }
         ConnectionError::TransportError(t) => ClientError::Handshake {
             addr,
             reason: t.to_string(),
         },
         ConnectionError::TimedOut => ClientError::TimedOut {
             addr,
-            what: "the connection went idle".into(),
-            timeout: Duration::ZERO,
+            what: "the connection went idle (the node stopped or is cut off)".into(),
+            timeout: Duration::from_secs(60),
         },
         other => ClientError::Connection {
             addr,
@@ -1085,7 +1099,7 @@ impl Client {
             Err(_) => {
                 return Err(ClientError::TimedOut {
                     addr,
-                    what: "the TLS handshake (is a node's admin endpoint listening there?)".into(),
+                    what: "no TLS handshake; is a node's admin endpoint listening there?".into(),
                     timeout: CONNECT_TIMEOUT,
                 })
             }
@@ -1202,7 +1216,7 @@ impl Client {
             .await
             .map_err(|_| ClientError::TimedOut {
                 addr,
-                what: "the answer".into(),
+                what: "the command did not finish in time; it may still take effect".into(),
                 timeout: self.timeout,
             })??;
         let response: Response =
