@@ -18,7 +18,8 @@
 //! heartbeat. When a quorum acknowledges a round, the lease is extended to the round's
 //! send time + [`Timing::lease_duration`]. Every voter that acknowledged refuses votes for
 //! an election timeout after it heard that round, and a restarted node refuses votes for
-//! an election timeout after it starts, so no new leader can be elected before the lease
+//! an election timeout after it starts (except a handover's vote: the leader that asked
+//! for it revoked its lease first), so no new leader can be elected before the lease
 //! ends. The lease is revoked the moment it runs out unrenewed, the term moves on, the
 //! node steps down, hands over or stops.
 
@@ -99,6 +100,17 @@ pub(crate) enum MemberChange {
     Drain(NodeId, bool),
 }
 
+/// A node that left the group, told so until `until`.
+struct Farewell {
+    to: NodeId,
+    /// The last index it acknowledged before the removal, if this node led then.
+    matched: Option<u64>,
+    /// The index of the conf change that removed it.
+    removal: u64,
+    until: Instant,
+    last_sent: Option<Instant>,
+}
+
 /// A proposed membership change or drain, answered once its entry is applied.
 struct PendingChange {
     /// The entry's index and term: the same index and term mean the same entry.
@@ -176,6 +188,13 @@ pub(crate) struct Driver<S: RaftStore> {
     /// node that joins gets a snapshot whose membership includes it).
     force_compact: bool,
     pending_changes: Vec<PendingChange>,
+    /// Nodes that just left the group: until `until`, the leader resends them the
+    /// entries up to their removal with its commit index (raft-rs stops replicating to a
+    /// node the moment the removal applies, so it would never learn it was removed), and
+    /// the transport keeps them; then they are forgotten.
+    farewells: Vec<Farewell>,
+    /// A MsgTimeoutNow that arrived while this node was drained (see `on_inbound`).
+    held_timeout_now: Option<(Message, Instant)>,
     /// The term in which this leader entered a joint configuration meant to be left
     /// explicitly (a test hook): it does not leave it itself.
     explicit_joint_term: Option<u64>,
@@ -223,12 +242,7 @@ impl<S: RaftStore> Driver<S> {
     pub(crate) fn new(parts: DriverParts<S>) -> Self {
         let now = parts.clock.now();
         let id = parts.raw.raft.id;
-        let initial = Leadership {
-            term: parts.raw.raft.term,
-            leader: None,
-            role: Role::Follower,
-            leased: false,
-        };
+        let initial = parts.leadership.borrow().clone();
         Driver {
             id,
             quiet_until: if mutation::active("no-restart-quiet") {
@@ -255,6 +269,8 @@ impl<S: RaftStore> Driver<S> {
             force_compact: false,
             pending_changes: Vec::new(),
             explicit_joint_term: None,
+            farewells: Vec::new(),
+            held_timeout_now: None,
             applied: parts.applied,
             history_retention: parts.history_retention,
             compact_after: parts.compact_after.max(1),
@@ -362,17 +378,25 @@ impl<S: RaftStore> Driver<S> {
                 }
                 let t = m.get_msg_type();
                 if t == MessageType::MsgTimeoutNow && self.state.is_drained(self.id) {
-                    info!(self.logger, "drained: refusing to take over leadership"; "from" => m.from);
+                    // Drained nodes do not take over. The leader checked its own (newer)
+                    // state before sending, so an undrain may just not be applied here
+                    // yet: hold the message for a heartbeat before refusing it.
+                    self.held_timeout_now = Some((m, self.clock.now()));
                     return;
                 }
                 if t == MessageType::MsgTimeoutNow {
                     // The leader hands over to us: the election it starts is a handover.
                     self.handover_term = Some(self.raw.raft.term + 1);
                 }
+                // A handover's vote request passes: the leader that asked for it (with
+                // MsgTimeoutNow, in its own term) revoked its lease before asking.
+                let handover_vote = t == MessageType::MsgRequestVote
+                    && m.context.as_ref() == raft::CAMPAIGN_TRANSFER;
                 if matches!(
                     t,
                     MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
-                ) && self.clock.now() < self.quiet_until
+                ) && !handover_vote
+                    && self.clock.now() < self.quiet_until
                 {
                     debug!(self.logger, "ignoring vote request during restart quiet period";
                            "from" => m.from, "type" => ?t, "term" => m.term);
@@ -677,7 +701,7 @@ impl<S: RaftStore> Driver<S> {
                             continue;
                         }
                     };
-                    self.apply_conf_change(&raft_proto::ConfChangeI::into_v2(cc))?;
+                    self.apply_conf_change(&raft_proto::ConfChangeI::into_v2(cc), e.index)?;
                 }
                 EntryType::EntryConfChangeV2 => {
                     let cc: ConfChangeV2 = match protobuf::Message::parse_from_bytes(&e.data) {
@@ -687,7 +711,7 @@ impl<S: RaftStore> Driver<S> {
                             continue;
                         }
                     };
-                    self.apply_conf_change(&cc)?;
+                    self.apply_conf_change(&cc, e.index)?;
                 }
             }
         }
@@ -697,8 +721,16 @@ impl<S: RaftStore> Driver<S> {
     /// Applies a committed conf change. The new membership is not written on its own:
     /// it goes to disk with a snapshot taken right after (so the stored membership is
     /// always a snapshot's, and conf changes above it are replayed exactly once).
-    fn apply_conf_change(&mut self, cc: &ConfChangeV2) -> Result<(), StorageError> {
+    fn apply_conf_change(&mut self, cc: &ConfChangeV2, index: u64) -> Result<(), StorageError> {
         let before = self.members_now();
+        let leading = self.raw.raft.state == StateRole::Leader;
+        let matched: BTreeMap<NodeId, u64> = self
+            .raw
+            .raft
+            .prs()
+            .iter()
+            .map(|(id, p)| (*id, p.matched))
+            .collect();
         match self.raw.apply_conf_change(cc) {
             Ok(cs) => {
                 info!(self.logger, "membership changed";
@@ -714,7 +746,14 @@ impl<S: RaftStore> Driver<S> {
                     self.state.addrs.remove(gone);
                     self.state.drained.remove(gone);
                     if *gone != self.id {
-                        self.transport.set_peer(*gone, None);
+                        info!(self.logger, "node left the group"; "node" => *gone);
+                        self.farewells.push(Farewell {
+                            to: *gone,
+                            matched: matched.get(gone).copied().filter(|_| leading),
+                            removal: index,
+                            until: self.clock.now() + self.timing.election_timeout() * 3,
+                            last_sent: None,
+                        });
                     }
                 }
                 self.force_compact = true;
@@ -725,6 +764,60 @@ impl<S: RaftStore> Driver<S> {
                 Ok(())
             }
         }
+    }
+
+    /// Tells nodes that left the group so (see `farewells`), then forgets them.
+    fn say_farewells(&mut self, now: Instant) {
+        if self.farewells.is_empty() {
+            return;
+        }
+        let mut keep = Vec::new();
+        for mut f in std::mem::take(&mut self.farewells) {
+            if now >= f.until {
+                self.transport.set_peer(f.to, None);
+                continue;
+            }
+            let due = f
+                .last_sent
+                .is_none_or(|t| now.duration_since(t) >= self.timing.heartbeat_interval());
+            if due && self.raw.raft.state == StateRole::Leader {
+                if let Some(m) = self.farewell_message(&f) {
+                    self.transport.send(m);
+                }
+                f.last_sent = Some(now);
+            }
+            keep.push(f);
+        }
+        self.farewells = keep;
+    }
+
+    /// An append carrying the entries up to the removal and a commit index covering it.
+    fn farewell_message(&self, f: &Farewell) -> Option<Message> {
+        let prev = f.matched?;
+        let log_term = self.store.term(prev).ok()?;
+        let entries = if prev < f.removal {
+            self.store
+                .entries(
+                    prev + 1,
+                    f.removal + 1,
+                    Some(1 << 20),
+                    raft::GetEntriesContext::empty(false),
+                )
+                .ok()?
+        } else {
+            Vec::new()
+        };
+        let last = prev + entries.len() as u64;
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgAppend);
+        m.to = f.to;
+        m.from = self.id;
+        m.term = self.raw.raft.term;
+        m.index = prev;
+        m.log_term = log_term;
+        m.commit = f.removal.min(last).min(self.raw.raft.raft_log.committed);
+        m.entries = entries.into();
+        Some(m)
     }
 
     /// Every member of the applied configuration (voters of both halves, learners).
@@ -826,8 +919,10 @@ impl<S: RaftStore> Driver<S> {
         let commit = raft.raft_log.committed;
         let matched = |id: NodeId| raft.prs().get(id).map_or(0, |p| p.matched);
         let single = |id, t| {
-            let mut c = ConfChangeSingle::default();
-            c.node_id = id;
+            let mut c = ConfChangeSingle {
+                node_id: id,
+                ..Default::default()
+            };
             c.set_change_type(t);
             c
         };
@@ -1090,10 +1185,14 @@ impl<S: RaftStore> Driver<S> {
         // it hands over, but may not hold a lease or act.
         let leading = raft.state == StateRole::Leader && self.is_voter(self.id);
 
-        // A lease lives only while this node leads in its term.
+        // A lease lives only while this node leads in its term. A leader that applied its
+        // own removal hands over (it stops acting now, before it sends MsgTimeoutNow).
+        let removed_leader = raft.state == StateRole::Leader && !leading;
         if let Some(l) = &self.lease {
             if l.token.0 != term {
                 self.revoke(LostReason::TermChanged);
+            } else if removed_leader {
+                self.revoke(LostReason::HandedOver);
             } else if !leading {
                 self.revoke(LostReason::SteppedDown);
             }
@@ -1126,6 +1225,19 @@ impl<S: RaftStore> Driver<S> {
         self.expire_lease(now);
         self.progress_changes(now);
         self.leader_duties(now);
+        self.say_farewells(now);
+        if let Some((m, at)) = self.held_timeout_now.take() {
+            if !self.state.is_drained(self.id) {
+                self.on_inbound(Inbound::Message(m));
+                if let Err(e) = self.handle_ready() {
+                    self.fail(format!("storage failed: {e}"));
+                }
+            } else if now.duration_since(at) < self.timing.heartbeat_interval() * 2 {
+                self.held_timeout_now = Some((m, at));
+            } else {
+                info!(self.logger, "drained: refused to take over leadership"; "from" => m.from);
+            }
+        }
 
         let handing_over = self.raw.raft.lead_transferee.is_some() || self.shutdown.is_some();
         if leading && self.recorded_term != term && !handing_over {

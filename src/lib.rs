@@ -84,12 +84,35 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## Changing the group
+//!
+//! Membership changes go through the leader and Raft's joint consensus (raft-rs
+//! `ConfChangeV2`); one change at a time, refused with a clear
+//! [`MembershipError`] otherwise. To grow the group, start the new worker with
+//! [`Config::join`] (it waits, [`Role::Joining`]), add it as a learner, and promote it
+//! once it has caught up from the leader's snapshot:
+//!
+//! ```no_run
+//! # async fn grow(leader: tenure::Node) -> Result<(), Box<dyn std::error::Error>> {
+//! leader.add_learner(4, "10.0.0.4:7004".parse()?).await?;
+//! // Refused with LearnerBehind until node 4 has the log; retry.
+//! leader.promote(4).await?;
+//! // Replace a dead voter 2 by learner 5 in one joint change:
+//! // leader.replace_member(2, 5).await?;
+//! leader.remove_member(3).await?; // a removed node stops campaigning (Role::Removed)
+//! // A drained node never campaigns and hands over if it leads (replicated, durable):
+//! leader.set_drained(1, true).await?;
+//! let status = leader.status().await?; // role, term, members, quorum health
+//! # let _ = status; Ok(()) }
+//! ```
+//!
 //! ## Layout
 //!
 //! | module | role |
 //! |---|---|
 //! | [`config`] | [`Config`], its builder and validation; [`Timing`] presets; [`ReadMode`] |
-//! | `node` | the public [`Node`] handle: start, watch, lease, transfer, shutdown |
+//! | `node` | the public [`Node`] handle: start, watch, lease, transfer, shutdown, membership, status |
+//! | `state` | the replicated state beside raft-rs's membership: history, drains, member addresses |
 //! | `driver` | the task that owns raft-rs's `RawNode`; Ready handling; tenure's lease |
 //! | [`lease`] | [`Lease`] and [`FencingToken`] |
 //! | [`storage`] | the [`RaftStore`](storage::RaftStore) trait: RocksDB and memory stores |

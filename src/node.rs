@@ -268,10 +268,17 @@ impl Node {
             &logger.new(o!("component" => "raft")),
         )?;
         let (cmd_tx, cmd_rx) = mpsc::channel(1024);
+        let cs = store.conf_state();
         let initial = Leadership {
             term: raw.raft.term,
             leader: None,
-            role: Role::Follower,
+            role: if cs.voters.is_empty() && cs.learners.is_empty() {
+                Role::Joining
+            } else if cs.learners.contains(&config.id) {
+                Role::Learner
+            } else {
+                Role::Follower
+            },
             leased: false,
         };
         let (ltx, lrx) = watch::channel(initial);
@@ -473,6 +480,13 @@ impl Node {
     /// Drains (`true`) or undrains member `id`. A drained node never campaigns and, if it
     /// leads, hands leadership over at once. The setting is replicated through the log,
     /// so it holds on every node and survives restarts.
+    ///
+    /// Resolves once the leader has applied it; the other nodes apply it with the next
+    /// heartbeat. Draining the last voter that may lead is refused. A drained node never
+    /// campaigns, so if every voter that may lead is lost (or the group loses its leader
+    /// before an undrained node has applied its undrain), the group stays leaderless
+    /// until one of them is back or an operator undrains a node through a quorum.
+    /// Keep at least two voters undrained.
     pub async fn set_drained(
         &self,
         id: NodeId,
@@ -551,8 +565,10 @@ fn bootstrap<S: RaftStore>(store: &S, config: &Config) -> Result<(), StartError>
         return Ok(());
     }
     let state = GroupState::bootstrap(config.peers.clone());
-    let mut snap = raft::eraftpb::Snapshot::default();
-    snap.data = state.to_snapshot().into();
+    let mut snap = raft::eraftpb::Snapshot {
+        data: state.to_snapshot().into(),
+        ..Default::default()
+    };
     let meta = snap.mut_metadata();
     meta.index = 1;
     meta.term = 1;

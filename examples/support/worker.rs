@@ -40,9 +40,13 @@ options:
   --admin ADDR                     open the admin endpoint (UDP, operator certificates only) for
                                    `cargo run --example ctl` (port 0: any; the bound address is
                                    in the `started` event as `admin`)
+  --join                           join an existing group: start with no membership and wait
+                                   for a member to add this node (ctl members add); --peers
+                                   lists this node and the members to reach
 
-Prints one JSON object per line on stdout: started, leader_changed, lease_acquired,
-lease_confirmed, lease_lost, stopped; with --ledger also batch_started, settled,
+Prints one JSON object per line on stdout: started, leader_changed, membership (this
+node became joining, learner, removed or a voter), lease_acquired, lease_confirmed,
+lease_lost, stopped; with --ledger also batch_started, settled,
 fence_rejected. SIGTERM or SIGINT stops it gracefully (handing leadership over first
 when it leads). SIGUSR1 cuts it off from every peer (a partition drill through the
 transport's fault hooks, no root needed) and SIGUSR2 heals it.";
@@ -66,6 +70,7 @@ pub struct WorkerArgs {
     pub row_delay: RowDelay,
     pub metrics: Option<SocketAddr>,
     pub admin: Option<SocketAddr>,
+    pub join: bool,
 }
 
 /// How long settling one payment takes: `base` plus a uniformly random `0..=jitter`.
@@ -103,6 +108,7 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
     let mut row_jitter_ms = 0u64;
     let mut metrics = None;
     let mut admin = None;
+    let mut join = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = || {
@@ -180,6 +186,7 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
                         .map_err(|_| format!("--admin: {v:?} is not IP:PORT"))?,
                 )
             }
+            "--join" => join = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -215,6 +222,7 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
         },
         metrics,
         admin,
+        join,
     })
 }
 
@@ -244,7 +252,8 @@ pub async fn run(args: WorkerArgs) -> i32 {
         .data_dir(&args.data_dir)
         .tls_dir(&args.certs)
         .timing(args.timing)
-        .read_mode(args.read_mode);
+        .read_mode(args.read_mode)
+        .join(args.join);
     if let Some(l) = args.listen {
         b = b.listen(l);
     }
@@ -325,8 +334,23 @@ pub async fn run(args: WorkerArgs) -> i32 {
     let mut watch = node.watch();
     tokio::spawn(async move {
         let mut last: Option<(u64, Option<u64>)> = None;
+        let mut last_kind = None;
         loop {
             let l = watch.borrow_and_update().clone();
+            // Whether this node is in the group, and how.
+            let kind = match l.role {
+                Role::Joining | Role::Learner | Role::Removed => Some(l.role.as_str()),
+                Role::Stopped => last_kind.flatten(),
+                _ => Some("voter"),
+            };
+            if last_kind != Some(kind) && kind.is_some() {
+                last_kind = Some(kind);
+                emit(
+                    id,
+                    "membership",
+                    json!({"term": l.term, "membership": kind}),
+                );
+            }
             if l.role != Role::Stopped && last != Some((l.term, l.leader)) {
                 last = Some((l.term, l.leader));
                 emit(

@@ -62,6 +62,8 @@ pub struct Cluster {
     pub leases: Leases,
     /// `Config::compact_after` for every node.
     pub compact_after: u64,
+    /// Nodes started with `Config::join` (new members).
+    pub joining: std::collections::BTreeSet<NodeId>,
 }
 
 pub fn test_timing() -> Timing {
@@ -94,6 +96,7 @@ impl Cluster {
             read_mode,
             leases: Arc::new(Mutex::new(Vec::new())),
             compact_after: 1024,
+            joining: Default::default(),
         };
         for id in ids {
             c.start_node(id).await;
@@ -109,7 +112,24 @@ impl Cluster {
             .timing(self.timing)
             .read_mode(self.read_mode)
             .compact_after(self.compact_after)
+            .join(self.joining.contains(&id))
             .build()
+    }
+
+    /// Starts a new node `id` that joins the group (certificate issued now, empty data
+    /// directory, `Config::join`); returns its address for `Node::add_learner`.
+    pub async fn start_joining(&mut self, id: NodeId) -> SocketAddr {
+        use tenure::transport::tls::{node_cert_file, node_key_file, ClusterCa};
+        let certs = self.dir.path().join("certs");
+        let ca = ClusterCa::load(certs.join("ca.pem"), certs.join("ca-key.pem")).expect("CA");
+        let cert = ca.issue_node(id).expect("issue a node certificate");
+        std::fs::write(certs.join(node_cert_file(id)), &cert.cert_pem).expect("write cert");
+        std::fs::write(certs.join(node_key_file(id)), &cert.key_pem).expect("write key");
+        let addr = free_addr();
+        self.addrs.insert(id, addr);
+        self.joining.insert(id);
+        self.start_node(id).await;
+        addr
     }
 
     pub async fn start_node(&mut self, id: NodeId) {
@@ -242,6 +262,8 @@ impl Cluster {
             let (leader, term) = self.leased_leader()?;
             self.nodes
                 .values()
+                // Nodes outside the group (joining, removed) follow nobody.
+                .filter(|n| !matches!(n.leadership().role, Role::Joining | Role::Removed))
                 .all(|n| {
                     let l = n.leadership();
                     l.leader == Some(leader) && l.term == term

@@ -1,0 +1,92 @@
+//! The sample alert rules (`deploy/alerts.yml`) are valid Prometheus rules, fire on the
+//! series they are meant for (`deploy/alerts.test.yml`, run with `promtool test rules`),
+//! and name only metrics tenure exports.
+//!
+//! `promtool` comes with Prometheus (`apt-get install prometheus`; `.ci/run` installs it
+//! through `scripts/bootstrap.sh --with-promtool`). Without it the promtool checks print
+//! why they did not run and pass, unless `TENURE_PROMTOOL_REQUIRE=1` (set by `.ci/run`),
+//! which makes a missing promtool a failure. The metric-name check always runs.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+fn deploy() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy"))
+}
+
+/// Runs `promtool ARGS` in `deploy/`; `None` when promtool is not installed (and not
+/// required).
+fn promtool(args: &[&str]) -> Option<std::process::Output> {
+    match Command::new("promtool")
+        .args(args)
+        .current_dir(deploy())
+        .output()
+    {
+        Ok(out) => Some(out),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if std::env::var("TENURE_PROMTOOL_REQUIRE").is_ok_and(|v| v == "1") {
+                panic!("promtool is required (TENURE_PROMTOOL_REQUIRE=1) but not installed");
+            }
+            eprintln!(
+                "skipping: promtool is not installed (apt-get install prometheus, or \
+                 scripts/bootstrap.sh --with-promtool)"
+            );
+            None
+        }
+        Err(e) => panic!("cannot run promtool: {e}"),
+    }
+}
+
+fn assert_ok(what: &str, out: std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn alert_rules_are_valid() {
+    if let Some(out) = promtool(&["check", "rules", "alerts.yml"]) {
+        assert_ok("promtool check rules deploy/alerts.yml", out);
+    }
+}
+
+#[test]
+fn alerts_fire_on_the_series_they_are_meant_for() {
+    if let Some(out) = promtool(&["test", "rules", "alerts.test.yml"]) {
+        assert_ok("promtool test rules deploy/alerts.test.yml", out);
+    }
+}
+
+#[test]
+fn alerts_name_only_metrics_tenure_exports() {
+    let rules = std::fs::read_to_string(deploy().join("alerts.yml")).expect("read alerts.yml");
+    let metrics = tenure::metrics::Metrics::new(1);
+    let fence = tenure::fence::FenceStats::default();
+    metrics.register_fence("ledger", Arc::new(fence));
+    let text = metrics.render();
+    let exported: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .collect();
+    let mut named = Vec::new();
+    for (i, _) in rules.match_indices("tenure_") {
+        let name: String = rules[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        // Histograms export name_bucket / _sum / _count.
+        named.push(name);
+    }
+    assert!(!named.is_empty(), "no tenure metric in alerts.yml");
+    for name in named {
+        assert!(
+            exported.iter().any(|e| *e == name),
+            "alerts.yml uses {name}, which tenure does not export"
+        );
+    }
+}
