@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::procs::{nested_cargo, Group};
+use tenure::transport::tls::{node_cert_file, node_key_file, ClusterCa};
 
 const LONG: Duration = Duration::from_secs(20);
 
@@ -179,5 +180,43 @@ fn ctl_drives_worker_processes_through_their_admin_endpoints() {
     let (code, _, err) = ctl.all(&["members", "add", "4"]);
     assert_eq!(code, 2);
     assert!(err.contains("usage: ctl"), "{err}");
+
+    // Grow the group: node 4 starts joining, ctl adds it as a learner and promotes it
+    // once it has caught up (until then: "behind", exit code 1).
+    let certs = g.dir.path().join("certs");
+    let ca = ClusterCa::load(certs.join("ca.pem"), certs.join("ca-key.pem")).unwrap();
+    let n4 = ca.issue_node(4).unwrap();
+    std::fs::write(certs.join(node_cert_file(4)), &n4.cert_pem).unwrap();
+    std::fs::write(certs.join(node_key_file(4)), &n4.key_pem).unwrap();
+    let a4 = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    g.addrs.insert(4, a4.clone());
+    g.extra.push("--join".into());
+    g.spawn(4);
+    let (code, out, err) = ctl.all(&["members", "add", "4", &a4]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("node 4 added as a learner"), "{out}");
+    assert!(out.contains("learners 4"), "{out}");
+    let deadline = Instant::now() + LONG;
+    let out = loop {
+        let (code, out, err) = ctl.all(&["members", "promote", "4"]);
+        if code == 0 {
+            break out;
+        }
+        assert!(
+            err.contains("behind"),
+            "promote refused for another reason: {err}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "learner 4 never caught up: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(out.contains("node 4 is a voter now"), "{out}");
+    assert!(out.contains("voters 1 2 3 4"), "{out}");
     g.stop();
 }
