@@ -21,7 +21,7 @@ use crate::transport::NodeId;
 use super::protocol::Response;
 use super::{
     close_code, peer_cert, ErrorReply, Reply, Request, ALPN, CONNECT_TIMEOUT,
-    DEFAULT_REQUEST_TIMEOUT, MAX_RESPONSE, PROTOCOL_VERSION,
+    DEFAULT_REQUEST_TIMEOUT, IDLE_TIMEOUT_MS, MAX_RESPONSE, PROTOCOL_VERSION,
 };
 
 /// The certificate a [`Client`] presents and the CA it trusts.
@@ -272,7 +272,7 @@ fn connection_error(addr: SocketAddr, e: ConnectionError) -> ClientError {
         ConnectionError::TimedOut => ClientError::TimedOut {
             addr,
             what: "the connection went idle (the node stopped or is cut off)".into(),
-            timeout: Duration::from_secs(60),
+            timeout: Duration::from_millis(u64::from(IDLE_TIMEOUT_MS)),
         },
         other => ClientError::Connection {
             addr,
@@ -321,11 +321,9 @@ impl Client {
         let mut transport = quinn::TransportConfig::default();
         transport
             .keep_alive_interval(Some(Duration::from_secs(5)))
-            .max_idle_timeout(Some(
-                Duration::from_secs(60)
-                    .try_into()
-                    .expect("60 s is a valid idle timeout"),
-            ));
+            .max_idle_timeout(Some(quinn::IdleTimeout::from(VarInt::from_u32(
+                IDLE_TIMEOUT_MS,
+            ))));
         config.transport_config(Arc::new(transport));
 
         let bind: SocketAddr = if addr.is_ipv4() {

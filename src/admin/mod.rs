@@ -80,6 +80,10 @@ pub const MAX_RESPONSE: usize = 16 * 1024 * 1024;
 /// How long the endpoint waits for a request's bytes once its stream is open.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// An admin connection with no packets for this long is closed, in milliseconds (the
+/// client sends keep-alives, so only a vanished peer reaches it).
+const IDLE_TIMEOUT_MS: u32 = 60_000;
+
 /// How many requests one connection may have open at once.
 const MAX_STREAMS: u32 = 16;
 

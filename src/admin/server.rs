@@ -17,8 +17,8 @@ use crate::transport::NodeId;
 
 use super::protocol::Response;
 use super::{
-    close_code, peer_cert, ErrorKind, ErrorReply, Reply, Request, ALPN, MAX_REQUEST, MAX_STREAMS,
-    READ_TIMEOUT,
+    close_code, peer_cert, ErrorKind, ErrorReply, Reply, Request, ALPN, IDLE_TIMEOUT_MS,
+    MAX_REQUEST, MAX_STREAMS, READ_TIMEOUT,
 };
 
 /// Why [`serve`] could not open the admin endpoint.
@@ -127,11 +127,9 @@ pub fn serve(
         .max_concurrent_bidi_streams(VarInt::from_u32(MAX_STREAMS))
         .max_concurrent_uni_streams(VarInt::from_u32(0))
         .datagram_receive_buffer_size(None)
-        .max_idle_timeout(Some(
-            Duration::from_secs(60)
-                .try_into()
-                .expect("60 s is a valid idle timeout"),
-        ));
+        .max_idle_timeout(Some(quinn::IdleTimeout::from(VarInt::from_u32(
+            IDLE_TIMEOUT_MS,
+        ))));
     config.transport_config(Arc::new(transport));
     config.migration(false);
     let socket =
