@@ -1,18 +1,21 @@
-//! Writes a cluster CA and one certificate per node, for nodes 1..=N.
+//! Writes a cluster CA, one certificate per node for nodes 1..=N, and one operator
+//! certificate for the admin tool (`cargo run --example ctl`).
 //!
 //! ```text
 //! cargo run --example certs -- --nodes 5 --out /tmp/certs
 //! ```
 //!
-//! Give each node `ca.pem`, `node-<id>.pem` and `node-<id>-key.pem`; keep `ca-key.pem`
-//! off the nodes (whoever holds it can mint any node id). Exit codes: 0 done, 1 the
+//! Give each node `ca.pem`, `node-<id>.pem` and `node-<id>-key.pem`; give the operator
+//! `ca.pem`, `operator.pem` and `operator-key.pem`; keep `ca-key.pem` off the nodes
+//! (whoever holds it can mint any node id). Exit codes: 0 done, 1 the
 //! files could not be written, 2 bad arguments.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use tenure::transport::tls::{
-    node_cert_file, node_key_file, node_server_name, write_cluster_certs, CA_CERT_FILE, CA_KEY_FILE,
+    node_cert_file, node_key_file, node_server_name, write_cluster_certs, CA_CERT_FILE,
+    CA_KEY_FILE, OPERATOR_CERT_FILE, OPERATOR_KEY_FILE, OPERATOR_NAME,
 };
 
 const USAGE: &str = "\
@@ -112,5 +115,13 @@ fn main() -> ExitCode {
             node_key_file(id)
         );
     }
+    println!(
+        "  {:<22} operator certificate ({OPERATOR_NAME}; the admin tool, not a node)",
+        OPERATOR_CERT_FILE
+    );
+    println!(
+        "  {:<22} operator private key, mode 0600",
+        OPERATOR_KEY_FILE
+    );
     ExitCode::SUCCESS
 }

@@ -5,6 +5,10 @@
 //! cargo run --release --example local_group -- --chaos kill --duration 60 --events /tmp/ev.jsonl
 //! ```
 //!
+//! Every worker also opens an admin endpoint; the command line for driving the running
+//! group with `cargo run --example ctl` (certificates folder and admin addresses) is
+//! printed at start and shown in the live view.
+//!
 //! Certificates and data directories live in a temporary folder that is removed at exit.
 //! Children are tracked by PID and stopped on exit (SIGTERM, then SIGKILL); nothing is
 //! ever killed by name.
@@ -33,8 +37,11 @@ usage: local_group [--nodes N] [--duration SECS] [--chaos kill|pause] [--events 
                    [--ledger FILE] [--timing lan|fast|wan] [--base-port PORT]
 
 Spawns N tenure workers (default 5) on 127.0.0.1 with their certificates and data in a
-temporary folder, and shows a live status view. Ctrl-C (or --duration) stops them all
-and removes the folder.
+temporary folder, and shows a live status view. Each worker opens an admin endpoint; the
+`cargo run --example ctl -- ...` command line to drive the group from another terminal is
+printed at start. Ctrl-C (or --duration) stops them all and removes the folder.
+
+  --base-port P   raft ports P, P+1, ...; admin ports P+100, P+101, ... (default: free ports)
 
   --chaos kill    SIGKILL the leader every few seconds, restart it a little later
   --chaos pause   SIGSTOP the leader, SIGCONT it a few seconds later
@@ -172,6 +179,8 @@ struct Group {
     exe: PathBuf,
     peers: String,
     addrs: BTreeMap<u64, String>,
+    /// Each worker's admin endpoint (`--admin`), for `cargo run --example ctl`.
+    admin_addrs: BTreeMap<u64, String>,
     children: BTreeMap<u64, Child>,
     timing: String,
     ledger: Option<PathBuf>,
@@ -185,6 +194,7 @@ impl Group {
         cmd.arg("__worker")
             .args(["--id", &id.to_string()])
             .args(["--listen", &self.addrs[&id]])
+            .args(["--admin", &self.admin_addrs[&id]])
             .args(["--peers", &self.peers])
             .arg("--data-dir")
             .arg(&data)
@@ -251,10 +261,22 @@ impl Group {
     }
 }
 
+/// `n` raft ports, then `n` admin ports.
 fn free_ports(n: u64, base: Option<u16>) -> std::io::Result<Vec<u16>> {
     if let Some(b) = base {
-        return Ok((0..n).map(|i| b + i as u16).collect());
+        let raft = (0..n).map(|i| b.checked_add(i as u16));
+        let admin = (0..n).map(|i| b.checked_add(100 + i as u16));
+        return raft
+            .chain(admin)
+            .collect::<Option<Vec<u16>>>()
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("--base-port {b}: the admin ports (+100) pass 65535"),
+                )
+            });
     }
+    let n = 2 * n;
     let socks: Vec<std::net::UdpSocket> = (0..n)
         .map(|_| std::net::UdpSocket::bind("127.0.0.1:0"))
         .collect::<Result<_, _>>()?;
@@ -316,6 +338,16 @@ async fn run(o: Options) -> i32 {
         .zip(&ports)
         .map(|(id, p)| (*id, format!("127.0.0.1:{p}")))
         .collect();
+    let admin_addrs: BTreeMap<u64, String> = ids
+        .iter()
+        .zip(&ports[ids.len()..])
+        .map(|(id, p)| (*id, format!("127.0.0.1:{p}")))
+        .collect();
+    let ctl = format!(
+        "cargo run --example ctl -- --certs {} --addr {} status",
+        dir.path().join("certs").display(),
+        admin_addrs.values().cloned().collect::<Vec<_>>().join(",")
+    );
     let peers = addrs
         .iter()
         .map(|(id, a)| format!("{id}={a}"))
@@ -370,6 +402,7 @@ async fn run(o: Options) -> i32 {
         exe,
         peers,
         addrs,
+        admin_addrs,
         children: BTreeMap::new(),
         timing: o.timing.clone(),
         ledger: o.ledger.clone(),
@@ -418,6 +451,7 @@ async fn run(o: Options) -> i32 {
         group.dir.path().display(),
         o.chaos
     );
+    println!("drive it from another terminal (history, transfer, drain, members ...):\n  {ctl}");
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     loop {
@@ -493,7 +527,7 @@ async fn run(o: Options) -> i32 {
                 }
             }
             _ = redraw.tick() => {
-                render(&views, &o, started, last_failover, tty, &stats);
+                render(&views, &o, started, last_failover, tty, &stats, &ctl);
             }
         }
     }
@@ -805,6 +839,7 @@ fn render(
     last_failover: Option<(f64, Instant)>,
     tty: bool,
     stats: &SettleStats,
+    ctl: &str,
 ) {
     let settle = if o.ledger.is_some() {
         format!(
@@ -849,6 +884,7 @@ fn render(
         elapsed % 60,
         o.chaos
     ));
+    out.push_str(&format!("operator: {ctl}\n\n"));
     out.push_str(&format!("{head}\n{fo}{settle}\n\n"));
     out.push_str(" node  pid      state          term  leader  lease   confirms  last event\n");
     for (id, v) in views {

@@ -4,7 +4,8 @@
 //! cargo run --example certs -- --nodes 3 --out /tmp/certs
 //! cargo run --example worker -- --id 1 --listen 127.0.0.1:7001 \
 //!     --peers 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003 \
-//!     --data-dir /tmp/w1 --certs /tmp/certs
+//!     --data-dir /tmp/w1 --certs /tmp/certs --admin 127.0.0.1:7101
+//! cargo run --example ctl -- --certs /tmp/certs --addr 127.0.0.1:7101 status
 //! ```
 //!
 //! `cargo run --release --example local_group` runs five of these for you.

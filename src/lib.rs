@@ -122,8 +122,10 @@
 //! | [`fence`] | resource-side token checks: SQLite and RocksDB fences |
 //! | [`runner`] | leader-only tasks: run while leased, cancel when lost |
 //! | [`metrics`] | Prometheus text exposition and a tiny HTTP endpoint |
+//! | [`admin`] | operator controls: the admin endpoint (operator certificates only) and its client |
 #![deny(missing_docs)]
 
+pub mod admin;
 pub mod clock;
 pub mod config;
 mod driver;

@@ -5,9 +5,12 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use raft::eraftpb::Message;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use slog::{o, Drain, Logger};
 use tenure::transport::frame;
 use tenure::transport::quic::{close_code, QuicConfig, QuicTransport};
@@ -256,6 +259,110 @@ async fn peer_with_certificate_from_another_ca_is_refused() {
         0,
         "node 1 accepted the rogue as server"
     );
+}
+
+/// A `Write` that keeps what is written, for reading a transport's log in a test.
+#[derive(Clone, Default)]
+struct SharedLog(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for SharedLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl SharedLog {
+    fn logger(&self) -> Logger {
+        let decorator = slog_term::PlainSyncDecorator::new(self.clone());
+        Logger::root(slog_term::FullFormat::new(decorator).build().fuse(), o!())
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_certificate_cannot_connect_as_a_node() {
+    let ca = ClusterCa::generate().unwrap();
+    let log = SharedLog::default();
+    let mut cfg1 = config(identity(&ca, 1), loopback());
+    cfg1.logger = log.logger();
+    let (t1, rx1) = QuicTransport::start(cfg1).unwrap();
+    let mut inbox1 = Inbox::new(rx1);
+    let client = raw_endpoint();
+    // Even where the operator's address is that of a known peer, its certificate names
+    // no node.
+    t1.set_peer_addr(2, client.local_addr().unwrap());
+
+    // The operator speaks the raft transport's ALPN and trusts the cluster CA: the
+    // handshake itself passes (its certificate is from this CA, for client use).
+    let op = ca.issue_operator().unwrap();
+    let mut crypto = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .unwrap()
+    .with_root_certificates({
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.cert_der().clone()).unwrap();
+        roots
+    })
+    .with_client_auth_cert(
+        vec![CertificateDer::from_pem_slice(op.cert_pem.as_bytes()).unwrap()],
+        PrivateKeyDer::from_pem_slice(op.key_pem.as_bytes()).unwrap(),
+    )
+    .unwrap();
+    crypto.alpn_protocols = vec![tenure::transport::tls::ALPN.to_vec()];
+    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(crypto).unwrap();
+    let conn = client
+        .connect_with(
+            quinn::ClientConfig::new(Arc::new(quic)),
+            t1.local_addr(),
+            &node_server_name(1),
+        )
+        .unwrap()
+        .await
+        .unwrap();
+    // Whatever it sends goes nowhere.
+    if let Ok(mut stream) = conn.open_uni().await {
+        let frame = frame::encode(&msg(2, 1, 5), frame::DEFAULT_MAX_FRAME).unwrap();
+        let _ = stream.write_all(&frame).await;
+    }
+
+    let closed = tokio::time::timeout(TIMEOUT, conn.closed())
+        .await
+        .expect("node 1 did not close the operator's connection");
+    match closed {
+        quinn::ConnectionError::ApplicationClosed(close) => {
+            assert_eq!(close.error_code.into_inner(), close_code::REFUSED as u64);
+            let reason = String::from_utf8_lossy(&close.reason);
+            assert!(
+                reason.contains("operator certificate"),
+                "close reason: {reason}"
+            );
+        }
+        other => panic!("expected an application close, got {other}"),
+    }
+    wait_for(
+        || t1.stats().connections_refused == 1,
+        "node 1 counts the refused connection",
+        TIMEOUT,
+    )
+    .await;
+    let text = log.text();
+    assert!(
+        text.contains("refused incoming connection")
+            && text.contains("an operator cannot act as a node"),
+        "log does not say why: {text}"
+    );
+    assert!(!inbox1.any_from(2));
+    assert_eq!(t1.stats().received, 0);
+    t1.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

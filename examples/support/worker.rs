@@ -37,6 +37,9 @@ options:
                                    stale writer and a new one overtake each other
   --metrics ADDR                   serve Prometheus metrics on http://ADDR/metrics (port 0: any;
                                    the bound address is in the `started` event)
+  --admin ADDR                     open the admin endpoint (UDP, operator certificates only) for
+                                   `cargo run --example ctl` (port 0: any; the bound address is
+                                   in the `started` event as `admin`)
   --join                           join an existing group: start with no membership and wait
                                    for a member to add this node (ctl members add); --peers
                                    lists this node and the members to reach
@@ -66,6 +69,7 @@ pub struct WorkerArgs {
     pub settle_every: Duration,
     pub row_delay: RowDelay,
     pub metrics: Option<SocketAddr>,
+    pub admin: Option<SocketAddr>,
     pub join: bool,
 }
 
@@ -103,6 +107,7 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
     let mut row_ms = 20u64;
     let mut row_jitter_ms = 0u64;
     let mut metrics = None;
+    let mut admin = None;
     let mut join = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -174,6 +179,13 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
                         .map_err(|_| format!("--metrics: {v:?} is not IP:PORT"))?,
                 )
             }
+            "--admin" => {
+                let v = val()?;
+                admin = Some(
+                    v.parse()
+                        .map_err(|_| format!("--admin: {v:?} is not IP:PORT"))?,
+                )
+            }
             "--join" => join = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
@@ -209,6 +221,7 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
             jitter: Duration::from_millis(row_jitter_ms),
         },
         metrics,
+        admin,
         join,
     })
 }
@@ -274,6 +287,34 @@ pub async fn run(args: WorkerArgs) -> i32 {
         }
         None => None,
     };
+    let admin = match args.admin {
+        Some(addr) => {
+            let logger = match args.log_level {
+                Some(level) => tenure::terminal_logger(level),
+                None => slog::Logger::root(slog::Discard, slog::o!()),
+            };
+            let served = tenure::transport::tls::TlsIdentity::from_dir(&args.certs, id)
+                .map_err(|e| e.to_string())
+                .and_then(|identity| {
+                    tenure::admin::serve(node.clone(), addr, &identity, logger)
+                        .map_err(|e| e.to_string())
+                });
+            match served {
+                Ok(server) => Some(server),
+                Err(e) => {
+                    eprintln!("worker {id}: --admin {addr}: {e}");
+                    emit(
+                        id,
+                        "start_failed",
+                        json!({"error": format!("--admin {addr}: {e}")}),
+                    );
+                    let _ = node.shutdown().await;
+                    return 1;
+                }
+            }
+        }
+        None => None,
+    };
     let t = args.timing;
     emit(
         id,
@@ -285,6 +326,7 @@ pub async fn run(args: WorkerArgs) -> i32 {
             "heartbeat_ms": t.heartbeat_interval().as_secs_f64() * 1e3,
             "read_mode": format!("{:?}", args.read_mode),
             "metrics": metrics_addr,
+            "admin": admin.as_ref().map(|a| a.local_addr().to_string()),
         }),
     );
 
@@ -453,6 +495,9 @@ pub async fn run(args: WorkerArgs) -> i32 {
     };
     if let Some(s) = settlement {
         s.stop().await;
+    }
+    if let Some(a) = admin {
+        a.close().await;
     }
     let result = node.shutdown().await;
     let _ = tokio::time::timeout(Duration::from_secs(1), lease_task).await;

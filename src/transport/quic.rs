@@ -16,8 +16,9 @@
 //!   and old heartbeats are useless. When the peer connects to *us*, it is up: a connect
 //!   attempt of ours stuck in handshake retransmission, or a backoff wait, is cut short.
 //! * **Inbound.** Every accepted connection is named by the node id in the client's
-//!   certificate ([`node_id_from_cert`]); a certificate that is not a node certificate or
-//!   names an unknown peer closes the connection (`connections_refused`). A handshake
+//!   certificate ([`node_id_from_cert`]); a certificate that is not a node certificate
+//!   (an operator certificate among them) or names an unknown peer closes the connection
+//!   with the reason, logged and sent to the client (`connections_refused`). A handshake
 //!   that fails (certificate of another CA, no certificate) is refused by rustls and
 //!   counted the same way. Frames are read from the connection's unidirectional streams:
 //!   an oversized or undecodable frame closes the connection and is counted; a message
@@ -103,7 +104,8 @@ const RELEASE_WAIT: Duration = Duration::from_secs(1);
 pub mod close_code {
     /// The endpoint is shutting down.
     pub const SHUTDOWN: u32 = 0;
-    /// The client's certificate is not a node certificate, or names an unknown peer.
+    /// The client's certificate is not a node certificate (for example an operator
+    /// certificate), or names an unknown peer. The close reason says which.
     pub const REFUSED: u32 = 1;
     /// A frame exceeded the receiver's frame limit.
     pub const FRAME_TOO_LARGE: u32 = 2;
@@ -1291,8 +1293,9 @@ async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
     };
     let refuse = |reason: String| {
         TransportStats::bump(&shared.stats.connections_refused);
-        warn!(log, "refused incoming connection"; "reason" => reason);
-        conn.close(code(close_code::REFUSED), b"refused");
+        warn!(log, "refused incoming connection"; "reason" => &reason);
+        // The client passed the handshake (its certificate is from our CA): tell it why.
+        conn.close(code(close_code::REFUSED), reason.as_bytes());
     };
     let peer = match peer_node_id(&conn) {
         Ok(id) => id,

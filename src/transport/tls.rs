@@ -5,9 +5,11 @@
 //! `node-<id>.tenure` ([`node_server_name`]). So a node may move to another address and
 //! keep its identity, and nobody can claim an id without a certificate from the CA.
 //!
-//! * [`ClusterCa`] makes the CA (or loads it from PEM) and issues node certificates.
-//! * [`write_cluster_certs`] writes a CA and one certificate per node into a directory
-//!   (`cargo run --example certs -- --nodes 5 --out DIR` calls it).
+//! * [`ClusterCa`] makes the CA (or loads it from PEM) and issues node and operator
+//!   certificates.
+//! * [`write_cluster_certs`] writes a CA, one certificate per node and one operator
+//!   certificate into a directory (`cargo run --example certs -- --nodes 5 --out DIR`
+//!   calls it).
 //! * [`TlsIdentity`] is what a node loads at start: the CA, its own certificate chain
 //!   and key. It checks them up front (key matches certificate, certificate issued by the
 //!   CA, certificate names a node) and builds the rustls/quinn configurations: the server
@@ -16,9 +18,16 @@
 //!
 //! Only the *ring* crypto provider is used, and only TLS 1.3.
 //!
-//! Certificates have a kind ([`CertKind`]); today the only kind is a node. A later kind
-//! (for example an operator with the name `operator.tenure`) gets its own variant and
-//! name, and [`node_id_from_cert`] keeps accepting only node certificates.
+//! * [`OperatorIdentity`] is what the admin tool loads: the CA and an operator
+//!   certificate and key.
+//!
+//! Certificates have a kind ([`CertKind`]), read from their one SubjectAltName: a node
+//! (`node-<id>.tenure`, server and client use) or an operator (`operator.tenure`
+//! ([`OPERATOR_NAME`]), client use only). The kinds do not stand in for each other:
+//! [`node_id_from_cert`] accepts only node certificates, so an operator certificate
+//! cannot join the raft transport (and, lacking the serverAuth usage, cannot serve it
+//! either); the admin endpoint ([`crate::admin`]) accepts only operator certificates, so
+//! a node's files are not enough to act as an operator.
 
 use std::fmt;
 use std::fs;
@@ -59,6 +68,13 @@ pub const CA_VALIDITY_DAYS: u64 = 20 * 365;
 
 /// How long a node certificate stays valid (about 10 years; see [`CA_VALIDITY_DAYS`]).
 pub const NODE_VALIDITY_DAYS: u64 = 10 * 365;
+
+/// How long an operator certificate stays valid (about 2 years). It is a person's or a
+/// tool's credential: re-issue it with [`ClusterCa::issue_operator`] when it runs out.
+pub const OPERATOR_VALIDITY_DAYS: u64 = 2 * 365;
+
+/// The DNS name an operator certificate carries: `operator.tenure`.
+pub const OPERATOR_NAME: &str = "operator.tenure";
 
 /// Certificates start being valid this long before they were made, so that a peer whose
 /// clock is a little behind still accepts them.
@@ -156,6 +172,17 @@ pub enum TlsError {
         /// Which rule failed.
         reason: String,
     },
+    /// A certificate is not an operator certificate. Cause: a node certificate (or any
+    /// other) given where an operator's was expected, e.g. `node-1.pem` instead of
+    /// `operator.pem`. Fix: use the operator certificate issued by
+    /// [`ClusterCa::issue_operator`] (`operator.pem`, `operator-key.pem`).
+    #[error("{file}: not a tenure operator certificate: {reason}")]
+    NotOperatorCertificate {
+        /// The file (or what the text was).
+        file: String,
+        /// Which rule failed.
+        reason: String,
+    },
     /// The CA file holds a certificate that is not a CA (no `basicConstraints CA:TRUE`).
     /// Cause: a node certificate given as the CA. Fix: point at `ca.pem`.
     #[error("{file}: certificate is not a CA certificate")]
@@ -237,6 +264,10 @@ pub enum CertKind {
     /// A group member: server and client of the raft transport, named `node-<id>.tenure`,
     /// with the clientAuth and serverAuth extended key usages.
     Node(NodeId),
+    /// An operator: client of a node's admin endpoint ([`crate::admin`]), named
+    /// [`OPERATOR_NAME`], with the clientAuth extended key usage only. It cannot act as
+    /// a node, and a node certificate cannot act as an operator.
+    Operator,
 }
 
 impl CertKind {
@@ -244,12 +275,14 @@ impl CertKind {
     pub fn dns_name(&self) -> String {
         match self {
             CertKind::Node(id) => node_server_name(*id),
+            CertKind::Operator => OPERATOR_NAME.to_owned(),
         }
     }
 
     fn common_name(&self) -> String {
         match self {
             CertKind::Node(id) => format!("tenure node {id}"),
+            CertKind::Operator => "tenure operator".to_owned(),
         }
     }
 
@@ -259,17 +292,29 @@ impl CertKind {
                 ExtendedKeyUsagePurpose::ServerAuth,
                 ExtendedKeyUsagePurpose::ClientAuth,
             ],
+            CertKind::Operator => vec![ExtendedKeyUsagePurpose::ClientAuth],
         }
     }
 
-    /// Reads the kind from a DNS name: `node-<id>.tenure` with a canonical decimal id > 0.
+    fn validity_days(&self) -> u64 {
+        match self {
+            CertKind::Node(_) => NODE_VALIDITY_DAYS,
+            CertKind::Operator => OPERATOR_VALIDITY_DAYS,
+        }
+    }
+
+    /// Reads the kind from a DNS name: [`OPERATOR_NAME`], or `node-<id>.tenure` with a
+    /// canonical decimal id > 0.
     fn from_dns_name(name: &str) -> Result<CertKind, String> {
+        if name == OPERATOR_NAME {
+            return Ok(CertKind::Operator);
+        }
         let Some(stem) = name.strip_suffix(NAME_SUFFIX) else {
             return Err(format!("name {name:?} does not end in {NAME_SUFFIX:?}"));
         };
         let Some(digits) = stem.strip_prefix("node-") else {
             return Err(format!(
-                "name {name:?} is not of the form node-<id>{NAME_SUFFIX}"
+                "name {name:?} is neither node-<id>{NAME_SUFFIX} nor {OPERATOR_NAME}"
             ));
         };
         let id: NodeId = match digits.parse() {
@@ -289,8 +334,20 @@ impl CertKind {
     }
 }
 
+impl fmt::Display for CertKind {
+    /// `node 3` or `operator`: what the certificate makes its holder.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CertKind::Node(id) => write!(f, "node {id}"),
+            CertKind::Operator => f.write_str("operator"),
+        }
+    }
+}
+
 /// Reads the [`CertKind`] of a DER certificate from its SubjectAltName: exactly one
-/// name, a DNS name of a known kind. Does not check the signature (the TLS handshake does).
+/// name, a DNS name of a known kind. Any other certificate is
+/// [`TlsError::NotNodeCertificate`] (the reason says which rule failed). Does not check
+/// the signature (the TLS handshake does).
 pub fn cert_kind(der: &[u8]) -> Result<CertKind> {
     cert_kind_labeled(der, "certificate")
 }
@@ -299,8 +356,8 @@ pub fn cert_kind(der: &[u8]) -> Result<CertKind> {
 ///
 /// Accepts only a certificate whose SubjectAltName is exactly one DNS name
 /// `node-<id>.tenure`, with `id` a canonical decimal `u64` > 0. Any other certificate
-/// (no SAN, an IP address SAN, several names, `operator.tenure`, a foreign name) is
-/// [`TlsError::NotNodeCertificate`]. Does not check the signature: call it on a
+/// (an operator certificate, no SAN, an IP address SAN, several names, a foreign name)
+/// is [`TlsError::NotNodeCertificate`]. Does not check the signature: call it on a
 /// certificate the TLS handshake has verified.
 pub fn node_id_from_cert(der: &[u8]) -> Result<NodeId> {
     node_id_labeled(der, "certificate")
@@ -309,6 +366,36 @@ pub fn node_id_from_cert(der: &[u8]) -> Result<NodeId> {
 fn node_id_labeled(der: &[u8], file: &str) -> Result<NodeId> {
     match cert_kind_labeled(der, file)? {
         CertKind::Node(id) => Ok(id),
+        CertKind::Operator => Err(TlsError::NotNodeCertificate {
+            file: file.to_owned(),
+            reason: format!(
+                "it is an operator certificate ({OPERATOR_NAME}); an operator cannot act as a node"
+            ),
+        }),
+    }
+}
+
+/// Checks that a DER certificate is an operator certificate ([`CertKind::Operator`]).
+///
+/// A node certificate is [`TlsError::NotOperatorCertificate`] with the reason
+/// "certificate of node 3 is not an operator certificate"; so is any certificate whose
+/// name is not a tenure name. Does not check the signature.
+pub fn check_operator_cert(der: &[u8]) -> Result<()> {
+    operator_labeled(der, "certificate")
+}
+
+fn operator_labeled(der: &[u8], file: &str) -> Result<()> {
+    let not_operator = |reason: String| TlsError::NotOperatorCertificate {
+        file: file.to_owned(),
+        reason,
+    };
+    match cert_kind_labeled(der, file) {
+        Ok(CertKind::Operator) => Ok(()),
+        Ok(kind) => Err(not_operator(format!(
+            "certificate of {kind} is not an operator certificate"
+        ))),
+        Err(TlsError::NotNodeCertificate { reason, .. }) => Err(not_operator(reason)),
+        Err(e) => Err(e),
     }
 }
 
@@ -391,6 +478,24 @@ impl fmt::Debug for NodeCertificate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NodeCertificate")
             .field("id", &self.id)
+            .field("cert_pem", &self.cert_pem)
+            .field("key_pem", &"<redacted>")
+            .finish()
+    }
+}
+
+/// An operator certificate issued by the CA, in PEM.
+#[derive(Clone, PartialEq, Eq)]
+pub struct OperatorCertificate {
+    /// The certificate (PEM, one `CERTIFICATE` block).
+    pub cert_pem: String,
+    /// The operator's private key (PEM, PKCS#8). Secret: store with mode 0600.
+    pub key_pem: String,
+}
+
+impl fmt::Debug for OperatorCertificate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OperatorCertificate")
             .field("cert_pem", &self.cert_pem)
             .field("key_pem", &"<redacted>")
             .finish()
@@ -653,6 +758,15 @@ impl ClusterCa {
         })
     }
 
+    /// Issues an operator certificate: fresh ECDSA P-256 key, the one SubjectAltName
+    /// [`OPERATOR_NAME`], the clientAuth usage only, valid for
+    /// [`OPERATOR_VALIDITY_DAYS`]. It lets its holder use the admin endpoint of every
+    /// node of the group ([`crate::admin`]), and nothing else.
+    pub fn issue_operator(&self) -> Result<OperatorCertificate> {
+        let (cert_pem, key_pem) = self.issue(CertKind::Operator)?;
+        Ok(OperatorCertificate { cert_pem, key_pem })
+    }
+
     /// Issues a certificate of `kind`: returns (certificate PEM, key PEM).
     fn issue(&self, kind: CertKind) -> Result<(String, String)> {
         let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
@@ -664,7 +778,7 @@ impl ClusterCa {
         params.extended_key_usages = kind.extended_key_usages();
         params.use_authority_key_identifier_extension = true;
         params.serial_number = Some(random_serial());
-        set_validity(&mut params, NODE_VALIDITY_DAYS)?;
+        set_validity(&mut params, kind.validity_days())?;
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok((cert.pem(), key.serialize_pem()))
     }
@@ -721,12 +835,18 @@ pub fn node_key_file(id: NodeId) -> String {
     format!("node-{id}-key.pem")
 }
 
-/// Makes a new CA and one certificate per node, and writes them into `dir` (created if
-/// missing): `ca.pem`, `ca-key.pem`, `node-<id>.pem`, `node-<id>-key.pem`. Key files get
-/// mode 0600.
+/// The file holding the operator certificate in the layout of [`write_cluster_certs`].
+pub const OPERATOR_CERT_FILE: &str = "operator.pem";
+/// The file holding the operator private key in the layout of [`write_cluster_certs`].
+pub const OPERATOR_KEY_FILE: &str = "operator-key.pem";
+
+/// Makes a new CA, one certificate per node and one operator certificate, and writes them
+/// into `dir` (created if missing): `ca.pem`, `ca-key.pem`, `node-<id>.pem`,
+/// `node-<id>-key.pem`, `operator.pem`, `operator-key.pem`. Key files get mode 0600.
 ///
 /// Refuses ([`TlsError::AlreadyExists`]) if any of these files exists, before writing
-/// anything. Give each node `ca.pem` and its own two files; keep `ca-key.pem` elsewhere.
+/// anything. Give each node `ca.pem` and its own two files; give the operator (the admin
+/// tool) `ca.pem` and the two operator files; keep `ca-key.pem` elsewhere.
 pub fn write_cluster_certs(
     dir: impl AsRef<Path>,
     nodes: impl IntoIterator<Item = NodeId>,
@@ -738,7 +858,12 @@ pub fn write_cluster_certs(
     if nodes.contains(&0) {
         return Err(TlsError::InvalidNodeId);
     }
-    let mut names = vec![CA_CERT_FILE.to_owned(), CA_KEY_FILE.to_owned()];
+    let mut names = vec![
+        CA_CERT_FILE.to_owned(),
+        CA_KEY_FILE.to_owned(),
+        OPERATOR_CERT_FILE.to_owned(),
+        OPERATOR_KEY_FILE.to_owned(),
+    ];
     for &id in &nodes {
         names.push(node_cert_file(id));
         names.push(node_key_file(id));
@@ -761,6 +886,9 @@ pub fn write_cluster_certs(
         write_new_file(&dir.join(node_cert_file(id)), &node.cert_pem, false)?;
         write_new_file(&dir.join(node_key_file(id)), &node.key_pem, true)?;
     }
+    let operator = ca.issue_operator()?;
+    write_new_file(&dir.join(OPERATOR_CERT_FILE), &operator.cert_pem, false)?;
+    write_new_file(&dir.join(OPERATOR_KEY_FILE), &operator.key_pem, true)?;
     Ok(())
 }
 
@@ -888,32 +1016,13 @@ impl TlsIdentity {
     }
 
     fn from_src(ca: Src<'_>, cert: Src<'_>, key: Src<'_>) -> Result<TlsIdentity> {
-        let ca_certs = ca.certs()?;
-        for c in &ca_certs {
-            if !parse_x509(c, &ca.label)?.is_ca() {
-                return Err(TlsError::NotCa { file: ca.label });
-            }
-        }
+        let ca_certs = ca_certs_of(&ca)?;
         let chain = cert.certs()?;
         let key_der = key.key()?;
         let id = node_id_labeled(&chain[0], &cert.label)?;
 
         let provider = provider();
-        match rustls::sign::CertifiedKey::from_der(chain.clone(), key_der.clone_key(), &provider) {
-            Ok(_) => {}
-            Err(rustls::Error::InconsistentKeys(_)) => {
-                return Err(TlsError::KeyMismatch {
-                    cert: cert.label,
-                    key: key.label,
-                })
-            }
-            Err(e) => {
-                return Err(TlsError::BadKey {
-                    file: key.label,
-                    reason: e.to_string(),
-                })
-            }
-        }
+        check_key_matches(&chain, &key_der, &cert, &key, &provider)?;
 
         let identity = TlsIdentity {
             id,
@@ -960,11 +1069,7 @@ impl TlsIdentity {
     }
 
     fn roots(&self) -> Result<Arc<RootCertStore>> {
-        let mut roots = RootCertStore::empty();
-        for c in &self.ca_certs {
-            roots.add(c.clone())?;
-        }
-        Ok(Arc::new(roots))
+        roots_of(&self.ca_certs)
     }
 
     /// The rustls server side: TLS 1.3 only, ring provider, ALPN [`ALPN`], requires a
@@ -1022,6 +1127,11 @@ impl TlsIdentity {
         Ok(quinn::ClientConfig::new(Arc::new(crypto)))
     }
 
+    /// The node's private key.
+    pub(crate) fn key(&self) -> &PrivateKeyDer<'static> {
+        &self.key
+    }
+
     /// 32 secret bytes derived from the private key for `purpose` (HMAC-SHA256 keyed with
     /// the key's DER). Stable across restarts of the node, so it can key QUIC stateless
     /// resets: a restarted node can tell peers that their old connection to it is gone.
@@ -1032,6 +1142,174 @@ impl TlsIdentity {
         out.copy_from_slice(tag.as_ref());
         out
     }
+}
+
+/// The CA certificates of `ca`, each checked to be a CA.
+fn ca_certs_of(ca: &Src<'_>) -> Result<Vec<CertificateDer<'static>>> {
+    let ca_certs = ca.certs()?;
+    for c in &ca_certs {
+        if !parse_x509(c, &ca.label)?.is_ca() {
+            return Err(TlsError::NotCa {
+                file: ca.label.clone(),
+            });
+        }
+    }
+    Ok(ca_certs)
+}
+
+/// Checks that `key_der` is the private key of the end-entity certificate of `chain`.
+fn check_key_matches(
+    chain: &[CertificateDer<'static>],
+    key_der: &PrivateKeyDer<'static>,
+    cert: &Src<'_>,
+    key: &Src<'_>,
+    provider: &Arc<CryptoProvider>,
+) -> Result<()> {
+    match rustls::sign::CertifiedKey::from_der(chain.to_vec(), key_der.clone_key(), provider) {
+        Ok(_) => Ok(()),
+        Err(rustls::Error::InconsistentKeys(_)) => Err(TlsError::KeyMismatch {
+            cert: cert.label.clone(),
+            key: key.label.clone(),
+        }),
+        Err(e) => Err(TlsError::BadKey {
+            file: key.label.clone(),
+            reason: e.to_string(),
+        }),
+    }
+}
+
+fn roots_of(ca_certs: &[CertificateDer<'static>]) -> Result<Arc<RootCertStore>> {
+    let mut roots = RootCertStore::empty();
+    for c in ca_certs {
+        roots.add(c.clone())?;
+    }
+    Ok(Arc::new(roots))
+}
+
+/// What the admin tool loads: the cluster CA, an operator certificate chain and its
+/// private key.
+///
+/// Every constructor checks the files up front: PEM well-formed, the certificate is an
+/// operator certificate ([`CertKind::Operator`]; a node certificate is
+/// [`TlsError::NotOperatorCertificate`]), the key belongs to it, and it verifies under the
+/// CA for client use. Present it to a node's admin endpoint with
+/// [`admin::Client`](crate::admin::Client).
+pub struct OperatorIdentity {
+    ca_certs: Vec<CertificateDer<'static>>,
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+}
+
+impl Clone for OperatorIdentity {
+    fn clone(&self) -> Self {
+        OperatorIdentity {
+            ca_certs: self.ca_certs.clone(),
+            chain: self.chain.clone(),
+            key: self.key.clone_key(),
+        }
+    }
+}
+
+impl fmt::Debug for OperatorIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OperatorIdentity")
+            .field("ca_certs", &self.ca_certs.len())
+            .field("chain", &self.chain.len())
+            .field("key", &"<redacted>")
+            .finish()
+    }
+}
+
+impl OperatorIdentity {
+    /// Loads the CA certificate(s), the operator certificate chain (end-entity first) and
+    /// its private key from PEM files.
+    pub fn load(
+        ca_pem_path: impl AsRef<Path>,
+        cert_pem_path: impl AsRef<Path>,
+        key_pem_path: impl AsRef<Path>,
+    ) -> Result<OperatorIdentity> {
+        let (ca_path, cert_path, key_path) = (
+            ca_pem_path.as_ref(),
+            cert_pem_path.as_ref(),
+            key_pem_path.as_ref(),
+        );
+        let ca = read_file(ca_path)?;
+        let cert = read_file(cert_path)?;
+        let key = read_file(key_path)?;
+        Self::from_src(
+            Src::new(ca_path.display().to_string(), &ca),
+            Src::new(cert_path.display().to_string(), &cert),
+            Src::new(key_path.display().to_string(), &key),
+        )
+    }
+
+    /// Loads the operator identity from a directory in the layout
+    /// [`write_cluster_certs`] writes (`ca.pem`, `operator.pem`, `operator-key.pem`).
+    pub fn from_dir(dir: impl AsRef<Path>) -> Result<OperatorIdentity> {
+        let dir = dir.as_ref();
+        Self::load(
+            dir.join(CA_CERT_FILE),
+            dir.join(OPERATOR_CERT_FILE),
+            dir.join(OPERATOR_KEY_FILE),
+        )
+    }
+
+    /// Builds an operator identity from PEM text (see [`OperatorIdentity::load`]).
+    pub fn from_pem(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<OperatorIdentity> {
+        Self::from_src(
+            Src::new("CA certificate (PEM text)", ca_pem.as_bytes()),
+            Src::new("operator certificate (PEM text)", cert_pem.as_bytes()),
+            Src::new("operator key (PEM text)", key_pem.as_bytes()),
+        )
+    }
+
+    fn from_src(ca: Src<'_>, cert: Src<'_>, key: Src<'_>) -> Result<OperatorIdentity> {
+        let ca_certs = ca_certs_of(&ca)?;
+        let chain = cert.certs()?;
+        let key_der = key.key()?;
+        operator_labeled(&chain[0], &cert.label)?;
+        let provider = provider();
+        check_key_matches(&chain, &key_der, &cert, &key, &provider)?;
+        WebPkiClientVerifier::builder_with_provider(roots_of(&ca_certs)?, provider)
+            .build()
+            .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?
+            .verify_client_cert(&chain[0], &chain[1..], UnixTime::now())
+            .map_err(|e| TlsError::NotTrusted {
+                file: cert.label.clone(),
+                ca: ca.label.clone(),
+                reason: e.to_string(),
+            })?;
+        Ok(OperatorIdentity {
+            ca_certs,
+            chain,
+            key: key_der,
+        })
+    }
+
+    /// The trusted CA certificates (DER).
+    pub fn ca_certs(&self) -> &[CertificateDer<'static>] {
+        &self.ca_certs
+    }
+
+    /// The operator's certificate chain (DER), end-entity first.
+    pub fn cert_chain(&self) -> &[CertificateDer<'static>] {
+        &self.chain
+    }
+
+    /// The operator's private key.
+    pub(crate) fn key(&self) -> &PrivateKeyDer<'static> {
+        &self.key
+    }
+}
+
+/// The ring crypto provider tenure uses (for the admin endpoint's TLS configurations).
+pub(crate) fn ring_provider() -> Arc<CryptoProvider> {
+    provider()
+}
+
+/// A root store holding `ca_certs` (for the admin endpoint's TLS configurations).
+pub(crate) fn root_store(ca_certs: &[CertificateDer<'static>]) -> Result<Arc<RootCertStore>> {
+    roots_of(ca_certs)
 }
 
 #[cfg(test)]
@@ -1126,6 +1404,60 @@ mod tests {
     }
 
     #[test]
+    fn operator_certificate_is_a_client_only_operator_and_not_a_node() {
+        let ca = ClusterCa::generate().unwrap();
+        let op = ca.issue_operator().unwrap();
+        let op_der = der(&op.cert_pem);
+        assert_eq!(cert_kind(&op_der).unwrap(), CertKind::Operator);
+        assert_eq!(CertKind::Operator.dns_name(), OPERATOR_NAME);
+        assert_eq!(CertKind::Operator.to_string(), "operator");
+        check_operator_cert(&op_der).unwrap();
+        match node_id_from_cert(&op_der) {
+            Err(TlsError::NotNodeCertificate { reason, .. }) => {
+                assert!(reason.contains("operator certificate"), "{reason}")
+            }
+            other => panic!("expected NotNodeCertificate, got {other:?}"),
+        }
+        // A node certificate is not an operator's, and says whose it is.
+        let n3 = ca.issue_node(3).unwrap();
+        let e = check_operator_cert(&der(&n3.cert_pem)).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("certificate of node 3 is not an operator certificate"),
+            "{e}"
+        );
+        let e = OperatorIdentity::from_pem(ca.cert_pem(), &n3.cert_pem, &n3.key_pem).unwrap_err();
+        assert!(matches!(e, TlsError::NotOperatorCertificate { .. }), "{e}");
+        // An operator certificate cannot be loaded as a node identity ...
+        let e = TlsIdentity::from_pem(ca.cert_pem(), &op.cert_pem, &op.key_pem).unwrap_err();
+        assert!(matches!(e, TlsError::NotNodeCertificate { .. }), "{e}");
+        // ... and, without the serverAuth usage, could not serve even under its own name.
+        let name = ServerName::try_from(OPERATOR_NAME).unwrap();
+        let verifier = WebPkiServerVerifier::builder_with_provider(
+            roots_of(&[ca.cert_der().clone()]).unwrap(),
+            provider(),
+        )
+        .build()
+        .unwrap();
+        assert!(verifier
+            .verify_server_cert(&op_der, &[], &name, &[], UnixTime::now())
+            .is_err());
+
+        let id = OperatorIdentity::from_pem(ca.cert_pem(), &op.cert_pem, &op.key_pem).unwrap();
+        assert_eq!(id.cert_chain(), &[op_der]);
+        assert_eq!(id.ca_certs(), &[ca.cert_der().clone()]);
+        assert!(!format!("{id:?}").contains("PRIVATE"));
+        assert!(!format!("{op:?}").contains("PRIVATE"));
+        let other = ClusterCa::generate().unwrap().issue_operator().unwrap();
+        let e =
+            OperatorIdentity::from_pem(ca.cert_pem(), &other.cert_pem, &other.key_pem).unwrap_err();
+        assert!(matches!(e, TlsError::NotTrusted { .. }), "{e}");
+        let e =
+            OperatorIdentity::from_pem(ca.cert_pem(), &op.cert_pem, &other.key_pem).unwrap_err();
+        assert!(matches!(e, TlsError::KeyMismatch { .. }), "{e}");
+    }
+
+    #[test]
     fn identity_loads_and_builds_tls_configs() {
         let ca = ClusterCa::generate().unwrap();
         let node = ca.issue_node(2).unwrap();
@@ -1208,10 +1540,15 @@ mod tests {
         for id in 1..=3 {
             assert_eq!(TlsIdentity::from_dir(&out, id).unwrap().id(), id);
         }
+        OperatorIdentity::from_dir(&out).unwrap();
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            for f in [CA_KEY_FILE.to_string(), node_key_file(2)] {
+            for f in [
+                CA_KEY_FILE.to_string(),
+                node_key_file(2),
+                OPERATOR_KEY_FILE.to_string(),
+            ] {
                 let mode = fs::metadata(out.join(&f)).unwrap().permissions().mode();
                 assert_eq!(mode & 0o777, 0o600, "{f}");
             }

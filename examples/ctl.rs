@@ -1,0 +1,620 @@
+//! The admin tool: drives a running group through its nodes' admin endpoints, with the
+//! operator certificate.
+//!
+//! ```text
+//! cargo run --example ctl -- --certs DIR --addr 127.0.0.1:7101,127.0.0.1:7102 status
+//! cargo run --example ctl -- --certs DIR --addr ... transfer --to 2
+//! cargo run --example ctl -- --certs DIR --addr ... members add 4 127.0.0.1:7004
+//! ```
+//!
+//! `--addr` takes the nodes' *admin* addresses (a worker's `--admin`, reported as `admin`
+//! in its `started` event), not their raft addresses. Leader-only commands go to the
+//! node that reports itself leader; give every node's address so it can be found.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::task::Poll;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tenure::admin::{Client, ClientError, ErrorKind, Reply, Request, CONNECT_TIMEOUT};
+use tenure::transport::tls::OperatorIdentity;
+use tenure::{Membership, NodeId, Role, Status, TenureEnd, TenureRecord, TenureStart};
+
+const USAGE: &str = "\
+usage: ctl --certs DIR --addr ADDR[,ADDR...] [--json] [--timeout SECS] COMMAND
+
+  --certs DIR      folder with ca.pem, operator.pem and operator-key.pem
+                   (`cargo run --example certs` writes them)
+  --addr LIST      admin addresses of the nodes (comma-separated); leader-only commands
+                   are sent to the one that reports itself leader
+  --json           print JSON (one object) instead of text
+  --timeout SECS   how long one command may take (default 30)
+
+commands:
+  status                      role, term, leader, members, quorum health, lease of each node
+  history                     the replicated leadership history
+  transfer [--to ID]          hand leadership over (to ID, or the most up-to-date follower)
+  drain ID | undrain ID       keep node ID from leading (it hands over at once) / let it again
+  members add ID ADDR         add node ID, raft address ADDR, as a learner
+  members promote ID          make learner ID a voter (once it has caught up)
+  members remove ID           remove node ID from the group
+  members replace OLD NEW     replace voter OLD by learner NEW in one joint change
+
+Exit codes: 0 done; 1 the group refused or could not be reached (the message says why);
+2 bad arguments.";
+
+struct Args {
+    certs: PathBuf,
+    addrs: Vec<SocketAddr>,
+    json: bool,
+    timeout: Duration,
+    request: Request,
+}
+
+fn parse_id(s: &str, what: &str) -> Result<NodeId, String> {
+    match s.parse::<NodeId>() {
+        Ok(0) | Err(_) => Err(format!("{what}: {s:?} is not a node id (1, 2, ...)")),
+        Ok(id) => Ok(id),
+    }
+}
+
+/// Parses the arguments; `Err(None)` means help was asked for.
+fn parse(args: &[String]) -> Result<Args, Option<String>> {
+    let mut certs = None;
+    let mut addrs: Vec<SocketAddr> = Vec::new();
+    let mut json = false;
+    let mut timeout = Duration::from_secs(30);
+    let mut words: Vec<String> = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| Some(format!("{name} needs a value")))
+        };
+        match a.as_str() {
+            "-h" | "--help" => return Err(None),
+            "--certs" => certs = Some(PathBuf::from(val("--certs")?)),
+            "--addr" => {
+                for part in val("--addr")?.split(',').filter(|p| !p.is_empty()) {
+                    let addr = part
+                        .trim()
+                        .parse()
+                        .map_err(|_| Some(format!("--addr: {part:?} is not IP:PORT")))?;
+                    addrs.push(addr);
+                }
+            }
+            "--json" => json = true,
+            "--timeout" => {
+                let v = val("--timeout")?;
+                let secs: u64 =
+                    v.parse().ok().filter(|s| *s > 0).ok_or_else(|| {
+                        Some(format!("--timeout: {v:?} is not a number of seconds"))
+                    })?;
+                timeout = Duration::from_secs(secs);
+            }
+            "--to" => {
+                // `transfer --to ID`: keep it with the command words.
+                words.push(a.clone());
+                words.push(val("--to")?);
+            }
+            other if other.starts_with("--") => {
+                return Err(Some(format!("unknown option {other:?}")))
+            }
+            _ => words.push(a.clone()),
+        }
+    }
+    let certs = certs.ok_or_else(|| Some("--certs is required".to_string()))?;
+    if addrs.is_empty() {
+        return Err(Some(
+            "--addr is required (the nodes' admin addresses)".into(),
+        ));
+    }
+    let w: Vec<&str> = words.iter().map(String::as_str).collect();
+    let request = match w.as_slice() {
+        ["status"] => Request::Status,
+        ["history"] => Request::History,
+        ["transfer"] => Request::Transfer { to: None },
+        ["transfer", "--to", id] => Request::Transfer {
+            to: Some(parse_id(id, "transfer --to")?),
+        },
+        ["drain", id] => Request::Drain {
+            id: parse_id(id, "drain")?,
+        },
+        ["undrain", id] => Request::Undrain {
+            id: parse_id(id, "undrain")?,
+        },
+        ["members", "add", id, addr] => Request::AddLearner {
+            id: parse_id(id, "members add")?,
+            addr: addr
+                .parse()
+                .map_err(|_| Some(format!("members add: {addr:?} is not IP:PORT")))?,
+        },
+        ["members", "promote", id] => Request::Promote {
+            id: parse_id(id, "members promote")?,
+        },
+        ["members", "remove", id] => Request::Remove {
+            id: parse_id(id, "members remove")?,
+        },
+        ["members", "replace", old, new] => Request::Replace {
+            old: parse_id(old, "members replace")?,
+            new: parse_id(new, "members replace")?,
+        },
+        [] => return Err(Some("no command given".into())),
+        other => return Err(Some(format!("unknown command {:?}", other.join(" ")))),
+    };
+    Ok(Args {
+        certs,
+        addrs,
+        json,
+        timeout,
+        request,
+    })
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = match parse(&args) {
+        Ok(a) => a,
+        Err(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(Some(msg)) => {
+            eprintln!("ctl: {msg}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ctl: cannot start the tokio runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    rt.block_on(run(args))
+}
+
+/// What went wrong, for the exit message (and `--json`).
+struct Failure {
+    message: String,
+    json: Value,
+}
+
+impl Failure {
+    fn new(message: impl Into<String>) -> Self {
+        let message = message.into();
+        Failure {
+            json: json!({"error": {"kind": "ctl", "message": message}}),
+            message,
+        }
+    }
+
+    fn client(e: &ClientError) -> Self {
+        let mut f = Failure::new(e.to_string());
+        if let Some(reply) = e.reply() {
+            f.json = json!({"error": reply});
+        } else {
+            f.json = json!({"error": {"kind": "unreachable", "message": e.to_string()}});
+        }
+        f
+    }
+}
+
+async fn run(args: Args) -> ExitCode {
+    let result = match OperatorIdentity::from_dir(&args.certs) {
+        Err(e) => Err(Failure::new(format!(
+            "cannot load the operator certificate: {e}"
+        ))),
+        Ok(identity) => execute(&args, &identity).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            if args.json {
+                println!("{}", f.json);
+            }
+            eprintln!("ctl: {}", f.message);
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Connects to every address at once; each entry is the address and its client or why
+/// it could not be reached.
+async fn connect_all(
+    args: &Args,
+    identity: &OperatorIdentity,
+) -> Vec<(SocketAddr, Result<Client, ClientError>)> {
+    let attempts = args.addrs.iter().map(|addr| async move {
+        let wait = args.timeout.min(CONNECT_TIMEOUT);
+        let r = match tokio::time::timeout(wait, Client::connect(*addr, identity, None)).await {
+            Ok(r) => r,
+            Err(_) => Err(ClientError::TimedOut {
+                addr: *addr,
+                what: "no TLS handshake; is a node's admin endpoint listening there?".into(),
+                timeout: wait,
+            }),
+        };
+        let r = r.map(|mut c| {
+            c.set_timeout(args.timeout);
+            c
+        });
+        (*addr, r)
+    });
+    join_all(attempts).await
+}
+
+/// Runs futures concurrently (on this task) and collects their outputs in order.
+async fn join_all<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut futs: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outs: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, out) in futs.iter_mut().zip(outs.iter_mut()) {
+            if out.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => *out = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outs.into_iter().flatten().collect()
+}
+
+async fn execute(args: &Args, identity: &OperatorIdentity) -> Result<(), Failure> {
+    let clients = connect_all(args, identity).await;
+    match &args.request {
+        Request::Status => status_all(args, &clients).await,
+        Request::History => {
+            let (client, _) = first_reachable(&clients)?;
+            let records = client.history().await.map_err(|e| Failure::client(&e))?;
+            if args.json {
+                println!("{}", json!({"node": client.node_id(), "history": records}));
+            } else {
+                print_history(client.node_id(), &records);
+            }
+            Ok(())
+        }
+        request => leader_command(args, &clients, request).await,
+    }
+}
+
+fn first_reachable(
+    clients: &[(SocketAddr, Result<Client, ClientError>)],
+) -> Result<(&Client, SocketAddr), Failure> {
+    let mut errors = Vec::new();
+    for (addr, c) in clients {
+        match c {
+            Ok(c) => return Ok((c, *addr)),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    Err(Failure::new(format!(
+        "no node could be reached: {}",
+        errors.join("; ")
+    )))
+}
+
+async fn status_all(
+    args: &Args,
+    clients: &[(SocketAddr, Result<Client, ClientError>)],
+) -> Result<(), Failure> {
+    let answers = join_all(clients.iter().map(|(addr, c)| async move {
+        let r = match c {
+            Ok(c) => c.status().await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        (*addr, r)
+    }))
+    .await;
+    let answered = answers.iter().filter(|(_, r)| r.is_ok()).count();
+    if args.json {
+        let nodes: Vec<Value> = answers
+            .iter()
+            .map(|(addr, r)| match r {
+                Ok(s) => json!({"addr": addr, "status": s}),
+                Err(e) => json!({"addr": addr, "error": e}),
+            })
+            .collect();
+        println!("{}", json!({ "nodes": nodes }));
+    } else {
+        for (addr, r) in &answers {
+            match r {
+                Ok(s) => print_status(*addr, s),
+                Err(e) => println!("no answer from {addr}: {e}"),
+            }
+        }
+        let statuses: Vec<&Status> = answers
+            .iter()
+            .filter_map(|(_, r)| r.as_ref().ok())
+            .collect();
+        if let Some(s) = statuses
+            .iter()
+            .filter(|s| s.role == Role::Leader)
+            .max_by_key(|s| s.term)
+            .or(statuses.first())
+        {
+            print_members(s.id, &s.members);
+        }
+    }
+    if answered == 0 {
+        return Err(Failure::new(format!(
+            "none of the {} nodes answered (see above)",
+            answers.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Sends a leader-only command to the leader among `clients` (the only one, if there
+/// is only one), following a NotLeader hint once.
+async fn leader_command(
+    args: &Args,
+    clients: &[(SocketAddr, Result<Client, ClientError>)],
+    request: &Request,
+) -> Result<(), Failure> {
+    let reachable: Vec<&Client> = clients
+        .iter()
+        .filter_map(|(_, c)| c.as_ref().ok())
+        .collect();
+    if reachable.is_empty() {
+        // None reachable: this is the error naming why for each address.
+        return first_reachable(clients).map(|_| ());
+    }
+    let mut target: &Client = reachable[0];
+    if reachable.len() > 1 {
+        let statuses = join_all(
+            reachable
+                .iter()
+                .map(|c| async move { (*c, c.status().await) }),
+        )
+        .await;
+        let leader = statuses
+            .iter()
+            .filter_map(|(c, s)| s.as_ref().ok().map(|s| (*c, s)))
+            .filter(|(_, s)| s.role == Role::Leader)
+            .max_by_key(|(_, s)| s.term);
+        match leader {
+            Some((c, _)) => target = c,
+            None => {
+                let hint = statuses
+                    .iter()
+                    .filter_map(|(_, s)| s.as_ref().ok().and_then(|s| s.leader))
+                    .next();
+                return Err(Failure::new(match hint {
+                    Some(l) => format!(
+                        "no node among {} reports itself leader; they name node {l}, whose admin address was not given",
+                        args.addrs.len()
+                    ),
+                    None => format!(
+                        "no node among {} leads right now (no quorum, or an election is under way); retry, or check `status`",
+                        args.addrs.len()
+                    ),
+                }));
+            }
+        }
+    }
+    let mut result = target.request(request).await;
+    // Leadership may have moved between the status and the command: follow the hint
+    // once, when that node's address was given.
+    if let Err(ClientError::Node { reply, .. }) = &result {
+        if reply.kind == ErrorKind::NotLeader {
+            if let Some(next) = reply
+                .leader_hint
+                .and_then(|l| reachable.iter().find(|c| c.node_id() == l))
+            {
+                target = next;
+                result = target.request(request).await;
+            }
+        }
+    }
+    match result {
+        Ok(reply) => {
+            if args.json {
+                println!("{}", json!({"node": target.node_id(), "ok": reply}));
+            } else {
+                print_done(target.node_id(), request, &reply);
+            }
+            Ok(())
+        }
+        Err(e) => {
+            let mut f = Failure::client(&e);
+            if let ClientError::Node { reply, .. } = &e {
+                f.message = explain(target.node_id(), request, reply, args.addrs.len());
+            }
+            Err(f)
+        }
+    }
+}
+
+/// A refusal as a sentence, with what to do about it.
+fn explain(
+    node: NodeId,
+    request: &Request,
+    reply: &tenure::admin::ErrorReply,
+    given: usize,
+) -> String {
+    let what = describe(request);
+    let mut s = format!("{what}: refused by node {node}: {}", reply.message);
+    match (reply.kind, reply.leader_hint) {
+        (ErrorKind::NotLeader, Some(l)) if given == 1 => s.push_str(&format!(
+            "\n  give node {l}'s admin address with --addr (or every node's, comma-separated)"
+        )),
+        (ErrorKind::ChangeInFlight, _) => {
+            s.push_str("\n  retry when `status` shows no change in flight")
+        }
+        (ErrorKind::LearnerBehind, _) => {
+            s.push_str("\n  the learner must be running and reachable; retry when it has caught up")
+        }
+        (ErrorKind::TimedOut, _) => s.push_str("\n  it may still take effect; check `status`"),
+        _ => {}
+    }
+    s
+}
+
+fn describe(request: &Request) -> String {
+    match request {
+        Request::Status => "status".into(),
+        Request::History => "history".into(),
+        Request::Transfer { to: None } => "transfer".into(),
+        Request::Transfer { to: Some(t) } => format!("transfer to node {t}"),
+        Request::Drain { id } => format!("drain node {id}"),
+        Request::Undrain { id } => format!("undrain node {id}"),
+        Request::AddLearner { id, addr } => format!("add node {id} ({addr}) as a learner"),
+        Request::Promote { id } => format!("promote node {id}"),
+        Request::Remove { id } => format!("remove node {id}"),
+        Request::Replace { old, new } => format!("replace node {old} by node {new}"),
+        _ => request.name().into(),
+    }
+}
+
+fn print_done(node: NodeId, request: &Request, reply: &Reply) {
+    match reply {
+        Reply::Transferred { leader } => println!("leadership moved to node {leader}"),
+        Reply::Membership(m) => {
+            let done = match request {
+                Request::Drain { id } => format!("node {id} drained: it will not lead"),
+                Request::Undrain { id } => format!("node {id} undrained: it may lead again"),
+                Request::AddLearner { id, addr } => format!(
+                    "node {id} added as a learner at {addr}; start it (joining) and promote it once it has caught up"
+                ),
+                Request::Promote { id } => format!("node {id} is a voter now"),
+                Request::Remove { id } => format!("node {id} removed from the group"),
+                Request::Replace { old, new } => format!("node {new} replaced node {old}"),
+                other => format!("{} done", other.name()),
+            };
+            println!("{done} (by leader node {node})");
+            print_members(node, m);
+        }
+        other => println!("{other:?}"),
+    }
+}
+
+fn list(ids: &[NodeId]) -> String {
+    if ids.is_empty() {
+        "-".into()
+    } else {
+        ids.iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+fn print_status(addr: SocketAddr, s: &Status) {
+    let leader = match s.leader {
+        Some(l) if l == s.id => "itself".to_string(),
+        Some(l) => format!("node {l}"),
+        None => "none known".to_string(),
+    };
+    println!(
+        "node {} ({addr}): {}, term {}, leader {leader}, lease {}",
+        s.id,
+        s.role.as_str(),
+        s.term,
+        if s.leased { "held" } else { "not held" }
+    );
+    let voters = s.members.voters.len() as u64;
+    println!(
+        "  quorum {} ({} of {} voters reachable), commit {}, applied {}{}",
+        if s.quorum_healthy {
+            "healthy"
+        } else {
+            "NOT healthy"
+        },
+        s.peers_reachable,
+        voters,
+        s.commit,
+        s.applied,
+        if s.change_in_flight {
+            ", membership change in flight"
+        } else {
+            ""
+        }
+    );
+}
+
+fn print_members(seen_by: NodeId, m: &Membership) {
+    println!(
+        "members (as node {seen_by} sees them): voters {}; learners {}; drained {}{}",
+        list(&m.voters),
+        list(&m.learners),
+        list(&m.drained),
+        if m.outgoing.is_empty() {
+            String::new()
+        } else {
+            format!("; joint change from voters {}", list(&m.outgoing))
+        }
+    );
+    if !m.addrs.is_empty() {
+        let addrs: Vec<String> = m.addrs.iter().map(|(id, a)| format!("{id}={a}")).collect();
+        println!("  raft addresses: {}", addrs.join(" "));
+    }
+}
+
+fn print_history(node: NodeId, records: &[TenureRecord]) {
+    println!("leadership history (as node {node} has applied it), oldest first:");
+    println!(
+        "  {:>6}  {:>6}  {:<24}  {:<9}  ended",
+        "term", "leader", "began (UTC)", "by"
+    );
+    for r in records {
+        let by = match r.started_by {
+            TenureStart::Election => "election",
+            TenureStart::Handover => "handover",
+        };
+        let ended = match r.ended {
+            None => "-",
+            Some(TenureEnd::HandedOver) => "handed over",
+            Some(TenureEnd::Lost) => "lost",
+        };
+        println!(
+            "  {:>6}  {:>6}  {:<24}  {:<9}  {ended}",
+            r.term,
+            r.leader,
+            utc(r.began_unix_ms),
+            by
+        );
+    }
+    if records.is_empty() {
+        println!("  (empty)");
+    }
+}
+
+/// Milliseconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS.mmm`.
+fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:03}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
+}

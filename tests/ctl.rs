@@ -1,0 +1,222 @@
+//! The admin tool (`examples/ctl.rs`) driving real worker processes started with
+//! `--admin`: what an operator types, what comes back, and the exit codes.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::procs::{nested_cargo, Group};
+use tenure::transport::tls::{node_cert_file, node_key_file, ClusterCa};
+
+const LONG: Duration = Duration::from_secs(20);
+
+/// The ctl example binary next to the worker binary, built by cargo (a no-op when fresh).
+fn ctl_binary() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let worker = support::procs::worker_binary();
+            let dir = worker.parent().expect("examples dir").to_path_buf();
+            let mut args = vec!["build", "--example", "ctl"];
+            if dir
+                .parent()
+                .and_then(|p| p.file_name())
+                .is_some_and(|n| n == "release")
+            {
+                args.push("--release");
+            }
+            let status = nested_cargo()
+                .args(&args)
+                .stdout(Stdio::null())
+                .status()
+                .expect("run cargo build --example ctl");
+            assert!(status.success(), "cargo build --example ctl failed");
+            dir.join("ctl")
+        })
+        .clone()
+}
+
+struct Ctl {
+    certs: PathBuf,
+    addrs: String,
+}
+
+impl Ctl {
+    fn run(&self, addrs: &str, args: &[&str]) -> Output {
+        std::process::Command::new(ctl_binary())
+            .arg("--certs")
+            .arg(&self.certs)
+            .args(["--addr", addrs])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run ctl")
+    }
+
+    /// Runs ctl against every node; returns (exit code, stdout, stderr).
+    fn all(&self, args: &[&str]) -> (i32, String, String) {
+        let out = self.run(&self.addrs, args);
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// `status --json`: each node's (id, role, leader) that answered.
+    fn statuses(&self) -> Vec<(u64, String, Option<u64>)> {
+        let (code, out, err) = self.all(&["--json", "status"]);
+        assert_eq!(code, 0, "status failed: {err}");
+        let v: Value = serde_json::from_str(out.trim()).expect("status --json is JSON");
+        v["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .filter_map(|n| {
+                let s = n.get("status")?;
+                Some((
+                    s["id"].as_u64()?,
+                    s["role"].as_str()?.to_string(),
+                    s["leader"].as_u64(),
+                ))
+            })
+            .collect()
+    }
+
+    /// Waits until every node answers and all name the same leader, which leads.
+    fn agreed_leader(&self) -> u64 {
+        let deadline = Instant::now() + LONG;
+        loop {
+            let s = self.statuses();
+            if s.len() == 3 {
+                if let Some(l) = s[0].2 {
+                    if s.iter().all(|(id, role, leader)| {
+                        *leader == Some(l) && ((*id == l) == (role == "leader"))
+                    }) {
+                        return l;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "no agreed leader: {s:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+fn ctl_drives_worker_processes_through_their_admin_endpoints() {
+    let mut g = Group::start(3, None, &["--admin", "127.0.0.1:0"]);
+    let mut admin = Vec::new();
+    for id in 1..=3u64 {
+        let e = g.wait_event(&format!("node {id} started"), LONG, |e| {
+            e.node == id && e.event == "started"
+        });
+        admin.push(
+            e.v["admin"]
+                .as_str()
+                .expect("admin address in started")
+                .to_string(),
+        );
+    }
+    let ctl = Ctl {
+        certs: g.dir.path().join("certs"),
+        addrs: admin.join(","),
+    };
+
+    let leader = ctl.agreed_leader();
+    let (code, out, err) = ctl.all(&["status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("node {leader} (")) && out.contains("leader itself"),
+        "{out}"
+    );
+    assert!(out.contains("members (as node"), "{out}");
+
+    // Transfer, found the leader among the addresses.
+    let target = (1..=3).find(|id| *id != leader).unwrap();
+    let (code, out, err) = ctl.all(&["transfer", "--to", &target.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("leadership moved to node {target}")),
+        "{out}"
+    );
+    assert_eq!(ctl.agreed_leader(), target);
+
+    // The history shows the handover.
+    let (code, out, err) = ctl.all(&["history"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("handover"), "{out}");
+
+    // Refusals: a clear message on stderr and exit code 1.
+    let (code, _, err) = ctl.all(&["members", "remove", "9"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("node 9 is not a member"), "{err}");
+    let follower_admin = &admin[(leader as usize) - 1];
+    let follower = leader; // the old leader follows now
+    let out = ctl.run(follower_admin, &["drain", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "node {follower} is not the leader; node {target} leads"
+        )),
+        "{err}"
+    );
+    let (code, out, _) = ctl.all(&["--json", "members", "promote", "9"]);
+    assert_eq!(code, 1);
+    let v: Value = serde_json::from_str(out.trim()).expect("refusal as JSON");
+    assert!(v["error"]["kind"].is_string(), "{v}");
+
+    // The raft port is not the admin port, and says so.
+    let out = ctl.run(&g.addrs[&1], &["status"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout.contains("raft port"), "{stdout}");
+
+    // Bad arguments: exit code 2 with the usage.
+    let (code, _, err) = ctl.all(&["members", "add", "4"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("usage: ctl"), "{err}");
+
+    // Grow the group: node 4 starts joining, ctl adds it as a learner and promotes it
+    // once it has caught up (until then: "behind", exit code 1).
+    let certs = g.dir.path().join("certs");
+    let ca = ClusterCa::load(certs.join("ca.pem"), certs.join("ca-key.pem")).unwrap();
+    let n4 = ca.issue_node(4).unwrap();
+    std::fs::write(certs.join(node_cert_file(4)), &n4.cert_pem).unwrap();
+    std::fs::write(certs.join(node_key_file(4)), &n4.key_pem).unwrap();
+    let a4 = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    g.addrs.insert(4, a4.clone());
+    g.extra.push("--join".into());
+    g.spawn(4);
+    let (code, out, err) = ctl.all(&["members", "add", "4", &a4]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("node 4 added as a learner"), "{out}");
+    assert!(out.contains("learners 4"), "{out}");
+    let deadline = Instant::now() + LONG;
+    let out = loop {
+        let (code, out, err) = ctl.all(&["members", "promote", "4"]);
+        if code == 0 {
+            break out;
+        }
+        assert!(
+            err.contains("behind"),
+            "promote refused for another reason: {err}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "learner 4 never caught up: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(out.contains("node 4 is a voter now"), "{out}");
+    assert!(out.contains("voters 1 2 3 4"), "{out}");
+    g.stop();
+}
