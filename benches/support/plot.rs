@@ -79,8 +79,8 @@ pub fn lines<DB: DrawingBackend>(
         .y_desc(frame.y_desc)
         .x_labels(12)
         .y_labels(6)
-        .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| format!("{y:.0}"))
+        .x_label_formatter(&|x| label(*x, frame.x_max))
+        .y_label_formatter(&|y| label(*y, frame.y_max))
         .draw()
         .map_err(err)?;
     for s in series {
@@ -101,4 +101,13 @@ pub fn lines<DB: DrawingBackend>(
         .draw()
         .map_err(err)?;
     Ok(())
+}
+
+/// An axis label: whole numbers, or one decimal on an axis that ends at 5 or below.
+fn label(v: f64, max: f64) -> String {
+    if max <= 5.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.0}")
+    }
 }
