@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use plotters::prelude::*;
 use rand::Rng;
 
-use support::{summarize, table, Ev, Group, Progress, Summary};
+use support::{plot, summarize, table, Ev, Group, Progress, Summary};
 
 const USAGE: &str = "\
 usage: cargo bench --bench failover -- [--trials N] [--config NAME[,NAME..]]
@@ -566,13 +566,6 @@ fn plot(o: &Options, all: &[Trial], path: &std::path::Path) -> Result<(), String
     let root = SVGBackend::new(path, (900, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let panels = root.split_evenly((scenarios.len(), 1));
-    let colors = [
-        RGBColor(31, 119, 180),
-        RGBColor(214, 39, 40),
-        RGBColor(44, 160, 44),
-        RGBColor(255, 127, 14),
-        RGBColor(148, 103, 189),
-    ];
     for (panel, scenario) in panels.iter().zip(&scenarios) {
         let of = |c: &Conf| -> Vec<f64> {
             let mut d: Vec<f64> = all
@@ -588,33 +581,7 @@ fn plot(o: &Options, all: &[Trial], path: &std::path::Path) -> Result<(), String
             .iter()
             .flat_map(|c| of(c).last().copied())
             .fold(1.0_f64, f64::max);
-        // A round upper bound: the next multiple of a step that gives about 10 ticks.
-        let step = [1.0, 2.0, 5.0, 10.0, 20.0, 25.0, 50.0, 100.0, 200.0, 500.0]
-            .into_iter()
-            .find(|s| xmax / s <= 10.0)
-            .unwrap_or(1000.0);
-        let xmax = (xmax / step).ceil() * step;
-        let title = match scenario {
-            Scenario::Kill => "Leader crash (SIGKILL): time without a confirmed leader",
-            Scenario::Handover => "Graceful handover (SIGTERM): time without a confirmed leader",
-        };
-        let mut chart = ChartBuilder::on(panel)
-            .caption(title, ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(55)
-            .build_cartesian_2d(0.0..xmax, 0.0..100.0)
-            .map_err(|e| e.to_string())?;
-        chart
-            .configure_mesh()
-            .x_desc("time without leader (ms)")
-            .y_desc("cumulative percent")
-            .x_labels(12)
-            .y_labels(6)
-            .x_label_formatter(&|x| format!("{x:.0}"))
-            .y_label_formatter(&|y| format!("{y:.0}"))
-            .draw()
-            .map_err(|e| e.to_string())?;
+        let mut series = Vec::new();
         for (i, c) in o.confs.iter().enumerate() {
             let d = of(c);
             if d.is_empty() {
@@ -622,32 +589,35 @@ fn plot(o: &Options, all: &[Trial], path: &std::path::Path) -> Result<(), String
             }
             let n = d.len() as f64;
             // A step function: the share of trials at or below each value.
-            let mut pts = vec![(d[0], 0.0)];
+            let mut points = vec![(d[0], 0.0)];
             for (k, x) in d.iter().enumerate() {
-                pts.push((*x, 100.0 * k as f64 / n));
-                pts.push((*x, 100.0 * (k + 1) as f64 / n));
+                points.push((*x, 100.0 * k as f64 / n));
+                points.push((*x, 100.0 * (k + 1) as f64 / n));
             }
-            let color = colors[i % colors.len()];
             let s = summarize(&d);
-            let name = format!(
-                "{} ({}): p50 {:.0} ms, max {:.0} ms, N={}",
-                c.name, c.label, s.p50, s.max, s.n
-            );
-            chart
-                .draw_series(LineSeries::new(pts, color.stroke_width(2)))
-                .map_err(|e| e.to_string())?
-                .label(name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
+            series.push(plot::Series {
+                label: format!(
+                    "{} ({}): p50 {:.0} ms, max {:.0} ms, N={}",
+                    c.name, c.label, s.p50, s.max, s.n
+                ),
+                color: plot::COLORS[i % plot::COLORS.len()],
+                points,
+            });
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| e.to_string())?;
+        let frame = plot::Frame {
+            title: match scenario {
+                Scenario::Kill => "Leader crash (SIGKILL): time without a confirmed leader",
+                Scenario::Handover => {
+                    "Graceful handover (SIGTERM): time without a confirmed leader"
+                }
+            },
+            x_desc: "time without leader (ms)",
+            y_desc: "cumulative percent",
+            x_max: plot::nice_max(xmax),
+            y_max: 100.0,
+            legend: SeriesLabelPosition::LowerRight,
+        };
+        plot::lines(panel, &frame, &series)?;
     }
     root.present().map_err(|e| e.to_string())?;
     Ok(())

@@ -8,6 +8,8 @@
 
 #![allow(dead_code)] // each bench uses a different part of this module
 
+pub mod plot;
+
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
