@@ -212,7 +212,8 @@ pub struct Config {
     /// How many tenures the replicated leadership history keeps (oldest dropped first).
     pub history_retention: usize,
     /// Compact the Raft log (snapshot the history, drop older entries) once this many
-    /// applied entries sit above the last snapshot. Keeps disk use flat.
+    /// applied entries sit above the last snapshot. Keeps disk use flat. `u64::MAX`
+    /// never compacts on size (a conf change still takes a snapshot).
     pub compact_after: u64,
     /// Join an existing group instead of founding one: on first start the node has no
     /// membership; it waits until a member adds it ([`Node::add_learner`]) and the leader

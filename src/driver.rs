@@ -645,7 +645,9 @@ impl<S: RaftStore> Driver<S> {
     /// snapshot, snapshot the history at the applied index and drop the entries below.
     fn maybe_compact(&mut self) -> Result<(), StorageError> {
         let first = self.store.first_index().unwrap_or(1);
-        if self.applied + 1 < first + self.compact_after && !self.force_compact {
+        if self.applied.saturating_add(1) < first.saturating_add(self.compact_after)
+            && !self.force_compact
+        {
             return Ok(());
         }
         let commit = self.store.hard_state().commit;
