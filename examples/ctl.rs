@@ -281,7 +281,7 @@ async fn execute(args: &Args, identity: &OperatorIdentity) -> Result<(), Failure
     match &args.request {
         Request::Status => status_all(args, &clients).await,
         Request::History => {
-            let (client, _) = first_reachable(&clients)?;
+            let client = most_current(&clients).await?;
             let records = client.history().await.map_err(|e| Failure::client(&e))?;
             if args.json {
                 println!("{}", json!({"node": client.node_id(), "history": records}));
@@ -291,6 +291,29 @@ async fn execute(args: &Args, identity: &OperatorIdentity) -> Result<(), Failure
             Ok(())
         }
         request => leader_command(args, &clients, request).await,
+    }
+}
+
+/// The node whose history is most current: the leader, else the member that has applied
+/// the most (a removed node's history stops at its removal).
+async fn most_current(
+    clients: &[(SocketAddr, Result<Client, ClientError>)],
+) -> Result<&Client, Failure> {
+    let statuses = join_all(clients.iter().map(|(_, c)| async move {
+        match c {
+            Ok(c) => c.status().await.ok().map(|s| (c, s)),
+            Err(_) => None,
+        }
+    }))
+    .await;
+    let best = statuses
+        .into_iter()
+        .flatten()
+        .filter(|(_, s)| !matches!(s.role, Role::Removed | Role::Joining))
+        .max_by_key(|(_, s)| (s.role == Role::Leader, s.applied));
+    match best {
+        Some((c, _)) => Ok(c),
+        None => first_reachable(clients).map(|(c, _)| c),
     }
 }
 
@@ -530,15 +553,25 @@ fn print_status(addr: SocketAddr, s: &Status) {
         if s.leased { "held" } else { "not held" }
     );
     let voters = s.members.voters.len() as u64;
+    // Quorum health means different things by role: the leader counts the voters it
+    // hears from; a follower or learner can only say whether it hears a leader.
+    let health = match s.role {
+        Role::Leader => format!(
+            "quorum {} ({} of {voters} voters reachable)",
+            if s.quorum_healthy {
+                "healthy"
+            } else {
+                "NOT healthy"
+            },
+            s.peers_reachable
+        ),
+        Role::Joining => "not a member yet: waiting to be added (members add)".into(),
+        Role::Removed => "removed from the group (it neither votes nor campaigns: stop it)".into(),
+        _ if s.quorum_healthy => "hears its leader".into(),
+        _ => "hears no leader".into(),
+    };
     println!(
-        "  quorum {} ({} of {} voters reachable), commit {}, applied {}{}",
-        if s.quorum_healthy {
-            "healthy"
-        } else {
-            "NOT healthy"
-        },
-        s.peers_reachable,
-        voters,
+        "  {health}, commit {}, applied {}{}",
         s.commit,
         s.applied,
         if s.change_in_flight {

@@ -33,8 +33,8 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 const USAGE: &str = "\
-usage: local_group [--nodes N] [--duration SECS] [--chaos kill|pause] [--events FILE]
-                   [--ledger FILE] [--timing lan|fast|wan] [--base-port PORT]
+usage: local_group [--nodes N] [--spares N] [--duration SECS] [--chaos kill|pause]
+                   [--events FILE] [--ledger FILE] [--timing lan|fast|wan] [--base-port PORT]
 
 Spawns N tenure workers (default 5) on 127.0.0.1 with their certificates and data in a
 temporary folder, and shows a live status view. Each worker opens an admin endpoint; the
@@ -42,6 +42,8 @@ temporary folder, and shows a live status view. Each worker opens an admin endpo
 printed at start. Ctrl-C (or --duration) stops them all and removes the folder.
 
   --base-port P   raft ports P, P+1, ...; admin ports P+100, P+101, ... (default: free ports)
+  --spares N      also start N workers (ids after the group's) that wait to join
+                  (--join): add them with `ctl members add ID ADDR`, then `members promote ID`
 
   --chaos kill    SIGKILL the leader every few seconds, restart it a little later
   --chaos pause   SIGSTOP the leader, SIGCONT it a few seconds later
@@ -59,6 +61,7 @@ enum Chaos {
 
 struct Options {
     nodes: u64,
+    spares: u64,
     duration: Option<Duration>,
     chaos: Chaos,
     events: Option<PathBuf>,
@@ -70,6 +73,7 @@ struct Options {
 fn parse(args: &[String]) -> Result<Options, String> {
     let mut o = Options {
         nodes: 5,
+        spares: 0,
         duration: None,
         chaos: Chaos::None,
         events: None,
@@ -92,6 +96,14 @@ fn parse(args: &[String]) -> Result<Options, String> {
                     .ok()
                     .filter(|n| (1..=9).contains(n))
                     .ok_or_else(|| format!("--nodes: {v:?} is not a number from 1 to 9"))?;
+            }
+            "--spares" => {
+                let v = val()?;
+                o.spares = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n <= 4)
+                    .ok_or_else(|| format!("--spares: {v:?} is not a number from 0 to 4"))?;
             }
             "--duration" => {
                 let v = val()?;
@@ -121,6 +133,12 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
+    }
+    if o.nodes + o.spares > 9 {
+        return Err(format!(
+            "--nodes {} and --spares {}: at most 9 workers in all",
+            o.nodes, o.spares
+        ));
     }
     Ok(o)
 }
@@ -177,8 +195,11 @@ struct WorkerView {
 struct Group {
     dir: tempfile::TempDir,
     exe: PathBuf,
+    /// The founders' `--peers` list.
     peers: String,
     addrs: BTreeMap<u64, String>,
+    /// Workers started with `--join` (their `--peers`: the founders and themselves).
+    spares: Vec<u64>,
     /// Each worker's admin endpoint (`--admin`), for `cargo run --example ctl`.
     admin_addrs: BTreeMap<u64, String>,
     children: BTreeMap<u64, Child>,
@@ -188,6 +209,14 @@ struct Group {
 }
 
 impl Group {
+    fn peers_for(&self, id: u64) -> String {
+        if self.spares.contains(&id) {
+            format!("{},{id}={}", self.peers, self.addrs[&id])
+        } else {
+            self.peers.clone()
+        }
+    }
+
     fn spawn(&mut self, id: u64) -> std::io::Result<u32> {
         let data = self.dir.path().join(format!("data-{id}"));
         let mut cmd = Command::new(&self.exe);
@@ -195,7 +224,7 @@ impl Group {
             .args(["--id", &id.to_string()])
             .args(["--listen", &self.addrs[&id]])
             .args(["--admin", &self.admin_addrs[&id]])
-            .args(["--peers", &self.peers])
+            .args(["--peers", &self.peers_for(id)])
             .arg("--data-dir")
             .arg(&data)
             .arg("--certs")
@@ -204,6 +233,9 @@ impl Group {
             .args(["--log-level", "off"]);
         if let Some(l) = &self.ledger {
             cmd.arg("--ledger").arg(l);
+        }
+        if self.spares.contains(&id) {
+            cmd.arg("--join");
         }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -319,14 +351,16 @@ async fn run(o: Options) -> i32 {
             return 1;
         }
     };
-    let ids: Vec<u64> = (1..=o.nodes).collect();
+    // The group's founders, then the spares that wait to join.
+    let ids: Vec<u64> = (1..=o.nodes + o.spares).collect();
+    let spares: Vec<u64> = ids[o.nodes as usize..].to_vec();
     if let Err(e) =
         tenure::transport::tls::write_cluster_certs(dir.path().join("certs"), ids.iter().copied())
     {
         eprintln!("local_group: cannot write certificates: {e}");
         return 1;
     }
-    let ports = match free_ports(o.nodes, o.base_port) {
+    let ports = match free_ports(ids.len() as u64, o.base_port) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("local_group: cannot find free UDP ports: {e}");
@@ -350,6 +384,7 @@ async fn run(o: Options) -> i32 {
     );
     let peers = addrs
         .iter()
+        .filter(|(id, _)| !spares.contains(id))
         .map(|(id, a)| format!("{id}={a}"))
         .collect::<Vec<_>>()
         .join(",");
@@ -403,6 +438,7 @@ async fn run(o: Options) -> i32 {
         peers,
         addrs,
         admin_addrs,
+        spares: spares.clone(),
         children: BTreeMap::new(),
         timing: o.timing.clone(),
         ledger: o.ledger.clone(),
@@ -452,6 +488,12 @@ async fn run(o: Options) -> i32 {
         o.chaos
     );
     println!("drive it from another terminal (history, transfer, drain, members ...):\n  {ctl}");
+    for id in &spares {
+        println!(
+            "node {id} waits to join at {}: ... members add {id} {}, then ... members promote {id}",
+            group.addrs[id], group.addrs[id]
+        );
+    }
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     loop {
