@@ -104,6 +104,7 @@
 pub mod clock;
 pub mod config;
 mod driver;
+mod election_rng;
 pub mod error;
 pub mod fence;
 pub mod history;

@@ -226,6 +226,7 @@ impl Node {
             applied,
             history_retention: config.history_retention,
             compact_after: config.compact_after,
+            election_seed: config.election_seed,
         });
         let task = tokio::spawn(driver.run());
         Ok(Node {
