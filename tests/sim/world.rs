@@ -325,7 +325,8 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
             .push(Event::new(id, sim_ns(), Kind::Started).note(format!("incarnation {inc}")));
         inc
     };
-    let mut rng = StdRng::seed_from_u64(ctx.cfg.seed ^ (id << 40) ^ (inc << 52));
+    let host_seed = ctx.cfg.seed ^ (id << 40) ^ (inc << 52);
+    let mut rng = StdRng::seed_from_u64(host_seed);
     // Start the node somewhere inside its first tick, so the hosts' tickers are not in
     // lockstep (real processes never are).
     let offset = rng.gen_range(0..ctx.cfg.timing.tick.as_micros() as u64);
@@ -352,6 +353,8 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
     // of 1 µs leaves it nothing to draw (see the determinism notes in tests/sim.rs).
     qc.backoff_min = Duration::from_micros(1);
     qc.backoff_max = Duration::from_micros(1);
+    // quinn's per-connection randomness and the connection ids, from the seed.
+    qc.rng_seed = Some(host_seed ^ 0x0091_c5eed);
     let (transport, inbound) =
         QuicTransport::start_on_socket(qc, socket, Arc::new(quinn::TokioRuntime))?;
     // Peers in id order (a HashMap in the config would start their tasks in a random
@@ -367,6 +370,8 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
     if let Some(rate) = ctx.cfg.clock_rates.get(&id) {
         config.clock_rate = *rate;
     }
+    // raft-rs's election timeouts, from the seed.
+    config.election_seed = Some(host_seed ^ 0xe1ec);
     let dying = Arc::new(AtomicBool::new(false));
     let store = SimStore {
         inner: MemStore::open(ctx.disk.clone()),
@@ -469,6 +474,7 @@ async fn workload(ctx: Arc<HostCtx>, node: Node, mut rng: StdRng) {
             let (lo, hi) = ctx.cfg.confirm_every;
             let pause = rng.gen_range(lo..=hi);
             tokio::select! {
+                biased;
                 _ = lease.lost() => break,
                 _ = tokio::time::sleep(pause) => {}
             }
