@@ -227,6 +227,11 @@ pub struct Config {
     /// Used by the clock-skew tests; leave it at 1.0.
     #[doc(hidden)]
     pub clock_rate: f64,
+    /// Test hook: draw raft-rs's randomized election timeouts from an RNG seeded with
+    /// this (and the node id) instead of the OS-seeded thread RNG, so that a simulation
+    /// replays them. `None` (the default) leaves raft-rs's own draws.
+    #[doc(hidden)]
+    pub election_seed: Option<u64>,
 }
 
 impl fmt::Debug for Config {
@@ -283,6 +288,7 @@ impl Config {
                 read_mode: ReadMode::default(),
                 logger: None,
                 clock_rate: 1.0,
+                election_seed: None,
                 history_retention: 1000,
                 compact_after: 1024,
                 join: false,

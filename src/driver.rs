@@ -23,7 +23,7 @@
 //! ends. The lease is revoked the moment it runs out unrenewed, the term moves on, the
 //! node steps down, hands over or stops.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -39,6 +39,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::clock::LocalClock;
 use crate::config::{ReadMode, Timing};
+use crate::election_rng::ElectionTimeouts;
 use crate::error::{LostReason, MembershipError, NodeStopped, StorageError, TransferError};
 use crate::history::{History, TenureRecord, TenureStart};
 use crate::lease::{FencingToken, Lease, LeaseShared};
@@ -162,6 +163,8 @@ pub(crate) struct DriverParts<S: RaftStore> {
     pub configured: BTreeSet<NodeId>,
     pub history_retention: usize,
     pub compact_after: u64,
+    /// Seed for the election timeouts (`Config::election_seed`, a test hook).
+    pub election_seed: Option<u64>,
 }
 
 pub(crate) struct Driver<S: RaftStore> {
@@ -219,7 +222,8 @@ pub(crate) struct Driver<S: RaftStore> {
     /// The tenure handed out to users, while valid.
     lease: Option<Arc<LeaseShared>>,
     lease_waiters: Vec<oneshot::Sender<Lease>>,
-    rounds: HashMap<u64, Round>,
+    /// By context id: a BTreeMap, so waiters are answered in the same order every run.
+    rounds: BTreeMap<u64, Round>,
     next_ctx: u64,
     last_round: Option<Instant>,
     /// Confirms that arrived in this turn of the loop: they share one fresh round.
@@ -229,6 +233,8 @@ pub(crate) struct Driver<S: RaftStore> {
     shutdown: Option<(Instant, oneshot::Sender<()>)>,
     stop: Option<StopKind>,
     last_published: Leadership,
+    /// Seeded election timeouts in place of raft-rs's own draws (simulation only).
+    election_timeouts: Option<ElectionTimeouts>,
 }
 
 enum StopKind {
@@ -279,7 +285,7 @@ impl<S: RaftStore> Driver<S> {
             lease_until: None,
             lease: None,
             lease_waiters: Vec::new(),
-            rounds: HashMap::new(),
+            rounds: BTreeMap::new(),
             next_ctx: 1,
             last_round: None,
             pending_confirms: Vec::new(),
@@ -287,6 +293,10 @@ impl<S: RaftStore> Driver<S> {
             shutdown: None,
             stop: None,
             last_published: initial,
+            election_timeouts: parts.election_seed.map(|seed| {
+                let t = &parts.timing;
+                ElectionTimeouts::new(seed, id, t.election_ticks, t.election_ticks_max)
+            }),
         }
     }
 
@@ -305,6 +315,7 @@ impl<S: RaftStore> Driver<S> {
         }
         self.publish();
         loop {
+            self.redraw_election_timeout();
             // A stalled process must not act on a lease that ran out while it slept:
             // check before anything else.
             self.expire_lease(self.clock.now());
@@ -366,6 +377,14 @@ impl<S: RaftStore> Driver<S> {
             if let Some(stop) = self.stop.take() {
                 return self.finish(stop);
             }
+        }
+    }
+
+    /// With a seeded election RNG: replaces any timeout raft-rs drew since the last
+    /// turn of the loop (before the next tick reads it).
+    fn redraw_election_timeout(&mut self) {
+        if let Some(t) = &mut self.election_timeouts {
+            t.redraw(&mut self.raw.raft);
         }
     }
 
@@ -1590,7 +1609,7 @@ impl<S: RaftStore> Driver<S> {
             ),
         };
         self.revoke(reason);
-        for (_, r) in self.rounds.drain() {
+        for (_, r) in std::mem::take(&mut self.rounds) {
             for w in r.waiters {
                 let _ = w.send(Err(reason));
             }

@@ -178,15 +178,18 @@ impl Lease {
         if self.commands.send(cmd).await.is_err() {
             return Err(lost(LostReason::Shutdown));
         }
+        // A lease lost while its confirm was answered counts as lost (and the choice
+        // does not depend on tokio's random branch order).
         tokio::select! {
+            biased;
+            _ = self.shared.cancel.cancelled() => {
+                Err(lost(self.shared.lost_reason().unwrap_or(LostReason::Expired)))
+            }
             r = rx => match r {
                 Ok(Ok(token)) => Ok(token),
                 Ok(Err(reason)) => Err(lost(reason)),
                 Err(_) => Err(lost(self.shared.lost_reason().unwrap_or(LostReason::Shutdown))),
             },
-            _ = self.shared.cancel.cancelled() => {
-                Err(lost(self.shared.lost_reason().unwrap_or(LostReason::Expired)))
-            }
         }
     }
 

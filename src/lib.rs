@@ -129,6 +129,7 @@ pub mod admin;
 pub mod clock;
 pub mod config;
 mod driver;
+mod election_rng;
 pub mod error;
 pub mod fence;
 pub mod history;

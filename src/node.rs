@@ -301,6 +301,7 @@ impl Node {
             configured: config.peers.keys().copied().collect(),
             history_retention: config.history_retention,
             compact_after: config.compact_after,
+            election_seed: config.election_seed,
         });
         let task = tokio::spawn(driver.run());
         Ok(Node {

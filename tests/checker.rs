@@ -29,6 +29,12 @@ fn healthy() -> (Vec<Event>, Vec<Write>) {
         Event::new(0, 500 * MS, Kind::Heal).note("heal all"),
         Event::term_changed(1, 505 * MS, 3, Some(2), "follower"),
         Event::confirmed(2, 540 * MS, 541 * MS, 3, 700 * MS),
+        // Applied histories: n1 just back from the cut, n3 lagging behind, n2 and n1 at
+        // the end.
+        Event::history(1, 506 * MS, vec![(2, 1)]),
+        Event::history(3, 450 * MS, vec![(2, 1)]),
+        Event::history(2, 560 * MS, vec![(2, 1), (3, 2)]),
+        Event::history(1, 560 * MS, vec![(2, 1), (3, 2)]),
     ];
     let w = vec![
         Write {
@@ -69,6 +75,7 @@ fn healthy_history_passes() {
     assert_eq!(s.terms_with_leases, 2);
     assert_eq!(s.confirms, 2);
     assert_eq!(s.recovery_ns, Some(41 * MS));
+    assert_eq!(s.histories, 4);
 }
 
 #[test]
@@ -183,6 +190,53 @@ fn no_lease_after_the_heal_fails_rule_e() {
 }
 
 #[test]
+fn a_committed_record_lost_by_a_later_leader_fails_rule_f() {
+    let (mut ev, w) = healthy();
+    // n2 applied term 3's record; later n3 leads term 4 with a history that never had
+    // it (a follower acknowledged the entry before writing it, and died).
+    ev.push(Event::history(3, 700 * MS, vec![(2, 1), (4, 3)]));
+    let f = fails(&ev, &w, Rule::AppliedHistory);
+    let text = f.to_string();
+    assert!(text.contains("record of term 3"), "{text}");
+    assert!(text.contains("a committed entry was lost"), "{text}");
+    assert!(text.contains("records=[2:n1 4:n3]"), "{text}");
+}
+
+#[test]
+fn two_leaders_recorded_for_one_term_fail_rule_f() {
+    let (mut ev, w) = healthy();
+    ev.push(Event::history(3, 700 * MS, vec![(2, 1), (3, 3)]));
+    let f = fails(&ev, &w, Rule::AppliedHistory);
+    assert!(f.to_string().contains("term 3: "), "{f}");
+}
+
+#[test]
+fn a_history_whose_terms_do_not_rise_fails_rule_f() {
+    let (mut ev, w) = healthy();
+    ev.push(Event::history(3, 700 * MS, vec![(3, 2), (2, 1)]));
+    fails(&ev, &w, Rule::AppliedHistory);
+}
+
+#[test]
+fn lagging_and_retention_trimmed_histories_are_windows_of_one_sequence() {
+    let (mut ev, w) = healthy();
+    // n3 has not applied term 3 yet; later the oldest record is dropped (retention 1);
+    // a third tenure follows. Every snapshot is a window of [2, 3, 5].
+    ev.push(Event::history(3, 600 * MS, vec![(2, 1)]));
+    ev.push(Event::history(3, 800 * MS, vec![(3, 2)]));
+    ev.push(Event::history(2, 900 * MS, vec![(3, 2), (5, 1)]));
+    ev.push(Event::history(1, 900 * MS, vec![(5, 1)]));
+    let s = check(&ev, &w, &opts()).unwrap_or_else(|f| panic!("{f}"));
+    assert_eq!(s.histories, 8);
+    // An empty history (a node that applied nothing yet) overlaps nothing.
+    ev.push(Event::history(3, 10 * MS, vec![]));
+    check(&ev, &w, &opts()).unwrap_or_else(|f| panic!("{f}"));
+    // But a window with a hole is not one.
+    ev.push(Event::history(2, 950 * MS, vec![(2, 1), (5, 1)]));
+    fails(&ev, &w, Rule::AppliedHistory);
+}
+
+#[test]
 fn worker_json_lines_parse() {
     let text = r#"
 {"event":"started","node":1,"mono_ns":5,"pid":1}
@@ -190,9 +244,11 @@ not json
 {"event":"leader_changed","node":1,"mono_ns":7,"term":2,"leader":1,"role":"leader"}
 {"event":"lease_lost","node":1,"mono_ns":9,"term":2,"token":2,"reason":"expired","ended_ns":8}
 {"event":"fence_rejected","node":1,"mono_ns":10,"term":2,"token":2,"highest":3}
+{"event":"history","node":2,"mono_ns":11,"records":[[2,1],[3,2]]}
 "#;
     let ev = events_from_json(text);
-    assert_eq!(ev.len(), 4);
+    assert_eq!(ev.len(), 5);
+    assert_eq!(ev[4], Event::history(2, 11, vec![(2, 1), (3, 2)]));
     assert_eq!(ev[1].kind, Kind::LeaderChanged);
     assert_eq!(ev[1].leader, Some(1));
     assert_eq!(ev[2].ended_ns, Some(8));

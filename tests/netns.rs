@@ -404,6 +404,8 @@ struct Outcome {
     /// Stale writes the fence turned away.
     rejected: usize,
     terms: usize,
+    /// Applied-history samples (the workers' `history` events) judged by rule (f).
+    histories: usize,
     /// Each restart after a kill: spawn → the worker's `started` event.
     restarts: Vec<Duration>,
     /// Each time the leader was cut from the majority, paused or killed: how long until
@@ -479,6 +481,7 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
         writes: 0,
         rejected: 0,
         terms: 0,
+        histories: 0,
         restarts: Vec::new(),
         failovers: Vec::new(),
         problems: Vec::new(),
@@ -590,10 +593,12 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
         Ok(s) => {
             out.recovery = s.recovery_ns.map(Duration::from_nanos);
             out.terms = s.terms_with_leases;
+            out.histories = s.histories;
         }
         Err(f) => {
             out.recovery = f.summary.recovery_ns.map(Duration::from_nanos);
             out.terms = f.summary.terms_with_leases;
+            out.histories = f.summary.histories;
             out.problems.push(format!("checker: {f}"));
         }
     }
@@ -864,6 +869,7 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
                     writes: 0,
                     rejected: 0,
                     terms: 0,
+                    histories: 0,
                     restarts: Vec::new(),
                     failovers: Vec::new(),
                     problems: vec![format!(
@@ -912,13 +918,14 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
     let failed: Vec<&Outcome> = outcomes.iter().filter(|o| !o.problems.is_empty()).collect();
     say(format!(
         "netns: {} schedules in {:.0} s, {} faults ({}–{} per schedule), longest recovery \
-         after the final heal {}, {} failed{}",
+         after the final heal {}, {} applied-history samples, {} failed{}",
         outcomes.len(),
         t0.elapsed().as_secs_f64(),
         faults.iter().sum::<usize>(),
         faults.iter().min().unwrap_or(&0),
         faults.iter().max().unwrap_or(&0),
         worst.map_or("-".into(), |w| format!("{} ms", w.as_millis())),
+        outcomes.iter().map(|o| o.histories).sum::<usize>(),
         failed.len(),
         failed
             .first()

@@ -46,7 +46,8 @@ options:
 
 Prints one JSON object per line on stdout: started, leader_changed, membership (this
 node became joining, learner, removed or a voter), lease_acquired, lease_confirmed,
-lease_lost, stopped; with --ledger also batch_started, settled,
+lease_lost, stopped, history (the applied leadership history as [[term, leader], ...],
+when it changed); with --ledger also batch_started, settled,
 fence_rejected. SIGTERM or SIGINT stops it gracefully (handing leadership over first
 when it leads). SIGUSR1 cuts it off from every peer (a partition drill through the
 transport's fault hooks, no root needed) and SIGUSR2 heals it.";
@@ -361,6 +362,23 @@ pub async fn run(args: WorkerArgs) -> i32 {
             }
             if watch.changed().await.is_err() {
                 break;
+            }
+        }
+    });
+
+    // history: the leadership history this node has applied, whenever it changed (the
+    // fault suites check that no node's applied history loses a record another had).
+    let n = node.clone();
+    tokio::spawn(async move {
+        let mut last = None;
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
+        loop {
+            tick.tick().await;
+            let Ok(h) = n.history().await else { break };
+            let records: Vec<[u64; 2]> = h.iter().map(|r| [r.term, r.leader]).collect();
+            if last.as_ref() != Some(&records) {
+                emit(id, "history", json!({ "records": records }));
+                last = Some(records);
             }
         }
     });

@@ -53,7 +53,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
@@ -161,6 +161,12 @@ pub struct QuicConfig {
     /// Where the transport logs (connects, losses, refused peers, bad frames). Discards
     /// by default.
     pub logger: Logger,
+    /// Test hook: seed quinn's endpoint RNG (per-connection choices such as skipped
+    /// packet numbers, key-update intervals and the greased transport parameter) and the
+    /// connection ids from this, so that a simulation replays them. `None` (the default)
+    /// draws from the OS. The TLS handshake's randomness (rustls, ring) stays unseeded.
+    #[doc(hidden)]
+    pub rng_seed: Option<u64>,
 }
 
 impl fmt::Debug for QuicConfig {
@@ -178,6 +184,7 @@ impl fmt::Debug for QuicConfig {
             .field("keep_alive", &self.keep_alive)
             .field("idle_timeout", &self.idle_timeout)
             .field("keep_while_disconnected", &self.keep_while_disconnected)
+            .field("rng_seed", &self.rng_seed)
             .finish_non_exhaustive()
     }
 }
@@ -205,6 +212,7 @@ impl QuicConfig {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             keep_while_disconnected: DEFAULT_KEEP_WHILE_DISCONNECTED,
             logger: Logger::root(slog::Discard, o!()),
+            rng_seed: None,
         }
     }
 
@@ -356,11 +364,28 @@ impl fmt::Debug for QuicTransport {
 
 /// Connection ids of 8 random bytes. Any id is accepted as possibly ours, so packets of
 /// a previous life of this node get a stateless reset instead of being ignored.
-struct RandomCids;
+///
+/// Drawn from the OS, or from a seeded RNG ([`QuicConfig::rng_seed`]).
+struct RandomCids(Option<rand::rngs::StdRng>);
+
+impl RandomCids {
+    /// A generator for `seed`; `made` counts the generators made for it, so two never
+    /// draw the same ids.
+    fn new(seed: Option<u64>, made: &AtomicU64) -> RandomCids {
+        use rand::SeedableRng;
+        RandomCids(seed.map(|s| {
+            let k = made.fetch_add(1, Ordering::Relaxed);
+            rand::rngs::StdRng::seed_from_u64(s ^ 0xc1d5 ^ (k << 32))
+        }))
+    }
+}
 
 impl quinn::ConnectionIdGenerator for RandomCids {
     fn generate_cid(&mut self) -> quinn::ConnectionId {
-        let bytes: [u8; 8] = rand::random();
+        let bytes: [u8; 8] = match &mut self.0 {
+            Some(rng) => rng.gen(),
+            None => rand::random(),
+        };
         quinn::ConnectionId::new(&bytes)
     }
     fn cid_len(&self) -> usize {
@@ -532,6 +557,7 @@ impl quinn::UdpPoller for WritablePoller {
             let released = this.socket.released.clone();
             this.wait = Some(Box::pin(async move {
                 tokio::select! {
+                    biased;
                     r = io.io.writable() => r,
                     _ = released.cancelled() => Ok(()),
                 }
@@ -644,7 +670,12 @@ impl QuicTransport {
                 .derive_secret(b"tenure/1 QUIC stateless reset key"),
         );
         let mut endpoint_config = quinn::EndpointConfig::new(Arc::new(reset_key));
-        endpoint_config.cid_generator(|| Box::new(RandomCids));
+        let (seed, made) = (cfg.rng_seed, AtomicU64::new(0));
+        endpoint_config.cid_generator(move || Box::new(RandomCids::new(seed, &made)));
+        endpoint_config.rng_seed(cfg.rng_seed.map(|s| {
+            use rand::SeedableRng;
+            rand::rngs::StdRng::seed_from_u64(s).gen()
+        }));
 
         let (socket, endpoint) = {
             let _guard = runtime.enter();
@@ -707,8 +738,11 @@ impl QuicTransport {
             log,
         });
         info!(shared.log, "QUIC transport listening"; "peers" => format!("{:?}", cfg.peers));
-        // Peers first: the accept loop refuses ids it does not know yet.
-        for (id, addr) in cfg.peers {
+        // Peers first: the accept loop refuses ids it does not know yet. In id order:
+        // the order of their tasks is the order of their first packets.
+        let mut peers: Vec<(NodeId, SocketAddr)> = cfg.peers.into_iter().collect();
+        peers.sort_unstable_by_key(|(id, _)| *id);
+        for (id, addr) in peers {
             shared.add_peer(id, addr);
         }
         shared.spawn(accept_loop(shared.clone()));
@@ -1089,6 +1123,7 @@ impl Outbound {
         tokio::pin!(sleep);
         loop {
             tokio::select! {
+                biased;
                 _ = self.cancel.cancelled() => return Ended::Stop,
                 _ = &mut sleep => return Ended::Retry,
                 _ = self.seen.notified() => return Ended::Retry,
@@ -1151,6 +1186,7 @@ impl Outbound {
         loop {
             let deadline = recheck.unwrap_or_else(|| started + FAR_FUTURE);
             tokio::select! {
+                biased;
                 _ = self.cancel.cancelled() => return Err(Ended::Stop),
                 r = &mut attempt => return r.map_err(Ended::Failed),
                 _ = self.seen.notified() => {
@@ -1180,6 +1216,7 @@ impl Outbound {
             if n > 0 {
                 let bytes = frames.len() as u64;
                 tokio::select! {
+                    biased;
                     _ = self.cancel.cancelled() => return Ended::Stop,
                     r = stream.write_chunk(frames.into()) => {
                         if let Err(e) = r {
@@ -1194,6 +1231,7 @@ impl Outbound {
                     .fetch_add(bytes, Ordering::Relaxed);
             }
             tokio::select! {
+                biased;
                 _ = self.cancel.cancelled() => return Ended::Stop,
                 e = conn.closed() => return Ended::Failed(describe_loss(&e)),
                 msg = self.rx.recv() => match msg {
@@ -1257,6 +1295,7 @@ fn backoff_delay(s: &Settings, attempt: u32) -> Duration {
 async fn accept_loop(shared: Arc<Shared>) {
     loop {
         let incoming = tokio::select! {
+            biased;
             _ = shared.shutdown.cancelled() => return,
             incoming = shared.endpoint.accept() => match incoming {
                 Some(incoming) => incoming,
@@ -1273,6 +1312,7 @@ async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
     let remote = incoming.remote_address();
     let log = shared.log.new(o!("remote" => remote.to_string()));
     let conn = tokio::select! {
+        biased;
         _ = shared.shutdown.cancelled() => return,
         r = incoming => match r {
             Ok(conn) => conn,
@@ -1310,6 +1350,7 @@ async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
     seen.notify_one();
     loop {
         let stream = tokio::select! {
+            biased;
             _ = cancel.cancelled() => {
                 let c = if shared.shutdown.is_cancelled() {
                     close_code::SHUTDOWN
@@ -1350,6 +1391,7 @@ async fn read_stream(
     let max = shared.settings.max_frame;
     loop {
         let read = tokio::select! {
+            biased;
             _ = cancel.cancelled() => return,
             r = frame::read_frame(&mut stream, max) => r,
         };

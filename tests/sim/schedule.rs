@@ -59,6 +59,11 @@ pub enum FaultKind {
     /// state (term, vote): that write never reaches the disk. It restarts when the fault
     /// ends (at the latest; it crashes then if no such write came).
     CrashMidWrite(Target),
+    /// Like `CrashMidWrite`, but at its next write of log entries that carry a leadership
+    /// record (the entry a new leader appends first): a follower dies between receiving
+    /// the entry and having it on disk. Only a follower that acknowledged before its
+    /// write (the `persist-after-send` mutation) lets the leader count it.
+    CrashMidAppend(Target),
     /// The target's links are held: its messages, both ways, arrive when the fault ends.
     Pause(Target),
     /// Each packet to or from these nodes is lost with probability `rate`.
@@ -106,6 +111,7 @@ impl FaultKind {
             FaultKind::Isolate(t)
             | FaultKind::Crash(t)
             | FaultKind::CrashMidWrite(t)
+            | FaultKind::CrashMidAppend(t)
             | FaultKind::Pause(t)
             | FaultKind::OneWay { target: t, .. } => vec![t.resolve(leader)],
             FaultKind::Bridge { side, bridge } => {
@@ -179,6 +185,12 @@ impl FaultKind {
             FaultKind::CrashMidWrite(_) => {
                 format!("crash {} at its next hard-state write", list(nodes))
             }
+            FaultKind::CrashMidAppend(_) => {
+                format!(
+                    "crash {} at its next write of a leadership record",
+                    list(nodes)
+                )
+            }
             FaultKind::Pause(_) => format!("pause (hold links of) {}", list(nodes)),
             FaultKind::Loss { rate, .. } => {
                 format!("loss {:.0}% on {}", rate * 100.0, list(nodes))
@@ -201,6 +213,7 @@ impl FaultKind {
             FaultKind::Bridge { .. } => "bridge",
             FaultKind::Crash(_) => "crash+restart",
             FaultKind::CrashMidWrite(_) => "crash mid-write",
+            FaultKind::CrashMidAppend(_) => "crash mid-append",
             FaultKind::Pause(_) => "pause",
             FaultKind::Loss { .. } => "loss",
             FaultKind::Delay { .. } => "delay",
@@ -239,7 +252,11 @@ impl Schedule {
                 // Some crashes are quick restarts: back within a few milliseconds, well
                 // inside the lease it helped renew before it died.
                 let len = match kind {
-                    FaultKind::Crash(_) | FaultKind::CrashMidWrite(_) if rng.gen_bool(0.5) => {
+                    FaultKind::Crash(_)
+                    | FaultKind::CrashMidWrite(_)
+                    | FaultKind::CrashMidAppend(_)
+                        if rng.gen_bool(0.5) =>
+                    {
                         Duration::from_millis(rng.gen_range(1..=60))
                     }
                     _ => len,
@@ -317,7 +334,15 @@ fn random_kind(rng: &mut StdRng, ids: &[NodeId]) -> FaultKind {
             }
             4 => FaultKind::Crash(random_target(rng, ids)),
             5 => FaultKind::Pause(random_target(rng, ids)),
-            8 => FaultKind::CrashMidWrite(random_target(rng, ids)),
+            8 => {
+                // Half of them at the write of appended entries; its victim is any node
+                // (a leader's follower is the one whose acknowledgement counts).
+                if rng.gen_bool(0.5) {
+                    FaultKind::CrashMidWrite(random_target(rng, ids))
+                } else {
+                    FaultKind::CrashMidAppend(Target::Node(*ids.choose(rng).expect("nodes")))
+                }
+            }
             6 => {
                 let k = rng.gen_range(1..=n);
                 FaultKind::Loss {

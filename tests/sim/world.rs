@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -33,6 +33,9 @@ use super::udp::{NetCtl, SimUdp};
 
 /// The UDP port every node listens on (each host has its own address).
 const PORT: u16 = 7000;
+
+/// How often each node's applied history is sampled (simulated time).
+const HISTORY_EVERY: Duration = Duration::from_millis(10);
 
 /// Everything one run needs.
 #[derive(Clone)]
@@ -75,6 +78,9 @@ pub struct Outcome {
     pub healed_at_ns: u64,
     /// Simulated time at the end.
     pub end_ns: u64,
+    /// Drivers that panicked (raft-rs asserts its invariants by panicking): node, time
+    /// and message. Never expected: a run with any fails.
+    pub panics: Vec<(NodeId, u64, String)>,
 }
 
 /// The record all hosts write to (they all run on this thread; tasks need `Send`).
@@ -85,6 +91,7 @@ struct Record {
     /// Latest view per node: (term, role, leader).
     views: BTreeMap<NodeId, (u64, Role, Option<NodeId>)>,
     incarnations: BTreeMap<NodeId, u64>,
+    panics: Vec<(NodeId, u64, String)>,
 }
 
 type Rec = Arc<Mutex<Record>>;
@@ -177,13 +184,30 @@ fn sim_ns_of(at: Instant) -> u64 {
     }
 }
 
+/// Which write of a node's store dies (the values of its [`SimStore::tear`]).
+mod tear {
+    /// None.
+    pub const NONE: u8 = 0;
+    /// The next write with a hard state (term, vote).
+    pub const HARD_STATE: u8 = 1;
+    /// The next write with log entries carrying a leadership record.
+    pub const RECORD: u8 = 2;
+}
+
+/// Whether an entry carries a leadership record (tenure's history entries start with
+/// this tag byte).
+fn is_record(e: &raft::eraftpb::Entry) -> bool {
+    e.data.first() == Some(&b'H')
+}
+
 /// The node's store: a [`MemStore`] that can be told to die in the middle of its next
-/// hard-state write (the write is lost and the driver stops, as a process killed during
-/// its fsync would).
+/// hard-state write, or of its next write of a leadership record (the write is lost and
+/// the driver stops, as a process killed during its fsync would).
 #[derive(Clone)]
 struct SimStore {
     inner: MemStore,
-    tear: Arc<AtomicBool>,
+    /// Which write dies: one of the [`tear`] values; reset when it happened.
+    tear: Arc<AtomicU8>,
     /// Set when the store died: the transport then lets its queues drain for a moment.
     dying: Arc<AtomicBool>,
 }
@@ -253,7 +277,12 @@ impl raft::Storage for SimStore {
 
 impl RaftStore for SimStore {
     fn write(&self, write: ReadyWrite) -> Result<(), StorageError> {
-        if write.hard_state.is_some() && self.tear.swap(false, Ordering::SeqCst) {
+        let dies = match self.tear.load(Ordering::SeqCst) {
+            tear::HARD_STATE => write.hard_state.is_some(),
+            tear::RECORD => write.entries.iter().any(is_record),
+            _ => false,
+        };
+        if dies && self.tear.swap(tear::NONE, Ordering::SeqCst) != tear::NONE {
             self.dying.store(true, Ordering::SeqCst);
             return Err(StorageError::Io {
                 path: "simulated disk".into(),
@@ -282,7 +311,7 @@ struct HostCtx {
     id: NodeId,
     cfg: RunConfig,
     disk: MemDisk,
-    tear: Arc<AtomicBool>,
+    tear: Arc<AtomicU8>,
     rec: Rec,
     resource: Arc<Mutex<Resource>>,
     net: Arc<Mutex<NetCtl>>,
@@ -301,7 +330,8 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
             .push(Event::new(id, sim_ns(), Kind::Started).note(format!("incarnation {inc}")));
         inc
     };
-    let mut rng = StdRng::seed_from_u64(ctx.cfg.seed ^ (id << 40) ^ (inc << 52));
+    let host_seed = ctx.cfg.seed ^ (id << 40) ^ (inc << 52);
+    let mut rng = StdRng::seed_from_u64(host_seed);
     // Start the node somewhere inside its first tick, so the hosts' tickers are not in
     // lockstep (real processes never are).
     let offset = rng.gen_range(0..ctx.cfg.timing.tick.as_micros() as u64);
@@ -328,6 +358,8 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
     // of 1 µs leaves it nothing to draw (see the determinism notes in tests/sim.rs).
     qc.backoff_min = Duration::from_micros(1);
     qc.backoff_max = Duration::from_micros(1);
+    // quinn's per-connection randomness and the connection ids, from the seed.
+    qc.rng_seed = Some(host_seed ^ 0x0091_c5eed);
     let (transport, inbound) =
         QuicTransport::start_on_socket(qc, socket, Arc::new(quinn::TokioRuntime))?;
     // Peers in id order (a HashMap in the config would start their tasks in a random
@@ -343,6 +375,8 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
     if let Some(rate) = ctx.cfg.clock_rates.get(&id) {
         config.clock_rate = *rate;
     }
+    // raft-rs's election timeouts, from the seed.
+    config.election_seed = Some(host_seed ^ 0xe1ec);
     let dying = Arc::new(AtomicBool::new(false));
     let store = SimStore {
         inner: MemStore::open(ctx.disk.clone()),
@@ -380,11 +414,33 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
         }
     });
 
+    // The applied leadership history, for rule (f): sampled, recorded when it changed.
+    // A crash stops the sampler with the host, so its last sample stands for what the
+    // node had applied when it died (up to one period old).
+    let n = node.clone();
+    let rec = ctx.rec.clone();
+    tokio::spawn(async move {
+        let mut last = None;
+        while let Ok(h) = n.history().await {
+            let records: Vec<(u64, u64)> = h.iter().map(|r| (r.term, r.leader)).collect();
+            if last.as_ref() != Some(&records) {
+                lock(&rec)
+                    .events
+                    .push(Event::history(id, sim_ns(), records.clone()));
+                last = Some(records);
+            }
+            tokio::time::sleep(HISTORY_EVERY).await;
+        }
+    });
+
     workload(ctx.clone(), node.clone(), rng).await;
     // The node stopped: it died at a torn write (the host restarts when the fault ends).
     if let Err(e) = node.join().await {
-        lock(&ctx.rec)
-            .events
+        let mut r = lock(&ctx.rec);
+        if e.reason.contains("panicked") {
+            r.panics.push((id, sim_ns(), e.reason.clone()));
+        }
+        r.events
             .push(Event::new(id, sim_ns(), Kind::Crashed).note(e.reason));
     }
     Ok(())
@@ -423,6 +479,7 @@ async fn workload(ctx: Arc<HostCtx>, node: Node, mut rng: StdRng) {
             let (lo, hi) = ctx.cfg.confirm_every;
             let pause = rng.gen_range(lo..=hi);
             tokio::select! {
+                biased;
                 _ = lease.lost() => break,
                 _ = tokio::time::sleep(pause) => {}
             }
@@ -522,7 +579,7 @@ pub fn run(cfg: &RunConfig) -> Outcome {
         voters: ids.clone(),
         ..Default::default()
     };
-    let tears: BTreeMap<NodeId, Arc<AtomicBool>> =
+    let tears: BTreeMap<NodeId, Arc<AtomicU8>> =
         ids.iter().map(|id| (*id, Arc::default())).collect();
     for id in &ids {
         let ctx = Arc::new(HostCtx {
@@ -567,7 +624,10 @@ pub fn run(cfg: &RunConfig) -> Outcome {
             lock(&rec)
                 .events
                 .push(Event::new(0, now.as_nanos() as u64, kind).note(note));
-            if let FaultKind::Crash(_) | FaultKind::CrashMidWrite(_) = fault.kind {
+            if let FaultKind::Crash(_)
+            | FaultKind::CrashMidWrite(_)
+            | FaultKind::CrashMidAppend(_) = fault.kind
+            {
                 for id in &resolved[i] {
                     let crash = matches!(fault.kind, FaultKind::Crash(_)) == start;
                     if crash {
@@ -578,10 +638,12 @@ pub fn run(cfg: &RunConfig) -> Outcome {
                             Kind::Crashed,
                         ));
                     }
-                    tears[id].store(
-                        start && matches!(fault.kind, FaultKind::CrashMidWrite(_)),
-                        Ordering::SeqCst,
-                    );
+                    let armed = match fault.kind {
+                        FaultKind::CrashMidWrite(_) if start => tear::HARD_STATE,
+                        FaultKind::CrashMidAppend(_) if start => tear::RECORD,
+                        _ => tear::NONE,
+                    };
+                    tears[id].store(armed, Ordering::SeqCst);
                 }
             }
             apply(
@@ -625,6 +687,7 @@ pub fn run(cfg: &RunConfig) -> Outcome {
         writes: std::mem::take(&mut r.writes),
         healed_at_ns: healed_at.as_nanos() as u64,
         end_ns,
+        panics: std::mem::take(&mut r.panics),
     }
 }
 
@@ -660,7 +723,7 @@ fn apply(
         }
     };
     match kind {
-        FaultKind::CrashMidWrite(_) => {
+        FaultKind::CrashMidWrite(_) | FaultKind::CrashMidAppend(_) => {
             // Armed at the start (the store dies at its next hard-state write); the host
             // is crashed, if still up, and restarted at the end.
             if !start {

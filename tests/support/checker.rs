@@ -74,6 +74,31 @@
 //! of the last fault). The history must run that long; if it ends first without a lease,
 //! that is a violation too. The bound is the caller's: it depends on the timing and on
 //! what the transport needs to reconnect (see the simulation for the one it uses).
+//!
+//! **(f) State machine safety: the applied histories agree.** Each `history` event is a
+//! snapshot of the leadership history one node had applied at `at_ns`
+//! ([`Node::history`](tenure::Node::history)): its records as (term, leader), oldest
+//! first. Why they must fit together: every node applies the same committed log in log
+//! order; a leader proposes its "tenure began" record in its own term, so the record
+//! sits in an entry of that term, and entry terms only rise along the log; a node's
+//! history drops its oldest records beyond the retention count. So every snapshot is a
+//! *window* of one global sequence of records, strictly rising in term: a prefix of it
+//! (the node may not have applied the newest yet) with a prefix cut off (retention).
+//! The rule, for snapshots `A` and `B` (of any nodes, at any times, `A = B` excluded):
+//!
+//! * (f1) within a snapshot, terms strictly rise;
+//! * (f2) if both hold term `t`, they name the same leader for it;
+//! * (f3) between their common bounds, `max(first(A), first(B)) ≤ t ≤ min(last(A),
+//!   last(B))`, they hold the same terms: `t ∈ A ⇔ t ∈ B`.
+//!
+//! (f3) is the durability half: a record that any node applied was committed, so every
+//! later leader's log holds it, and every snapshot that reaches past its term (and has
+//! not dropped it to retention) must hold it too. It catches a committed entry that was
+//! lost: a follower acknowledged an entry it had not yet written (persist-after-send),
+//! died, and a leader elected without that entry replaced it with its own record. Not
+//! caught: a lost record that no snapshot ever showed applied, and snapshots that do not
+//! overlap. The more often histories are sampled (at the end of a run, before a crash),
+//! the less of that there is.
 
 #![allow(dead_code)]
 
@@ -111,6 +136,8 @@ pub enum Kind {
     Heal,
     /// The resource accepted a write (timeline only; the checked log is [`Write`]).
     Write,
+    /// A node's applied leadership history (`records`), for rule (f).
+    History,
     /// Anything else, by name.
     Other(String),
 }
@@ -131,6 +158,7 @@ impl Kind {
             Kind::Fault => "fault",
             Kind::Heal => "heal",
             Kind::Write => "write",
+            Kind::History => "history",
             Kind::Other(s) => s,
         }
     }
@@ -150,6 +178,7 @@ impl Kind {
             "fault" | "isolated" => Kind::Fault,
             "heal" | "healed" => Kind::Heal,
             "write" => Kind::Write,
+            "history" => Kind::History,
             other => Kind::Other(other.to_string()),
         }
     }
@@ -186,6 +215,8 @@ pub struct Event {
     pub reason: Option<String>,
     /// Free text for the timeline (fault descriptions).
     pub note: String,
+    /// With `history`: the node's applied records as (term, leader), oldest first.
+    pub records: Vec<(u64, u64)>,
 }
 
 impl Event {
@@ -206,6 +237,7 @@ impl Event {
             highest: None,
             reason: None,
             note: String::new(),
+            records: Vec::new(),
         }
     }
 
@@ -262,9 +294,16 @@ impl Event {
         e
     }
 
+    /// `history`: the records (term, leader) `node` had applied at `at`, oldest first.
+    pub fn history(node: u64, at: u64, records: Vec<(u64, u64)>) -> Event {
+        let mut e = Event::new(node, at, Kind::History);
+        e.records = records;
+        e
+    }
+
     /// Parses one worker JSON line (`{"event": .., "node": .., "mono_ns": .., ...}`);
     /// `None` for anything else. `latency_us` becomes `latency_ns`; an optional
-    /// `began_ns` is taken as is.
+    /// `began_ns` is taken as is; a `history` event's `records` is `[[term, leader], ...]`.
     pub fn from_json_line(line: &str) -> Option<Event> {
         let v: Value = serde_json::from_str(line.trim()).ok()?;
         Event::from_json(&v)
@@ -293,6 +332,12 @@ impl Event {
         e.ended_ns = u("ended_ns");
         e.highest = u("highest");
         e.reason = s("reason");
+        if let Some(records) = v.get("records").and_then(Value::as_array) {
+            e.records = records
+                .iter()
+                .filter_map(|r| Some((r.get(0)?.as_u64()?, r.get(1)?.as_u64()?)))
+                .collect();
+        }
         if let Kind::Other(_) | Kind::Fault | Kind::Heal = e.kind {
             e.note = s("note").unwrap_or_default();
         }
@@ -337,6 +382,8 @@ pub enum Rule {
     Overlap,
     /// (e) a lease within the bound after the last heal.
     Liveness,
+    /// (f) the applied histories are windows of one sequence.
+    AppliedHistory,
 }
 
 impl fmt::Display for Rule {
@@ -347,6 +394,7 @@ impl fmt::Display for Rule {
             Rule::StaleConfirm => "(c) no confirm after a majority moved past the term",
             Rule::Overlap => "(d) leases do not overlap",
             Rule::Liveness => "(e) liveness after the last heal",
+            Rule::AppliedHistory => "(f) applied histories agree (state machine safety)",
         })
     }
 }
@@ -383,7 +431,7 @@ pub struct Options {
 }
 
 impl Options {
-    /// Rules (a)–(d) for a group of `group_size`, 12 events of context.
+    /// Rules (a)–(d) and (f) for a group of `group_size`, 12 events of context.
     pub fn new(group_size: usize) -> Options {
         Options {
             group_size,
@@ -415,6 +463,8 @@ pub struct Summary {
     pub writes: usize,
     /// Time from the last heal to the first lease event after it (rule (e)).
     pub recovery_ns: Option<u64>,
+    /// History snapshots judged by rule (f).
+    pub histories: usize,
 }
 
 /// Every violation of one history.
@@ -514,6 +564,9 @@ impl History<'_> {
         }
         if let Some(h) = e.highest {
             kv("highest", h.to_string());
+        }
+        if e.kind == Kind::History {
+            kv("records", show_records(&e.records));
         }
         if !e.note.is_empty() {
             s.push_str("  ");
@@ -852,6 +905,9 @@ pub fn check(events: &[Event], writes: &[Write], opts: &Options) -> Result<Summa
         }
     }
 
+    // (f) applied histories.
+    summary.histories = check_histories(&h, &mut violations);
+
     if violations.is_empty() {
         Ok(summary)
     } else {
@@ -861,4 +917,117 @@ pub fn check(events: &[Event], writes: &[Write], opts: &Options) -> Result<Summa
             summary,
         })
     }
+}
+
+/// `[term:leader, ...]`, eliding the middle of a long history.
+fn show_records(records: &[(u64, u64)]) -> String {
+    let one = |(t, l): &(u64, u64)| format!("{t}:n{l}");
+    if records.len() <= 8 {
+        let all: Vec<String> = records.iter().map(one).collect();
+        return format!("[{}]", all.join(" "));
+    }
+    let head: Vec<String> = records[..2].iter().map(one).collect();
+    let tail: Vec<String> = records[records.len() - 5..].iter().map(one).collect();
+    format!(
+        "[{} ..{} more.. {}]",
+        head.join(" "),
+        records.len() - 7,
+        tail.join(" ")
+    )
+}
+
+/// Rule (f) over every `history` event; returns how many there were.
+fn check_histories(h: &History<'_>, violations: &mut Vec<Violation>) -> usize {
+    let snaps: Vec<(usize, &Event)> = h
+        .events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.kind == Kind::History)
+        .map(|(i, e)| (i, *e))
+        .collect();
+    let at = |e: &Event| h.rel(e.at_ns);
+    // Each broken fact once: (f1) per node, (f2)/(f3) per term.
+    let mut seen: BTreeSet<(u8, u64)> = BTreeSet::new();
+    // (f1) strictly rising terms.
+    for (i, e) in &snaps {
+        if let Some(w) = e.records.windows(2).find(|w| w[1].0 <= w[0].0) {
+            if seen.insert((1, e.node)) {
+                violations.push(Violation {
+                    rule: Rule::AppliedHistory,
+                    message: format!(
+                        "n{}'s history at {} does not rise in term: record of term {} after \
+                         one of term {}",
+                        e.node,
+                        at(e),
+                        w[1].0,
+                        w[0].0
+                    ),
+                    timeline: h.around(*i, &[]),
+                });
+            }
+        }
+    }
+    // (f2) and (f3), every pair; the later snapshot is the focus of the timeline.
+    for (x, (ia, a)) in snaps.iter().enumerate() {
+        for (ib, b) in &snaps[x + 1..] {
+            let (Some(fa), Some(la), Some(fb), Some(lb)) = (
+                a.records.first(),
+                a.records.last(),
+                b.records.first(),
+                b.records.last(),
+            ) else {
+                continue;
+            };
+            let leaders_a: BTreeMap<u64, u64> = a.records.iter().copied().collect();
+            let leaders_b: BTreeMap<u64, u64> = b.records.iter().copied().collect();
+            for (t, la_t) in &leaders_a {
+                if let Some(lb_t) = leaders_b.get(t) {
+                    if lb_t != la_t && seen.insert((2, *t)) {
+                        violations.push(Violation {
+                            rule: Rule::AppliedHistory,
+                            message: format!(
+                                "term {t}: n{}'s history at {} says n{la_t} led it, n{}'s at {} \
+                                 says n{lb_t}",
+                                a.node,
+                                at(a),
+                                b.node,
+                                at(b)
+                            ),
+                            timeline: h.around(*ib, &[*ia]),
+                        });
+                    }
+                }
+            }
+            let (lo, hi) = (fa.0.max(fb.0), la.0.min(lb.0));
+            if lo > hi {
+                continue; // disjoint windows (or a history that does not rise: f1)
+            }
+            let in_range = |m: &BTreeMap<u64, u64>| -> BTreeSet<u64> {
+                m.range(lo..=hi).map(|(t, _)| *t).collect()
+            };
+            let (ta, tb) = (in_range(&leaders_a), in_range(&leaders_b));
+            for t in ta.symmetric_difference(&tb) {
+                let (has, lacks) = if ta.contains(t) { (a, b) } else { (b, a) };
+                if seen.insert((3, *t)) {
+                    violations.push(Violation {
+                        rule: Rule::AppliedHistory,
+                        message: format!(
+                            "the record of term {t} (leader n{}) that n{} had applied at {} is \
+                             missing from n{}'s history at {}, which runs from term {} to \
+                             term {}: a committed entry was lost",
+                            has.records.iter().find(|r| r.0 == *t).map_or(0, |r| r.1),
+                            has.node,
+                            at(has),
+                            lacks.node,
+                            at(lacks),
+                            lacks.records.first().map_or(0, |r| r.0),
+                            lacks.records.last().map_or(0, |r| r.0),
+                        ),
+                        timeline: h.around(*ib, &[*ia]),
+                    });
+                }
+            }
+        }
+    }
+    snaps.len()
 }

@@ -1,0 +1,101 @@
+//! Seeded election timeouts, for simulations that must replay a run exactly.
+//!
+//! raft-rs draws a node's randomized election timeout from `rand::thread_rng()`, seeded
+//! by the OS, in `Raft::reset`: whenever the node becomes follower, candidate or leader
+//! (pre-candidate keeps its timeout). Every such reset changes the node's term or role,
+//! and nothing else changes them, so "(term, role) differs from the last look" says
+//! exactly that raft-rs drew a timeout since then. [`ElectionTimeouts::redraw`] then
+//! replaces the draw with one from a seeded RNG. The driver calls it after every event,
+//! before the next tick can read the timeout, so every timeout in force is the seeded
+//! one.
+
+use raft::{Raft, StateRole, Storage};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// A seeded source of election timeouts for one node.
+pub(crate) struct ElectionTimeouts {
+    rng: StdRng,
+    /// The draw range in ticks: `[min, max)`, as raft-rs draws.
+    min: usize,
+    max: usize,
+    /// (term, role) when last looked at; `None` before the first look.
+    seen: Option<(u64, StateRole)>,
+}
+
+impl ElectionTimeouts {
+    /// Timeouts in `[min_ticks, max_ticks)` from `seed` (mixed with the node id, so
+    /// nodes given the same seed still draw differently).
+    pub(crate) fn new(seed: u64, id: u64, min_ticks: usize, max_ticks: usize) -> Self {
+        ElectionTimeouts {
+            rng: StdRng::seed_from_u64(seed ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            min: min_ticks,
+            max: max_ticks,
+            seen: None,
+        }
+    }
+
+    /// If raft-rs has reset since the last call (or this is the first), sets a seeded
+    /// timeout in place of its draw.
+    pub(crate) fn redraw<S: Storage>(&mut self, raft: &mut Raft<S>) {
+        let now = (raft.term, raft.state);
+        if self.seen == Some(now) {
+            return;
+        }
+        self.seen = Some(now);
+        if self.max > self.min + 1 {
+            raft.set_randomized_election_timeout(self.rng.gen_range(self.min..self.max));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raft::storage::MemStorage;
+    use raft::RawNode;
+
+    /// The timeouts node 1 of a group of three has in force through ten elections.
+    fn timeouts_in_force(seed: u64) -> Vec<usize> {
+        let config = raft::Config {
+            id: 1,
+            election_tick: 10,
+            heartbeat_tick: 2,
+            min_election_tick: 10,
+            max_election_tick: 20,
+            ..Default::default()
+        };
+        let storage = MemStorage::new_with_conf_state((vec![1, 2, 3], vec![]));
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let mut raw = RawNode::new(&config, storage, &logger).expect("raft node");
+        let mut t = ElectionTimeouts::new(seed, 1, 10, 20);
+        let mut seen = Vec::new();
+        t.redraw(&mut raw.raft);
+        seen.push(raw.raft.randomized_election_timeout());
+        for _ in 0..10 {
+            raw.raft.become_pre_candidate();
+            raw.raft.become_candidate();
+            t.redraw(&mut raw.raft);
+            seen.push(raw.raft.randomized_election_timeout());
+            let term = raw.raft.term;
+            raw.raft.become_follower(term, 2);
+            t.redraw(&mut raw.raft);
+            seen.push(raw.raft.randomized_election_timeout());
+            // No reset since: the timeout in force stays.
+            t.redraw(&mut raw.raft);
+            assert_eq!(
+                raw.raft.randomized_election_timeout(),
+                *seen.last().unwrap()
+            );
+        }
+        seen
+    }
+
+    #[test]
+    fn a_seed_fixes_every_timeout_raft_draws() {
+        let a = timeouts_in_force(7);
+        assert_eq!(a, timeouts_in_force(7), "same seed, same timeouts");
+        assert!(a.iter().all(|t| (10..20).contains(t)), "{a:?}");
+        assert_ne!(a, timeouts_in_force(8), "another seed, other timeouts");
+    }
+}
