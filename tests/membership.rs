@@ -8,10 +8,30 @@ mod support;
 
 use std::time::Duration;
 
+use support::checker::{check, Event, Options};
 use support::cluster::{wait_for, Cluster};
 use tenure::{Membership, MembershipError, NodeId, Role, TransferError};
 
 const WAIT: Duration = Duration::from_secs(20);
+
+/// Every running node's applied history, as checker events (rule (f): the histories of
+/// all nodes are windows of one sequence, whatever the membership did).
+async fn sample_histories(c: &Cluster, events: &mut Vec<Event>) {
+    for (id, n) in &c.nodes {
+        if let Ok(h) = n.history().await {
+            let records = h.iter().map(|r| (r.term, r.leader)).collect();
+            events.push(Event::history(*id, tenure::clock::monotonic_ns(), records));
+        }
+    }
+}
+
+/// Samples once more and judges every sample with the history checker.
+async fn assert_histories_agree(c: &Cluster, mut events: Vec<Event>) {
+    sample_histories(c, &mut events).await;
+    if let Err(f) = check(&events, &[], &Options::new(5)) {
+        panic!("{f}");
+    }
+}
 
 /// The membership node `id` has applied.
 async fn members(c: &Cluster, id: NodeId) -> Membership {
@@ -85,6 +105,7 @@ fn others(ids: &[NodeId], not: NodeId) -> Vec<NodeId> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grow_from_three_to_five_then_lose_the_leader() {
     let mut c = Cluster::start(3).await;
+    let mut hist = Vec::new();
     c.steady_leader(WAIT).await;
     add_voter(&mut c, 4).await;
     add_voter(&mut c, 5).await;
@@ -113,6 +134,7 @@ async fn grow_from_three_to_five_then_lose_the_leader() {
 
     // The grown group survives its leader: four of five elect (quorum 3).
     let (leader, term) = c.steady_leader(WAIT).await;
+    sample_histories(&c, &mut hist).await;
     c.kill(leader).await;
     let (new, new_term) = c.steady_leader(WAIT).await;
     assert_ne!(new, leader);
@@ -122,12 +144,14 @@ async fn grow_from_three_to_five_then_lose_the_leader() {
     c.restart(restart).await;
     wait_voters(&c, &[restart], &[1, 2, 3, 4, 5]).await;
     c.assert_leases_never_overlap();
+    assert_histories_agree(&c, hist).await;
     c.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shrink_from_five_to_three_and_removed_nodes_stay_quiet() {
     let mut c = Cluster::start(5).await;
+    let mut hist = Vec::new();
     let (leader, _) = c.steady_leader(WAIT).await;
     let gone: Vec<NodeId> = others(&[1, 2, 3, 4, 5], leader)
         .into_iter()
@@ -175,6 +199,7 @@ async fn shrink_from_five_to_three_and_removed_nodes_stay_quiet() {
     }
     // The smaller group still works: lose its leader, 2 of 3 elect.
     let (leader, _) = c.steady_leader(WAIT).await;
+    sample_histories(&c, &mut hist).await;
     c.kill(leader).await;
     c.steady_leader(WAIT).await;
     // A removed node's data directory no longer admits it.
@@ -189,6 +214,7 @@ async fn shrink_from_five_to_three_and_removed_nodes_stay_quiet() {
         );
     }
     c.assert_leases_never_overlap();
+    assert_histories_agree(&c, hist).await;
     c.shutdown().await;
 }
 
@@ -203,8 +229,10 @@ fn elections_started(text: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replace_a_dead_node_in_one_joint_change() {
     let mut c = Cluster::start(3).await;
+    let mut hist = Vec::new();
     let (leader, _) = c.steady_leader(WAIT).await;
     let dead = others(&[1, 2, 3], leader)[0];
+    sample_histories(&c, &mut hist).await;
     c.kill(dead).await;
     c.nodes.remove(&dead);
     let addr = c.start_joining(4).await;
@@ -237,17 +265,20 @@ async fn replace_a_dead_node_in_one_joint_change() {
     wait_voters(&c, &voters, &voters).await;
     // The new group elects without the dead node, and the membership survives restarts.
     let (leader, _) = c.steady_leader(WAIT).await;
+    sample_histories(&c, &mut hist).await;
     c.kill(leader).await;
     let (_, _) = c.steady_leader(WAIT).await;
     c.restart(leader).await;
     wait_voters(&c, &voters, &voters).await;
     c.assert_leases_never_overlap();
+    assert_histories_agree(&c, hist).await;
     c.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_the_leader_hands_over() {
     let mut c = Cluster::start(3).await;
+    let mut hist = Vec::new();
     let (leader, term) = c.steady_leader(WAIT).await;
     let m = c
         .node(leader)
@@ -267,12 +298,14 @@ async fn removing_the_leader_hands_over() {
     wait_voters(&c, &rest, &rest).await;
     old.kill().await;
     c.assert_leases_never_overlap();
+    assert_histories_agree(&c, hist).await;
     c.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_crash_in_the_middle_of_a_joint_change() {
     let mut c = Cluster::start(3).await;
+    let mut hist = Vec::new();
     let addr = c.start_joining(4).await;
     let (leader, _) = c.steady_leader(WAIT).await;
     c.node(leader)
@@ -301,6 +334,7 @@ async fn leader_crash_in_the_middle_of_a_joint_change() {
     assert_eq!(err, MembershipError::ChangeInFlight);
     // Crash the leader while joint: a new leader needs a quorum of both halves, and
     // must finish the change (leave the joint configuration).
+    sample_histories(&c, &mut hist).await;
     c.kill(leader).await;
     c.nodes.remove(&leader);
     let (new, _) = c.steady_leader(WAIT).await;
@@ -317,12 +351,14 @@ async fn leader_crash_in_the_middle_of_a_joint_change() {
     let live: Vec<NodeId> = live.into_iter().filter(|i| *i != out).collect();
     wait_voters(&c, &live, &voters).await;
     c.assert_leases_never_overlap();
+    assert_histories_agree(&c, hist).await;
     c.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_change_at_a_time_and_clear_refusals() {
     let mut c = Cluster::start(3).await;
+    let mut hist = Vec::new();
     let a4 = c.start_joining(4).await;
     let a5 = c.start_joining(5).await;
     let (leader, _) = c.steady_leader(WAIT).await;
@@ -358,12 +394,14 @@ async fn one_change_at_a_time_and_clear_refusals() {
     let msg = MembershipError::NotLeader { leader_hint: None }.to_string();
     assert!(msg.contains("no leader is known"), "{msg}");
     c.assert_leases_never_overlap();
+    assert_histories_agree(&c, hist).await;
     c.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drained_node_hands_over_never_leads_and_stays_drained_across_restarts() {
     let mut c = Cluster::start(3).await;
+    let mut hist = Vec::new();
     let (leader, term) = c.steady_leader(WAIT).await;
     let m = c
         .node(leader)
@@ -413,6 +451,7 @@ async fn a_drained_node_hands_over_never_leads_and_stays_drained_across_restarts
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+    sample_histories(&c, &mut hist).await;
     c.kill(new).await;
     let (l, _) = c.steady_leader(WAIT).await;
     assert_eq!(l, third);
@@ -432,5 +471,6 @@ async fn a_drained_node_hands_over_never_leads_and_stays_drained_across_restarts
         Ok(leader)
     );
     c.assert_leases_never_overlap();
+    assert_histories_agree(&c, hist).await;
     c.shutdown().await;
 }
