@@ -79,23 +79,34 @@ async fn add_voter(c: &mut Cluster, id: NodeId) {
     promote_when_caught_up(c, id).await;
 }
 
-async fn promote_when_caught_up(c: &Cluster, id: NodeId) {
+/// Retries a change while the learner it needs is still catching up (or the previous
+/// change is still in flight); any other refusal fails the test.
+async fn until_caught_up<F, Fut>(what: &str, mut change: F) -> Membership
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Membership, MembershipError>>,
+{
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let (leader, _) = c.steady_leader(WAIT).await;
-        match c.node(leader).promote(id).await {
-            Ok(m) => {
-                assert!(m.voters.contains(&id), "{m:?}");
-                return;
-            }
+        match change().await {
+            Ok(m) => return m,
             Err(MembershipError::LearnerBehind { .. }) | Err(MembershipError::ChangeInFlight)
                 if tokio::time::Instant::now() < deadline =>
             {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(Duration::from_millis(20)).await
             }
-            Err(e) => panic!("promote {id}: {e}"),
+            Err(e) => panic!("{what}: {e}"),
         }
     }
+}
+
+async fn promote_when_caught_up(c: &Cluster, id: NodeId) {
+    let m = until_caught_up(&format!("promote {id}"), || async {
+        let (leader, _) = c.steady_leader(WAIT).await;
+        c.node(leader).promote(id).await
+    })
+    .await;
+    assert!(m.voters.contains(&id), "{m:?}");
 }
 
 fn others(ids: &[NodeId], not: NodeId) -> Vec<NodeId> {
@@ -242,18 +253,8 @@ async fn replace_a_dead_node_in_one_joint_change() {
         .await
         .expect("add learner");
     // Replacing needs a caught-up learner.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let m = loop {
-        match c.node(leader).replace_member(dead, 4).await {
-            Ok(m) => break m,
-            Err(MembershipError::LearnerBehind { .. }) | Err(MembershipError::ChangeInFlight)
-                if tokio::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            Err(e) => panic!("replace: {e}"),
-        }
-    };
+    let n = c.node(leader).clone();
+    let m = until_caught_up("replace", || n.replace_member(dead, 4)).await;
     // Answered only once the joint configuration was left.
     assert!(
         m.outgoing.is_empty() && m.voters.contains(&4) && !m.contains(dead),
@@ -314,21 +315,9 @@ async fn leader_crash_in_the_middle_of_a_joint_change() {
         .expect("add learner");
     let out = others(&[1, 2, 3], leader)[0];
     // Enter a joint configuration that this leader will not leave by itself.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        match c.node(leader).replace_member_explicit(out, 4).await {
-            Ok(m) => {
-                assert!(!m.outgoing.is_empty(), "expected a joint config: {m:?}");
-                break;
-            }
-            Err(MembershipError::LearnerBehind { .. }) | Err(MembershipError::ChangeInFlight)
-                if tokio::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            Err(e) => panic!("replace: {e}"),
-        }
-    }
+    let n = c.node(leader).clone();
+    let m = until_caught_up("replace", || n.replace_member_explicit(out, 4)).await;
+    assert!(!m.outgoing.is_empty(), "expected a joint config: {m:?}");
     // Another change is refused while the group is joint.
     let err = c.node(leader).remove_member(out).await.unwrap_err();
     assert_eq!(err, MembershipError::ChangeInFlight);
