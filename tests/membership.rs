@@ -279,7 +279,7 @@ async fn replace_a_dead_node_in_one_joint_change() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_the_leader_hands_over() {
     let mut c = Cluster::start(3).await;
-    let mut hist = Vec::new();
+    let hist = Vec::new();
     let (leader, term) = c.steady_leader(WAIT).await;
     let m = c
         .node(leader)
@@ -347,7 +347,7 @@ async fn leader_crash_in_the_middle_of_a_joint_change() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_change_at_a_time_and_clear_refusals() {
     let mut c = Cluster::start(3).await;
-    let mut hist = Vec::new();
+    let hist = Vec::new();
     let a4 = c.start_joining(4).await;
     let a5 = c.start_joining(5).await;
     let (leader, _) = c.steady_leader(WAIT).await;
