@@ -936,6 +936,7 @@ impl<S: RaftStore> Driver<S> {
             return Err(MembershipError::NotLeader { leader_hint });
         }
         let m = self.membership();
+        self.check_quorum_now(&m, now)?;
         let in_flight = self.change_in_flight();
         let commit = raft.raft_log.committed;
         let matched = |id: NodeId| raft.prs().get(id).map_or(0, |p| p.matched);
@@ -1117,6 +1118,31 @@ impl<S: RaftStore> Driver<S> {
             });
         }
         Ok(())
+    }
+
+    /// Refuses at once when this leader does not reach a quorum (of both halves while
+    /// joint): the change could not commit, and an operator should hear why.
+    fn check_quorum_now(&self, m: &Membership, now: Instant) -> Result<(), MembershipError> {
+        let raft = &self.raw.raft;
+        // The lease ran out unrenewed: no quorum acknowledged a round for a lease period.
+        let lapsed = self.lease_until.is_some_and(|u| now >= u);
+        let active =
+            |v: &NodeId| *v == self.id || raft.prs().get(*v).is_some_and(|p| p.recent_active);
+        let majority = |set: &[NodeId]| {
+            set.is_empty() || set.iter().filter(|v| active(v)).count() > set.len() / 2
+        };
+        if !lapsed && majority(&m.voters) && majority(&m.outgoing) {
+            return Ok(());
+        }
+        let mut voters: Vec<NodeId> = m.voters.iter().chain(&m.outgoing).copied().collect();
+        voters.sort_unstable();
+        voters.dedup();
+        let reachable = if lapsed {
+            1 // only itself, as far as its lease can tell
+        } else {
+            voters.iter().filter(|v| active(v)).count()
+        };
+        Err(MembershipError::NoQuorum { reachable, voters })
     }
 
     fn change_in_flight(&self) -> bool {

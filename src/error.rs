@@ -228,6 +228,16 @@ pub enum MembershipError {
         /// What would go wrong.
         reason: String,
     },
+    /// This leader does not reach a quorum of the group now (it will step down if that
+    /// lasts an election timeout), so nothing can be committed. Fix: restore the lost
+    /// nodes or links, then retry.
+    #[error("no quorum: this leader reaches {reachable} of the voters {voters:?}, and needs a majority (of both configurations while a joint change is in flight)")]
+    NoQuorum {
+        /// Voters heard from recently, this node included.
+        reachable: usize,
+        /// The voters.
+        voters: Vec<NodeId>,
+    },
     /// The change was proposed but did not take effect in time (the group may have lost
     /// its quorum, or leadership moved). It may still take effect later: check `status`.
     #[error("{what} did not take effect in time; check the group's status")]

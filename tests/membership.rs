@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use support::checker::{check, Event, Options};
 use support::cluster::{wait_for, Cluster};
-use tenure::{Membership, MembershipError, NodeId, Role, TransferError};
+use tenure::{Membership, MembershipError, NodeId, ReadMode, Role, Timing, TransferError};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -461,5 +461,35 @@ async fn a_drained_node_hands_over_never_leads_and_stays_drained_across_restarts
     );
     c.assert_leases_never_overlap();
     assert_histories_agree(&c, hist).await;
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_without_quorum_refuses_changes_at_once() {
+    // Long election timeouts (2 s) against a 10 ms tick: between the moment the cut-off
+    // leader's lease runs out and the moment check-quorum steps it down lies at least
+    // about 80 ms, while it still leads but cannot commit anything.
+    let timing = Timing::from_millis(10, 30, 2000, 2500);
+    let c = Cluster::start_with(3, timing, ReadMode::Safe).await;
+    let (leader, _) = c.steady_leader(WAIT).await;
+    for peer in [1, 2, 3] {
+        if peer != leader {
+            c.node(leader).faults().isolate_from(peer);
+        }
+    }
+    let node = c.node(leader).clone();
+    let follower = others(&[1, 2, 3], leader)[0];
+    wait_for("the cut-off leader's lease to run out", WAIT, || {
+        (!node.leadership().leased).then_some(())
+    })
+    .await;
+    let err = node.set_drained(follower, true).await.unwrap_err();
+    match &err {
+        MembershipError::NoQuorum { reachable, voters } => {
+            assert_eq!((*reachable, voters.len()), (1, 3), "{err}");
+        }
+        other => panic!("expected NoQuorum from the cut-off leader, got {other}"),
+    }
+    assert!(err.to_string().starts_with("no quorum"), "{err}");
     c.shutdown().await;
 }

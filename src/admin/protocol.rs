@@ -225,6 +225,8 @@ pub enum ErrorKind {
     LearnerBehind,
     /// The change would leave the group without a reachable quorum.
     WouldLoseQuorum,
+    /// The leader does not reach a quorum now: nothing can be committed.
+    NoQuorum,
     /// The transfer target already leads.
     AlreadyLeader,
     /// No follower to transfer to.
@@ -256,6 +258,7 @@ impl ErrorKind {
             ErrorKind::NotALearner => "not_a_learner",
             ErrorKind::LearnerBehind => "learner_behind",
             ErrorKind::WouldLoseQuorum => "would_lose_quorum",
+            ErrorKind::NoQuorum => "no_quorum",
             ErrorKind::AlreadyLeader => "already_leader",
             ErrorKind::NoCandidate => "no_candidate",
             ErrorKind::Drained => "drained",

@@ -324,6 +324,7 @@ fn membership(me: NodeId, r: Result<Membership, MembershipError>) -> Result<Repl
         MembershipError::NotALearner(_) => ErrorKind::NotALearner,
         MembershipError::LearnerBehind { .. } => ErrorKind::LearnerBehind,
         MembershipError::WouldLoseQuorum { .. } => ErrorKind::WouldLoseQuorum,
+        MembershipError::NoQuorum { .. } => ErrorKind::NoQuorum,
         MembershipError::TimedOut { .. } => ErrorKind::TimedOut,
         MembershipError::Stopped(_) => ErrorKind::Stopped,
     };
