@@ -600,6 +600,29 @@ impl<'a> Src<'a> {
     }
 }
 
+/// A file read whole, labelled by its path for error messages.
+struct ReadFile {
+    label: String,
+    text: Vec<u8>,
+}
+
+impl ReadFile {
+    fn src(&self) -> Src<'_> {
+        Src::new(self.label.clone(), &self.text)
+    }
+}
+
+/// Reads the PEM files of an identity: CA, certificate, key.
+fn read_files([ca, cert, key]: [&Path; 3]) -> Result<[ReadFile; 3]> {
+    let read = |p: &Path| -> Result<ReadFile> {
+        Ok(ReadFile {
+            label: p.display().to_string(),
+            text: read_file(p)?,
+        })
+    };
+    Ok([read(ca)?, read(cert)?, read(key)?])
+}
+
 fn read_file(path: &Path) -> Result<Vec<u8>> {
     fs::read(path).map_err(|source| TlsError::Read {
         path: path.to_owned(),
@@ -967,19 +990,12 @@ impl TlsIdentity {
         cert_pem_path: impl AsRef<Path>,
         key_pem_path: impl AsRef<Path>,
     ) -> Result<TlsIdentity> {
-        let (ca_path, cert_path, key_path) = (
+        let [ca, cert, key] = read_files([
             ca_pem_path.as_ref(),
             cert_pem_path.as_ref(),
             key_pem_path.as_ref(),
-        );
-        let ca = read_file(ca_path)?;
-        let cert = read_file(cert_path)?;
-        let key = read_file(key_path)?;
-        Self::from_src(
-            Src::new(ca_path.display().to_string(), &ca),
-            Src::new(cert_path.display().to_string(), &cert),
-            Src::new(key_path.display().to_string(), &key),
-        )
+        ])?;
+        Self::from_src(ca.src(), cert.src(), key.src())
     }
 
     /// Loads node `id`'s identity from a directory in the layout [`write_cluster_certs`]
@@ -1228,19 +1244,12 @@ impl OperatorIdentity {
         cert_pem_path: impl AsRef<Path>,
         key_pem_path: impl AsRef<Path>,
     ) -> Result<OperatorIdentity> {
-        let (ca_path, cert_path, key_path) = (
+        let [ca, cert, key] = read_files([
             ca_pem_path.as_ref(),
             cert_pem_path.as_ref(),
             key_pem_path.as_ref(),
-        );
-        let ca = read_file(ca_path)?;
-        let cert = read_file(cert_path)?;
-        let key = read_file(key_path)?;
-        Self::from_src(
-            Src::new(ca_path.display().to_string(), &ca),
-            Src::new(cert_path.display().to_string(), &cert),
-            Src::new(key_path.display().to_string(), &key),
-        )
+        ])?;
+        Self::from_src(ca.src(), cert.src(), key.src())
     }
 
     /// Loads the operator identity from a directory in the layout
