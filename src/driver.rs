@@ -196,6 +196,9 @@ pub(crate) struct Driver<S: RaftStore> {
     /// node the moment the removal applies, so it would never learn it was removed), and
     /// the transport keeps them; then they are forgotten.
     farewells: Vec<Farewell>,
+    /// When each peer was last heard from (any message): raft-rs's `recent_active` is
+    /// reset at every check-quorum and only means "heard since the last check".
+    last_heard: BTreeMap<NodeId, Instant>,
     /// A MsgTimeoutNow that arrived while this node was drained (see `on_inbound`).
     held_timeout_now: Option<(Message, Instant)>,
     /// The term in which this leader entered a joint configuration meant to be left
@@ -277,6 +280,7 @@ impl<S: RaftStore> Driver<S> {
             explicit_joint_term: None,
             farewells: Vec::new(),
             held_timeout_now: None,
+            last_heard: BTreeMap::new(),
             applied: parts.applied,
             history_retention: parts.history_retention,
             compact_after: parts.compact_after.max(1),
@@ -395,6 +399,7 @@ impl<S: RaftStore> Driver<S> {
                     debug!(self.logger, "dropping message for another node"; "to" => m.to, "from" => m.from);
                     return;
                 }
+                self.last_heard.insert(m.from, self.clock.now());
                 let t = m.get_msg_type();
                 if t == MessageType::MsgTimeoutNow && self.state.is_drained(self.id) {
                     // Drained nodes do not take over. The leader checked its own (newer)
@@ -1104,11 +1109,7 @@ impl<S: RaftStore> Driver<S> {
     /// Refuses a change after which the voters this leader reaches now (itself included)
     /// would not form a quorum of `voters`.
     fn check_reachable_quorum(&self, voters: &[NodeId]) -> Result<(), MembershipError> {
-        let raft = &self.raw.raft;
-        let reachable = voters
-            .iter()
-            .filter(|v| **v == self.id || raft.prs().get(**v).is_some_and(|p| p.recent_active))
-            .count();
+        let reachable = voters.iter().filter(|v| self.heard_recently(**v)).count();
         let quorum = voters.len() / 2 + 1;
         if reachable < quorum {
             return Err(MembershipError::WouldLoseQuorum {
@@ -1123,11 +1124,9 @@ impl<S: RaftStore> Driver<S> {
     /// Refuses at once when this leader does not reach a quorum (of both halves while
     /// joint): the change could not commit, and an operator should hear why.
     fn check_quorum_now(&self, m: &Membership, now: Instant) -> Result<(), MembershipError> {
-        let raft = &self.raw.raft;
         // The lease ran out unrenewed: no quorum acknowledged a round for a lease period.
         let lapsed = self.lease_until.is_some_and(|u| now >= u);
-        let active =
-            |v: &NodeId| *v == self.id || raft.prs().get(*v).is_some_and(|p| p.recent_active);
+        let active = |v: &NodeId| self.heard_recently(*v);
         let majority = |set: &[NodeId]| {
             set.is_empty() || set.iter().filter(|v| active(v)).count() > set.len() / 2
         };
@@ -1143,6 +1142,14 @@ impl<S: RaftStore> Driver<S> {
             voters.iter().filter(|v| active(v)).count()
         };
         Err(MembershipError::NoQuorum { reachable, voters })
+    }
+
+    /// Whether `id` is this node or was heard from within an election timeout.
+    fn heard_recently(&self, id: NodeId) -> bool {
+        id == self.id
+            || self.last_heard.get(&id).is_some_and(|t| {
+                self.clock.now().saturating_duration_since(*t) < self.timing.election_timeout()
+            })
     }
 
     fn change_in_flight(&self) -> bool {
@@ -1611,7 +1618,9 @@ impl<S: RaftStore> Driver<S> {
             let active = raft
                 .prs()
                 .iter()
-                .filter(|(id, pr)| **id != self.id && voters.contains(**id) && pr.recent_active)
+                .filter(|(id, _)| {
+                    **id != self.id && voters.contains(**id) && self.heard_recently(**id)
+                })
                 .count() as u64;
             (
                 voters.contains(self.id) as u64 + active,

@@ -11,7 +11,7 @@
 //! | `tenure_leader_id` | gauge | leader this node knows of (0: none) |
 //! | `tenure_lease_held` | gauge | 1 while this node holds a confirmed lease |
 //! | `tenure_members` | gauge | voters in the group |
-//! | `tenure_peers_reachable` | gauge | voters heard from recently (leader: raft's recent-active; follower: 1 + leader) |
+//! | `tenure_peers_reachable` | gauge | voters heard from recently (leader: itself and the voters heard from within an election timeout; follower: 1 + leader) |
 //! | `tenure_quorum_healthy` | gauge | leader: holds its lease; follower: hears from a leader |
 //! | `tenure_lease_renew_seconds` | histogram | round trip of quorum-acknowledged ReadIndex rounds |
 //! | `tenure_failover_seconds` | histogram | time this node spent without a known leader, per episode |

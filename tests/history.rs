@@ -88,6 +88,7 @@ async fn the_log_stays_bounded_and_a_lagging_node_catches_up_from_a_snapshot() {
     }
     c.steady_leader(LONG).await;
     // Node 3 falls behind: it is down while leadership moves 30 times.
+    let (_, last3) = c.node(3).log_span().await.unwrap();
     c.kill(3).await;
     for _ in 0..30 {
         let (leader, _) = c.steady_leader(LONG).await;
@@ -97,7 +98,10 @@ async fn the_log_stays_bounded_and_a_lagging_node_catches_up_from_a_snapshot() {
     let (leader, _) = c.steady_leader(LONG).await;
     let h = converged(&c, 30).await;
     let (first, last) = c.node(leader).log_span().await.unwrap();
-    assert!(first > 1, "the log was compacted (first index {first})");
+    assert!(
+        first > last3 + 1,
+        "the leader compacted past node 3's last entry {last3} (first index {first})"
+    );
     assert!(
         last + 1 - first <= 3 * c.compact_after,
         "log span {first}..={last} stays bounded"
@@ -109,13 +113,80 @@ async fn the_log_stays_bounded_and_a_lagging_node_catches_up_from_a_snapshot() {
     assert_eq!(caught_up.len(), h.len().max(caught_up.len()));
     let (first3, _) = c.node(3).log_span().await.unwrap();
     assert!(
-        first3 > 1,
-        "node 3 installed a snapshot (first index {first3})"
+        first3 > last3 + 1,
+        "node 3 installed a snapshot: its log starts at {first3}, above its old end {last3}"
     );
     wait_for("node 3 follows the leader", LONG, || {
         (c.view(3).leader == Some(leader)).then_some(())
     })
     .await;
+    c.assert_leases_never_overlap();
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_entries_stay_bounded_and_a_lagging_node_rejoins_by_snapshot() {
+    const ENTRIES: u64 = 2000;
+    let mut c = Cluster::start(3).await;
+    c.compact_after = 256;
+    for id in [1, 2, 3] {
+        c.restart(id).await;
+    }
+    let (leader, _) = c.steady_leader(LONG).await;
+    let lagging = if leader == 3 { 2 } else { 3 };
+    let (_, last_before) = c.node(lagging).log_span().await.unwrap();
+    c.kill(lagging).await;
+    // 2,000 replicated entries (drain and undrain of the absent node, ten at a time, so
+    // they share fsyncs) while it is down.
+    let node = c.node(leader).clone();
+    let mut max_span = 0;
+    for batch in 0..ENTRIES / 10 {
+        let drained = batch % 2 == 0;
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..10 {
+            let n = node.clone();
+            calls.spawn(async move { n.set_drained(lagging, drained).await });
+        }
+        while let Some(r) = calls.join_next().await {
+            r.expect("task").expect("drain entry");
+        }
+        let (first, last) = node.log_span().await.unwrap();
+        max_span = max_span.max(last + 1 - first);
+    }
+    let (first, last) = node.log_span().await.unwrap();
+    assert!(
+        last >= last_before + ENTRIES,
+        "{ENTRIES} entries appended ({first}..={last})"
+    );
+    assert!(
+        max_span <= 2 * c.compact_after,
+        "the log never held more than {} entries (max {max_span})",
+        2 * c.compact_after
+    );
+    assert!(
+        first > last_before + 1,
+        "the lagging node's entries were compacted away"
+    );
+    // The lagging node comes back below the leader's first index: it must take a snapshot,
+    // and the replicated drain state with it (the last batch undrained it).
+    c.start_node(lagging).await;
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        let s = c.node(lagging).status().await.unwrap();
+        if s.applied >= last && s.members.drained.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node {lagging} did not catch up: {s:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let (first_lag, _) = c.node(lagging).log_span().await.unwrap();
+    assert!(
+        first_lag > last_before + 1,
+        "node {lagging} installed a snapshot: its log starts at {first_lag}, above its old end {last_before}"
+    );
     c.assert_leases_never_overlap();
     c.shutdown().await;
 }
