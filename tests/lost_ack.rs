@@ -21,19 +21,22 @@
 
 #[path = "support/checker.rs"]
 mod checker;
+#[path = "support/torn_store.rs"]
+mod torn_store;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
-use tenure::storage::{MemDisk, MemStore, RaftStore, ReadyWrite, StorageError};
+use raft::eraftpb::ConfState;
+use tenure::storage::{MemDisk, MemStore};
 use tenure::transport::mem::MemNetwork;
 use tenure::{Config, Node, NodeId, Role, Timing};
 use tokio::time::Instant;
 
 use checker::{check, Event, Kind, Options};
+use torn_store::{tear, TornStore};
 
 const IDS: [NodeId; 3] = [1, 2, 3];
 const WAIT: Duration = Duration::from_secs(20);
@@ -42,76 +45,13 @@ fn timing() -> Timing {
     Timing::from_millis(10, 30, 150, 250)
 }
 
-/// A [`MemStore`] that can be armed to die in its next write of a leadership record:
-/// the write never reaches the disk and the driver stops on the error, as a process
-/// killed during that fsync would.
-#[derive(Clone)]
-struct ArmedStore {
-    inner: MemStore,
-    die_at_record: Arc<AtomicBool>,
-}
-
-impl raft::Storage for ArmedStore {
-    fn initial_state(&self) -> raft::Result<raft::RaftState> {
-        self.inner.initial_state()
-    }
-    fn entries(
-        &self,
-        low: u64,
-        high: u64,
-        max_size: impl Into<Option<u64>>,
-        context: raft::GetEntriesContext,
-    ) -> raft::Result<Vec<Entry>> {
-        self.inner.entries(low, high, max_size, context)
-    }
-    fn term(&self, idx: u64) -> raft::Result<u64> {
-        self.inner.term(idx)
-    }
-    fn first_index(&self) -> raft::Result<u64> {
-        self.inner.first_index()
-    }
-    fn last_index(&self) -> raft::Result<u64> {
-        self.inner.last_index()
-    }
-    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
-        self.inner.snapshot(request_index, to)
-    }
-}
-
-impl RaftStore for ArmedStore {
-    fn write(&self, write: ReadyWrite) -> Result<(), StorageError> {
-        // tenure's history entries start with this tag byte.
-        let record = write.entries.iter().any(|e| e.data.first() == Some(&b'H'));
-        if record && self.die_at_record.swap(false, Ordering::SeqCst) {
-            return Err(StorageError::Io {
-                path: "memory disk".into(),
-                detail: "the process died during this write (test)".into(),
-            });
-        }
-        self.inner.write(write)
-    }
-    fn compact(
-        &self,
-        index: u64,
-        conf_state: raft::eraftpb::ConfState,
-        data: Vec<u8>,
-    ) -> Result<(), StorageError> {
-        self.inner.compact(index, conf_state, data)
-    }
-    fn hard_state(&self) -> HardState {
-        self.inner.hard_state()
-    }
-    fn conf_state(&self) -> ConfState {
-        self.inner.conf_state()
-    }
-}
-
 /// The group: one disk per node that outlives its node, one in-process network.
 struct Group {
     net: MemNetwork,
     disks: Vec<MemDisk>,
     nodes: Vec<Option<Node>>,
-    armed: Vec<Arc<AtomicBool>>,
+    /// Per node, which write of its store dies (`torn_store::tear`).
+    armed: Vec<Arc<AtomicU8>>,
     t0: Instant,
     /// What happened, for the checker's timeline: steps and history samples.
     events: Vec<Event>,
@@ -147,9 +87,10 @@ impl Group {
         // The peers' addresses are not used by the in-process transport.
         let peers = IDS.map(|p| (p, SocketAddr::from(([127, 0, 0, 1], 7000 + p as u16))));
         let config = Config::builder(id).peers(peers).timing(timing()).build();
-        let store = ArmedStore {
+        let store = TornStore {
             inner: MemStore::open(self.disks[i].clone()),
-            die_at_record: self.armed[i].clone(),
+            tear: self.armed[i].clone(),
+            died: Arc::default(),
         };
         let (transport, inbound) = self.net.endpoint(id);
         let node = Node::start_with(config, store, Arc::new(transport), inbound)
@@ -244,7 +185,7 @@ async fn a_follower_dying_in_its_append_write_never_loses_a_committed_record() {
     // 2. C is cut off; L hands over to F and dies writing F's record.
     g.step(&format!("isolate n{c}"));
     g.isolate(c);
-    g.armed[l as usize - 1].store(true, Ordering::SeqCst);
+    g.armed[l as usize - 1].store(tear::RECORD, Ordering::SeqCst);
     g.step(&format!(
         "n{l} hands over to n{f}; n{l} dies in its write of the next leadership record"
     ));

@@ -63,6 +63,8 @@
 mod checker;
 #[path = "sim/schedule.rs"]
 mod schedule;
+#[path = "support/torn_store.rs"]
+mod torn_store;
 #[path = "sim/udp.rs"]
 mod udp;
 #[path = "sim/world.rs"]

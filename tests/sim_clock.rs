@@ -32,6 +32,8 @@ mod checker;
 #[path = "sim/schedule.rs"]
 #[allow(dead_code)]
 mod schedule;
+#[path = "support/torn_store.rs"]
+mod torn_store;
 #[path = "sim/udp.rs"]
 mod udp;
 #[path = "sim/world.rs"]

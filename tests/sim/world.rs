@@ -21,7 +21,7 @@ use raft::eraftpb::ConfState;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tenure::fence::SqliteFence;
-use tenure::storage::{MemDisk, MemStore, RaftStore, ReadyWrite, StorageError};
+use tenure::storage::{MemDisk, MemStore};
 use tenure::transport::quic::{QuicConfig, QuicTransport};
 use tenure::transport::tls::{ClusterCa, TlsIdentity};
 use tenure::{Config, FencingToken, Node, NodeId, ReadMode, Role, Timing};
@@ -29,6 +29,7 @@ use tokio::time::Instant;
 
 use super::checker::{Event, Kind, Write};
 use super::schedule::{FaultKind, Schedule};
+use super::torn_store::{tear, TornStore};
 use super::udp::{NetCtl, SimUdp};
 
 /// The UDP port every node listens on (each host has its own address).
@@ -184,34 +185,6 @@ fn sim_ns_of(at: Instant) -> u64 {
     }
 }
 
-/// Which write of a node's store dies (the values of its [`SimStore::tear`]).
-mod tear {
-    /// None.
-    pub const NONE: u8 = 0;
-    /// The next write with a hard state (term, vote).
-    pub const HARD_STATE: u8 = 1;
-    /// The next write with log entries carrying a leadership record.
-    pub const RECORD: u8 = 2;
-}
-
-/// Whether an entry carries a leadership record (tenure's history entries start with
-/// this tag byte).
-fn is_record(e: &raft::eraftpb::Entry) -> bool {
-    e.data.first() == Some(&b'H')
-}
-
-/// The node's store: a [`MemStore`] that can be told to die in the middle of its next
-/// hard-state write, or of its next write of a leadership record (the write is lost and
-/// the driver stops, as a process killed during its fsync would).
-#[derive(Clone)]
-struct SimStore {
-    inner: MemStore,
-    /// Which write dies: one of the [`tear`] values; reset when it happened.
-    tear: Arc<AtomicU8>,
-    /// Set when the store died: the transport then lets its queues drain for a moment.
-    dying: Arc<AtomicBool>,
-}
-
 /// How long a dying node's transport keeps sending after its store died: the fsync it
 /// died in took this long, and meanwhile the transport's tasks (other threads, in a real
 /// process) sent what was already queued. What the driver queued *before* the write
@@ -245,65 +218,6 @@ impl tenure::transport::Transport for SimTransport {
         } else {
             tenure::transport::Transport::close(&*self.inner);
         }
-    }
-}
-
-impl raft::Storage for SimStore {
-    fn initial_state(&self) -> raft::Result<raft::RaftState> {
-        self.inner.initial_state()
-    }
-    fn entries(
-        &self,
-        low: u64,
-        high: u64,
-        max_size: impl Into<Option<u64>>,
-        context: raft::GetEntriesContext,
-    ) -> raft::Result<Vec<raft::eraftpb::Entry>> {
-        self.inner.entries(low, high, max_size, context)
-    }
-    fn term(&self, idx: u64) -> raft::Result<u64> {
-        self.inner.term(idx)
-    }
-    fn first_index(&self) -> raft::Result<u64> {
-        self.inner.first_index()
-    }
-    fn last_index(&self) -> raft::Result<u64> {
-        self.inner.last_index()
-    }
-    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<raft::eraftpb::Snapshot> {
-        self.inner.snapshot(request_index, to)
-    }
-}
-
-impl RaftStore for SimStore {
-    fn write(&self, write: ReadyWrite) -> Result<(), StorageError> {
-        let dies = match self.tear.load(Ordering::SeqCst) {
-            tear::HARD_STATE => write.hard_state.is_some(),
-            tear::RECORD => write.entries.iter().any(is_record),
-            _ => false,
-        };
-        if dies && self.tear.swap(tear::NONE, Ordering::SeqCst) != tear::NONE {
-            self.dying.store(true, Ordering::SeqCst);
-            return Err(StorageError::Io {
-                path: "simulated disk".into(),
-                detail: "the process died during this write (simulated)".into(),
-            });
-        }
-        self.inner.write(write)
-    }
-    fn compact(
-        &self,
-        index: u64,
-        conf_state: ConfState,
-        data: Vec<u8>,
-    ) -> Result<(), StorageError> {
-        self.inner.compact(index, conf_state, data)
-    }
-    fn hard_state(&self) -> raft::eraftpb::HardState {
-        self.inner.hard_state()
-    }
-    fn conf_state(&self) -> ConfState {
-        self.inner.conf_state()
     }
 }
 
@@ -378,10 +292,12 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
     // raft-rs's election timeouts, from the seed.
     config.election_seed = Some(host_seed ^ 0xe1ec);
     let dying = Arc::new(AtomicBool::new(false));
-    let store = SimStore {
+    // The node's store can be told to die in the middle of its next hard-state write, or
+    // of its next write of a leadership record.
+    let store = TornStore {
         inner: MemStore::open(ctx.disk.clone()),
         tear: ctx.tear.clone(),
-        dying: dying.clone(),
+        died: dying.clone(),
     };
     let transport = SimTransport {
         inner: Arc::new(transport),
