@@ -33,6 +33,14 @@ async fn assert_histories_agree(c: &Cluster, mut events: Vec<Event>) {
     }
 }
 
+/// The end of every test: the whole run's leases never overlapped, the nodes' applied
+/// histories agree; then stop the group.
+async fn finish(c: Cluster, hist: Vec<Event>) {
+    c.assert_leases_never_overlap();
+    assert_histories_agree(&c, hist).await;
+    c.shutdown().await;
+}
+
 /// The membership node `id` has applied.
 async fn members(c: &Cluster, id: NodeId) -> Membership {
     c.node(id).status().await.expect("status").members
@@ -154,9 +162,7 @@ async fn grow_from_three_to_five_then_lose_the_leader() {
     let restart = if new == 5 { 4 } else { 5 };
     c.restart(restart).await;
     wait_voters(&c, &[restart], &[1, 2, 3, 4, 5]).await;
-    c.assert_leases_never_overlap();
-    assert_histories_agree(&c, hist).await;
-    c.shutdown().await;
+    finish(c, hist).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -224,9 +230,7 @@ async fn shrink_from_five_to_three_and_removed_nodes_stay_quiet() {
             "node {id}: {err}"
         );
     }
-    c.assert_leases_never_overlap();
-    assert_histories_agree(&c, hist).await;
-    c.shutdown().await;
+    finish(c, hist).await;
 }
 
 fn elections_started(text: &str) -> u64 {
@@ -271,9 +275,7 @@ async fn replace_a_dead_node_in_one_joint_change() {
     let (_, _) = c.steady_leader(WAIT).await;
     c.restart(leader).await;
     wait_voters(&c, &voters, &voters).await;
-    c.assert_leases_never_overlap();
-    assert_histories_agree(&c, hist).await;
-    c.shutdown().await;
+    finish(c, hist).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -298,9 +300,7 @@ async fn removing_the_leader_hands_over() {
     let rest = others(&[1, 2, 3], leader);
     wait_voters(&c, &rest, &rest).await;
     old.kill().await;
-    c.assert_leases_never_overlap();
-    assert_histories_agree(&c, hist).await;
-    c.shutdown().await;
+    finish(c, hist).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -339,9 +339,7 @@ async fn leader_crash_in_the_middle_of_a_joint_change() {
     c.nodes.remove(&out);
     let live: Vec<NodeId> = live.into_iter().filter(|i| *i != out).collect();
     wait_voters(&c, &live, &voters).await;
-    c.assert_leases_never_overlap();
-    assert_histories_agree(&c, hist).await;
-    c.shutdown().await;
+    finish(c, hist).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -382,9 +380,7 @@ async fn one_change_at_a_time_and_clear_refusals() {
     );
     let msg = MembershipError::NotLeader { leader_hint: None }.to_string();
     assert!(msg.contains("no leader is known"), "{msg}");
-    c.assert_leases_never_overlap();
-    assert_histories_agree(&c, hist).await;
-    c.shutdown().await;
+    finish(c, hist).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -459,9 +455,7 @@ async fn a_drained_node_hands_over_never_leads_and_stays_drained_across_restarts
         c.node(l).transfer_leadership(Some(leader)).await,
         Ok(leader)
     );
-    c.assert_leases_never_overlap();
-    assert_histories_agree(&c, hist).await;
-    c.shutdown().await;
+    finish(c, hist).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

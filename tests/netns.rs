@@ -416,6 +416,25 @@ struct Outcome {
     took: Duration,
 }
 
+impl Outcome {
+    /// Nothing happened yet (or nothing could be measured).
+    fn new(schedule: Schedule) -> Outcome {
+        Outcome {
+            schedule,
+            applied: Vec::new(),
+            recovery: None,
+            writes: 0,
+            rejected: 0,
+            terms: 0,
+            histories: 0,
+            restarts: Vec::new(),
+            failovers: Vec::new(),
+            problems: Vec::new(),
+            took: Duration::ZERO,
+        }
+    }
+}
+
 /// The harness's own events (faults, heals, kills), for the checker's timeline.
 fn harness_events(lab: &Lab) -> Vec<Event> {
     lab.actions
@@ -474,19 +493,7 @@ fn feeder(path: PathBuf, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
 
 fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
     let started = Instant::now();
-    let mut out = Outcome {
-        schedule: schedule.clone(),
-        applied: Vec::new(),
-        recovery: None,
-        writes: 0,
-        rejected: 0,
-        terms: 0,
-        histories: 0,
-        restarts: Vec::new(),
-        failovers: Vec::new(),
-        problems: Vec::new(),
-        took: Duration::ZERO,
-    };
+    let mut out = Outcome::new(schedule.clone());
     // (when, leader, until the step healed) each time a fault took the leader out.
     let mut leader_out: Vec<(u64, u64, u64)> = Vec::new();
     let mut args: Vec<String> = WORKER_ARGS.iter().map(|s| s.to_string()).collect();
@@ -863,15 +870,6 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
                     run_schedule(&tag, schedule.clone(), worker)
                 }))
                 .unwrap_or_else(|p| Outcome {
-                    schedule: schedule.clone(),
-                    applied: Vec::new(),
-                    recovery: None,
-                    writes: 0,
-                    rejected: 0,
-                    terms: 0,
-                    histories: 0,
-                    restarts: Vec::new(),
-                    failovers: Vec::new(),
                     problems: vec![format!(
                         "harness panicked: {}",
                         p.downcast_ref::<String>()
@@ -879,7 +877,7 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
                             .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                             .unwrap_or_default()
                     )],
-                    took: Duration::ZERO,
+                    ..Outcome::new(schedule.clone())
                 });
                 let n = done.fetch_add(1, Ordering::SeqCst) + 1;
                 say(format!(

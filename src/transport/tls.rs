@@ -600,6 +600,26 @@ impl<'a> Src<'a> {
     }
 }
 
+/// Checks that `chain` (end-entity first) is a client certificate the cluster CA accepts.
+fn verify_as_client(
+    chain: &[CertificateDer<'static>],
+    roots: Arc<RootCertStore>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    cert: &Src<'_>,
+    ca: &Src<'_>,
+) -> Result<()> {
+    WebPkiClientVerifier::builder_with_provider(roots, provider)
+        .build()
+        .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?
+        .verify_client_cert(&chain[0], &chain[1..], UnixTime::now())
+        .map_err(|e| TlsError::NotTrusted {
+            file: cert.label.clone(),
+            ca: ca.label.clone(),
+            reason: e.to_string(),
+        })?;
+    Ok(())
+}
+
 /// A file read whole, labelled by its path for error messages.
 struct ReadFile {
     label: String,
@@ -1054,11 +1074,7 @@ impl TlsIdentity {
         let roots = identity.roots()?;
         let now = UnixTime::now();
         let (end_entity, intermediates) = (&identity.chain[0], &identity.chain[1..]);
-        WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
-            .build()
-            .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?
-            .verify_client_cert(end_entity, intermediates, now)
-            .map_err(not_trusted)?;
+        verify_as_client(&identity.chain, roots.clone(), provider.clone(), &cert, &ca)?;
         let name = ServerName::try_from(node_server_name(id))
             .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?;
         WebPkiServerVerifier::builder_with_provider(roots, provider)
@@ -1279,15 +1295,7 @@ impl OperatorIdentity {
         operator_labeled(&chain[0], &cert.label)?;
         let provider = provider();
         check_key_matches(&chain, &key_der, &cert, &key, &provider)?;
-        WebPkiClientVerifier::builder_with_provider(roots_of(&ca_certs)?, provider)
-            .build()
-            .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?
-            .verify_client_cert(&chain[0], &chain[1..], UnixTime::now())
-            .map_err(|e| TlsError::NotTrusted {
-                file: cert.label.clone(),
-                ca: ca.label.clone(),
-                reason: e.to_string(),
-            })?;
+        verify_as_client(&chain, roots_of(&ca_certs)?, provider, &cert, &ca)?;
         Ok(OperatorIdentity {
             ca_certs,
             chain,
