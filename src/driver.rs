@@ -199,6 +199,10 @@ pub(crate) struct Driver<S: RaftStore> {
     /// When each peer was last heard from (any message): raft-rs's `recent_active` is
     /// reset at every check-quorum and only means "heard since the last check".
     last_heard: BTreeMap<NodeId, Instant>,
+    /// Whether the applied configuration is joint (kept here: raft-rs only tells by
+    /// building a whole `ConfState`). Set where the configuration changes: start,
+    /// snapshots, conf changes.
+    joint: bool,
     /// A MsgTimeoutNow that arrived while this node was drained (see `on_inbound`).
     held_timeout_now: Option<(Message, Instant)>,
     /// The term in which this leader entered a joint configuration meant to be left
@@ -252,6 +256,7 @@ impl<S: RaftStore> Driver<S> {
         let now = parts.clock.now();
         let id = parts.raw.raft.id;
         let initial = parts.leadership.borrow().clone();
+        let joint = joint_config(&parts.raw);
         Driver {
             id,
             quiet_until: if mutation::active("no-restart-quiet") {
@@ -280,6 +285,7 @@ impl<S: RaftStore> Driver<S> {
             explicit_joint_term: None,
             farewells: Vec::new(),
             held_timeout_now: None,
+            joint,
             last_heard: BTreeMap::new(),
             applied: parts.applied,
             history_retention: parts.history_retention,
@@ -641,6 +647,7 @@ impl<S: RaftStore> Driver<S> {
         }
         // 4. Apply.
         if let Some((state, index)) = snapshot_state {
+            self.joint = joint_config(&self.raw);
             info!(self.logger, "installed a snapshot of the group"; "index" => index);
             self.apply_addrs(&state.addrs);
             self.state = state;
@@ -759,6 +766,7 @@ impl<S: RaftStore> Driver<S> {
             .collect();
         match self.raw.apply_conf_change(cc) {
             Ok(cs) => {
+                self.joint = !cs.voters_outgoing.is_empty();
                 info!(self.logger, "membership changed";
                       "voters" => ?cs.voters, "learners" => ?cs.learners,
                       "outgoing" => ?cs.voters_outgoing);
@@ -919,14 +927,7 @@ impl<S: RaftStore> Driver<S> {
     }
 
     fn is_joint(&self) -> bool {
-        !self
-            .raw
-            .raft
-            .prs()
-            .conf()
-            .to_conf_state()
-            .voters_outgoing
-            .is_empty()
+        self.joint
     }
 
     /// Validates and proposes a membership change or drain (leader only).
@@ -1582,14 +1583,13 @@ impl<S: RaftStore> Driver<S> {
         if raft.state == StateRole::Leader {
             return Role::Leader; // until a removed leader has handed over
         }
-        let cs = raft.prs().conf().to_conf_state();
-        let voter = cs.voters.contains(&self.id) || cs.voters_outgoing.contains(&self.id);
-        if !voter {
-            if cs.learners.contains(&self.id) || cs.learners_next.contains(&self.id) {
+        let conf = raft.prs().conf();
+        if !conf.voters().contains(self.id) {
+            if conf.learners().contains(&self.id) || conf.learners_next().contains(&self.id) {
                 return Role::Learner;
             }
-            if cs.voters.is_empty() && cs.learners.is_empty() {
-                return Role::Joining;
+            if raft.prs().iter().len() == 0 {
+                return Role::Joining; // no membership at all yet
             }
             return Role::Removed;
         }
@@ -1674,6 +1674,16 @@ impl<S: RaftStore> Driver<S> {
         }
         result
     }
+}
+
+/// Whether raft-rs's applied configuration is joint (has an outgoing half).
+fn joint_config<S: RaftStore>(raw: &RawNode<S>) -> bool {
+    !raw.raft
+        .prs()
+        .conf()
+        .to_conf_state()
+        .voters_outgoing
+        .is_empty()
 }
 
 fn role_code(r: Role) -> u64 {
