@@ -124,6 +124,8 @@ struct PendingChange {
     conf: bool,
     /// The entry is applied (waiting for the joint configuration to be left).
     applied: bool,
+    /// Another entry was applied at `index`: a new leader overwrote the proposal.
+    superseded: bool,
     deadline: Instant,
     reply: Option<oneshot::Sender<Result<Membership, MembershipError>>>,
 }
@@ -888,7 +890,7 @@ impl<S: RaftStore> Driver<S> {
                 if p.term == term {
                     p.applied = true;
                 } else {
-                    p.term = 0; // superseded: answered in `progress_changes`
+                    p.superseded = true; // answered in `progress_changes`
                 }
             }
         }
@@ -906,7 +908,7 @@ impl<S: RaftStore> Driver<S> {
         for p in self.pending_changes.drain(..) {
             let result = if p.applied && !(p.until_not_joint && joint) {
                 Some(Ok(members.clone()))
-            } else if p.term == 0 {
+            } else if p.superseded {
                 Some(Err(MembershipError::NotLeader { leader_hint }))
             } else if now >= p.deadline {
                 Some(Err(MembershipError::TimedOut {
@@ -1102,6 +1104,7 @@ impl<S: RaftStore> Driver<S> {
             conf,
             until_not_joint,
             applied: false,
+            superseded: false,
             deadline: now + wait,
             reply: None,
         }
