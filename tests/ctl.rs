@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::procs::{nested_cargo, Group};
-use tenure::transport::tls::{node_cert_file, node_key_file, ClusterCa};
 
 const LONG: Duration = Duration::from_secs(20);
 
@@ -184,10 +183,7 @@ fn ctl_drives_worker_processes_through_their_admin_endpoints() {
     // Grow the group: node 4 starts joining, ctl adds it as a learner and promotes it
     // once it has caught up (until then: "behind", exit code 1).
     let certs = g.dir.path().join("certs");
-    let ca = ClusterCa::load(certs.join("ca.pem"), certs.join("ca-key.pem")).unwrap();
-    let n4 = ca.issue_node(4).unwrap();
-    std::fs::write(certs.join(node_cert_file(4)), &n4.cert_pem).unwrap();
-    std::fs::write(certs.join(node_key_file(4)), &n4.key_pem).unwrap();
+    tenure::transport::tls::write_node_cert(&certs, 4).unwrap();
     let a4 = std::net::UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -935,6 +935,27 @@ pub fn write_cluster_certs(
     Ok(())
 }
 
+/// Issues a certificate for node `id` from the CA in `dir` (`ca.pem`, `ca-key.pem`, as
+/// [`write_cluster_certs`] left them) and writes `node-<id>.pem` and `node-<id>-key.pem`
+/// beside it (key mode 0600): for a node that joins a running group. Refuses
+/// ([`TlsError::AlreadyExists`]) if either file exists.
+pub fn write_node_cert(dir: impl AsRef<Path>, id: NodeId) -> Result<()> {
+    let dir = dir.as_ref();
+    if id == 0 {
+        return Err(TlsError::InvalidNodeId);
+    }
+    for name in [node_cert_file(id), node_key_file(id)] {
+        let path = dir.join(name);
+        if path.exists() {
+            return Err(TlsError::AlreadyExists { path });
+        }
+    }
+    let ca = ClusterCa::load(dir.join(CA_CERT_FILE), dir.join(CA_KEY_FILE))?;
+    let node = ca.issue_node(id)?;
+    write_new_file(&dir.join(node_cert_file(id)), &node.cert_pem, false)?;
+    write_new_file(&dir.join(node_key_file(id)), &node.key_pem, true)
+}
+
 /// Creates `path` (failing if it exists) and writes `text`; `secret` files get mode 0600.
 fn write_new_file(path: &Path, text: &str, secret: bool) -> Result<()> {
     use std::io::Write;
@@ -1577,6 +1598,16 @@ mod tests {
         let e = TlsIdentity::from_dir(&out, 9).unwrap_err();
         assert!(matches!(e, TlsError::Read { .. }), "{e}");
         assert!(e.to_string().contains("node-9.pem"), "{e}");
+
+        // A node added later gets its files from the same CA, never over existing ones.
+        write_node_cert(&out, 9).unwrap();
+        assert_eq!(TlsIdentity::from_dir(&out, 9).unwrap().id(), 9);
+        let e = write_node_cert(&out, 9).unwrap_err();
+        assert!(matches!(e, TlsError::AlreadyExists { .. }), "{e}");
+        assert!(matches!(
+            write_node_cert(&out, 0),
+            Err(TlsError::InvalidNodeId)
+        ));
         // Node 2's files under node 3's names: the certificate says who it is.
         fs::copy(out.join(node_cert_file(2)), out.join(node_cert_file(3))).unwrap();
         fs::copy(out.join(node_key_file(2)), out.join(node_key_file(3))).unwrap();

@@ -119,12 +119,8 @@ impl Cluster {
     /// Starts a new node `id` that joins the group (certificate issued now, empty data
     /// directory, `Config::join`); returns its address for `Node::add_learner`.
     pub async fn start_joining(&mut self, id: NodeId) -> SocketAddr {
-        use tenure::transport::tls::{node_cert_file, node_key_file, ClusterCa};
-        let certs = self.dir.path().join("certs");
-        let ca = ClusterCa::load(certs.join("ca.pem"), certs.join("ca-key.pem")).expect("CA");
-        let cert = ca.issue_node(id).expect("issue a node certificate");
-        std::fs::write(certs.join(node_cert_file(id)), &cert.cert_pem).expect("write cert");
-        std::fs::write(certs.join(node_key_file(id)), &cert.key_pem).expect("write key");
+        tenure::transport::tls::write_node_cert(self.dir.path().join("certs"), id)
+            .expect("issue a node certificate");
         let addr = free_addr();
         self.addrs.insert(id, addr);
         self.joining.insert(id);
