@@ -3,10 +3,12 @@
 # compilation on a machine that lacks libclang (which RocksDB's bindgen step needs), it
 # installs it once through scripts/bootstrap.sh, so `cargo test` and `cargo run` work on a
 # fresh Debian/Ubuntu machine with nothing installed by hand. Afterwards it costs one
-# file test per call.
+# file test per call. TENURE_NO_BOOTSTRAP=1: check and report only, install nothing.
 dir=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd)
-stamp="${TMPDIR:-/tmp}/tenure-bootstrap.ok"
-if [ ! -e "$stamp" ]; then
+# The stamp names the detection's version: a stamp written by an older, wrong detection
+# (v1 took libclang-cpp for libclang) does not skip the check.
+stamp="${TMPDIR:-/tmp}/tenure-bootstrap-v2.ok"
+if [ -z "${TENURE_NO_BOOTSTRAP:-}" ] && [ ! -e "$stamp" ]; then
     (
         flock 9 2>/dev/null || true
         if [ ! -e "$stamp" ]; then
