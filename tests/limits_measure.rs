@@ -73,14 +73,21 @@ impl Drop for Worker {
 fn start_worker(dir: &std::path::Path, addrs: &[SocketAddr; 3]) -> Worker {
     let peers = format!("1={},2={},3={}", addrs[0], addrs[1], addrs[2]);
     let mut cmd = Command::new(support::procs::worker_binary());
-    cmd.args(["--id", "1", "--listen", &addrs[0].to_string(), "--peers", &peers])
-        .arg("--data-dir")
-        .arg(dir.join("w1"))
-        .arg("--certs")
-        .arg(dir.join("certs"))
-        .args(["--metrics", "127.0.0.1:0", "--log-level", "off"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+    cmd.args([
+        "--id",
+        "1",
+        "--listen",
+        &addrs[0].to_string(),
+        "--peers",
+        &peers,
+    ])
+    .arg("--data-dir")
+    .arg(dir.join("w1"))
+    .arg("--certs")
+    .arg(dir.join("certs"))
+    .args(["--metrics", "127.0.0.1:0", "--log-level", "off"])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
     use std::os::unix::process::CommandExt;
     // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
     unsafe {
@@ -144,14 +151,20 @@ fn scrape(addr: &str, timeout: Duration) -> Result<usize, String> {
     let mut s = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
     s.set_read_timeout(Some(timeout)).unwrap();
     s.set_write_timeout(Some(timeout)).unwrap();
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .map_err(|e| format!("write: {e}"))?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| format!("write: {e}"))?;
     let mut body = Vec::new();
     s.read_to_end(&mut body).map_err(|e| format!("read: {e}"))?;
     if body.starts_with(b"HTTP/1.1 200") {
         Ok(body.len())
     } else {
-        Err(format!("answer: {:?}", String::from_utf8_lossy(&body[..body.len().min(40)])))
+        Err(format!(
+            "answer: {:?}",
+            String::from_utf8_lossy(&body[..body.len().min(40)])
+        ))
     }
 }
 

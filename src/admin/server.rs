@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quinn::VarInt;
-use slog::{debug, info, o, warn, Logger};
+use slog::{debug, info, o, Logger};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{MembershipError, TransferError};
 use crate::node::{Membership, Node};
+use crate::transport::log_limit::{self, warn_limited, LogLimit};
 use crate::transport::tls::{check_operator_cert, TlsError, TlsIdentity};
 use crate::transport::NodeId;
 
@@ -165,6 +166,8 @@ async fn accept_loop(
     shutdown: CancellationToken,
     log: Logger,
 ) {
+    // One warning a minute per client IP address about failed handshakes and refusals.
+    let refusals = Arc::new(LogLimit::new(log_limit::WINDOW));
     loop {
         let incoming = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -174,23 +177,25 @@ async fn accept_loop(
             },
         };
         let (node, shutdown, log) = (node.clone(), shutdown.clone(), log.clone());
+        let refusals = refusals.clone();
         tokio::spawn(async move {
             tokio::select! {
                 _ = shutdown.cancelled() => {}
-                _ = serve_connection(incoming, node, log) => {}
+                _ = serve_connection(incoming, node, log, &refusals) => {}
             }
         });
     }
 }
 
-async fn serve_connection(incoming: quinn::Incoming, node: Node, log: Logger) {
+async fn serve_connection(incoming: quinn::Incoming, node: Node, log: Logger, refusals: &LogLimit) {
+    let key = incoming.remote_address().ip().to_string();
     let log = log.new(o!("client" => incoming.remote_address().to_string()));
     let conn = match incoming.await {
         Ok(c) => c,
         Err(e) => {
             // rustls refused the client (no certificate, another CA, ...), or the client
             // gave up. The client learns why from the TLS alert.
-            warn!(log, "admin handshake failed"; "error" => %e);
+            warn_limited!(refusals, &key, log, "admin handshake failed"; "error" => %e,);
             return;
         }
     };
@@ -203,7 +208,7 @@ async fn serve_connection(incoming: quinn::Incoming, node: Node, log: Logger) {
         },
     };
     if let Some(reason) = refusal {
-        warn!(log, "refused admin connection"; "reason" => &reason);
+        warn_limited!(refusals, &key, log, "refused admin connection"; "reason" => &reason,);
         conn.close(VarInt::from_u32(close_code::REFUSED), reason.as_bytes());
         return;
     }

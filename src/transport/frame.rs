@@ -3,35 +3,81 @@
 //! A frame is a 4-byte big-endian length `n` followed by `n` bytes: one
 //! `raft::eraftpb::Message` in protobuf encoding. A stream carries frames back to back.
 //!
+//! # Limits
+//!
 //! The length is checked against a limit *before* anything is allocated, so a peer
 //! cannot make a node allocate more than `max` bytes per frame. [`DEFAULT_MAX_FRAME`] is
-//! 16 MiB, room for snapshots (tenure's state machine is empty, so its snapshots are small).
+//! 4 MiB: raft-rs packs at most `max_size_per_msg` (1 MiB in tenure) of entries into one
+//! append, and a snapshot holds the group state and at most a thousand history records as
+//! JSON (about 100 kB), so 4 MiB leaves four times the room legitimate messages need.
+//!
+//! A frame's bytes are not the whole cost of decoding it: an empty `entries` field is 2
+//! bytes on the wire and an [`Entry`] in memory (a hundred bytes and more), so a frame of
+//! empty entries decodes to 50 to 100 times its size. Before decoding, [`scan`] walks the
+//! wire bytes along raft's schema (no allocation) and counts what decoding would make:
+//! entries (at most `max_entries`, [`DEFAULT_MAX_ENTRIES`]), unknown fields (at most
+//! [`MAX_UNKNOWN_FIELDS`]) and the ids of a snapshot's `ConfState` (at most
+//! [`MAX_CONF_IDS`]); [`Shape::decoded_bytes`] is what the decoded message may take. The
+//! QUIC transport reserves [`decode_bound`] of its inbound byte budget before it reads a
+//! payload, so memory is bounded by the budget, not by what peers send.
 //!
 //! # Decoding untrusted bytes
 //!
 //! The protobuf 2.28 crate is listed under RUSTSEC-2024-0437 (stack overflow on deeply
-//! nested crafted input). In 2.28 nested messages are bounded by the decoder's recursion
-//! limit (100) and unknown groups are skipped without recursion (a group inside a group
-//! is a decode error); the tests feed such input. Still, we only decode frames from peers
-//! that passed mutual TLS with a certificate of the cluster CA, and only frames under
-//! the size limit. One more caveat of the same kind: a frame of many empty `entries`
-//! (2 bytes each on the wire, about 100 bytes each as an `Entry`) decodes to 50 to 100
-//! times its size in memory, so `max` bounds the memory of one frame only to that factor
-//! (again: only authenticated peers can send such a frame).
+//! nested crafted input). [`scan`] refuses groups (wire types 3 and 4: raft's schema has
+//! none) and follows only the schema's nesting (Message > Snapshot > SnapshotMetadata >
+//! ConfState, Message > Entry), so what reaches the decoder is never deeply nested; the
+//! decoder's own recursion limit (100) stays as a second line. Still, we only decode
+//! frames from peers that passed mutual TLS with a certificate of the cluster CA.
 //!
 //! Besides the async [`read_frame`], [`decode`] works on a byte slice without any IO
 //! (for benchmarks and fuzzing).
 
+use std::mem::size_of;
+
 use bytes::{Bytes, BytesMut};
 use protobuf::{CodedOutputStream, Message as _};
-use raft::eraftpb::Message;
+use raft::eraftpb::{Entry, Message};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Bytes of the length prefix.
 pub const LEN_PREFIX: usize = 4;
 
-/// The default limit on a frame's payload (the bytes after the prefix): 16 MiB.
-pub const DEFAULT_MAX_FRAME: usize = 16 * 1024 * 1024;
+/// The default limit on a frame's payload (the bytes after the prefix): 4 MiB (see the
+/// [module docs](self#limits) for why).
+pub const DEFAULT_MAX_FRAME: usize = 4 * 1024 * 1024;
+
+/// The default limit on the `entries` of one message: 65 536.
+///
+/// raft-rs fills an append with at most `max_size_per_msg` (1 MiB in tenure) of entries.
+/// Every term adds an empty entry (4 to 8 bytes) and a history record (about 80 bytes),
+/// drains and membership changes are JSON of 30 bytes and more, so 1 MiB of tenure's
+/// entries is well under 40 000 of them; 65 536 leaves room, and bounds the decoded
+/// entries of one message to [`ENTRY_COST`] × 65 536 (about 14 MiB).
+pub const DEFAULT_MAX_ENTRIES: usize = 65_536;
+
+/// Memory one decoded entry may take: twice `size_of::<Entry>()` (the entries vector
+/// grows by doubling). Its `data` and `context` are copies of payload bytes, counted with
+/// the payload.
+pub const ENTRY_COST: usize = 2 * size_of::<Entry>();
+
+/// The most unknown fields (at every level) a message may carry. raft-rs 0.7 messages
+/// have none; a few are allowed so that a newer peer that adds a field is not cut off.
+/// Each decoded unknown field takes up to [`UNKNOWN_FIELD_COST`] (the decoder keeps them
+/// in a hash map).
+pub const MAX_UNKNOWN_FIELDS: usize = 64;
+
+/// Memory one decoded unknown field may take, at most (its bytes are counted with the
+/// payload).
+pub const UNKNOWN_FIELD_COST: usize = 512;
+
+/// The most node ids a snapshot's `ConfState` may list, its four lists together (a group
+/// has 3 to 7 voters; certificates are made for at most 1000 nodes). Each takes up to 16
+/// bytes decoded (a `u64`, vectors growing by doubling).
+pub const MAX_CONF_IDS: usize = 4096;
+
+const CONF_ID_COST: usize = 16;
+const MESSAGE_COST: usize = size_of::<Message>();
 
 /// Why a frame could not be written or read.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +91,18 @@ pub enum FrameError {
     TooLarge {
         /// The payload length (announced, for inbound frames).
         len: usize,
+        /// The limit in force.
+        max: usize,
+    },
+    /// The message holds more `entries` than the limit (`max_entries`, by default
+    /// [`DEFAULT_MAX_ENTRIES`]); found by [`scan`] before anything was decoded. Inbound:
+    /// the peer is broken or hostile, or runs with a larger limit; the connection is
+    /// closed. Outbound: the message is dropped. Fix: use the same limit on every node.
+    #[error("message holds more than {max} entries (counted {count} before stopping)")]
+    TooManyEntries {
+        /// Entries counted when the scan stopped (`max + 1`: it stops at the first one
+        /// over the limit).
+        count: usize,
         /// The limit in force.
         max: usize,
     },
@@ -97,9 +155,304 @@ pub fn encode_into(msg: &Message, max: usize, out: &mut Vec<u8>) -> Result<(), F
     Err(FrameError::Malformed(problem))
 }
 
-/// Parses one payload (the bytes after the prefix).
+/// What decoding a payload makes, counted by [`scan`] from its wire bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Shape {
+    /// `entries` of the message.
+    pub entries: usize,
+    /// Fields raft's schema does not know, at every level.
+    pub unknown_fields: usize,
+    /// Node ids listed in the snapshot's `ConfState` (all four lists).
+    pub conf_ids: usize,
+}
+
+impl Shape {
+    /// The memory the decoded message of a `payload_len`-byte payload may take, at most:
+    /// the payload's bytes (every `data`, `context` and unknown field is a copy of some of
+    /// them), the message itself, and the entries, unknown fields and ids it holds.
+    pub fn decoded_bytes(&self, payload_len: usize) -> usize {
+        payload_len
+            .saturating_add(MESSAGE_COST)
+            .saturating_add(self.entries.saturating_mul(ENTRY_COST))
+            .saturating_add(self.unknown_fields.saturating_mul(UNKNOWN_FIELD_COST))
+            .saturating_add(self.conf_ids.saturating_mul(CONF_ID_COST))
+    }
+}
+
+/// The most memory a payload of `len` bytes can take decoded once [`scan`] passed it
+/// with `max_entries`: [`Shape::decoded_bytes`] of the worst shape that fits in `len`
+/// bytes (an entry or an unknown field takes at least 2 bytes on the wire, a packed id
+/// at least 1). What the QUIC transport reserves of its budget before reading a payload.
+pub fn decode_bound(len: usize, max_entries: usize) -> usize {
+    Shape {
+        entries: (len / 2).min(max_entries),
+        unknown_fields: (len / 2).min(MAX_UNKNOWN_FIELDS),
+        conf_ids: len.min(MAX_CONF_IDS),
+    }
+    .decoded_bytes(len)
+}
+
+/// A cursor over protobuf wire bytes.
+struct Wire<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+/// Protobuf wire types.
+const VARINT: u8 = 0;
+const FIXED64: u8 = 1;
+const LEN: u8 = 2;
+const FIXED32: u8 = 5;
+
+impl<'a> Wire<'a> {
+    fn new(buf: &'a [u8]) -> Self {
+        Wire { buf, pos: 0 }
+    }
+
+    fn done(&self) -> bool {
+        self.pos >= self.buf.len()
+    }
+
+    fn varint(&mut self) -> Result<u64, String> {
+        let mut v: u64 = 0;
+        for i in 0..10 {
+            let Some(&b) = self.buf.get(self.pos) else {
+                return Err(format!("varint cut off at byte {}", self.pos));
+            };
+            self.pos += 1;
+            v |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(format!(
+            "varint longer than 10 bytes before byte {}",
+            self.pos
+        ))
+    }
+
+    /// The next field's number and wire type.
+    fn key(&mut self) -> Result<(u64, u8), String> {
+        let k = self.varint()?;
+        let (field, wire) = (k >> 3, (k & 7) as u8);
+        if field == 0 {
+            return Err("field number 0".into());
+        }
+        Ok((field, wire))
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self.pos.checked_add(n).filter(|e| *e <= self.buf.len());
+        let Some(end) = end else {
+            return Err(format!(
+                "field of {n} bytes at byte {} runs past the end ({} bytes)",
+                self.pos,
+                self.buf.len()
+            ));
+        };
+        let out = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(out)
+    }
+
+    fn len_delimited(&mut self) -> Result<&'a [u8], String> {
+        let n = self.varint()?;
+        let n = usize::try_from(n).map_err(|_| format!("length {n} does not fit"))?;
+        self.take(n)
+    }
+
+    /// Skips a value of wire type `wire` (groups are refused: raft's schema has none).
+    fn skip(&mut self, field: u64, wire: u8) -> Result<(), String> {
+        match wire {
+            VARINT => self.varint().map(drop),
+            FIXED64 => self.take(8).map(drop),
+            LEN => self.len_delimited().map(drop),
+            FIXED32 => self.take(4).map(drop),
+            3 | 4 => Err(format!("field {field} is a group (wire type {wire})")),
+            w => Err(format!("field {field} has invalid wire type {w}")),
+        }
+    }
+}
+
+/// What a known field of raft's schema is.
+enum Kind {
+    Scalar(u8),
+    /// An enum with values `0..=max`; the decoder keeps other values as unknown fields.
+    Enum(u64),
+    Entry,
+    Snapshot,
+    Metadata,
+    ConfState,
+    Ids,
+}
+
+/// The scan of one message of the schema.
+struct Scan {
+    shape: Shape,
+    max_entries: usize,
+}
+
+impl Scan {
+    fn unknown(&mut self) -> Result<(), FrameError> {
+        self.shape.unknown_fields += 1;
+        if self.shape.unknown_fields > MAX_UNKNOWN_FIELDS {
+            return Err(FrameError::Malformed(format!(
+                "more than {MAX_UNKNOWN_FIELDS} fields or enum values raft's schema does not know"
+            )));
+        }
+        Ok(())
+    }
+
+    fn fields(&mut self, buf: &[u8], schema: fn(u64) -> Option<Kind>) -> Result<(), FrameError> {
+        let bad = FrameError::Malformed;
+        let mut w = Wire::new(buf);
+        while !w.done() {
+            let (field, wire) = w.key().map_err(bad)?;
+            let Some(kind) = schema(field) else {
+                self.unknown()?;
+                w.skip(field, wire).map_err(bad)?;
+                continue;
+            };
+            let want = match kind {
+                Kind::Scalar(t) => t,
+                Kind::Enum(_) => VARINT,
+                Kind::Ids if wire == VARINT => VARINT,
+                _ => LEN,
+            };
+            if wire != want {
+                return Err(bad(format!(
+                    "field {field} has wire type {wire}, the schema says {want}"
+                )));
+            }
+            match kind {
+                Kind::Scalar(_) => w.skip(field, wire).map_err(bad)?,
+                Kind::Enum(max) => {
+                    if w.varint().map_err(bad)? > max {
+                        self.unknown()?;
+                    }
+                }
+                Kind::Entry => {
+                    self.shape.entries += 1;
+                    if self.shape.entries > self.max_entries {
+                        return Err(FrameError::TooManyEntries {
+                            count: self.shape.entries,
+                            max: self.max_entries,
+                        });
+                    }
+                    let sub = w.len_delimited().map_err(bad)?;
+                    self.fields(sub, entry_field)?;
+                }
+                Kind::Snapshot => {
+                    let sub = w.len_delimited().map_err(bad)?;
+                    self.fields(sub, snapshot_field)?;
+                }
+                Kind::Metadata => {
+                    let sub = w.len_delimited().map_err(bad)?;
+                    self.fields(sub, metadata_field)?;
+                }
+                Kind::ConfState => {
+                    let sub = w.len_delimited().map_err(bad)?;
+                    self.fields(sub, conf_state_field)?;
+                }
+                Kind::Ids => {
+                    let n = if wire == VARINT {
+                        w.varint().map_err(bad)?;
+                        1
+                    } else {
+                        let packed = w.len_delimited().map_err(bad)?;
+                        let mut p = Wire::new(packed);
+                        let mut n = 0;
+                        while !p.done() {
+                            p.varint().map_err(bad)?;
+                            n += 1;
+                        }
+                        n
+                    };
+                    self.shape.conf_ids += n;
+                    if self.shape.conf_ids > MAX_CONF_IDS {
+                        return Err(bad(format!(
+                            "snapshot lists more than {MAX_CONF_IDS} node ids"
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn message_field(f: u64) -> Option<Kind> {
+    match f {
+        1 => Some(Kind::Enum(18)), // MessageType: MsgHup ..= MsgRequestPreVoteResponse
+        2..=6 | 8 | 10 | 11 | 13..=16 => Some(Kind::Scalar(VARINT)),
+        7 => Some(Kind::Entry),
+        9 => Some(Kind::Snapshot),
+        12 => Some(Kind::Scalar(LEN)),
+        _ => None,
+    }
+}
+
+fn entry_field(f: u64) -> Option<Kind> {
+    match f {
+        1 => Some(Kind::Enum(2)), // EntryType: EntryNormal ..= EntryConfChangeV2
+        2 | 3 | 5 => Some(Kind::Scalar(VARINT)),
+        4 | 6 => Some(Kind::Scalar(LEN)),
+        _ => None,
+    }
+}
+
+fn snapshot_field(f: u64) -> Option<Kind> {
+    match f {
+        1 => Some(Kind::Scalar(LEN)),
+        2 => Some(Kind::Metadata),
+        _ => None,
+    }
+}
+
+fn metadata_field(f: u64) -> Option<Kind> {
+    match f {
+        1 => Some(Kind::ConfState),
+        2 | 3 => Some(Kind::Scalar(VARINT)),
+        _ => None,
+    }
+}
+
+fn conf_state_field(f: u64) -> Option<Kind> {
+    match f {
+        1..=4 => Some(Kind::Ids),
+        5 => Some(Kind::Scalar(VARINT)),
+        _ => None,
+    }
+}
+
+/// Walks a payload's wire bytes along raft's `Message` schema without decoding or
+/// allocating, and counts what decoding it would make ([`Shape`]).
+///
+/// Fails with [`FrameError::TooManyEntries`] at the first entry over `max_entries`, and
+/// with [`FrameError::Malformed`] on bytes that are not protobuf, on groups, on a known
+/// field of the wrong wire type, on more than [`MAX_UNKNOWN_FIELDS`] unknown fields or
+/// more than [`MAX_CONF_IDS`] ids in a snapshot. A payload it passes may still fail to
+/// decode (for example invalid UTF-8 is not checked: raft has no string fields).
+pub fn scan(payload: &[u8], max_entries: usize) -> Result<Shape, FrameError> {
+    let mut s = Scan {
+        shape: Shape::default(),
+        max_entries,
+    };
+    s.fields(payload, message_field)?;
+    Ok(s.shape)
+}
+
+/// Scans (see [`scan`]) and then decodes one payload (the bytes after the prefix).
+pub fn parse_limited(payload: &[u8], max_entries: usize) -> Result<(Message, Shape), FrameError> {
+    let shape = scan(payload, max_entries)?;
+    let msg =
+        Message::parse_from_bytes(payload).map_err(|e| FrameError::Malformed(e.to_string()))?;
+    Ok((msg, shape))
+}
+
+/// Parses one payload with the default entries limit.
 fn parse(payload: &[u8]) -> Result<Message, FrameError> {
-    Message::parse_from_bytes(payload).map_err(|e| FrameError::Malformed(e.to_string()))
+    parse_limited(payload, DEFAULT_MAX_ENTRIES).map(|(m, _)| m)
 }
 
 /// Decodes the first frame in `buf` without IO.
@@ -107,7 +460,8 @@ fn parse(payload: &[u8]) -> Result<Message, FrameError> {
 /// Returns `Ok(None)` when `buf` does not yet hold a whole frame (read more and call
 /// again), `Ok(Some((message, consumed)))` otherwise, where `consumed` is the frame's
 /// length including the prefix. An announced length over `max` is
-/// [`FrameError::TooLarge`] as soon as the prefix is complete.
+/// [`FrameError::TooLarge`] as soon as the prefix is complete; more than
+/// [`DEFAULT_MAX_ENTRIES`] entries is [`FrameError::TooManyEntries`] (see [`scan`]).
 pub fn decode(buf: &[u8], max: usize) -> Result<Option<(Message, usize)>, FrameError> {
     let Some(prefix) = buf.get(..LEN_PREFIX) else {
         return Ok(None);
@@ -126,13 +480,32 @@ pub fn decode(buf: &[u8], max: usize) -> Result<Option<(Message, usize)>, FrameE
 ///
 /// `Ok(None)` when the stream ends cleanly between frames. A stream that ends inside a
 /// frame is [`FrameError::Malformed`]; a length over `max` is [`FrameError::TooLarge`]
-/// (nothing more is read). Cancel-safe only between frames: dropping the future in the
+/// (nothing more is read); more than [`DEFAULT_MAX_ENTRIES`] entries is
+/// [`FrameError::TooManyEntries`]. It has no deadline and no budget (the QUIC transport
+/// reads its streams with both). Cancel-safe only between frames: dropping the future in the
 /// middle of a frame loses the partial frame, so do not `select!` on it with other work
 /// unless the stream is abandoned afterwards.
 pub async fn read_frame<R: AsyncRead + Unpin>(
     reader: &mut R,
     max: usize,
 ) -> Result<Option<Message>, FrameError> {
+    let Some(len) = read_prefix(reader).await? else {
+        return Ok(None);
+    };
+    if len > max {
+        return Err(FrameError::TooLarge { len, max });
+    }
+    let payload = read_payload(reader, len).await?;
+    parse(&payload).map(Some)
+}
+
+/// Reads a frame's length prefix: `Ok(None)` when the stream ends cleanly before it,
+/// [`FrameError::Malformed`] when it ends inside it. Allocates nothing. The first half
+/// of [`read_frame`], for readers that decide what to do before reading the payload
+/// (the QUIC transport reserves budget and starts a deadline).
+pub async fn read_prefix<R: AsyncRead + Unpin>(
+    reader: &mut R,
+) -> Result<Option<usize>, FrameError> {
     let mut prefix = [0u8; LEN_PREFIX];
     let mut filled = 0;
     while filled < LEN_PREFIX {
@@ -146,10 +519,15 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
             n => filled += n,
         }
     }
-    let len = u32::from_be_bytes(prefix) as usize;
-    if len > max {
-        return Err(FrameError::TooLarge { len, max });
-    }
+    Ok(Some(u32::from_be_bytes(prefix) as usize))
+}
+
+/// Reads a payload of `len` bytes (the second half of [`read_frame`]); a stream that
+/// ends before is [`FrameError::Malformed`]. Allocates `len` bytes: check `len` first.
+pub async fn read_payload<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    len: usize,
+) -> Result<BytesMut, FrameError> {
     let mut payload = BytesMut::with_capacity(len);
     while payload.len() < len {
         let want = len - payload.len();
@@ -164,12 +542,13 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
             )));
         }
     }
-    parse(&payload).map(Some)
+    Ok(payload)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use protobuf::ProtobufEnum;
     use raft::eraftpb::{Entry, MessageType};
 
     fn sample() -> Message {
@@ -332,5 +711,217 @@ mod tests {
 
         // The raft schema has no recursive message type, so nesting through known fields
         // is bounded by the schema (Message > Snapshot > SnapshotMetadata > ConfState).
+    }
+
+    /// Random messages of every shape raft-rs sends, drawn from `seed`.
+    fn random_message(x: &mut u64) -> Message {
+        let mut next = || {
+            *x ^= *x << 13;
+            *x ^= *x >> 7;
+            *x ^= *x << 17;
+            *x
+        };
+        let mut m = Message {
+            from: next() % 8,
+            to: next() % 8,
+            term: next() % 1000,
+            log_term: next() % 1000,
+            index: next(),
+            commit: next() % 100_000,
+            commit_term: next() % 5,
+            reject: next() % 2 == 0,
+            reject_hint: next() % 50,
+            request_snapshot: next() % 3,
+            priority: (next() % 7) as i64 - 3,
+            ..Default::default()
+        };
+        m.set_msg_type(MessageType::from_i32((next() % 19) as i32).unwrap());
+        if next() % 3 == 0 {
+            m.context = vec![1u8; (next() % 40) as usize].into();
+        }
+        for _ in 0..next() % 20 {
+            let mut e = Entry {
+                term: next() % 1000,
+                index: next(),
+                data: vec![2u8; (next() % 100) as usize].into(),
+                context: vec![3u8; (next() % 3) as usize].into(),
+                ..Default::default()
+            };
+            e.set_entry_type(raft::eraftpb::EntryType::from_i32((next() % 3) as i32).unwrap());
+            m.entries.push(e);
+        }
+        if next() % 4 == 0 {
+            let snap = m.mut_snapshot();
+            snap.data = vec![4u8; (next() % 500) as usize].into();
+            let meta = snap.mut_metadata();
+            meta.index = next();
+            meta.term = next() % 1000;
+            let cs = meta.mut_conf_state();
+            cs.voters = (1..=(next() % 7)).collect();
+            cs.learners = (10..(10 + next() % 3)).collect();
+            cs.voters_outgoing = (1..(next() % 4)).collect();
+            cs.auto_leave = next() % 2 == 0;
+        }
+        m
+    }
+
+    #[test]
+    fn scan_counts_what_the_decoder_makes_and_the_bound_covers_it() {
+        let mut x = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..2000 {
+            let m = random_message(&mut x);
+            let frame = encode(&m, DEFAULT_MAX_FRAME).unwrap();
+            let payload = &frame[LEN_PREFIX..];
+            let shape = scan(payload, DEFAULT_MAX_ENTRIES).unwrap();
+            assert_eq!(shape.entries, m.entries.len());
+            assert_eq!(shape.unknown_fields, 0);
+            let cs = m.get_snapshot().get_metadata().get_conf_state();
+            assert_eq!(
+                shape.conf_ids,
+                cs.voters.len()
+                    + cs.learners.len()
+                    + cs.voters_outgoing.len()
+                    + cs.learners_next.len()
+            );
+            assert!(
+                shape.decoded_bytes(payload.len())
+                    <= decode_bound(payload.len(), DEFAULT_MAX_ENTRIES)
+            );
+            let (back, _) = parse_limited(payload, DEFAULT_MAX_ENTRIES).unwrap();
+            assert_eq!(back, m);
+        }
+    }
+
+    #[test]
+    fn scan_stops_at_the_first_entry_over_the_limit() {
+        let payload = [0x3au8, 0x00].repeat(1000);
+        assert_eq!(scan(&payload, 1000).unwrap().entries, 1000);
+        assert!(matches!(
+            scan(&payload, 999),
+            Err(FrameError::TooManyEntries {
+                count: 1000,
+                max: 999
+            })
+        ));
+        let mut framed = (payload.len() as u32).to_be_bytes().to_vec();
+        framed.extend_from_slice(&payload);
+        let e = decode(&[framed.clone(), framed].concat(), DEFAULT_MAX_FRAME)
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.0.entries.len(), 1000);
+    }
+
+    #[test]
+    fn unknown_fields_groups_bad_enums_and_wrong_wire_types_are_bounded_or_refused() {
+        // 64 unknown varint fields (field 100) pass, 65 do not.
+        let unknown = |n: usize| [0xa0u8, 0x06, 0x01].repeat(n);
+        assert_eq!(scan(&unknown(64), 10).unwrap().unknown_fields, 64);
+        assert!(matches!(
+            scan(&unknown(65), 10),
+            Err(FrameError::Malformed(_))
+        ));
+        // An enum value outside the schema is kept by the decoder as an unknown field.
+        assert_eq!(scan(&[0x08, 0x63], 10).unwrap().unknown_fields, 1);
+        // Groups are refused, known or not.
+        assert!(matches!(
+            scan(&[0xa3, 0x06], 10),
+            Err(FrameError::Malformed(_))
+        ));
+        // `term` (a varint) sent as bytes.
+        assert!(matches!(
+            scan(&[0x22, 0x01, 0x00], 10),
+            Err(FrameError::Malformed(_))
+        ));
+        // Cut off inside a field, a length past the end, a varint of 11 bytes.
+        for bad in [
+            &[0x3a][..],
+            &[0x3a, 0x05, 0x00],
+            &[
+                0x20, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+            ],
+        ] {
+            assert!(
+                matches!(scan(bad, 10), Err(FrameError::Malformed(_))),
+                "{bad:?}"
+            );
+        }
+        // A snapshot listing 4097 ids (packed) is refused, 4096 pass.
+        let snapshot = |ids: usize| {
+            let cs = [vec![0x0a, 0x80, 0x20][..].to_vec(), vec![0x01; ids]].concat(); // voters, packed
+            let cs = if ids == 4096 {
+                cs
+            } else {
+                [vec![0x0a, 0x81, 0x20], vec![0x01; ids]].concat()
+            };
+            let meta = [vec![0x0a], varint(cs.len()), cs].concat();
+            let snap = [vec![0x12], varint(meta.len()), meta].concat();
+            [vec![0x4a], varint(snap.len()), snap].concat()
+        };
+        assert_eq!(scan(&snapshot(4096), 10).unwrap().conf_ids, 4096);
+        assert!(matches!(
+            scan(&snapshot(4097), 10),
+            Err(FrameError::Malformed(_))
+        ));
+    }
+
+    fn varint(mut n: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        loop {
+            let b = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(b);
+                return out;
+            }
+            out.push(b | 0x80);
+        }
+    }
+
+    #[test]
+    fn the_largest_append_tenure_sends_fits_the_default_limits() {
+        // raft-rs packs entries into an append up to max_size_per_msg (1 MiB in tenure,
+        // src/node.rs), always at least one. The worst shape for the entry count: each term
+        // adds an empty entry and a history record (about 80 bytes of JSON).
+        let record = Entry {
+            term: 1_000_000,
+            index: 1 << 40,
+            data: vec![b'x'; 80].into(),
+            ..Default::default()
+        };
+        let empty = Entry {
+            term: 1_000_000,
+            index: 1 << 40,
+            ..Default::default()
+        };
+        let mut m = Message {
+            from: 1,
+            to: 2,
+            term: 1_000_000,
+            index: 1 << 40,
+            log_term: 1_000_000,
+            commit: 1 << 40,
+            ..Default::default()
+        };
+        m.set_msg_type(MessageType::MsgAppend);
+        let mut size = 0u64;
+        while size < 1 << 20 {
+            for e in [&empty, &record] {
+                size += u64::from(e.compute_size());
+                m.entries.push(e.clone());
+            }
+        }
+        assert!(
+            m.entries.len() < DEFAULT_MAX_ENTRIES,
+            "{} entries",
+            m.entries.len()
+        );
+        let frame = encode(&m, DEFAULT_MAX_FRAME).expect("fits the frame limit");
+        let (back, shape) = parse_limited(&frame[LEN_PREFIX..], DEFAULT_MAX_ENTRIES).unwrap();
+        assert_eq!(back.entries.len(), shape.entries);
+        // A snapshot of the group state and 1000 history records (JSON, ~100 kB) too.
+        let mut snap = Message::default();
+        snap.set_msg_type(MessageType::MsgSnapshot);
+        snap.mut_snapshot().data = vec![b'x'; 1000 * 120].into();
+        encode(&snap, DEFAULT_MAX_FRAME).expect("a snapshot fits");
     }
 }

@@ -8,7 +8,9 @@
 //! The driver sees only the [`Transport`] trait (to send) and a channel of [`Inbound`]
 //! items (to receive).
 
+mod budget;
 pub mod frame;
+pub(crate) mod log_limit;
 pub mod mem;
 pub mod quic;
 pub mod tls;
@@ -140,7 +142,22 @@ pub struct TransportStats {
     pub frames_oversized: AtomicU64,
     /// Frames that did not decode as a raft message (the stream was closed).
     pub frames_malformed: AtomicU64,
-    /// Incoming connections refused (TLS failure, unknown or invalid identity).
+    /// Frames with more `entries` than the limit, refused before decoding (the
+    /// connection was closed).
+    pub frames_too_many_entries: AtomicU64,
+    /// Frames whose payload did not arrive within the frame deadline (the connection was
+    /// closed).
+    pub frames_timed_out: AtomicU64,
+    /// Frames that had to wait for the inbound byte budget before being read.
+    pub frames_waited_for_budget: AtomicU64,
+    /// The most bytes of the inbound budget ever reserved at once (frames being read,
+    /// decoded, or waiting for the driver). Not a counter: a high-water mark.
+    pub budget_peak_bytes: AtomicU64,
+    /// Incoming connections refused because their peer already had as many connections
+    /// as allowed (also counted in `connections_refused`).
+    pub connections_over_limit: AtomicU64,
+    /// Incoming connections refused (TLS failure, unknown or invalid identity, too many
+    /// connections of one peer).
     pub connections_refused: AtomicU64,
     /// Outbound connections established (first connect and every reconnect).
     pub connects: AtomicU64,
@@ -170,6 +187,11 @@ impl TransportStats {
             from_mismatch: l(&self.from_mismatch),
             frames_oversized: l(&self.frames_oversized),
             frames_malformed: l(&self.frames_malformed),
+            frames_too_many_entries: l(&self.frames_too_many_entries),
+            frames_timed_out: l(&self.frames_timed_out),
+            frames_waited_for_budget: l(&self.frames_waited_for_budget),
+            budget_peak_bytes: l(&self.budget_peak_bytes),
+            connections_over_limit: l(&self.connections_over_limit),
             connections_refused: l(&self.connections_refused),
             connects: l(&self.connects),
             connect_failures: l(&self.connect_failures),
@@ -193,6 +215,11 @@ pub struct TransportStatsSnapshot {
     pub from_mismatch: u64,
     pub frames_oversized: u64,
     pub frames_malformed: u64,
+    pub frames_too_many_entries: u64,
+    pub frames_timed_out: u64,
+    pub frames_waited_for_budget: u64,
+    pub budget_peak_bytes: u64,
+    pub connections_over_limit: u64,
     pub connections_refused: u64,
     pub connects: u64,
     pub connect_failures: u64,

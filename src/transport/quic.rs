@@ -24,7 +24,28 @@
 //!   an oversized or undecodable frame closes the connection and is counted; a message
 //!   whose `from` is not the certificate's id is dropped (`from_mismatch`); the rest goes
 //!   to the driver with `try_send` (full → `dropped_inbound_full`). Network input never
-//!   panics.
+//!   panics. Failed handshakes and refusals are logged at WARN once per remote address
+//!   per minute (with the count of those held back), the rest at DEBUG.
+//!
+//! # Limits
+//!
+//! What a peer can make this node hold is bounded (docs/design.md, section 9, says why
+//! each number):
+//!
+//! * at most [`QuicConfig::max_connections_per_peer`] incoming connections per peer
+//!   (more are refused with [`close_code::TOO_MANY_CONNECTIONS`] and counted
+//!   `connections_over_limit`), [`MAX_STREAMS_PER_CONNECTION`] streams on each, and
+//!   [`RECEIVE_WINDOW`] bytes buffered by QUIC per connection;
+//! * a frame of at most [`QuicConfig::max_frame`] bytes holding at most
+//!   [`QuicConfig::max_entries`] entries (counted on the wire before decoding, see
+//!   [`frame::scan`]);
+//! * a frame's payload must arrive within [`QuicConfig::frame_timeout`] of being
+//!   started, or the connection is closed ([`close_code::FRAME_TIMEOUT`],
+//!   `frames_timed_out`);
+//! * every frame reserves what it may take decoded from one byte budget shared by all
+//!   connections ([`QuicConfig::inbound_budget`]; one peer at most half) before its
+//!   payload is read, and keeps it until the driver has taken the message: a frame
+//!   waits for budget (`frames_waited_for_budget`) rather than allocating.
 //!
 //! # QUIC settings
 //!
@@ -53,7 +74,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
@@ -68,7 +89,9 @@ use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::frame::{self, FrameError, DEFAULT_MAX_FRAME};
+use super::budget::{Budget, Permit};
+use super::frame::{self, FrameError, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_FRAME};
+use super::log_limit::{self, warn_limited, LogLimit};
 use super::tls::{node_id_from_cert, node_server_name, TlsError, TlsIdentity};
 use super::{Faults, Inbound, NodeId, Transport, TransportStats, TransportStatsSnapshot};
 
@@ -86,6 +109,20 @@ pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(1);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default number of messages kept for a peer while it is disconnected.
 pub const DEFAULT_KEEP_WHILE_DISCONNECTED: usize = 8;
+/// Default time a frame's payload has to arrive once its length prefix has: 5 s.
+pub const DEFAULT_FRAME_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default inbound byte budget shared by all connections: 64 MiB (one peer may hold at
+/// most half).
+pub const DEFAULT_INBOUND_BUDGET: usize = 64 * 1024 * 1024;
+/// Default number of incoming connections one peer may hold open at once: 2 (its
+/// connection, and its next one while a restart or a lost path is noticed).
+pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 2;
+/// Unidirectional streams a peer may open at once on one connection. tenure sends on one.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 4;
+/// Bytes QUIC buffers for one stream before the reader takes them (flow control).
+pub const STREAM_RECEIVE_WINDOW: u32 = 1024 * 1024;
+/// Bytes QUIC buffers for one connection, all its streams together.
+pub const RECEIVE_WINDOW: u32 = 2 * STREAM_RECEIVE_WINDOW;
 
 /// How long a connect attempt may go unanswered by a peer known to be up (it just
 /// connected to us) before it is restarted.
@@ -115,6 +152,12 @@ pub mod close_code {
     pub const PEER_REMOVED: u32 = 4;
     /// The server we dialed presented a certificate of another node.
     pub const WRONG_PEER: u32 = 5;
+    /// A frame's payload did not arrive within the receiver's frame deadline.
+    pub const FRAME_TIMEOUT: u32 = 6;
+    /// A frame held more entries than the receiver's limit.
+    pub const TOO_MANY_ENTRIES: u32 = 7;
+    /// The peer already had as many connections to the receiver as it may.
+    pub const TOO_MANY_CONNECTIONS: u32 = 8;
 }
 
 fn code(c: u32) -> VarInt {
@@ -138,6 +181,20 @@ pub struct QuicConfig {
     /// Largest frame payload sent or accepted ([`DEFAULT_MAX_FRAME`]). Use the same value
     /// on every node.
     pub max_frame: usize,
+    /// Most `entries` in one message sent or accepted ([`DEFAULT_MAX_ENTRIES`]), counted
+    /// on the wire before decoding. Use the same value on every node.
+    pub max_entries: usize,
+    /// How long a frame's payload may take to arrive once its length prefix has and its
+    /// budget was granted ([`DEFAULT_FRAME_TIMEOUT`]); then the connection is closed.
+    pub frame_timeout: Duration,
+    /// Bytes that inbound frames may take at once, all connections together, from the
+    /// start of reading a payload until the driver has taken the decoded message
+    /// ([`DEFAULT_INBOUND_BUDGET`]). One peer may hold at most half; must be at least
+    /// twice [`frame::decode_bound`] of `max_frame`.
+    pub inbound_budget: usize,
+    /// Incoming connections one peer may have open at once
+    /// ([`DEFAULT_MAX_CONNECTIONS_PER_PEER`]); more are refused.
+    pub max_connections_per_peer: usize,
     /// Capacity of each peer's outbound queue ([`DEFAULT_QUEUE_DEPTH`]); when full,
     /// `send` drops and counts `dropped_queue_full`.
     pub queue_depth: usize,
@@ -177,6 +234,10 @@ impl fmt::Debug for QuicConfig {
             .field("peers", &self.peers)
             .field("identity", &self.identity)
             .field("max_frame", &self.max_frame)
+            .field("max_entries", &self.max_entries)
+            .field("frame_timeout", &self.frame_timeout)
+            .field("inbound_budget", &self.inbound_budget)
+            .field("max_connections_per_peer", &self.max_connections_per_peer)
             .field("queue_depth", &self.queue_depth)
             .field("inbound_depth", &self.inbound_depth)
             .field("backoff_min", &self.backoff_min)
@@ -204,6 +265,10 @@ impl QuicConfig {
             peers,
             identity,
             max_frame: DEFAULT_MAX_FRAME,
+            max_entries: DEFAULT_MAX_ENTRIES,
+            frame_timeout: DEFAULT_FRAME_TIMEOUT,
+            inbound_budget: DEFAULT_INBOUND_BUDGET,
+            max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             queue_depth: DEFAULT_QUEUE_DEPTH,
             inbound_depth: DEFAULT_INBOUND_DEPTH,
             backoff_min: DEFAULT_BACKOFF_MIN,
@@ -244,6 +309,27 @@ impl QuicConfig {
                 "max_frame",
                 format!("{} is not in 1..=2^32-1", self.max_frame),
             );
+        }
+        if self.max_entries == 0 {
+            return bad("max_entries", "must be at least 1".into());
+        }
+        if self.frame_timeout.is_zero() {
+            return bad("frame_timeout", "must be longer than 0".into());
+        }
+        let need = frame::decode_bound(self.max_frame, self.max_entries).saturating_mul(2);
+        if self.inbound_budget < need {
+            return bad(
+                "inbound_budget",
+                format!(
+                    "{} bytes is less than twice what one frame of max_frame {} with \
+                     max_entries {} may take decoded ({need} bytes): such a frame could \
+                     never be read",
+                    self.inbound_budget, self.max_frame, self.max_entries
+                ),
+            );
+        }
+        if self.max_connections_per_peer == 0 {
+            return bad("max_connections_per_peer", "must be at least 1".into());
         }
         if self.queue_depth == 0 || self.inbound_depth == 0 {
             return bad("queue_depth/inbound_depth", "must be at least 1".into());
@@ -302,6 +388,9 @@ pub enum TransportError {
 #[derive(Debug, Clone, Copy)]
 struct Settings {
     max_frame: usize,
+    max_entries: usize,
+    frame_timeout: Duration,
+    max_connections_per_peer: usize,
     queue_depth: usize,
     backoff_min: Duration,
     backoff_max: Duration,
@@ -320,6 +409,12 @@ struct Shared {
     stats: TransportStats,
     faults: Faults,
     inbound: mpsc::Sender<Inbound>,
+    /// The permits of the messages in `inbound`, oldest first (see [`DriverQueue`]).
+    driver_queue: Mutex<DriverQueue>,
+    /// The inbound byte budget (see [`QuicConfig::inbound_budget`]).
+    budget: Arc<Budget>,
+    /// Rate limit of the warnings about refused connections, per remote IP address.
+    refusal_log: LogLimit,
     peers: RwLock<HashMap<NodeId, Peer>>,
     /// Cancelled by `close`: every task stops.
     shutdown: CancellationToken,
@@ -341,6 +436,37 @@ struct Peer {
     /// Notified when the peer connects to us: it is up, so a pending connect attempt
     /// or backoff wait of its outbound task is cut short.
     seen: Arc<Notify>,
+    /// Its incoming connections open now (at most `max_connections_per_peer`).
+    connections: Arc<AtomicUsize>,
+}
+
+/// The budget permits of the items in the channel to the driver, oldest first: one per
+/// item (`None` for items that hold none). The channel is first in, first out, so once
+/// the channel holds `n` items, all but the newest `n` permits belong to items the
+/// driver has taken, and are given back.
+#[derive(Debug, Default)]
+struct DriverQueue {
+    permits: VecDeque<Option<Permit>>,
+}
+
+/// One of a peer's incoming connection slots; given back when dropped.
+struct ConnectionSlot(Arc<AtomicUsize>);
+
+impl ConnectionSlot {
+    fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<ConnectionSlot> {
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| ConnectionSlot(count.clone()))
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// The QUIC transport of one node. See the [module docs](self).
@@ -653,7 +779,9 @@ impl QuicTransport {
                 })?,
             ))
             .max_concurrent_bidi_streams(VarInt::from_u32(0))
-            .max_concurrent_uni_streams(VarInt::from_u32(8))
+            .max_concurrent_uni_streams(VarInt::from_u32(MAX_STREAMS_PER_CONNECTION))
+            .stream_receive_window(VarInt::from_u32(STREAM_RECEIVE_WINDOW))
+            .receive_window(VarInt::from_u32(RECEIVE_WINDOW))
             .datagram_receive_buffer_size(None);
         let transport = Arc::new(transport);
 
@@ -722,6 +850,9 @@ impl QuicTransport {
             runtime,
             settings: Settings {
                 max_frame: cfg.max_frame,
+                max_entries: cfg.max_entries,
+                frame_timeout: cfg.frame_timeout,
+                max_connections_per_peer: cfg.max_connections_per_peer,
                 queue_depth: cfg.queue_depth,
                 backoff_min: cfg.backoff_min,
                 backoff_max: cfg.backoff_max,
@@ -730,6 +861,9 @@ impl QuicTransport {
             stats: TransportStats::default(),
             faults: Faults::default(),
             inbound,
+            driver_queue: Mutex::new(DriverQueue::default()),
+            budget: Budget::new(cfg.inbound_budget),
+            refusal_log: LogLimit::new(log_limit::WINDOW),
             peers: RwLock::new(HashMap::new()),
             shutdown: CancellationToken::new(),
             closed: AtomicBool::new(false),
@@ -826,7 +960,9 @@ impl Transport for QuicTransport {
     }
 
     fn stats(&self) -> TransportStatsSnapshot {
-        self.shared.stats.snapshot()
+        let mut s = self.shared.stats.snapshot();
+        s.budget_peak_bytes = self.shared.budget.peak();
+        s
     }
 
     fn faults(&self) -> &Faults {
@@ -914,6 +1050,7 @@ impl Shared {
             addr: addr_tx,
             cancel: cancel.clone(),
             seen: seen.clone(),
+            connections: Default::default(),
         };
         {
             let mut peers = self.peers.write().unwrap_or_else(|e| e.into_inner());
@@ -975,13 +1112,44 @@ impl Shared {
 
     /// Tells the driver that `peer` is unreachable (never blocks).
     fn report_unreachable(&self, peer: NodeId) {
-        if let Err(TrySendError::Full(_)) = self.inbound.try_send(Inbound::Unreachable(peer)) {
+        if let Err(TrySendError::Full(_)) = self.to_driver(Inbound::Unreachable(peer), None) {
             TransportStats::bump(&self.stats.dropped_inbound_full);
         }
     }
 
-    /// Hands a message from the authenticated `peer` to the driver, or drops and counts it.
-    fn deliver(&self, peer: NodeId, msg: Message, log: &Logger) -> Result<(), ()> {
+    /// Gives back the budget of the messages the driver has taken from its channel.
+    fn reclaim_budget(&self) {
+        let mut q = self.driver_queue.lock().unwrap_or_else(|e| e.into_inner());
+        self.reclaim_locked(&mut q);
+    }
+
+    fn reclaim_locked(&self, q: &mut DriverQueue) {
+        // Items still in the channel (never fewer than there are: the channel frees a
+        // slot only after the driver has taken its item).
+        let queued = self.inbound.max_capacity() - self.inbound.capacity();
+        while q.permits.len() > queued {
+            q.permits.pop_front();
+        }
+    }
+
+    /// The one way into the channel to the driver: sends `item`, keeping `permit` until
+    /// the driver has taken it. A refused item is dropped (with its permit).
+    fn to_driver(&self, item: Inbound, permit: Option<Permit>) -> Result<(), TrySendError<()>> {
+        let mut q = self.driver_queue.lock().unwrap_or_else(|e| e.into_inner());
+        self.reclaim_locked(&mut q);
+        match self.inbound.try_send(item) {
+            Ok(()) => {
+                q.permits.push_back(permit);
+                Ok(())
+            }
+            Err(TrySendError::Full(_)) => Err(TrySendError::Full(())),
+            Err(TrySendError::Closed(_)) => Err(TrySendError::Closed(())),
+        }
+    }
+
+    /// Hands a message from the authenticated `peer` to the driver, with the budget it
+    /// holds, or drops and counts it.
+    fn deliver(&self, peer: NodeId, msg: Message, permit: Permit, log: &Logger) -> Result<(), ()> {
         if msg.from != peer {
             TransportStats::bump(&self.stats.from_mismatch);
             debug!(log, "dropped message whose sender is not the certificate's node";
@@ -992,7 +1160,7 @@ impl Shared {
             TransportStats::bump(&self.stats.dropped_fault);
             return Ok(());
         }
-        match self.inbound.try_send(Inbound::Message(msg)) {
+        match self.to_driver(Inbound::Message(msg), Some(permit)) {
             Ok(()) => {
                 TransportStats::bump(&self.stats.received);
                 Ok(())
@@ -1255,7 +1423,16 @@ impl Outbound {
         let mut buf = Vec::new();
         let mut n = 0;
         for msg in batch.drain(..) {
-            match frame::encode_into(&msg, self.shared.settings.max_frame, &mut buf) {
+            let max_entries = self.shared.settings.max_entries;
+            let encoded = if msg.entries.len() > max_entries {
+                Err(FrameError::TooManyEntries {
+                    count: msg.entries.len(),
+                    max: max_entries,
+                })
+            } else {
+                frame::encode_into(&msg, self.shared.settings.max_frame, &mut buf)
+            };
+            match encoded {
                 Ok(()) => n += 1,
                 Err(e) => {
                     TransportStats::bump(&self.shared.stats.dropped_too_large);
@@ -1311,6 +1488,9 @@ async fn accept_loop(shared: Arc<Shared>) {
 async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
     let remote = incoming.remote_address();
     let log = shared.log.new(o!("remote" => remote.to_string()));
+    // Warnings about this remote: one a minute per IP address (a reconnecting client
+    // changes ports), the rest at DEBUG.
+    let log_key = remote.ip().to_string();
     let conn = tokio::select! {
         biased;
         _ = shared.shutdown.cancelled() => return,
@@ -1320,7 +1500,8 @@ async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
             // certificate of another CA, expired, ...) or the handshake broke protocol.
             Err(e @ ConnectionError::TransportError(_)) => {
                 TransportStats::bump(&shared.stats.connections_refused);
-                warn!(log, "refused incoming connection: handshake failed"; "error" => %e);
+                warn_limited!(shared.refusal_log, &log_key, log,
+                    "refused incoming connection: handshake failed"; "error" => %e,);
                 return;
             }
             // The client gave up (it rejected our certificate, timed out, or abandoned
@@ -1331,19 +1512,38 @@ async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
             }
         },
     };
-    let refuse = |reason: String| {
+    let refuse = |c: u32, reason: String| {
         TransportStats::bump(&shared.stats.connections_refused);
-        warn!(log, "refused incoming connection"; "reason" => &reason);
+        warn_limited!(shared.refusal_log, &log_key, log,
+            "refused incoming connection"; "reason" => &reason,);
         // The client passed the handshake (its certificate is from our CA): tell it why.
-        conn.close(code(close_code::REFUSED), reason.as_bytes());
+        conn.close(code(c), reason.as_bytes());
     };
     let peer = match peer_node_id(&conn) {
         Ok(id) => id,
-        Err(e) => return refuse(e),
+        Err(e) => return refuse(close_code::REFUSED, e),
     };
-    let (cancel, seen) = match shared.peers_read().get(&peer) {
-        Some(p) => (p.cancel.clone(), p.seen.clone()),
-        None => return refuse(format!("node {peer} is not a known peer")),
+    let max_conns = shared.settings.max_connections_per_peer;
+    let (cancel, seen, slot) = match shared.peers_read().get(&peer) {
+        Some(p) => (
+            p.cancel.clone(),
+            p.seen.clone(),
+            ConnectionSlot::take(&p.connections, max_conns),
+        ),
+        None => {
+            return refuse(
+                close_code::REFUSED,
+                format!("node {peer} is not a known peer"),
+            )
+        }
+    };
+    // Held while the connection is served: the peer's slot.
+    let Some(_slot) = slot else {
+        TransportStats::bump(&shared.stats.connections_over_limit);
+        return refuse(
+            close_code::TOO_MANY_CONNECTIONS,
+            format!("node {peer} already has {max_conns} connections open to this node"),
+        );
     };
     let log = log.new(o!("peer" => peer));
     debug!(log, "accepted connection");
@@ -1380,6 +1580,12 @@ async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
 }
 
 /// Reads frames from one stream of `peer` until it ends or misbehaves.
+///
+/// Per frame: the length prefix (nothing allocated yet, no deadline: a stream may idle
+/// between frames), then the frame's reservation of the inbound budget (waiting while it
+/// is spent), then the payload within the frame deadline, then the wire scan (entries,
+/// unknown fields) and the decode. The message goes to the driver with its reservation,
+/// shrunk to what the decoded message may take.
 async fn read_stream(
     shared: Arc<Shared>,
     conn: Connection,
@@ -1388,35 +1594,95 @@ async fn read_stream(
     cancel: CancellationToken,
     log: Logger,
 ) {
-    let max = shared.settings.max_frame;
+    let Settings {
+        max_frame,
+        max_entries,
+        frame_timeout,
+        ..
+    } = shared.settings;
+    let close = |c: u32, reason: &'static [u8]| conn.close(code(c), reason);
     loop {
-        let read = tokio::select! {
+        let prefix = tokio::select! {
             biased;
             _ = cancel.cancelled() => return,
-            r = frame::read_frame(&mut stream, max) => r,
+            r = frame::read_prefix(&mut stream) => r,
         };
-        match read {
-            Ok(Some(msg)) => {
-                if shared.deliver(peer, msg, &log).is_err() {
-                    return; // the driver is gone
-                }
+        let len = match prefix {
+            Ok(Some(len)) if len <= max_frame => len,
+            Ok(Some(len)) => {
+                TransportStats::bump(&shared.stats.frames_oversized);
+                let e = FrameError::TooLarge {
+                    len,
+                    max: max_frame,
+                };
+                warn!(log, "closing connection: oversized frame"; "error" => %e);
+                return close(close_code::FRAME_TOO_LARGE, b"frame too large");
             }
             Ok(None) => return,
-            Err(e @ FrameError::TooLarge { .. }) => {
-                TransportStats::bump(&shared.stats.frames_oversized);
-                warn!(log, "closing connection: oversized frame"; "error" => %e);
-                conn.close(code(close_code::FRAME_TOO_LARGE), b"frame too large");
-                return;
-            }
             Err(e @ FrameError::Malformed(_)) => {
                 TransportStats::bump(&shared.stats.frames_malformed);
                 warn!(log, "closing connection: malformed frame"; "error" => %e);
-                conn.close(code(close_code::MALFORMED), b"malformed frame");
-                return;
+                return close(close_code::MALFORMED, b"malformed frame");
             }
             Err(e) => {
                 debug!(log, "stream ended"; "reason" => %e);
                 return;
+            }
+        };
+        let reserve = frame::decode_bound(len, max_entries);
+        let reclaim = || shared.reclaim_budget();
+        let mut permit = match shared.budget.try_acquire(peer, reserve, reclaim) {
+            Some(p) => p,
+            None => {
+                TransportStats::bump(&shared.stats.frames_waited_for_budget);
+                debug!(log, "frame waits for inbound budget"; "reserve" => reserve);
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return,
+                    p = shared.budget.acquire(peer, reserve, reclaim) => p,
+                }
+            }
+        };
+        let payload = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return,
+            r = tokio::time::timeout(frame_timeout, frame::read_payload(&mut stream, len)) => r,
+        };
+        let payload = match payload {
+            Ok(Ok(payload)) => payload,
+            Err(_elapsed) => {
+                TransportStats::bump(&shared.stats.frames_timed_out);
+                warn!(log, "closing connection: frame not received in time";
+                    "len" => len, "timeout" => format!("{frame_timeout:?}"));
+                return close(close_code::FRAME_TIMEOUT, b"frame timed out");
+            }
+            Ok(Err(e @ FrameError::Malformed(_))) => {
+                TransportStats::bump(&shared.stats.frames_malformed);
+                warn!(log, "closing connection: malformed frame"; "error" => %e);
+                return close(close_code::MALFORMED, b"malformed frame");
+            }
+            Ok(Err(e)) => {
+                debug!(log, "stream ended"; "reason" => %e);
+                return;
+            }
+        };
+        match frame::parse_limited(&payload, max_entries) {
+            Ok((msg, shape)) => {
+                drop(payload);
+                permit.shrink_to(shape.decoded_bytes(len));
+                if shared.deliver(peer, msg, permit, &log).is_err() {
+                    return; // the driver is gone
+                }
+            }
+            Err(e @ FrameError::TooManyEntries { .. }) => {
+                TransportStats::bump(&shared.stats.frames_too_many_entries);
+                warn!(log, "closing connection: too many entries in a frame"; "error" => %e);
+                return close(close_code::TOO_MANY_ENTRIES, b"too many entries");
+            }
+            Err(e) => {
+                TransportStats::bump(&shared.stats.frames_malformed);
+                warn!(log, "closing connection: malformed frame"; "error" => %e);
+                return close(close_code::MALFORMED, b"malformed frame");
             }
         }
     }
@@ -1430,6 +1696,9 @@ mod tests {
     fn backoff_grows_is_capped_and_jittered_within_the_upper_half() {
         let s = Settings {
             max_frame: DEFAULT_MAX_FRAME,
+            max_entries: DEFAULT_MAX_ENTRIES,
+            frame_timeout: DEFAULT_FRAME_TIMEOUT,
+            max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             queue_depth: 1,
             backoff_min: Duration::from_millis(20),
             backoff_max: Duration::from_secs(1),
