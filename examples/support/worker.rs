@@ -36,7 +36,8 @@ options:
   --row-jitter-ms N                plus a random 0..=N ms per payment (default 0), so a
                                    stale writer and a new one overtake each other
   --metrics ADDR                   serve Prometheus metrics on http://ADDR/metrics (port 0: any;
-                                   the bound address is in the `started` event)
+                                   the bound address is in the `started` event); at most 32
+                                   connections, each closed if it sends no request in 5 s
   --admin ADDR                     open the admin endpoint (UDP, operator certificates only) for
                                    `cargo run --example ctl` (port 0: any; the bound address is
                                    in the `started` event as `admin`)
@@ -272,8 +273,15 @@ pub async fn run(args: WorkerArgs) -> i32 {
     let metrics_addr = match args.metrics {
         Some(addr) => {
             let n = node.clone();
-            match tenure::metrics::serve(addr, move || n.metrics_text()).await {
-                Ok((bound, _task)) => Some(bound.to_string()),
+            let options = tenure::metrics::ServeOptions {
+                logger: match args.log_level {
+                    Some(level) => tenure::terminal_logger(level),
+                    None => slog::Logger::root(slog::Discard, slog::o!()),
+                },
+                ..Default::default()
+            };
+            match tenure::metrics::serve_with(addr, move || n.metrics_text(), options).await {
+                Ok(server) => Some(server.local_addr().to_string()),
                 Err(e) => {
                     eprintln!("worker {id}: --metrics {addr}: {e}");
                     emit(
