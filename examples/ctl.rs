@@ -28,7 +28,8 @@ const USAGE: &str = "\
 usage: ctl --certs DIR --addr ADDR[,ADDR...] [--json] [--timeout SECS] COMMAND
 
   --certs DIR      folder with ca.pem, operator.pem and operator-key.pem
-                   (`cargo run --example certs` writes them)
+                   (`cargo run --example certs` writes them; with --per-node, in
+                   DIR/operator)
   --addr LIST      admin addresses of the nodes (comma-separated); leader-only commands
                    are sent to the one that reports itself leader
   --json           print JSON (one object) instead of text
@@ -213,7 +214,12 @@ async fn run(args: Args) -> ExitCode {
         Err(e) => Err(Failure::new(format!(
             "cannot load the operator certificate: {e}"
         ))),
-        Ok(identity) => execute(&args, &identity).await,
+        Ok(identity) => {
+            for w in identity.warnings() {
+                eprintln!("ctl: warning: {w}");
+            }
+            execute(&args, &identity).await
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

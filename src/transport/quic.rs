@@ -872,6 +872,9 @@ impl QuicTransport {
             log,
         });
         info!(shared.log, "QUIC transport listening"; "peers" => format!("{:?}", cfg.peers));
+        for w in cfg.identity.warnings() {
+            warn!(shared.log, "TLS identity: fix this file"; "warning" => %w);
+        }
         // Peers first: the accept loop refuses ids it does not know yet. In id order:
         // the order of their tasks is the order of their first packets.
         let mut peers: Vec<(NodeId, SocketAddr)> = cfg.peers.into_iter().collect();

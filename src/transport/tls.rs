@@ -562,7 +562,7 @@ impl<'a> Src<'a> {
                 Err(e) => {
                     return Err(TlsError::NotPem {
                         file: self.label.clone(),
-                        detail: e.to_string(),
+                        detail: pem_problem(&e),
                     })
                 }
             }
@@ -594,9 +594,33 @@ impl<'a> Src<'a> {
             Err(pem::Error::NoItemsFound) => Err(self.not_pem()),
             Err(e) => Err(TlsError::NotPem {
                 file: self.label.clone(),
-                detail: e.to_string(),
+                detail: pem_problem(&e),
             }),
         }
+    }
+}
+
+/// What the PEM parser found wrong, in words (its own messages print byte lists, such as
+/// `missing section end marker: [67, 69, 82, ...]`).
+fn pem_problem(e: &pem::Error) -> String {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
+    match e {
+        pem::Error::MissingSectionEnd { end_marker } => {
+            let label = text(end_marker);
+            format!(
+                "the {label} block has no \"-----END {label}-----\" line: the file is cut \
+                 off (an incomplete copy, or a full disk when it was written)"
+            )
+        }
+        pem::Error::IllegalSectionStart { line } => {
+            format!("malformed BEGIN line {:?}", text(line))
+        }
+        pem::Error::Base64Decode(detail) => {
+            format!("the text between the BEGIN and END lines is not valid base64 ({detail})")
+        }
+        pem::Error::SectionTooLarge => "a block is larger than 256 MB".into(),
+        pem::Error::NoItemsFound => "no PEM block (-----BEGIN ...-----) found".into(),
+        other => other.to_string(),
     }
 }
 
@@ -618,6 +642,56 @@ fn verify_as_client(
             reason: e.to_string(),
         })?;
     Ok(())
+}
+
+/// Something worth fixing in the files of an identity that does not stop it from loading
+/// ([`TlsIdentity::warnings`], [`OperatorIdentity::warnings`]). The QUIC transport logs
+/// each at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IdentityWarning {
+    /// A private key file can be read (or written) by its group or by others (mode bits
+    /// `0o077`). Anyone who can read it can act as this node (or operator). Fix:
+    /// `chmod 600` it, owned by the user the process runs as.
+    KeyReadableByOthers {
+        /// The key file.
+        path: PathBuf,
+        /// Its permission bits (e.g. `0o644`).
+        mode: u32,
+    },
+}
+
+impl fmt::Display for IdentityWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IdentityWarning::KeyReadableByOthers { path, mode } => write!(
+                f,
+                "private key {} has mode {mode:04o}: its group or others can read it; \
+                 chmod 600 it",
+                path.display()
+            ),
+        }
+    }
+}
+
+/// The warnings about the private key file at `path`: permission bits beyond the owner's.
+fn key_file_warnings(path: &Path) -> Vec<IdentityWarning> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = fs::metadata(path) {
+            let mode = meta.permissions().mode() & 0o7777;
+            if mode & 0o077 != 0 {
+                return vec![IdentityWarning::KeyReadableByOthers {
+                    path: path.to_owned(),
+                    mode,
+                }];
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Vec::new()
 }
 
 /// A file read whole, labelled by its path for error messages.
@@ -935,6 +1009,96 @@ pub fn write_cluster_certs(
     Ok(())
 }
 
+/// The folder of the CA's files in the layout of [`write_cluster_certs_per_node`]: `ca`.
+pub const CA_DIR: &str = "ca";
+/// The folder of the operator's files in the layout of [`write_cluster_certs_per_node`]:
+/// `operator`.
+pub const OPERATOR_DIR: &str = "operator";
+
+/// The folder of node `id`'s files in the layout of [`write_cluster_certs_per_node`]:
+/// `node-<id>`.
+pub fn node_dir(id: NodeId) -> String {
+    format!("node-{id}")
+}
+
+/// Like [`write_cluster_certs`], but one folder per holder, so that no node holds the
+/// CA key:
+///
+/// ```text
+/// dir/ca/        ca.pem ca-key.pem              the CA: keep it off the nodes
+/// dir/node-<id>/ ca.pem node-<id>.pem node-<id>-key.pem   copy to node <id> only
+/// dir/operator/  ca.pem operator.pem operator-key.pem     for the admin tool
+/// ```
+///
+/// Each node folder is what [`TlsIdentity::from_dir`] reads (`--certs dir/node-<id>` in
+/// the example worker), the operator folder what [`OperatorIdentity::from_dir`] reads.
+/// Key files get mode 0600, folders 0700. Refuses ([`TlsError::AlreadyExists`]) if any
+/// of these files exists, before writing anything. A node that joins later gets its
+/// files with [`write_node_cert`] on `dir/ca`, moved to a folder of its own.
+pub fn write_cluster_certs_per_node(
+    dir: impl AsRef<Path>,
+    nodes: impl IntoIterator<Item = NodeId>,
+) -> Result<()> {
+    let dir = dir.as_ref();
+    let mut nodes: Vec<NodeId> = nodes.into_iter().collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    if nodes.contains(&0) {
+        return Err(TlsError::InvalidNodeId);
+    }
+    let mut files: Vec<PathBuf> = vec![
+        dir.join(CA_DIR).join(CA_CERT_FILE),
+        dir.join(CA_DIR).join(CA_KEY_FILE),
+        dir.join(OPERATOR_DIR).join(CA_CERT_FILE),
+        dir.join(OPERATOR_DIR).join(OPERATOR_CERT_FILE),
+        dir.join(OPERATOR_DIR).join(OPERATOR_KEY_FILE),
+    ];
+    for &id in &nodes {
+        let d = dir.join(node_dir(id));
+        files.extend([
+            d.join(CA_CERT_FILE),
+            d.join(node_cert_file(id)),
+            d.join(node_key_file(id)),
+        ]);
+    }
+    if let Some(path) = files.into_iter().find(|p| p.exists()) {
+        return Err(TlsError::AlreadyExists { path });
+    }
+    let ca = ClusterCa::generate()?;
+    let ca_dir = make_private_dir(&dir.join(CA_DIR))?;
+    write_new_file(&ca_dir.join(CA_CERT_FILE), ca.cert_pem(), false)?;
+    write_new_file(&ca_dir.join(CA_KEY_FILE), ca.key_pem(), true)?;
+    for id in nodes {
+        let d = make_private_dir(&dir.join(node_dir(id)))?;
+        let node = ca.issue_node(id)?;
+        write_new_file(&d.join(CA_CERT_FILE), ca.cert_pem(), false)?;
+        write_new_file(&d.join(node_cert_file(id)), &node.cert_pem, false)?;
+        write_new_file(&d.join(node_key_file(id)), &node.key_pem, true)?;
+    }
+    let d = make_private_dir(&dir.join(OPERATOR_DIR))?;
+    let operator = ca.issue_operator()?;
+    write_new_file(&d.join(CA_CERT_FILE), ca.cert_pem(), false)?;
+    write_new_file(&d.join(OPERATOR_CERT_FILE), &operator.cert_pem, false)?;
+    write_new_file(&d.join(OPERATOR_KEY_FILE), &operator.key_pem, true)?;
+    Ok(())
+}
+
+/// Creates `dir` (and its parents) if missing; a folder it creates gets mode 0700.
+fn make_private_dir(dir: &Path) -> Result<PathBuf> {
+    let mut b = fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        b.mode(0o700);
+    }
+    b.create(dir).map_err(|source| TlsError::Write {
+        path: dir.to_owned(),
+        source,
+    })?;
+    Ok(dir.to_owned())
+}
+
 /// Issues a certificate for node `id` from the CA in `dir` (`ca.pem`, `ca-key.pem`, as
 /// [`write_cluster_certs`] left them) and writes `node-<id>.pem` and `node-<id>-key.pem`
 /// beside it (key mode 0600): for a node that joins a running group. Refuses
@@ -999,6 +1163,7 @@ pub struct TlsIdentity {
     ca_certs: Vec<CertificateDer<'static>>,
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
+    warnings: Vec<IdentityWarning>,
 }
 
 impl Clone for TlsIdentity {
@@ -1008,6 +1173,7 @@ impl Clone for TlsIdentity {
             ca_certs: self.ca_certs.clone(),
             chain: self.chain.clone(),
             key: self.key.clone_key(),
+            warnings: self.warnings.clone(),
         }
     }
 }
@@ -1019,6 +1185,7 @@ impl fmt::Debug for TlsIdentity {
             .field("ca_certs", &self.ca_certs.len())
             .field("chain", &self.chain.len())
             .field("key", &"<redacted>")
+            .field("warnings", &self.warnings)
             .finish()
     }
 }
@@ -1026,6 +1193,9 @@ impl fmt::Debug for TlsIdentity {
 impl TlsIdentity {
     /// Loads the CA certificate(s), the node's certificate chain (end-entity first) and its
     /// private key from PEM files.
+    ///
+    /// A key file that its group or others may read loads, with a warning
+    /// ([`TlsIdentity::warnings`]).
     pub fn load(
         ca_pem_path: impl AsRef<Path>,
         cert_pem_path: impl AsRef<Path>,
@@ -1036,7 +1206,15 @@ impl TlsIdentity {
             cert_pem_path.as_ref(),
             key_pem_path.as_ref(),
         ])?;
-        Self::from_src(ca.src(), cert.src(), key.src())
+        let mut identity = Self::from_src(ca.src(), cert.src(), key.src())?;
+        identity.warnings = key_file_warnings(key_pem_path.as_ref());
+        Ok(identity)
+    }
+
+    /// What was found worth fixing in the files it was loaded from (empty for identities
+    /// made from PEM text). The QUIC transport logs each at start.
+    pub fn warnings(&self) -> &[IdentityWarning] {
+        &self.warnings
     }
 
     /// Loads node `id`'s identity from a directory in the layout [`write_cluster_certs`]
@@ -1086,6 +1264,7 @@ impl TlsIdentity {
             ca_certs,
             chain,
             key: key_der,
+            warnings: Vec::new(),
         };
         let not_trusted = |e: rustls::Error| TlsError::NotTrusted {
             file: cert.label.clone(),
@@ -1251,6 +1430,7 @@ pub struct OperatorIdentity {
     ca_certs: Vec<CertificateDer<'static>>,
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
+    warnings: Vec<IdentityWarning>,
 }
 
 impl Clone for OperatorIdentity {
@@ -1259,6 +1439,7 @@ impl Clone for OperatorIdentity {
             ca_certs: self.ca_certs.clone(),
             chain: self.chain.clone(),
             key: self.key.clone_key(),
+            warnings: self.warnings.clone(),
         }
     }
 }
@@ -1269,6 +1450,7 @@ impl fmt::Debug for OperatorIdentity {
             .field("ca_certs", &self.ca_certs.len())
             .field("chain", &self.chain.len())
             .field("key", &"<redacted>")
+            .field("warnings", &self.warnings)
             .finish()
     }
 }
@@ -1286,7 +1468,15 @@ impl OperatorIdentity {
             cert_pem_path.as_ref(),
             key_pem_path.as_ref(),
         ])?;
-        Self::from_src(ca.src(), cert.src(), key.src())
+        let mut identity = Self::from_src(ca.src(), cert.src(), key.src())?;
+        identity.warnings = key_file_warnings(key_pem_path.as_ref());
+        Ok(identity)
+    }
+
+    /// What was found worth fixing in the files it was loaded from (see
+    /// [`TlsIdentity::warnings`]).
+    pub fn warnings(&self) -> &[IdentityWarning] {
+        &self.warnings
     }
 
     /// Loads the operator identity from a directory in the layout
@@ -1321,6 +1511,7 @@ impl OperatorIdentity {
             ca_certs,
             chain,
             key: key_der,
+            warnings: Vec::new(),
         })
     }
 
@@ -1625,5 +1816,120 @@ mod tests {
         );
         let e = write_cluster_certs(dir.path().join("zero"), [0]).unwrap_err();
         assert!(matches!(e, TlsError::InvalidNodeId), "{e}");
+    }
+
+    #[test]
+    fn a_cut_off_pem_file_is_named_and_described_in_words() {
+        let dir = tempfile::tempdir().unwrap();
+        write_cluster_certs(dir.path(), [1]).unwrap();
+        for name in [
+            node_cert_file(1),
+            node_key_file(1),
+            CA_CERT_FILE.to_string(),
+        ] {
+            let path = dir.path().join(&name);
+            let full = fs::read_to_string(&path).unwrap();
+            // Cut off after the first two lines (BEGIN and some base64): no END line.
+            let cut: String = full.lines().take(2).map(|l| format!("{l}\n")).collect();
+            fs::write(&path, &cut).unwrap();
+            let e = TlsIdentity::from_dir(dir.path(), 1)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&path.display().to_string()), "{e}");
+            assert!(
+                e.contains("has no \"-----END") && e.contains("cut off"),
+                "{e}"
+            );
+            assert!(
+                !e.contains("[45, ") && !e.contains("[67, "),
+                "bytes, not words: {e}"
+            );
+            fs::write(&path, &full).unwrap();
+        }
+        TlsIdentity::from_dir(dir.path(), 1).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn key_files_readable_by_others_load_with_a_warning_naming_file_and_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        write_cluster_certs(dir.path(), [1]).unwrap();
+        assert!(TlsIdentity::from_dir(dir.path(), 1)
+            .unwrap()
+            .warnings()
+            .is_empty());
+        assert!(OperatorIdentity::from_dir(dir.path())
+            .unwrap()
+            .warnings()
+            .is_empty());
+        for (name, mode) in [
+            (node_key_file(1), 0o644),
+            (OPERATOR_KEY_FILE.to_string(), 0o640),
+        ] {
+            let path = dir.path().join(&name);
+            fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
+        }
+        let id = TlsIdentity::from_dir(dir.path(), 1).unwrap();
+        let key = dir.path().join(node_key_file(1));
+        assert_eq!(
+            id.warnings(),
+            &[IdentityWarning::KeyReadableByOthers {
+                path: key.clone(),
+                mode: 0o644
+            }]
+        );
+        let text = id.warnings()[0].to_string();
+        assert!(
+            text.contains(&key.display().to_string()) && text.contains("0644"),
+            "{text}"
+        );
+        assert_eq!(id.clone().warnings().len(), 1);
+        let op = OperatorIdentity::from_dir(dir.path()).unwrap();
+        assert!(matches!(
+            op.warnings(),
+            [IdentityWarning::KeyReadableByOthers { mode: 0o640, .. }]
+        ));
+    }
+
+    #[test]
+    fn per_node_layout_keeps_the_ca_key_in_its_own_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("certs");
+        write_cluster_certs_per_node(&out, [1, 2, 3]).unwrap();
+        for id in 1..=3u64 {
+            let d = out.join(node_dir(id));
+            let mut names: Vec<String> = fs::read_dir(&d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            assert_eq!(
+                names,
+                [
+                    CA_CERT_FILE.to_string(),
+                    node_key_file(id),
+                    node_cert_file(id)
+                ]
+            );
+            let identity = TlsIdentity::from_dir(&d, id).unwrap();
+            assert!(identity.warnings().is_empty(), "{:?}", identity.warnings());
+        }
+        assert!(!out.join(CA_KEY_FILE).exists());
+        OperatorIdentity::from_dir(out.join(OPERATOR_DIR)).unwrap();
+        assert!(!out.join(OPERATOR_DIR).join(CA_KEY_FILE).exists());
+        // The CA folder issues a joining node that trusts the same CA.
+        write_node_cert(out.join(CA_DIR), 4).unwrap();
+        TlsIdentity::from_dir(out.join(CA_DIR), 4).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = |p: PathBuf| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode(out.join(CA_DIR).join(CA_KEY_FILE)), 0o600);
+            assert_eq!(mode(out.join(CA_DIR)), 0o700);
+            assert_eq!(mode(out.join(node_dir(2))), 0o700);
+        }
+        let e = write_cluster_certs_per_node(&out, [5]).unwrap_err();
+        assert!(matches!(e, TlsError::AlreadyExists { .. }), "{e}");
     }
 }
