@@ -2,29 +2,38 @@
 //! certificate for the admin tool (`cargo run --example ctl`).
 //!
 //! ```text
-//! cargo run --example certs -- --nodes 5 --out /tmp/certs
+//! cargo run --example certs -- --nodes 5 --out /tmp/certs              # one folder
+//! cargo run --example certs -- --nodes 5 --out /tmp/certs --per-node   # one per holder
 //! ```
 //!
 //! Give each node `ca.pem`, `node-<id>.pem` and `node-<id>-key.pem`; give the operator
 //! `ca.pem`, `operator.pem` and `operator-key.pem`; keep `ca-key.pem` off the nodes
-//! (whoever holds it can mint any node id). Exit codes: 0 done, 1 the
-//! files could not be written, 2 bad arguments.
+//! (whoever holds it can mint any node id). With `--per-node` the files are already
+//! sorted that way: `ca/` (the CA key: keep it apart), `node-<id>/` (copy each to its
+//! node, point `--certs` at it) and `operator/`. Exit codes: 0 done, 1 the files could
+//! not be written, 2 bad arguments.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use tenure::transport::tls::{
-    node_cert_file, node_key_file, node_server_name, write_cluster_certs, CA_CERT_FILE,
-    CA_KEY_FILE, OPERATOR_CERT_FILE, OPERATOR_KEY_FILE, OPERATOR_NAME,
+    node_cert_file, node_dir, node_key_file, node_server_name, write_cluster_certs,
+    write_cluster_certs_per_node, CA_CERT_FILE, CA_DIR, CA_KEY_FILE, OPERATOR_CERT_FILE,
+    OPERATOR_DIR, OPERATOR_KEY_FILE, OPERATOR_NAME,
 };
 
 const USAGE: &str = "\
-usage: certs --nodes N --out DIR
+usage: certs --nodes N --out DIR [--per-node]
 
-  --nodes N   how many nodes: certificates for ids 1..=N (1 <= N <= 1000)
-  --out DIR   directory to write into (created if missing; existing certificate
-              files are never overwritten)
-  -h, --help  this text";
+  --nodes N    how many nodes: certificates for ids 1..=N (1 <= N <= 1000)
+  --out DIR    directory to write into (created if missing; existing certificate
+               files are never overwritten)
+  --per-node   one folder per holder, so that no node holds the CA key:
+                 DIR/ca/         ca.pem ca-key.pem   (keep apart: it mints node ids)
+                 DIR/node-<id>/  ca.pem node-<id>.pem node-<id>-key.pem
+                 DIR/operator/   ca.pem operator.pem operator-key.pem
+               copy DIR/node-<id> to node <id> and start it with --certs on that folder
+  -h, --help   this text";
 
 /// The largest group worth making certificates for in one go (raft groups are 3..7).
 const MAX_NODES: u64 = 1000;
@@ -32,12 +41,14 @@ const MAX_NODES: u64 = 1000;
 struct Args {
     nodes: u64,
     out: PathBuf,
+    per_node: bool,
 }
 
 /// Parses the arguments; `Err(None)` means help was asked for.
 fn parse(args: &[String]) -> Result<Args, Option<String>> {
     let mut nodes: Option<u64> = None;
     let mut out: Option<PathBuf> = None;
+    let mut per_node = false;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -52,6 +63,7 @@ fn parse(args: &[String]) -> Result<Args, Option<String>> {
         };
         match flag {
             "-h" | "--help" => return Err(None),
+            "--per-node" if inline.is_none() => per_node = true,
             "--nodes" => {
                 if nodes.is_some() {
                     return Err(Some("--nodes given twice".into()));
@@ -77,6 +89,7 @@ fn parse(args: &[String]) -> Result<Args, Option<String>> {
     Ok(Args {
         nodes: nodes.ok_or_else(|| Some("--nodes is required".to_string()))?,
         out: out.ok_or_else(|| Some("--out is required".to_string()))?,
+        per_node,
     })
 }
 
@@ -93,6 +106,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.per_node {
+        return write_per_node(&args);
+    }
     if let Err(e) = write_cluster_certs(&args.out, 1..=args.nodes) {
         eprintln!("certs: {e}");
         return ExitCode::from(1);
@@ -122,6 +138,35 @@ fn main() -> ExitCode {
     println!(
         "  {:<22} operator private key, mode 0600",
         OPERATOR_KEY_FILE
+    );
+    ExitCode::SUCCESS
+}
+
+fn write_per_node(args: &Args) -> ExitCode {
+    if let Err(e) = write_cluster_certs_per_node(&args.out, 1..=args.nodes) {
+        eprintln!("certs: {e}");
+        return ExitCode::from(1);
+    }
+    let dir = &args.out;
+    println!("wrote to {}, one folder per holder:", dir.display());
+    println!(
+        "  {:<12} {CA_CERT_FILE}, {CA_KEY_FILE} (mode 0600): the cluster CA; keep this folder \
+         off the nodes (it mints node ids)",
+        format!("{CA_DIR}/")
+    );
+    for id in 1..=args.nodes {
+        println!(
+            "  {:<12} {CA_CERT_FILE}, {}, {} (mode 0600): node {id} ({}) only",
+            format!("{}/", node_dir(id)),
+            node_cert_file(id),
+            node_key_file(id),
+            node_server_name(id)
+        );
+    }
+    println!(
+        "  {:<12} {CA_CERT_FILE}, {OPERATOR_CERT_FILE}, {OPERATOR_KEY_FILE} (mode 0600): the \
+         admin tool ({OPERATOR_NAME})",
+        format!("{OPERATOR_DIR}/")
     );
     ExitCode::SUCCESS
 }

@@ -1,12 +1,17 @@
 //! A worker process that embeds tenure and prints its election events as JSON lines.
 //!
 //! ```text
-//! cargo run --example certs -- --nodes 3 --out /tmp/certs
+//! cargo run --example certs -- --nodes 3 --out /tmp/certs --per-node
 //! cargo run --example worker -- --id 1 --listen 127.0.0.1:7001 \
 //!     --peers 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003 \
-//!     --data-dir /tmp/w1 --certs /tmp/certs --admin 127.0.0.1:7101
-//! cargo run --example ctl -- --certs /tmp/certs --addr 127.0.0.1:7101 status
+//!     --data-dir /tmp/w1 --certs /tmp/certs/node-1 --admin 127.0.0.1:7101
+//! cargo run --example ctl -- --certs /tmp/certs/operator --addr 127.0.0.1:7101 status
 //! ```
+//!
+//! Each worker reads only `ca.pem`, `node-<id>.pem` and `node-<id>-key.pem` from its
+//! `--certs` folder: with `--per-node` that folder holds nothing else, and the CA key
+//! stays in `/tmp/certs/ca` (README, "Certificates and keys"). A single folder of every
+//! file (`certs` without `--per-node`) works too, for a group on one machine.
 //!
 //! `cargo run --release --example local_group` runs five of these for you.
 

@@ -20,6 +20,12 @@ use super::ledger::Ledger;
 pub const USAGE: &str = "\
 usage: worker --id N --listen ADDR --peers 1=ADDR,2=ADDR,... --data-dir DIR --certs DIR [options]
 
+  --certs DIR                      this node's folder: ca.pem, node-N.pem, node-N-key.pem (mode
+                                   0600). `cargo run --example certs -- --nodes 3 --out C
+                                   --per-node` writes one per node (C/node-N) and keeps the CA
+                                   key apart in C/ca: do not copy ca-key.pem to a worker (it
+                                   mints node ids). A key file others can read is logged.
+
 options:
   --timing lan|fast|wan           timing preset (default lan: 10 ms ticks, elections 200-300 ms)
   --tick-ms N --heartbeat-ms N --election-ms N --election-max-ms N
