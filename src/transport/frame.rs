@@ -53,7 +53,7 @@ pub const DEFAULT_MAX_FRAME: usize = 4 * 1024 * 1024;
 /// Every term adds an empty entry (4 to 8 bytes) and a history record (about 80 bytes),
 /// drains and membership changes are JSON of 30 bytes and more, so 1 MiB of tenure's
 /// entries is well under 40 000 of them; 65 536 leaves room, and bounds the decoded
-/// entries of one message to [`ENTRY_COST`] × 65 536 (about 14 MiB).
+/// entries of one message to [`ENTRY_COST`] × 65 536 (about 13 MiB).
 pub const DEFAULT_MAX_ENTRIES: usize = 65_536;
 
 /// Memory one decoded entry may take: twice `size_of::<Entry>()` (the entries vector
