@@ -1642,6 +1642,8 @@ async fn read_stream(
                 tokio::select! {
                     biased;
                     _ = cancel.cancelled() => return,
+                    // A connection that ends meanwhile needs no budget any more.
+                    _ = conn.closed() => return,
                     p = shared.budget.acquire(peer, reserve, reclaim) => p,
                 }
             }
