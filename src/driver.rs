@@ -48,7 +48,7 @@ use crate::mutation;
 use crate::node::{Leadership, Membership, Role, Status};
 use crate::state::{decode_addrs, encode_addrs, Applied, GroupState};
 use crate::storage::{RaftStore, ReadyWrite};
-use crate::transport::{Inbound, NodeId, Transport};
+use crate::transport::{Hello, Inbound, NodeId, Standing, Transport};
 
 /// Requests from `Node` and `Lease` handles to the driver.
 pub(crate) enum Command {
@@ -244,6 +244,8 @@ pub(crate) struct Driver<S: RaftStore> {
     last_published: Leadership,
     /// Seeded election timeouts in place of raft-rs's own draws (simulation only).
     election_timeouts: Option<ElectionTimeouts>,
+    /// What this node last told the transport to say to peers (`update_hello`).
+    hello: Option<Hello>,
 }
 
 enum StopKind {
@@ -309,6 +311,7 @@ impl<S: RaftStore> Driver<S> {
                 let t = &parts.timing;
                 ElectionTimeouts::new(seed, id, t.election_ticks, t.election_ticks_max)
             }),
+            hello: None,
         }
     }
 
@@ -326,6 +329,7 @@ impl<S: RaftStore> Driver<S> {
             self.fail(format!("storage failed: {e}"));
         }
         self.publish();
+        self.update_hello();
         loop {
             self.redraw_election_timeout();
             // A stalled process must not act on a lease that ran out while it slept:
@@ -385,10 +389,35 @@ impl<S: RaftStore> Driver<S> {
             }
             if self.stop.is_none() {
                 self.after_ready(self.clock.now());
+                self.update_hello();
             }
             if let Some(stop) = self.stop.take() {
                 return self.finish(stop);
             }
+        }
+    }
+
+    /// Tells the transport what to say to peers when it connects: joining until this
+    /// node has the group's state, then a member with its term (pristine while nothing
+    /// happened since founding).
+    fn update_hello(&mut self) {
+        let raft = &self.raw.raft;
+        let hello = if self.role() == Role::Joining {
+            Hello {
+                group: self.state.group,
+                standing: Standing::Joining,
+            }
+        } else {
+            Hello::member(
+                self.state.group,
+                raft.term,
+                raft.vote,
+                raft.raft_log.last_index(),
+            )
+        };
+        if self.hello != Some(hello) {
+            self.transport.set_hello(hello);
+            self.hello = Some(hello);
         }
     }
 
@@ -439,6 +468,9 @@ impl<S: RaftStore> Driver<S> {
                 }
             }
             Inbound::Unreachable(peer) => self.raw.report_unreachable(peer),
+            // Hellos matter before the group exists (founding) and at the transport
+            // (groups are checked there).
+            Inbound::Hello { .. } => {}
         }
     }
 
@@ -613,15 +645,39 @@ impl<S: RaftStore> Driver<S> {
         let mut snapshot_state = None;
         if !rd.snapshot().is_empty() {
             let snap = rd.snapshot().clone();
+            let cs = snap.get_metadata().get_conf_state();
+            // raft-rs has already taken the snapshot's membership in memory; the store
+            // still holds what this node had: no membership at all when it is joining.
+            let stored = self.store.conf_state();
+            let joining = stored.voters.is_empty()
+                && stored.learners.is_empty()
+                && stored.voters_outgoing.is_empty();
+            if joining && (cs.voters.contains(&self.id) || cs.voters_outgoing.contains(&self.id)) {
+                // A node that joins is added as a learner and promoted only once it has
+                // caught up, so its first snapshot names it a learner. One that names it
+                // a voter means the group counts on a vote and log this (empty) store
+                // never held: the node lost its data. Refuse before writing anything.
+                return Err(StorageError::LostData {
+                    detail: format!(
+                        "node {} started with an empty store to join, but the leader's snapshot \
+                         (index {}) names it a voter of the group: it was a member and lost its \
+                         data folder. It must not return as that voter: replace it by a new node \
+                         id that joins (README: a replacement machine)",
+                        self.id,
+                        snap.get_metadata().index
+                    ),
+                });
+            }
             // A snapshot replaces the applied state: decode it before anything changes.
             match GroupState::from_snapshot(&snap.data) {
                 Ok(h) => snapshot_state = Some((h, snap.get_metadata().index)),
                 Err(e) => {
-                    return Err(StorageError::Corrupt {
-                        path: Default::default(),
+                    return Err(StorageError::BadSnapshot {
                         detail: format!(
-                            "snapshot {} from the leader: {e}",
-                            snap.get_metadata().index
+                            "the snapshot at index {} that node {} sent does not decode ({e}); \
+                             nothing was written",
+                            snap.get_metadata().index,
+                            self.raw.raft.leader_id
                         ),
                     })
                 }
@@ -1699,6 +1755,7 @@ fn role_code(r: Role) -> u64 {
         Role::Learner => 5,
         Role::Removed => 6,
         Role::Joining => 7,
+        Role::Founding => 8,
     }
 }
 

@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use raft::eraftpb::ConfState;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tenure::fence::SqliteFence;
@@ -208,6 +207,9 @@ impl tenure::transport::Transport for SimTransport {
     fn faults(&self) -> &tenure::transport::Faults {
         self.inner.faults()
     }
+    fn set_hello(&self, hello: tenure::transport::Hello) {
+        tenure::transport::Transport::set_hello(&*self.inner, hello)
+    }
     fn close(&self) {
         if self.dying.load(Ordering::SeqCst) {
             let inner = self.inner.clone();
@@ -274,6 +276,8 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
     qc.backoff_max = Duration::from_micros(1);
     // quinn's per-connection randomness and the connection ids, from the seed.
     qc.rng_seed = Some(host_seed ^ 0x0091_c5eed);
+    // As `Node::start` does: connect once the node has said what its store holds.
+    qc.hello = None;
     let (transport, inbound) =
         QuicTransport::start_on_socket(qc, socket, Arc::new(quinn::TokioRuntime))?;
     // Peers in id order (a HashMap in the config would start their tasks in a random
@@ -281,10 +285,14 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
     for (p, a) in ctx.peers.iter().filter(|(p, _)| **p != id) {
         transport.set_peer_addr(*p, *a);
     }
+    // Every start founds the group explicitly, as a worker's unit file would: a restart
+    // on a disk that holds the group ignores it.
+    let group = tenure::GroupId::from_u128(u128::from(ctx.cfg.seed) | 1 << 64).expect("not 0");
     let mut config = Config::builder(id)
         .peers(ctx.peers.clone())
         .timing(ctx.cfg.timing)
         .read_mode(ctx.cfg.read_mode)
+        .found(group)
         .build();
     if let Some(rate) = ctx.cfg.clock_rates.get(&id) {
         config.clock_rate = *rate;
@@ -491,17 +499,13 @@ pub fn run(cfg: &RunConfig) -> Outcome {
         .iter()
         .map(|id| (*id, SocketAddr::new(host_ip(*id), PORT)))
         .collect();
-    let conf = ConfState {
-        voters: ids.clone(),
-        ..Default::default()
-    };
     let tears: BTreeMap<NodeId, Arc<AtomicU8>> =
         ids.iter().map(|id| (*id, Arc::default())).collect();
     for id in &ids {
         let ctx = Arc::new(HostCtx {
             id: *id,
             cfg: cfg.clone(),
-            disk: MemDisk::new(conf.clone()),
+            disk: MemDisk::for_node(*id),
             tear: tears[id].clone(),
             rec: rec.clone(),
             resource: resource.clone(),
