@@ -294,7 +294,10 @@ impl Node {
             timing: t,
             read_mode: config.read_mode,
             logger: logger.clone(),
-            clock: crate::clock::LocalClock::with_rate(config.clock_rate),
+            clock: match &config.clock_control {
+                Some(c) => crate::clock::LocalClock::controlled(config.clock_rate, c.clone()),
+                None => crate::clock::LocalClock::with_rate(config.clock_rate),
+            },
             metrics: metrics.clone(),
             state,
             applied,
