@@ -943,7 +943,7 @@ impl<S: RaftStore> Driver<S> {
             return Err(MembershipError::NotLeader { leader_hint });
         }
         let m = self.membership();
-        self.check_quorum_now(&m, now)?;
+        self.check_quorum_now(&m)?;
         let in_flight = self.change_in_flight();
         let commit = raft.raft_log.committed;
         let matched = |id: NodeId| raft.prs().get(id).map_or(0, |p| p.matched);
@@ -1126,8 +1126,9 @@ impl<S: RaftStore> Driver<S> {
 
     /// Refuses at once when this leader does not reach a quorum (of both halves while
     /// joint): the change could not commit, and an operator should hear why.
-    fn check_quorum_now(&self, m: &Membership, _now: Instant) -> Result<(), MembershipError> {
-        // The lease ran out unrenewed: no quorum acknowledged a round for a lease period.
+    fn check_quorum_now(&self, m: &Membership) -> Result<(), MembershipError> {
+        // The lease ran out unrenewed (on either clock): no quorum acknowledged a round
+        // for a lease period.
         let lapsed = self
             .lease_until
             .is_some_and(|u| !self.clock.stamp().before(u));
