@@ -241,6 +241,10 @@ pub struct Config {
     /// Used by the clock-skew tests; leave it at 1.0.
     #[doc(hidden)]
     pub clock_rate: f64,
+    /// Test hook: clock faults (forward steps, stalls) the simulation injects into this
+    /// node's clock. `None` (the default) in production.
+    #[doc(hidden)]
+    pub clock_control: Option<crate::clock::ClockControl>,
     /// Test hook: draw raft-rs's randomized election timeouts from an RNG seeded with
     /// this (and the node id) instead of the OS-seeded thread RNG, so that a simulation
     /// replays them. `None` (the default) leaves raft-rs's own draws.
@@ -304,6 +308,7 @@ impl Config {
                 read_mode: ReadMode::default(),
                 logger: None,
                 clock_rate: 1.0,
+                clock_control: None,
                 election_seed: None,
                 history_retention: 1000,
                 compact_after: 1024,

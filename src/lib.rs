@@ -118,7 +118,7 @@
 //! | [`storage`] | the [`RaftStore`](storage::RaftStore) trait: RocksDB and memory stores |
 //! | [`transport`] | QUIC with mutual TLS, frames, the in-process test network |
 //! | [`error`] | one error enum per operation |
-//! | [`clock`] | `CLOCK_MONOTONIC` timestamps comparable across processes |
+//! | [`clock`] | `CLOCK_MONOTONIC` timestamps comparable across processes; `CLOCK_BOOTTIME`, which the lease also checks |
 //! | [`fence`] | resource-side token checks: SQLite and RocksDB fences |
 //! | [`runner`] | leader-only tasks: run while leased, cancel when lost |
 //! | [`metrics`] | Prometheus text exposition and a tiny HTTP endpoint |

@@ -759,7 +759,10 @@ impl<S: RaftStore> Setup<S> {
             timing: t,
             read_mode: config.read_mode,
             logger: self.logger,
-            clock: crate::clock::LocalClock::with_rate(config.clock_rate),
+            clock: match &config.clock_control {
+                Some(c) => crate::clock::LocalClock::controlled(config.clock_rate, c.clone()),
+                None => crate::clock::LocalClock::with_rate(config.clock_rate),
+            },
             metrics: self.metrics,
             state,
             applied,
