@@ -28,10 +28,13 @@ pub enum ReadMode {
     /// about every heartbeat) is valid: no network round trip.
     ///
     /// **Clock caveat:** this relies on every node's clock running at a rate within
-    /// [`Timing::max_clock_drift`] of the others. A node whose clock runs slow by more
-    /// than that (or a VM whose clock stops while the process keeps running) can answer
-    /// "still leader" after a new leader exists. Fencing tokens still protect the
-    /// resources; the confirmation itself does not.
+    /// [`Timing::max_clock_drift`] of the others, and on voters' clocks not stepping
+    /// forward. A node whose clock runs slow by more than that, or a VM paused by its
+    /// hypervisor in a way neither of the guest's clocks counts, can answer "still
+    /// leader" after a new leader exists. A system suspend is handled: the lease is
+    /// checked on `CLOCK_BOOTTIME` too, which counts it. Fencing tokens still protect the
+    /// resources; the confirmation itself does not. `docs/design.md`, section 8, has the
+    /// whole list.
     LeaseBased,
 }
 
