@@ -109,7 +109,7 @@ fn ready(c: &mut Criterion) {
     let mut g = c.benchmark_group("ready");
     // The default temporary folder, on the same disk the workers' data folders use.
     let dir = tempfile::tempdir().expect("temp dir");
-    let rocks = RocksStore::create(dir.path().join("rocks"), conf.clone()).expect("rocks");
+    let rocks = RocksStore::create(dir.path().join("rocks"), 1, conf.clone()).expect("rocks");
     let mut next = 0;
     g.bench_function("rocksdb_fsync/hard_state+1_entry", |b| {
         b.iter_custom(|iters| write_ready(&rocks, &mut next, iters))

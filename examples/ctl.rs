@@ -315,7 +315,7 @@ async fn most_current(
     let best = statuses
         .into_iter()
         .flatten()
-        .filter(|(_, s)| !matches!(s.role, Role::Removed | Role::Joining))
+        .filter(|(_, s)| !matches!(s.role, Role::Removed | Role::Joining | Role::Founding))
         .max_by_key(|(_, s)| (s.role == Role::Leader, s.applied));
     match best {
         Some((c, _)) => Ok(c),
@@ -572,6 +572,9 @@ fn print_status(addr: SocketAddr, s: &Status) {
             s.peers_reachable
         ),
         Role::Joining => "not a member yet: waiting to be added (members add)".into(),
+        Role::Founding => {
+            "founding the group: waiting until every first member has said hello".into()
+        }
         Role::Removed => "removed from the group (it neither votes nor campaigns: stop it)".into(),
         _ if s.quorum_healthy => "hears its leader".into(),
         _ => "hears no leader".into(),

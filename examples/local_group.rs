@@ -206,6 +206,9 @@ struct Group {
     timing: String,
     ledger: Option<PathBuf>,
     tx: mpsc::UnboundedSender<(u64, String)>,
+    /// The group the first workers found (`--found` on every start, also after a chaos
+    /// kill: once the group exists it only checks the stored id).
+    group_id: String,
 }
 
 impl Group {
@@ -236,6 +239,8 @@ impl Group {
         }
         if self.spares.contains(&id) {
             cmd.arg("--join");
+        } else {
+            cmd.args(["--found", &self.group_id]);
         }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -443,6 +448,7 @@ async fn run(o: Options) -> i32 {
         timing: o.timing.clone(),
         ledger: o.ledger.clone(),
         tx,
+        group_id: tenure::GroupId::random().to_string(),
     };
     let mut views: BTreeMap<u64, WorkerView> = BTreeMap::new();
     for id in &ids {

@@ -22,6 +22,10 @@ mod worker;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args == ["--new-group-id"] {
+        println!("{}", tenure::GroupId::random());
+        return;
+    }
     let parsed = match worker::parse_args(&args) {
         Ok(a) => a,
         Err(msg) => {

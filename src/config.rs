@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::ConfigError;
+use crate::group_id::GroupId;
 use crate::transport::tls::TlsIdentity;
 use crate::transport::NodeId;
 
@@ -27,10 +28,13 @@ pub enum ReadMode {
     /// about every heartbeat) is valid: no network round trip.
     ///
     /// **Clock caveat:** this relies on every node's clock running at a rate within
-    /// [`Timing::max_clock_drift`] of the others. A node whose clock runs slow by more
-    /// than that (or a VM whose clock stops while the process keeps running) can answer
-    /// "still leader" after a new leader exists. Fencing tokens still protect the
-    /// resources; the confirmation itself does not.
+    /// [`Timing::max_clock_drift`] of the others, and on voters' clocks not stepping
+    /// forward. A node whose clock runs slow by more than that, or a VM paused by its
+    /// hypervisor in a way neither of the guest's clocks counts, can answer "still
+    /// leader" after a new leader exists. A system suspend is handled: the lease is
+    /// checked on `CLOCK_BOOTTIME` too, which counts it. Fencing tokens still protect the
+    /// resources; the confirmation itself does not. `docs/design.md`, section 8, has the
+    /// whole list.
     LeaseBased,
 }
 
@@ -223,10 +227,27 @@ pub struct Config {
     ///
     /// [`Node::add_learner`]: crate::Node::add_learner
     pub join: bool,
+    /// Found group `found` with `peers` as its first voters, if the data directory holds
+    /// no store yet. The node then waits (as [`Role::Founding`](crate::Role::Founding))
+    /// until every first member has said hello, and founds only if each of them is
+    /// founding too or holds a store of this group that is pristine (nothing happened
+    /// since founding). If a member's store has moved on, this node's empty store means
+    /// it lost its data: it stops with an error that says so instead of coming back as
+    /// a voter that forgot its vote. So this setting may stay in a unit file: once the
+    /// group exists it never founds it again. Ignored (but checked against the stored
+    /// group) once the data directory holds a store. See `docs/design.md`, section 6.
+    pub found: Option<GroupId>,
+    /// The group this node must belong to: a data directory of another group is
+    /// refused. Defaults to `found`; `None` accepts the stored group.
+    pub group: Option<GroupId>,
     /// Test hook: this node's clock runs this many times as fast as real time (1.0).
     /// Used by the clock-skew tests; leave it at 1.0.
     #[doc(hidden)]
     pub clock_rate: f64,
+    /// Test hook: clock faults (forward steps, stalls) the simulation injects into this
+    /// node's clock. `None` (the default) in production.
+    #[doc(hidden)]
+    pub clock_control: Option<crate::clock::ClockControl>,
     /// Test hook: draw raft-rs's randomized election timeouts from an RNG seeded with
     /// this (and the node id) instead of the OS-seeded thread RNG, so that a simulation
     /// replays them. `None` (the default) leaves raft-rs's own draws.
@@ -245,6 +266,8 @@ impl fmt::Debug for Config {
             .field("timing", &self.timing)
             .field("read_mode", &self.read_mode)
             .field("join", &self.join)
+            .field("found", &self.found)
+            .field("group", &self.group)
             .finish_non_exhaustive()
     }
 }
@@ -288,10 +311,13 @@ impl Config {
                 read_mode: ReadMode::default(),
                 logger: None,
                 clock_rate: 1.0,
+                clock_control: None,
                 election_seed: None,
                 history_retention: 1000,
                 compact_after: 1024,
                 join: false,
+                found: None,
+                group: None,
             },
         }
     }
@@ -315,6 +341,14 @@ impl Config {
             });
         }
         self.timing.validate()?;
+        if self.join && self.found.is_some() {
+            return Err(ConfigError::FoundAndJoin);
+        }
+        if let (Some(found), Some(group)) = (self.found, self.group) {
+            if found != group {
+                return Err(ConfigError::GroupMismatch { found, group });
+            }
+        }
         if !(0.25..=4.0).contains(&self.clock_rate) {
             return Err(ConfigError::Timing(format!(
                 "clock_rate {} is outside [0.25, 4]",
@@ -341,6 +375,12 @@ impl Config {
     /// Every member's id.
     pub fn member_ids(&self) -> Vec<NodeId> {
         self.peers.keys().copied().collect()
+    }
+
+    /// The group this node must belong to: [`group`](Self::group), else
+    /// [`found`](Self::found).
+    pub fn expected_group(&self) -> Option<GroupId> {
+        self.group.or(self.found)
     }
 }
 
@@ -409,6 +449,17 @@ impl ConfigBuilder {
     /// Join an existing group (see [`Config::join`]).
     pub fn join(mut self, join: bool) -> Self {
         self.config.join = join;
+        self
+    }
+    /// Found group `group` with the peers as its first voters, once, safely (see
+    /// [`Config::found`]).
+    pub fn found(mut self, group: GroupId) -> Self {
+        self.config.found = Some(group);
+        self
+    }
+    /// Belong to group `group` only (see [`Config::group`]).
+    pub fn group(mut self, group: GroupId) -> Self {
+        self.config.group = Some(group);
         self
     }
     /// The finished configuration (validated when the node starts).

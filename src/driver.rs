@@ -35,9 +35,9 @@ use raft::prelude::RawNode;
 use raft::StateRole;
 use slog::{debug, error, info, o, warn, Logger};
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 
-use crate::clock::LocalClock;
+use crate::clock::{LocalClock, Stamp};
 use crate::config::{ReadMode, Timing};
 use crate::election_rng::ElectionTimeouts;
 use crate::error::{LostReason, MembershipError, NodeStopped, StorageError, TransferError};
@@ -48,7 +48,7 @@ use crate::mutation;
 use crate::node::{Leadership, Membership, Role, Status};
 use crate::state::{decode_addrs, encode_addrs, Applied, GroupState};
 use crate::storage::{RaftStore, ReadyWrite};
-use crate::transport::{Inbound, NodeId, Transport};
+use crate::transport::{Hello, Inbound, NodeId, Standing, Transport};
 
 /// Requests from `Node` and `Lease` handles to the driver.
 pub(crate) enum Command {
@@ -132,8 +132,8 @@ struct PendingChange {
 
 /// A ReadIndex round in flight.
 struct Round {
-    /// When `read_index` was called: no acknowledgement can predate it.
-    sent: Instant,
+    /// When `read_index` was called, on both clocks: no acknowledgement can predate it.
+    sent: Stamp,
     term: u64,
     waiters: Vec<oneshot::Sender<Result<FencingToken, LostReason>>>,
 }
@@ -226,8 +226,9 @@ pub(crate) struct Driver<S: RaftStore> {
     /// A base for the lease's atomic clock.
     epoch: Instant,
 
-    /// The lease validity earned by acknowledged rounds in the current leader term.
-    lease_until: Option<Instant>,
+    /// The lease validity earned by acknowledged rounds in the current leader term (on
+    /// both clocks: it runs out when either says so).
+    lease_until: Option<Stamp>,
     /// The tenure handed out to users, while valid.
     lease: Option<Arc<LeaseShared>>,
     lease_waiters: Vec<oneshot::Sender<Lease>>,
@@ -244,6 +245,8 @@ pub(crate) struct Driver<S: RaftStore> {
     last_published: Leadership,
     /// Seeded election timeouts in place of raft-rs's own draws (simulation only).
     election_timeouts: Option<ElectionTimeouts>,
+    /// What this node last told the transport to say to peers (`update_hello`).
+    hello: Option<Hello>,
 }
 
 enum StopKind {
@@ -309,13 +312,14 @@ impl<S: RaftStore> Driver<S> {
                 let t = &parts.timing;
                 ElectionTimeouts::new(seed, id, t.election_ticks, t.election_ticks_max)
             }),
+            hello: None,
         }
     }
 
     /// Runs until shutdown, kill, a fatal error, or every handle is dropped.
     pub(crate) async fn run(mut self) -> Result<(), NodeStopped> {
-        let mut ticker = tokio::time::interval(self.clock.real_duration(self.timing.tick));
-        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // Ticks on this node's clock: a stalled clock stalls them, as in a frozen guest.
+        let mut ticker = self.clock.ticker(self.timing.tick);
         info!(self.logger, "driver started"; "term" => self.raw.raft.term,
               "quiet_ms" => self.timing.election_timeout().as_millis() as u64);
         // Replay the committed log above the snapshot (history, drains, conf changes)
@@ -326,15 +330,14 @@ impl<S: RaftStore> Driver<S> {
             self.fail(format!("storage failed: {e}"));
         }
         self.publish();
+        self.update_hello();
         loop {
             self.redraw_election_timeout();
-            // A stalled process must not act on a lease that ran out while it slept:
-            // check before anything else.
-            self.expire_lease(self.clock.now());
-            let deadline = self
-                .lease
-                .as_ref()
-                .map(|l| self.clock.to_real(l.valid_until()));
+            // A stalled process must not act on a lease that ran out while it slept
+            // (suspended: by the boot-time clock): check before anything else.
+            self.expire_lease(self.clock.stamp());
+            let deadline = self.lease.as_ref().map(|l| l.valid_until());
+            let clock = self.clock.clone();
             tokio::select! {
                 biased;
                 cmd = self.commands.recv() => match cmd {
@@ -352,8 +355,8 @@ impl<S: RaftStore> Driver<S> {
                         }
                     }
                 },
-                _ = sleep_until_opt(deadline) => {
-                    self.expire_lease(self.clock.now());
+                _ = sleep_until_opt(&clock, deadline) => {
+                    self.expire_lease(self.clock.stamp());
                 }
                 inbound = self.inbound.recv() => {
                     match inbound {
@@ -384,11 +387,36 @@ impl<S: RaftStore> Driver<S> {
                 }
             }
             if self.stop.is_none() {
-                self.after_ready(self.clock.now());
+                self.after_ready(self.clock.stamp());
+                self.update_hello();
             }
             if let Some(stop) = self.stop.take() {
                 return self.finish(stop);
             }
+        }
+    }
+
+    /// Tells the transport what to say to peers when it connects: joining until this
+    /// node has the group's state, then a member with its term (pristine while nothing
+    /// happened since founding).
+    fn update_hello(&mut self) {
+        let raft = &self.raw.raft;
+        let hello = if self.role() == Role::Joining {
+            Hello {
+                group: self.state.group,
+                standing: Standing::Joining,
+            }
+        } else {
+            Hello::member(
+                self.state.group,
+                raft.term,
+                raft.vote,
+                raft.raft_log.last_index(),
+            )
+        };
+        if self.hello != Some(hello) {
+            self.transport.set_hello(hello);
+            self.hello = Some(hello);
         }
     }
 
@@ -439,6 +467,9 @@ impl<S: RaftStore> Driver<S> {
                 }
             }
             Inbound::Unreachable(peer) => self.raw.report_unreachable(peer),
+            // Hellos matter before the group exists (founding) and at the transport
+            // (groups are checked there).
+            Inbound::Hello { .. } => {}
         }
     }
 
@@ -453,7 +484,7 @@ impl<S: RaftStore> Driver<S> {
             }
             Command::Confirm { term, reply } => match &self.lease {
                 Some(l) if l.token.0 == term && self.raw.raft.term == term => {
-                    if self.read_mode == ReadMode::LeaseBased && l.is_valid_at(self.clock.now()) {
+                    if self.read_mode == ReadMode::LeaseBased && l.is_valid_at(self.clock.stamp()) {
                         let _ = reply.send(Ok(l.token));
                     } else {
                         self.pending_confirms.push(reply);
@@ -613,15 +644,39 @@ impl<S: RaftStore> Driver<S> {
         let mut snapshot_state = None;
         if !rd.snapshot().is_empty() {
             let snap = rd.snapshot().clone();
+            let cs = snap.get_metadata().get_conf_state();
+            // raft-rs has already taken the snapshot's membership in memory; the store
+            // still holds what this node had: no membership at all when it is joining.
+            let stored = self.store.conf_state();
+            let joining = stored.voters.is_empty()
+                && stored.learners.is_empty()
+                && stored.voters_outgoing.is_empty();
+            if joining && (cs.voters.contains(&self.id) || cs.voters_outgoing.contains(&self.id)) {
+                // A node that joins is added as a learner and promoted only once it has
+                // caught up, so its first snapshot names it a learner. One that names it
+                // a voter means the group counts on a vote and log this (empty) store
+                // never held: the node lost its data. Refuse before writing anything.
+                return Err(StorageError::LostData {
+                    detail: format!(
+                        "node {} started with an empty store to join, but the leader's snapshot \
+                         (index {}) names it a voter of the group: it was a member and lost its \
+                         data folder. It must not return as that voter: replace it by a new node \
+                         id that joins (README: a replacement machine)",
+                        self.id,
+                        snap.get_metadata().index
+                    ),
+                });
+            }
             // A snapshot replaces the applied state: decode it before anything changes.
             match GroupState::from_snapshot(&snap.data) {
                 Ok(h) => snapshot_state = Some((h, snap.get_metadata().index)),
                 Err(e) => {
-                    return Err(StorageError::Corrupt {
-                        path: Default::default(),
+                    return Err(StorageError::BadSnapshot {
                         detail: format!(
-                            "snapshot {} from the leader: {e}",
-                            snap.get_metadata().index
+                            "the snapshot at index {} that node {} sent does not decode ({e}); \
+                             nothing was written",
+                            snap.get_metadata().index,
+                            self.raw.raft.leader_id
                         ),
                     })
                 }
@@ -944,7 +999,7 @@ impl<S: RaftStore> Driver<S> {
             return Err(MembershipError::NotLeader { leader_hint });
         }
         let m = self.membership();
-        self.check_quorum_now(&m, now)?;
+        self.check_quorum_now(&m)?;
         let in_flight = self.change_in_flight();
         let commit = raft.raft_log.committed;
         let matched = |id: NodeId| raft.prs().get(id).map_or(0, |p| p.matched);
@@ -1127,9 +1182,12 @@ impl<S: RaftStore> Driver<S> {
 
     /// Refuses at once when this leader does not reach a quorum (of both halves while
     /// joint): the change could not commit, and an operator should hear why.
-    fn check_quorum_now(&self, m: &Membership, now: Instant) -> Result<(), MembershipError> {
-        // The lease ran out unrenewed: no quorum acknowledged a round for a lease period.
-        let lapsed = self.lease_until.is_some_and(|u| now >= u);
+    fn check_quorum_now(&self, m: &Membership) -> Result<(), MembershipError> {
+        // The lease ran out unrenewed (on either clock): no quorum acknowledged a round
+        // for a lease period.
+        let lapsed = self
+            .lease_until
+            .is_some_and(|u| !self.clock.stamp().before(u));
         let active = |v: &NodeId| self.heard_recently(*v);
         let majority = |set: &[NodeId]| {
             set.is_empty() || set.iter().filter(|v| active(v)).count() > set.len() / 2
@@ -1217,8 +1275,8 @@ impl<S: RaftStore> Driver<S> {
             };
             if leading && round.term == term {
                 self.metrics
-                    .renew_round_trip(self.clock.now().saturating_duration_since(round.sent));
-                let until = round.sent + self.timing.lease_duration();
+                    .renew_round_trip(self.clock.now().saturating_duration_since(round.sent.mono));
+                let until = round.sent.add(self.timing.lease_duration());
                 self.lease_until = Some(self.lease_until.map_or(until, |u| u.max(until)));
                 if let Some(l) = &self.lease {
                     l.extend(until);
@@ -1236,7 +1294,8 @@ impl<S: RaftStore> Driver<S> {
 
     /// Bookkeeping after raft state may have changed: leases, rounds, transfer,
     /// shutdown, and the published leadership.
-    fn after_ready(&mut self, now: Instant) {
+    fn after_ready(&mut self, at: Stamp) {
+        let now = at.mono;
         let raft = &self.raw.raft;
         let term = raft.term;
         // A leader that is no longer a voter (removed) keeps raft-rs's leader role until
@@ -1280,7 +1339,7 @@ impl<S: RaftStore> Driver<S> {
         }
 
         self.progress_transfer(now);
-        self.expire_lease(now);
+        self.expire_lease(at);
         self.progress_changes(now);
         self.leader_duties(now);
         self.say_farewells(now);
@@ -1315,17 +1374,17 @@ impl<S: RaftStore> Driver<S> {
             // Broken on purpose (mutation testing): the lease is granted and renewed on
             // the leader's word alone, without waiting for quorum-acknowledged rounds
             // (what raft-rs's own LeaseBased read does).
-            self.lease_until = Some(now + self.timing.lease_duration());
+            self.lease_until = Some(at.add(self.timing.lease_duration()));
             if let Some(l) = &self.lease {
-                l.extend(now + self.timing.lease_duration());
+                l.extend(at.add(self.timing.lease_duration()));
             }
         }
         if leading && !handing_over && self.raw.raft.commit_to_current_term() {
             // Grant or extend the tenure.
-            if let Some(until) = self.lease_until.filter(|u| now < *u) {
+            if let Some(until) = self.lease_until.filter(|u| at.before(*u)) {
                 if self.lease.is_none() {
                     let shared =
-                        LeaseShared::new(FencingToken(term), self.epoch, until, self.clock);
+                        LeaseShared::new(FencingToken(term), self.epoch, until, self.clock.clone());
                     info!(self.logger, "lease acquired"; "token" => term);
                     self.metrics.lease_acquired();
                     self.lease = Some(shared);
@@ -1343,7 +1402,7 @@ impl<S: RaftStore> Driver<S> {
                 .is_none_or(|t| now.duration_since(t) >= self.timing.heartbeat_interval());
             if !self.pending_confirms.is_empty() || due {
                 let waiters = std::mem::take(&mut self.pending_confirms);
-                self.start_round(now, waiters);
+                self.start_round(at, waiters);
                 // The round's heartbeats are in a new Ready: send them now.
                 if let Err(e) = self.handle_ready() {
                     self.fail(format!("storage failed: {e}"));
@@ -1359,7 +1418,7 @@ impl<S: RaftStore> Driver<S> {
         let old: Vec<u64> = self
             .rounds
             .iter()
-            .filter(|(_, r)| now.duration_since(r.sent) > horizon)
+            .filter(|(_, r)| now.duration_since(r.sent.mono) > horizon)
             .map(|(k, _)| *k)
             .collect();
         for k in old {
@@ -1474,26 +1533,37 @@ impl<S: RaftStore> Driver<S> {
 
     fn start_round(
         &mut self,
-        now: Instant,
+        now: Stamp,
         waiters: Vec<oneshot::Sender<Result<FencingToken, LostReason>>>,
     ) {
         let ctx = self.next_ctx;
         self.next_ctx += 1;
         self.raw.read_index(ctx.to_be_bytes().to_vec());
+        let sent = if mutation::active("lease-ignores-boottime") {
+            // Broken on purpose (mutation testing): the lease's period is counted on the
+            // monotonic clock alone, so time suspended (or stalled but counted by
+            // CLOCK_BOOTTIME) does not count against it.
+            Stamp {
+                boot: std::time::Duration::MAX,
+                ..now
+            }
+        } else {
+            now
+        };
         self.rounds.insert(
             ctx,
             Round {
-                sent: now,
+                sent,
                 term: self.raw.raft.term,
                 waiters,
             },
         );
-        self.last_round = Some(now);
+        self.last_round = Some(now.mono);
     }
 
     fn current_lease(&self) -> Option<Lease> {
         let shared = self.lease.as_ref()?;
-        if !shared.is_valid_at(self.clock.now()) {
+        if !shared.is_valid_at(self.clock.stamp()) {
             return None;
         }
         let commands = self.command_tx.upgrade()?;
@@ -1504,9 +1574,10 @@ impl<S: RaftStore> Driver<S> {
         })
     }
 
-    fn expire_lease(&mut self, now: Instant) {
+    /// Revokes a lease whose period ran out on either clock.
+    fn expire_lease(&mut self, now: Stamp) {
         if let Some(l) = &self.lease {
-            if now >= l.valid_until() {
+            if !now.before(l.valid_until()) {
                 warn!(self.logger, "lease expired unrenewed"; "token" => l.token.0);
                 self.revoke(LostReason::Expired);
                 self.publish();
@@ -1699,12 +1770,14 @@ fn role_code(r: Role) -> u64 {
         Role::Learner => 5,
         Role::Removed => 6,
         Role::Joining => 7,
+        Role::Founding => 8,
     }
 }
 
-async fn sleep_until_opt(deadline: Option<Instant>) {
+/// Sleeps until a lease that ends at `deadline` ran out on either of `clock`'s clocks.
+async fn sleep_until_opt(clock: &LocalClock, deadline: Option<Stamp>) {
     match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
+        Some(d) => clock.sleep_until(d).await,
         None => std::future::pending().await,
     }
 }

@@ -55,6 +55,19 @@ pub enum ConfigError {
     /// [`Node::start`](crate::Node::start) needs TLS files. Fix: set `tls`.
     #[error("no TLS identity configured; set Config::tls (e.g. a folder from `cargo run --example certs`)")]
     NoTls,
+    /// [`Config::found`](crate::Config::found) and [`Config::join`](crate::Config::join)
+    /// both set. Fix: a node founds a new group or joins an existing one, not both.
+    #[error("found and join are both set: a node founds a new group or joins an existing one")]
+    FoundAndJoin,
+    /// [`Config::found`](crate::Config::found) and [`Config::group`](crate::Config::group)
+    /// name different groups. Fix: give one id.
+    #[error("found names group {found} but group names {group}")]
+    GroupMismatch {
+        /// The group to found.
+        found: crate::GroupId,
+        /// The group to belong to.
+        group: crate::GroupId,
+    },
     /// The TLS certificate names another node than `id`.
     #[error("the TLS certificate names node {cert_id}, but this node is configured as {id}")]
     IdentityMismatch {
@@ -83,6 +96,50 @@ pub enum StartError {
     /// raft-rs refused the stored state or the configuration.
     #[error("raft: {0}")]
     Raft(#[from] raft::Error),
+    /// The data directory holds no store, and the node was told neither to found a group
+    /// nor to join one. A node never creates a store on its own: a member whose folder
+    /// was lost must not come back as a voter that forgot its vote and log.
+    #[error("no tenure store in {path}: node {id} was not told to found a group (Config::found, worker --found) or to join one (Config::join, worker --join). If node {id} was a member and its data folder was lost, it must not return as that member: replace it by a new node id that joins (README: a replacement machine)")]
+    NoStore {
+        /// The data directory.
+        path: PathBuf,
+        /// This node.
+        id: NodeId,
+    },
+    /// The store was created (by a founding or joining start) but holds no group yet, and
+    /// the node was told neither to found nor to join. Fix: start it as it was first
+    /// started (`found` or `join`).
+    #[error("the store in {path} holds no group yet (a founding or joining start did not finish): start node {id} with found or join, as it was first started")]
+    NotFounded {
+        /// The data directory.
+        path: PathBuf,
+        /// This node.
+        id: NodeId,
+    },
+    /// The store belongs to another node: a data directory copied or mounted from
+    /// another machine. Fix: give each node its own data directory.
+    #[error("the data directory {path} belongs to node {stored}, not to node {id}: each node needs its own data directory (was it copied from node {stored}?)")]
+    WrongNode {
+        /// The data directory.
+        path: PathBuf,
+        /// The node the store was created for.
+        stored: NodeId,
+        /// This node.
+        id: NodeId,
+    },
+    /// The store belongs to another group than the configured one. Fix: check the data
+    /// directory and the group id.
+    #[error("the data directory {path} belongs to group {stored}, but node {id} is configured for group {expected}: a data folder of another group, or the wrong group id")]
+    WrongGroup {
+        /// The data directory.
+        path: PathBuf,
+        /// This node.
+        id: NodeId,
+        /// The group in the store.
+        stored: crate::GroupId,
+        /// The configured group.
+        expected: crate::GroupId,
+    },
     /// The stored membership does not contain this node.
     #[error("the data directory {path} holds a group whose members {members:?} do not include node {id} (a new node joining a group needs Config::join / --join and an empty data directory)")]
     NotAMember {

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::LocalClock;
+use crate::clock::{LocalClock, Stamp};
 use crate::config::ReadMode;
 use crate::driver::Command;
 use crate::error::{LeaseLost, LostReason};
@@ -48,16 +48,22 @@ impl From<FencingToken> for u64 {
 }
 
 /// State shared by every [`Lease`] handle of one tenure and by the driver.
+///
+/// The lease holds until a [`Stamp`] on both of the node's clocks (monotonic and
+/// boot-time, see [`crate::clock`]): it ends when either says its period ran out.
 #[derive(Debug)]
 pub(crate) struct LeaseShared {
     pub(crate) token: FencingToken,
-    /// Nanoseconds since `base` until which the lease holds.
+    /// Monotonic nanoseconds since `base` until which the lease holds.
     valid_until_ns: AtomicU64,
+    /// Boot-time nanoseconds until which the lease holds.
+    valid_until_boot_ns: AtomicU64,
     base: Instant,
     cancel: CancellationToken,
     reason: OnceLock<LostReason>,
-    /// When the lease was revoked (nanoseconds since `base`).
-    ended_ns: OnceLock<u64>,
+    /// When the lease ended (real time): the earlier of its revocation and its validity
+    /// running out, as known when it was revoked.
+    ended: OnceLock<Instant>,
     /// The node's clock (local time; real time outside clock tests).
     clock: LocalClock,
 }
@@ -66,41 +72,45 @@ impl LeaseShared {
     pub(crate) fn new(
         token: FencingToken,
         base: Instant,
-        valid_until: Instant,
+        valid_until: Stamp,
         clock: LocalClock,
     ) -> Arc<Self> {
         let s = Arc::new(LeaseShared {
             token,
             valid_until_ns: AtomicU64::new(0),
+            valid_until_boot_ns: AtomicU64::new(0),
             base,
             cancel: CancellationToken::new(),
             reason: OnceLock::new(),
-            ended_ns: OnceLock::new(),
+            ended: OnceLock::new(),
             clock,
         });
         s.extend(valid_until);
         s
     }
 
-    /// Moves the end of the lease forward (never back).
-    pub(crate) fn extend(&self, until: Instant) {
-        let ns = until.saturating_duration_since(self.base).as_nanos() as u64;
+    /// Moves the end of the lease forward (never back), clock by clock.
+    pub(crate) fn extend(&self, until: Stamp) {
+        let ns = until.mono.saturating_duration_since(self.base).as_nanos() as u64;
         self.valid_until_ns.fetch_max(ns, Ordering::AcqRel);
+        let boot = u64::try_from(until.boot.as_nanos()).unwrap_or(u64::MAX);
+        self.valid_until_boot_ns.fetch_max(boot, Ordering::AcqRel);
     }
 
-    pub(crate) fn valid_until(&self) -> Instant {
-        self.base + std::time::Duration::from_nanos(self.valid_until_ns.load(Ordering::Acquire))
+    pub(crate) fn valid_until(&self) -> Stamp {
+        Stamp {
+            mono: self.base
+                + std::time::Duration::from_nanos(self.valid_until_ns.load(Ordering::Acquire)),
+            boot: std::time::Duration::from_nanos(self.valid_until_boot_ns.load(Ordering::Acquire)),
+        }
     }
 
     /// Ends the lease; the first reason wins.
     pub(crate) fn revoke(&self, reason: LostReason) {
         let _ = self.reason.set(reason);
-        let _ = self.ended_ns.set(
-            self.clock
-                .now()
-                .saturating_duration_since(self.base)
-                .as_nanos() as u64,
-        );
+        let _ = self
+            .ended
+            .set(Instant::now().min(self.clock.real_deadline(self.valid_until())));
         self.cancel.cancel();
     }
 
@@ -112,8 +122,8 @@ impl LeaseShared {
         }
     }
 
-    pub(crate) fn is_valid_at(&self, now: Instant) -> bool {
-        !self.cancel.is_cancelled() && now < self.valid_until()
+    pub(crate) fn is_valid_at(&self, now: Stamp) -> bool {
+        !self.cancel.is_cancelled() && now.before(self.valid_until())
     }
 }
 
@@ -161,8 +171,7 @@ impl Lease {
         if let Some(reason) = self.shared.lost_reason() {
             return Err(lost(reason));
         }
-        let now = self.shared.clock.now();
-        if !self.shared.is_valid_at(now) {
+        if !self.shared.is_valid_at(self.shared.clock.stamp()) {
             return Err(lost(
                 self.shared.lost_reason().unwrap_or(LostReason::Expired),
             ));
@@ -204,36 +213,114 @@ impl Lease {
         self.shared.cancel.child_token()
     }
 
-    /// Whether the lease holds right now (not revoked, not past its validity).
+    /// Whether the lease holds right now (not revoked, and its period has run out on
+    /// neither the monotonic nor the boot-time clock).
     pub fn is_valid(&self) -> bool {
-        self.shared.is_valid_at(self.shared.clock.now())
+        self.shared.is_valid_at(self.shared.clock.stamp())
     }
 
     /// The instant until which the lease holds unless renewed (it moves forward with each
-    /// acknowledged round). Meaningless once lost.
+    /// acknowledged round), on this process's `Instant` clock: the first moment either
+    /// of the node's clocks says the period ran out, supposing no suspend from now on.
+    /// Meaningless once lost.
     pub fn valid_until(&self) -> Instant {
-        self.shared.clock.to_real(self.shared.valid_until())
+        self.shared.clock.real_deadline(self.shared.valid_until())
     }
 
     /// When the lease ended: the earlier of its validity running out and its revocation.
     /// `None` while it holds.
     pub fn ended_at(&self) -> Option<Instant> {
-        let revoked = self
-            .shared
-            .ended_ns
-            .get()
-            .map(|ns| self.shared.base + std::time::Duration::from_nanos(*ns));
-        let local = match revoked {
-            Some(r) => Some(r.min(self.shared.valid_until())),
-            None if !self.is_valid() => Some(self.shared.valid_until()),
+        match self.shared.ended.get() {
+            Some(at) => Some(*at),
+            None if !self.is_valid() => Some(self.valid_until()),
             None => None,
-        };
-        // Like `valid_until`, in real time (the node's clock may be skewed in tests).
-        local.map(|l| self.shared.clock.to_real(l))
+        }
     }
 
     /// Why the lease was lost, or `None` while it holds.
     pub fn lost_reason(&self) -> Option<LostReason> {
         self.shared.lost_reason()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::clock::ClockControl;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// A lease earned by a round sent at real `t0`, period 100 ms, on a clock that stalls
+    /// 10 ms later; where it stands 150 ms after `t0`.
+    fn after_a_stall(counted_by_boottime: bool) -> (bool, bool) {
+        let ctl = ClockControl::new();
+        let clock = LocalClock::controlled(1.0, ctl.clone());
+        let t0 = Instant::now();
+        let sent = clock.stamp_at(t0);
+        let lease = LeaseShared::new(FencingToken(7), t0, sent.add(100 * MS), clock.clone());
+        ctl.stall(counted_by_boottime);
+        // A fault takes effect at the clock's next reading.
+        assert!(lease.is_valid_at(clock.stamp_at(t0 + 10 * MS)));
+        let later = clock.stamp_at(t0 + 150 * MS);
+        let mono_only = later.mono < lease.valid_until().mono;
+        (lease.is_valid_at(later), mono_only)
+    }
+
+    /// The gap CLOCK_BOOTTIME closes: a node suspended 10 ms after the round that earned
+    /// its lease stops the monotonic clock, which after 150 ms of real time still reads
+    /// 10 ms; the boot-time clock counted the suspend, so the lease has ended.
+    #[test]
+    fn a_suspend_ends_the_lease_in_real_time_though_the_monotonic_clock_stood_still() {
+        let (valid, mono_only) = after_a_stall(true);
+        assert!(
+            mono_only,
+            "by the monotonic clock alone it would still hold"
+        );
+        assert!(!valid, "the boot-time clock says it ran out");
+    }
+
+    /// What stays assumed: a pause that neither clock counts (a hypervisor that stops the
+    /// guest without telling it) leaves the lease valid past its real end.
+    #[test]
+    fn a_pause_no_clock_counts_leaves_the_lease_valid_past_its_real_end() {
+        let (valid, _) = after_a_stall(false);
+        assert!(valid);
+    }
+
+    #[test]
+    fn a_lease_ends_when_either_clock_runs_out_and_extends_clock_by_clock() {
+        let clock = LocalClock::default();
+        let t0 = Instant::now();
+        let s = Stamp {
+            mono: t0,
+            boot: 1000 * MS,
+        };
+        let lease = LeaseShared::new(FencingToken(3), t0, s.add(100 * MS), clock);
+        assert!(lease.is_valid_at(s.add(99 * MS)));
+        assert!(!lease.is_valid_at(Stamp {
+            mono: t0 + 10 * MS,
+            boot: 1100 * MS
+        }));
+        assert!(!lease.is_valid_at(Stamp {
+            mono: t0 + 100 * MS,
+            boot: 1010 * MS
+        }));
+        // Extending never moves either end back.
+        lease.extend(Stamp {
+            mono: t0 + 200 * MS,
+            boot: 1050 * MS,
+        });
+        assert_eq!(
+            lease.valid_until(),
+            Stamp {
+                mono: t0 + 200 * MS,
+                boot: 1100 * MS
+            }
+        );
+        lease.revoke(LostReason::SteppedDown);
+        assert!(!lease.is_valid_at(s));
+        assert_eq!(lease.lost_reason(), Some(LostReason::SteppedDown));
     }
 }

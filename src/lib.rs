@@ -118,7 +118,7 @@
 //! | [`storage`] | the [`RaftStore`](storage::RaftStore) trait: RocksDB and memory stores |
 //! | [`transport`] | QUIC with mutual TLS, frames, the in-process test network |
 //! | [`error`] | one error enum per operation |
-//! | [`clock`] | `CLOCK_MONOTONIC` timestamps comparable across processes |
+//! | [`clock`] | `CLOCK_MONOTONIC` timestamps comparable across processes; `CLOCK_BOOTTIME`, which the lease also checks |
 //! | [`fence`] | resource-side token checks: SQLite and RocksDB fences |
 //! | [`runner`] | leader-only tasks: run while leased, cancel when lost |
 //! | [`metrics`] | Prometheus text exposition and a tiny HTTP endpoint |
@@ -132,6 +132,8 @@ mod driver;
 mod election_rng;
 pub mod error;
 pub mod fence;
+mod founding;
+mod group_id;
 pub mod history;
 pub mod lease;
 pub mod metrics;
@@ -146,6 +148,7 @@ pub mod transport;
 pub use config::{Config, ConfigBuilder, ReadMode, Timing, TlsSource};
 pub use error::{LeaseLost, LostReason, MembershipError, NodeStopped, StartError, TransferError};
 pub use fence::{FenceError, RocksFence, SqliteFence};
+pub use group_id::{GroupId, GroupIdError};
 pub use history::{TenureEnd, TenureRecord, TenureStart};
 pub use lease::{FencingToken, Lease};
 pub use node::{terminal_logger, Leadership, Membership, Node, Role, Status};

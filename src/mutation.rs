@@ -9,6 +9,7 @@
 //! | `persist-after-send` | votes and append responses leave before the state they promise is on disk |
 //! | `lease-before-read-index` | the lease is granted and renewed without waiting for a quorum-acknowledged round (an isolated leader keeps it until raft-rs steps it down) |
 //! | `no-restart-quiet` | a restarted node votes at once |
+//! | `lease-ignores-boottime` | the lease's period is counted on `CLOCK_MONOTONIC` alone: time suspended (or stalled but counted by `CLOCK_BOOTTIME`) does not end it |
 //! | `fence-accepts-any` | the SQLite fence accepts every token |
 //!
 //! Without the feature, [`active`] is a constant `false` and the checks compile away.

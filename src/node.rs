@@ -14,7 +14,11 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, ReadMode, TlsSource};
 use crate::driver::{discard_logger, Command, Driver, DriverParts, MemberChange};
-use crate::error::{ConfigError, MembershipError, NodeStopped, StartError, TransferError};
+use crate::error::{
+    ConfigError, MembershipError, NodeStopped, StartError, StorageError, TransferError,
+};
+use crate::founding;
+use crate::group_id::GroupId;
 use crate::history::TenureRecord;
 use crate::lease::Lease;
 use crate::metrics::Metrics;
@@ -47,6 +51,9 @@ pub enum Role {
     /// The node started to join a group ([`Config::join`]) and waits for a member to add
     /// it and the leader to send it the group's state.
     Joining,
+    /// The node founds a group ([`Config::found`]) and waits until every first member has
+    /// said hello (see [`Config::found`]).
+    Founding,
 }
 
 impl Role {
@@ -61,6 +68,7 @@ impl Role {
             Role::Learner => "learner",
             Role::Removed => "removed",
             Role::Joining => "joining",
+            Role::Founding => "founding",
         }
     }
 }
@@ -138,6 +146,25 @@ pub struct Status {
     pub change_in_flight: bool,
 }
 
+impl Status {
+    /// The status of a node still founding its group: no term, no membership yet.
+    pub(crate) fn founding(id: NodeId) -> Status {
+        Status {
+            id,
+            term: 0,
+            role: Role::Founding,
+            leader: None,
+            leased: false,
+            members: Membership::default(),
+            quorum_healthy: false,
+            peers_reachable: 1,
+            commit: 0,
+            applied: 0,
+            change_in_flight: false,
+        }
+    }
+}
+
 /// A running election node. Cheap to clone; every clone talks to the same node.
 ///
 /// The node runs until [`shutdown`](Node::shutdown) (or [`kill`](Node::kill)), or
@@ -171,8 +198,11 @@ impl Node {
     /// Starts a node with RocksDB storage in `config.data_dir` and the QUIC transport with
     /// the TLS identity in `config.tls`. Must be called inside a tokio runtime.
     ///
-    /// On first start the data directory is created and the group's membership is taken
-    /// from `config.peers`; afterwards the stored membership wins.
+    /// The data directory must hold this node's store, unless the node founds a group
+    /// ([`Config::found`]) or joins one ([`Config::join`]): only then is a store created,
+    /// and only in an empty directory. A directory of another node or group, or one that
+    /// holds something other than a whole store, is refused with an error that says so
+    /// (see `docs/design.md`, section 6).
     pub async fn start(config: Config) -> Result<Node, StartError> {
         config.validate()?;
         let data_dir = config.data_dir.clone().ok_or(ConfigError::NoDataDir)?;
@@ -189,16 +219,21 @@ impl Node {
             }
             .into());
         }
-        // A joining node has no membership until the leader's snapshot gives it one.
-        let initial = if config.join {
-            ConfState::default()
-        } else {
-            ConfState {
-                voters: config.member_ids(),
-                ..Default::default()
+        let store = match RocksStore::open(&data_dir) {
+            Ok(store) => store,
+            Err(StorageError::Missing { .. }) if config.found.is_some() || config.join => {
+                RocksStore::create(&data_dir, config.id, ConfState::default())?
             }
+            Err(StorageError::Missing { .. }) => {
+                return Err(StartError::NoStore {
+                    path: data_dir,
+                    id: config.id,
+                })
+            }
+            Err(e) => return Err(e.into()),
         };
-        let store = RocksStore::open_or_create(&data_dir, initial)?;
+        // Refuse a wrong store before the transport says anything to the peers.
+        check_store(&store, &config, &data_dir)?;
         let logger = config.logger.clone().unwrap_or_else(discard_logger);
         let listen = config.listen_addr().ok_or(ConfigError::SelfNotInPeers {
             id: config.id,
@@ -212,6 +247,8 @@ impl Node {
             .collect();
         let mut qc = QuicConfig::new(config.id, listen, peers, identity);
         qc.logger = logger.new(o!("component" => "quic"));
+        // The first hello says what the store holds: the node sets it once it has read it.
+        qc.hello = None;
         let (transport, inbound) = QuicTransport::start(qc)?;
         let quic = Arc::new(transport);
         let mut node = Node::start_with(config, store, quic.clone(), inbound).await?;
@@ -221,7 +258,8 @@ impl Node {
 
     /// Starts a node on a store and transport of your choice (memory store and in-process
     /// transport in tests; the same driver either way). `config.data_dir` and `config.tls`
-    /// are not used.
+    /// are not used. The store is checked as by [`Node::start`]; a fresh store is founded
+    /// (with [`Config::found`]) or joins (with [`Config::join`]).
     pub async fn start_with<S: RaftStore>(
         config: Config,
         store: S,
@@ -235,81 +273,49 @@ impl Node {
             warn!(logger, "configuration warning"; "warning" => %w);
         }
         let path = config.data_dir.clone().unwrap_or_default();
-        bootstrap(&store, &config)?;
-        check_membership(&store, &config, &path)?;
-        // The replicated state as of the last snapshot; the log above it is replayed
-        // (conf changes included: the stored membership is the snapshot's).
-        let snap = raft::Storage::snapshot(&store, 0, 0).map_err(StartError::Raft)?;
-        let applied = snap.get_metadata().index;
-        let state = GroupState::from_snapshot(&snap.data).map_err(|detail| {
-            StartError::Storage(crate::storage::StorageError::Corrupt {
-                path: path.clone(),
-                detail,
-            })
-        })?;
-        let t = config.timing;
-        let raft_config = raft::Config {
-            id: config.id,
-            election_tick: t.election_ticks,
-            heartbeat_tick: t.heartbeat_ticks,
-            min_election_tick: t.election_ticks,
-            max_election_tick: t.election_ticks_max,
-            pre_vote: true,
-            check_quorum: !crate::mutation::active("no-check-quorum"),
-            read_only_option: ReadOnlyOption::Safe,
-            max_inflight_msgs: 256,
-            max_size_per_msg: 1 << 20,
-            ..Default::default()
-        };
-        raft_config.validate()?;
-        let raw = RawNode::new(
-            &raft_config,
-            store.clone(),
-            &logger.new(o!("component" => "raft")),
-        )?;
+        let kind = check_store(&store, &config, &path)?;
         let (cmd_tx, cmd_rx) = mpsc::channel(1024);
         let cs = store.conf_state();
         let initial = Leadership {
-            term: raw.raft.term,
+            term: store.hard_state().term,
             leader: None,
-            role: if cs.voters.is_empty() && cs.learners.is_empty() {
-                Role::Joining
-            } else if cs.learners.contains(&config.id) {
-                Role::Learner
-            } else {
-                Role::Follower
+            role: match kind {
+                StoreKind::Fresh => Role::Founding,
+                StoreKind::Joining => Role::Joining,
+                StoreKind::Member if cs.learners.contains(&config.id) => Role::Learner,
+                StoreKind::Member => Role::Follower,
             },
             leased: false,
         };
         let (ltx, lrx) = watch::channel(initial);
         let metrics = Metrics::new(config.id);
-        let driver = Driver::new(DriverParts {
-            raw,
+        let id = config.id;
+        let read_mode = config.read_mode;
+        let setup = Setup {
+            config,
             store,
             transport: transport.clone(),
             inbound,
             commands: cmd_rx,
             command_tx: cmd_tx.downgrade(),
             leadership: ltx,
-            timing: t,
-            read_mode: config.read_mode,
-            logger: logger.clone(),
-            clock: crate::clock::LocalClock::with_rate(config.clock_rate),
             metrics: metrics.clone(),
-            state,
-            applied,
-            configured: config.peers.keys().copied().collect(),
-            history_retention: config.history_retention,
-            compact_after: config.compact_after,
-            election_seed: config.election_seed,
-        });
-        let task = tokio::spawn(driver.run());
+            logger,
+            path,
+        };
+        let task = match kind {
+            StoreKind::Fresh => tokio::spawn(setup.found_then_run()),
+            StoreKind::Joining | StoreKind::Member => {
+                let driver = setup.into_driver()?;
+                tokio::spawn(driver.run())
+            }
+        };
         Ok(Node {
-            id: config.id,
+            id,
             commands: cmd_tx,
             leadership: lrx,
             transport,
-            read_mode: config.read_mode,
+            read_mode,
             task: Arc::new(tokio::sync::Mutex::new(Some(task))),
             quic: None,
             metrics,
@@ -551,21 +557,78 @@ impl Node {
     }
 }
 
-/// Founds the group in a fresh store: a snapshot at index 1 (term 1) holding the first
-/// membership and the members' addresses. The membership then exists only in snapshots,
-/// never in log entries, so a node that joins later can only learn the group from a
-/// snapshot whose membership includes it (raft-rs refuses others) — never by replaying
-/// entries on top of an empty membership. Does nothing to a store that holds anything,
-/// or when joining.
-fn bootstrap<S: RaftStore>(store: &S, config: &Config) -> Result<(), StartError> {
+/// What a store holds, as far as starting is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StoreKind {
+    /// Nothing raft ever wrote, and the node founds a group: founding waits for the first
+    /// members' hellos.
+    Fresh,
+    /// Nothing raft ever wrote, and the node joins: it waits for a leader's snapshot.
+    Joining,
+    /// The store of a member (or of a node that has joined).
+    Member,
+}
+
+/// Checks that `store` may be started as `config` says, and what it holds. Refuses the
+/// store of another node or group, a store that holds no group when the node neither
+/// founds nor joins, and a group that does not include this node.
+fn check_store<S: RaftStore>(
+    store: &S,
+    config: &Config,
+    path: &std::path::Path,
+) -> Result<StoreKind, StartError> {
+    if let Some(stored) = store.node_id() {
+        if stored != config.id {
+            return Err(StartError::WrongNode {
+                path: path.to_path_buf(),
+                stored,
+                id: config.id,
+            });
+        }
+    }
     let fresh = raft::Storage::last_index(store).map_err(StartError::Raft)? == 0
         && raft::Storage::first_index(store).map_err(StartError::Raft)? == 1
         && store.hard_state() == Default::default();
-    let cs = store.conf_state();
-    if !fresh || config.join || cs.voters.is_empty() {
-        return Ok(());
+    if fresh {
+        return if config.found.is_some() {
+            Ok(StoreKind::Fresh)
+        } else if config.join {
+            Ok(StoreKind::Joining)
+        } else {
+            Err(StartError::NotFounded {
+                path: path.to_path_buf(),
+                id: config.id,
+            })
+        };
     }
-    let state = GroupState::bootstrap(config.peers.clone());
+    if let Some(expected) = config.expected_group() {
+        let snap = raft::Storage::snapshot(store, 0, 0).map_err(StartError::Raft)?;
+        let state = GroupState::from_snapshot(&snap.data).map_err(|detail| {
+            StartError::Storage(StorageError::Corrupt {
+                path: path.to_path_buf(),
+                detail,
+            })
+        })?;
+        if let Some(stored) = state.group.filter(|g| *g != expected) {
+            return Err(StartError::WrongGroup {
+                path: path.to_path_buf(),
+                id: config.id,
+                stored,
+                expected,
+            });
+        }
+    }
+    check_membership(store, config, path)?;
+    Ok(StoreKind::Member)
+}
+
+/// Founds the group in a fresh store: a snapshot at index 1 (term 1) holding the first
+/// membership, the group id and the members' addresses. The membership then exists only
+/// in snapshots, never in log entries, so a node that joins later can only learn the
+/// group from a snapshot whose membership includes it (raft-rs refuses others) — never
+/// by replaying entries on top of an empty membership.
+fn found<S: RaftStore>(store: &S, config: &Config, group: GroupId) -> Result<(), StorageError> {
+    let state = GroupState::bootstrap(group, config.peers.clone());
     let mut snap = raft::eraftpb::Snapshot {
         data: state.to_snapshot().into(),
         ..Default::default()
@@ -573,7 +636,10 @@ fn bootstrap<S: RaftStore>(store: &S, config: &Config) -> Result<(), StartError>
     let meta = snap.mut_metadata();
     meta.index = 1;
     meta.term = 1;
-    meta.set_conf_state(cs);
+    meta.set_conf_state(ConfState {
+        voters: config.member_ids(),
+        ..Default::default()
+    });
     let hard_state = raft::eraftpb::HardState {
         term: 1,
         vote: 0,
@@ -584,8 +650,128 @@ fn bootstrap<S: RaftStore>(store: &S, config: &Config) -> Result<(), StartError>
         snapshot: Some(snap),
         hard_state: Some(hard_state),
         ..Default::default()
-    })?;
-    Ok(())
+    })
+}
+
+/// Everything a node's task needs before its driver exists.
+struct Setup<S: RaftStore> {
+    config: Config,
+    store: S,
+    transport: Arc<dyn Transport>,
+    inbound: mpsc::Receiver<Inbound>,
+    commands: mpsc::Receiver<Command>,
+    command_tx: mpsc::WeakSender<Command>,
+    leadership: watch::Sender<Leadership>,
+    metrics: Arc<Metrics>,
+    logger: Logger,
+    path: std::path::PathBuf,
+}
+
+impl<S: RaftStore> Setup<S> {
+    /// Founding (see [`founding`]): waits for the first members, writes the founding
+    /// snapshot, then runs the driver. Commands that came meanwhile are answered by it.
+    async fn found_then_run(mut self) -> Result<(), NodeStopped> {
+        let Some(group) = self.config.found else {
+            return Err(NodeStopped {
+                reason: "founding without a group id".into(),
+            });
+        };
+        let waited = founding::wait_to_found(
+            self.config.id,
+            group,
+            &self.config.member_ids(),
+            self.transport.as_ref(),
+            &mut self.inbound,
+            &mut self.commands,
+            &self.leadership,
+            &self.logger,
+        )
+        .await;
+        let kept = match waited {
+            Ok(kept) => kept,
+            Err(not) => {
+                self.transport.close();
+                let mut last = self.leadership.borrow().clone();
+                last.role = Role::Stopped;
+                self.leadership.send_replace(last);
+                return match not {
+                    founding::NotFounded::Stopped => Ok(()),
+                    founding::NotFounded::LostData(reason) => Err(NodeStopped { reason }),
+                };
+            }
+        };
+        let failed = |e: &dyn std::fmt::Display| NodeStopped {
+            reason: format!("founding failed: {e}"),
+        };
+        found(&self.store, &self.config, group).map_err(|e| failed(&e))?;
+        let tx = self.command_tx.upgrade();
+        let driver = self.into_driver().map_err(|e| failed(&e))?;
+        if let Some(tx) = tx {
+            for cmd in kept {
+                let _ = tx.try_send(cmd);
+            }
+        }
+        driver.run().await
+    }
+
+    /// The driver over the store's state.
+    fn into_driver(self) -> Result<Driver<S>, StartError> {
+        let config = self.config;
+        let store = self.store;
+        // The replicated state as of the last snapshot; the log above it is replayed
+        // (conf changes included: the stored membership is the snapshot's).
+        let snap = raft::Storage::snapshot(&store, 0, 0).map_err(StartError::Raft)?;
+        let applied = snap.get_metadata().index;
+        let state = GroupState::from_snapshot(&snap.data).map_err(|detail| {
+            StartError::Storage(StorageError::Corrupt {
+                path: self.path.clone(),
+                detail,
+            })
+        })?;
+        let t = config.timing;
+        let raft_config = raft::Config {
+            id: config.id,
+            election_tick: t.election_ticks,
+            heartbeat_tick: t.heartbeat_ticks,
+            min_election_tick: t.election_ticks,
+            max_election_tick: t.election_ticks_max,
+            pre_vote: true,
+            check_quorum: !crate::mutation::active("no-check-quorum"),
+            read_only_option: ReadOnlyOption::Safe,
+            max_inflight_msgs: 256,
+            max_size_per_msg: 1 << 20,
+            ..Default::default()
+        };
+        raft_config.validate()?;
+        let raw = RawNode::new(
+            &raft_config,
+            store.clone(),
+            &self.logger.new(o!("component" => "raft")),
+        )?;
+        Ok(Driver::new(DriverParts {
+            raw,
+            store,
+            transport: self.transport,
+            inbound: self.inbound,
+            commands: self.commands,
+            command_tx: self.command_tx,
+            leadership: self.leadership,
+            timing: t,
+            read_mode: config.read_mode,
+            logger: self.logger,
+            clock: match &config.clock_control {
+                Some(c) => crate::clock::LocalClock::controlled(config.clock_rate, c.clone()),
+                None => crate::clock::LocalClock::with_rate(config.clock_rate),
+            },
+            metrics: self.metrics,
+            state,
+            applied,
+            configured: config.peers.keys().copied().collect(),
+            history_retention: config.history_retention,
+            compact_after: config.compact_after,
+            election_seed: config.election_seed,
+        }))
+    }
 }
 
 /// Refuses to start on a store whose group does not include this node (a data directory

@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::group_id::GroupId;
 use crate::history::History;
 use crate::transport::NodeId;
 
@@ -31,6 +32,10 @@ pub(crate) struct GroupState {
     /// Where each member listens, as the group was told (first start or conf changes).
     #[serde(default)]
     pub(crate) addrs: BTreeMap<NodeId, SocketAddr>,
+    /// The group's id, drawn when it was founded (`None` only in snapshots written before
+    /// groups had ids).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) group: Option<GroupId>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,10 +56,12 @@ pub(crate) enum Applied {
 }
 
 impl GroupState {
-    /// A fresh group's state: no history, nobody drained, the first members' addresses.
-    pub(crate) fn bootstrap(addrs: BTreeMap<NodeId, SocketAddr>) -> GroupState {
+    /// A fresh group's state: its id, no history, nobody drained, the first members'
+    /// addresses.
+    pub(crate) fn bootstrap(group: GroupId, addrs: BTreeMap<NodeId, SocketAddr>) -> GroupState {
         GroupState {
             addrs,
+            group: Some(group),
             ..Default::default()
         }
     }
@@ -126,7 +133,8 @@ mod tests {
     fn drains_history_and_addresses_round_trip_through_a_snapshot() {
         let mut addrs = BTreeMap::new();
         addrs.insert(1, "127.0.0.1:7001".parse().unwrap());
-        let mut s = GroupState::bootstrap(addrs.clone());
+        let group = GroupId::random();
+        let mut s = GroupState::bootstrap(group, addrs.clone());
         assert_eq!(
             s.apply(&History::entry(2, 1, TenureStart::Election), 10),
             Applied::Tenure
@@ -141,6 +149,7 @@ mod tests {
         let back = GroupState::from_snapshot(&s.to_snapshot()).unwrap();
         assert!(back.is_drained(3));
         assert_eq!(back.addrs, addrs);
+        assert_eq!(back.group, Some(group));
         assert_eq!(back.history.records(), s.history.records());
         assert_eq!(
             s.apply(&GroupState::drain_entry(3, false), 10),

@@ -274,3 +274,88 @@ fn a_failure_prints_its_timeline() {
         panic!("{f}");
     }
 }
+
+/// The healthy history with n1's lease of term 2 running until 450 ms, past n2's
+/// acquisition at 430 ms (rule (d)), and a `LeaseBased`-style confirm of term 2 that
+/// began after the majority moved on (rule (c)).
+fn overlapping() -> (Vec<Event>, Vec<Write>) {
+    let (mut ev, w) = healthy();
+    for e in &mut ev {
+        if e.kind == Kind::LeaseLost {
+            e.ended_ns = Some(450 * MS);
+        }
+    }
+    ev.push(Event::confirmed(1, 425 * MS, 426 * MS, 2, 450 * MS));
+    (ev, w)
+}
+
+fn step(node: u64, at: u64) -> ClockFault {
+    ClockFault {
+        node,
+        from_ns: at * MS,
+        to_ns: at * MS,
+        kind: ClockFaultKind::Jump,
+    }
+}
+
+fn stall(node: u64, from: u64, to: u64, counted_by_boottime: bool) -> ClockFault {
+    ClockFault {
+        node,
+        from_ns: from * MS,
+        to_ns: to * MS,
+        kind: ClockFaultKind::Stall {
+            counted_by_boottime,
+        },
+    }
+}
+
+/// A step of the lease holder's clock, a suspend of anyone, and a pause no clock counts
+/// of a node without a lease keep what the lease assumes: rules (c) and (d) are still
+/// judged, and still fail this history.
+#[test]
+fn clock_faults_the_lease_allows_leave_every_rule_judged() {
+    let (ev, w) = overlapping();
+    let faults = vec![
+        step(1, 200),
+        stall(1, 200, 300, true),
+        stall(3, 200, 300, false),
+        // A step that ends the holder's lease: it held the lease until then.
+        step(2, 700),
+    ];
+    let f = check(&ev, &w, &opts().clock_faults(faults, true)).expect_err("must fail");
+    assert!(f.broke(Rule::Overlap) && f.broke(Rule::StaleConfirm), "{f}");
+    assert_eq!(f.summary.clock_rules_skipped, None);
+}
+
+/// A step of a voter's clock (n3 holds no lease) or a pause no clock counts of a lease
+/// holder (n1) is outside what the lease assumes: rule (d), and rule (c) for
+/// `LeaseBased` confirms, are not judged, and the summary says why. `Safe` confirms
+/// are judged whatever the clocks did.
+#[test]
+fn clock_faults_outside_what_the_lease_assumes_leave_the_clock_rules_unjudged() {
+    let (ev, w) = overlapping();
+    for (fault, why) in [
+        (step(3, 200), "n3's clock stepped forward"),
+        (stall(1, 200, 300, false), "n1's clocks stood still"),
+    ] {
+        let lease_based = opts().clock_faults(vec![fault.clone()], true);
+        let s = check(&ev, &w, &lease_based).unwrap_or_else(|f| panic!("{f}"));
+        let skipped = s.clock_rules_skipped.expect("skipped");
+        assert!(skipped.contains(why), "{skipped}");
+        let safe = opts().clock_faults(vec![fault], false);
+        let f = check(&ev, &w, &safe).expect_err("a Safe confirm is judged");
+        assert!(
+            f.broke(Rule::StaleConfirm) && !f.broke(Rule::Overlap),
+            "{f}"
+        );
+    }
+    // The same pause after n1's lease ended (healthy history: at 320 ms) is harmless.
+    let (ev, w) = healthy();
+    let s = check(
+        &ev,
+        &w,
+        &opts().clock_faults(vec![stall(1, 330, 400, false)], true),
+    )
+    .unwrap_or_else(|f| panic!("{f}"));
+    assert_eq!(s.clock_rules_skipped, None);
+}

@@ -17,7 +17,7 @@ use slog::{o, Drain, Logger};
 use tenure::transport::frame::{self, decode_bound};
 use tenure::transport::quic::{close_code, QuicConfig, QuicTransport};
 use tenure::transport::tls::{node_server_name, ClusterCa, TlsIdentity};
-use tenure::transport::{Inbound, NodeId, Transport};
+use tenure::transport::{Hello, Inbound, NodeId, Transport};
 use tokio::sync::mpsc;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -93,6 +93,13 @@ async fn connect(ep: &quinn::Endpoint, id: &TlsIdentity, to: SocketAddr) -> quin
         .unwrap()
 }
 
+/// Opens a stream on `conn` and writes the hello every stream begins with.
+async fn open(conn: &quinn::Connection) -> quinn::SendStream {
+    let mut s = conn.open_uni().await.unwrap();
+    s.write_all(&Hello::default().encode()).await.unwrap();
+    s
+}
+
 /// Waits until the server closes `conn`; returns its application error code.
 async fn closed_with_code(conn: &quinn::Connection) -> Option<u64> {
     match tokio::time::timeout(TIMEOUT, conn.closed())
@@ -164,7 +171,7 @@ async fn frame_with_more_entries_than_the_limit_is_refused_before_it_is_decoded(
 
     // At the limit: delivered, all 100 entries.
     let conn = connect(&client, &id2, t1.local_addr()).await;
-    let mut s = conn.open_uni().await.unwrap();
+    let mut s = open(&conn).await;
     s.write_all(&empty_entries(2, 100)).await.unwrap();
     let mut got = Vec::new();
     wait_for(
@@ -194,7 +201,7 @@ async fn frame_with_more_entries_than_the_limit_is_refused_before_it_is_decoded(
     // take is its reservation, not its decoded size.
     let (t2, mut rx2) = node1(&ca, &[2], &client, |_| {});
     let conn = connect(&client, &id2, t2.local_addr()).await;
-    let mut s = conn.open_uni().await.unwrap();
+    let mut s = open(&conn).await;
     let n = (frame::DEFAULT_MAX_FRAME - 2) / 2;
     let big = empty_entries(2, n);
     let _ = s.write_all(&big).await;
@@ -228,7 +235,7 @@ async fn stalled_half_frame_is_cut_after_the_frame_deadline() {
     });
     let id2 = identity(&ca, 2);
     let conn = connect(&client, &id2, t1.local_addr()).await;
-    let mut s = conn.open_uni().await.unwrap();
+    let mut s = open(&conn).await;
     // Half of a 1 MiB frame, then nothing: the sender holds the stream open.
     let half = append(2, 3, 1 << 20);
     s.write_all(&half[..half.len() / 2]).await.unwrap();
@@ -242,7 +249,7 @@ async fn stalled_half_frame_is_cut_after_the_frame_deadline() {
 
     // A peer that sends whole frames is not affected.
     let conn = connect(&client, &id2, t1.local_addr()).await;
-    let mut s = conn.open_uni().await.unwrap();
+    let mut s = open(&conn).await;
     s.write_all(&append(2, 4, 1 << 20)).await.unwrap();
     let mut got = Vec::new();
     wait_for(
@@ -269,7 +276,7 @@ async fn connections_over_the_per_peer_cap_are_refused_and_counted() {
     let b = connect(&client, &id2, addr).await;
     // The first two are served: a frame on each arrives.
     for (c, term) in [(&a, 10), (&b, 11)] {
-        let mut s = c.open_uni().await.unwrap();
+        let mut s = open(c).await;
         s.write_all(&heartbeat(2, term)).await.unwrap();
     }
     let mut got = Vec::new();
@@ -296,7 +303,7 @@ async fn connections_over_the_per_peer_cap_are_refused_and_counted() {
 
     // Another peer has its own slots.
     let d = connect(&client, &id3, addr).await;
-    let mut s = d.open_uni().await.unwrap();
+    let mut s = open(&d).await;
     s.write_all(&heartbeat(3, 12)).await.unwrap();
     wait_for(
         || {
@@ -321,7 +328,7 @@ async fn connections_over_the_per_peer_cap_are_refused_and_counted() {
     while accepted.is_none() {
         assert!(start.elapsed() < TIMEOUT, "no slot came back after a close");
         let e = connect(&client, &id2, addr).await;
-        let mut s = e.open_uni().await.unwrap();
+        let mut s = open(&e).await;
         s.write_all(&heartbeat(2, 13)).await.unwrap();
         let deadline = Instant::now() + Duration::from_secs(2);
         while Instant::now() < deadline && e.close_reason().is_none() {
@@ -367,7 +374,7 @@ async fn frames_wait_for_the_shared_budget_instead_of_allocating() {
         let (client, ident) = (client.clone(), identity(&ca, id));
         async move {
             let conn = connect(&client, &ident, addr).await;
-            let mut s = conn.open_uni().await.unwrap();
+            let mut s = open(&conn).await;
             let f = append_of(id, 5, max_frame);
             s.write_all(&f[..f.len() / 2]).await.unwrap();
             (conn, s)
@@ -393,7 +400,7 @@ async fn frames_wait_for_the_shared_budget_instead_of_allocating() {
     // it once node 2 gives up its stalled frame.
     let id4 = identity(&ca, 4);
     let conn4 = connect(&client, &id4, addr).await;
-    let mut s4 = conn4.open_uni().await.unwrap();
+    let mut s4 = open(&conn4).await;
     s4.write_all(&heartbeat(4, 9)).await.unwrap();
     wait_for(
         || t1.stats().frames_waited_for_budget >= 1,
@@ -437,7 +444,7 @@ async fn budget_is_held_until_the_driver_takes_the_message() {
         c.inbound_budget = budget;
     });
     let conn = connect(&client, &identity(&ca, 2), t1.local_addr()).await;
-    let mut s = conn.open_uni().await.unwrap();
+    let mut s = open(&conn).await;
     let frames = 12; // of 60 kB each: 720 kB, over node 2's half of the budget
     let sender = tokio::spawn(async move {
         for term in 1..=frames {

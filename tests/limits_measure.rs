@@ -11,7 +11,9 @@
 //!
 //! The worker is node 1 of a group of three; the test process is "node 2" (it holds node
 //! 2's files, as a stolen or misused certificate would); node 3 is never started. The
-//! worker's file-descriptor limit is set to 1024, a common default.
+//! worker's file-descriptor limit is set to 1024, a common default. Streams begin with a
+//! hello (`transport::hello`), as a node's do (the numbers before the limits were taken
+//! before the hello existed).
 
 mod support;
 
@@ -21,6 +23,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tenure::transport::tls::{node_server_name, write_cluster_certs, TlsIdentity};
+use tenure::transport::Hello;
 
 fn free_udp() -> SocketAddr {
     std::net::UdpSocket::bind("127.0.0.1:0")
@@ -195,6 +198,7 @@ async fn measure_worker_under_resource_attacks() {
                 let mut s = c.open_uni().await.unwrap();
                 let f = frame.clone();
                 held.push(tokio::spawn(async move {
+                    let _ = s.write_all(&Hello::default().encode()).await;
                     let _ = s.write_all(&f).await;
                     let _ = s.finish();
                     std::future::pending::<()>().await;
@@ -232,6 +236,7 @@ async fn measure_worker_under_resource_attacks() {
                     Ok(mut s) => {
                         let h = half.clone();
                         streams.push(tokio::spawn(async move {
+                            let _ = s.write_all(&Hello::default().encode()).await;
                             let _ = s.write_all(&h).await;
                             // Never finish: hold the stream open.
                             std::future::pending::<()>().await;

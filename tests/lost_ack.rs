@@ -29,7 +29,6 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use raft::eraftpb::ConfState;
 use tenure::storage::{MemDisk, MemStore};
 use tenure::transport::mem::MemNetwork;
 use tenure::{Config, Node, NodeId, Role, Timing};
@@ -59,13 +58,9 @@ struct Group {
 
 impl Group {
     fn new() -> Group {
-        let conf = ConfState {
-            voters: IDS.to_vec(),
-            ..Default::default()
-        };
         Group {
             net: MemNetwork::new(),
-            disks: IDS.iter().map(|_| MemDisk::new(conf.clone())).collect(),
+            disks: IDS.iter().map(|id| MemDisk::for_node(*id)).collect(),
             nodes: IDS.iter().map(|_| None).collect(),
             armed: IDS.iter().map(|_| Arc::default()).collect(),
             t0: Instant::now(),
@@ -86,7 +81,12 @@ impl Group {
         let i = id as usize - 1;
         // The peers' addresses are not used by the in-process transport.
         let peers = IDS.map(|p| (p, SocketAddr::from(([127, 0, 0, 1], 7000 + p as u16))));
-        let config = Config::builder(id).peers(peers).timing(timing()).build();
+        let group = tenure::GroupId::from_u128(0x0105_7ac4).expect("not 0");
+        let config = Config::builder(id)
+            .peers(peers)
+            .timing(timing())
+            .found(group)
+            .build();
         let store = TornStore {
             inner: MemStore::open(self.disks[i].clone()),
             tear: self.armed[i].clone(),

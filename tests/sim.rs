@@ -33,6 +33,14 @@
 //!   fsync. A crash *mid-append* does the same to its next write of entries carrying a
 //!   leadership record (what a follower writes right after a new leader's first
 //!   append): what the node sent before the write still leaves (2 ms of "fsync").
+//! * **Clock faults** go through each node's hidden `ClockControl`: a *jump* steps its
+//!   clock forward by half an election timeout to three, at once; a *stall* makes it
+//!   stand still (ticks, timers, the quiet period and the lease checks with it) while
+//!   the process and network run on, then resume without counting the stalled span,
+//!   either as a suspend that `CLOCK_BOOTTIME` counts or as a pause neither clock
+//!   counts. Safe confirms, one holder per term, fencing and the applied histories are
+//!   judged under every one; rule (d) and `LeaseBased` confirms only while each fault
+//!   stayed inside what the lease assumes (see `support/checker.rs`, "Clock faults").
 //! * **QUIC** uses LAN-like settings (100 ms keep-alive, 500 ms idle timeout) so that a
 //!   connection the fault killed is noticed quickly.
 //!
@@ -108,12 +116,15 @@ fn config_for(seed: u64) -> RunConfig {
         window: Duration::from_millis(1600),
         faults: (2, 5),
         length: (Duration::from_millis(100), Duration::from_millis(900)),
+        // Half an election timeout to three.
+        clock_jump: (Duration::from_millis(75), Duration::from_millis(450)),
     };
     RunConfig {
         seed,
         nodes,
         timing: timing(),
-        // A third of the seeds answer confirms from the lease (all clocks run true here).
+        // A third of the seeds answer confirms from the lease (clock rates stay within the
+        // drift bound; for the clock faults, see the checker's "Clock faults").
         read_mode: if seed % 3 == 1 {
             ReadMode::LeaseBased
         } else {
@@ -144,6 +155,9 @@ struct SeedResult {
     recovery_ns: Option<u64>,
     /// History samples judged by rule (f).
     histories: usize,
+    /// Why the rules that trust the clocks were not judged (a clock fault outside what
+    /// the lease assumes), if they were not.
+    clock_rules_skipped: Option<String>,
     simulated_ns: u64,
     /// The checker's verdict, or the panic of the run.
     failure: Option<String>,
@@ -156,7 +170,11 @@ fn run_seed(seed: u64) -> SeedResult {
     let result = std::panic::catch_unwind(|| {
         let out = run(&cfg);
         let opts = Options::new(cfg.nodes as usize)
-            .liveness(out.healed_at_ns, cfg.liveness_bound.as_nanos() as u64);
+            .liveness(out.healed_at_ns, cfg.liveness_bound.as_nanos() as u64)
+            .clock_faults(
+                out.clock_faults.clone(),
+                cfg.read_mode == ReadMode::LeaseBased,
+            );
         let verdict = check(&out.events, &out.writes, &opts);
         // A driver that panicked (raft-rs found its invariants broken) fails the run
         // too, after whatever the checker found.
@@ -190,6 +208,10 @@ fn run_seed(seed: u64) -> SeedResult {
         faults,
         recovery_ns: verdict.as_ref().ok().and_then(|s| s.recovery_ns),
         histories: verdict.as_ref().map_or(0, |s| s.histories),
+        clock_rules_skipped: verdict
+            .as_ref()
+            .ok()
+            .and_then(|s| s.clock_rules_skipped.clone()),
         simulated_ns,
         failure: verdict.err(),
     }
@@ -249,6 +271,21 @@ fn summary(results: &[SeedResult], wall: Duration) -> String {
         .max();
     let simulated: u64 = results.iter().map(|r| r.simulated_ns).sum();
     let histories: usize = results.iter().map(|r| r.histories).sum();
+    let with_clock_faults = results
+        .iter()
+        .filter(|r| r.faults.iter().any(|k| k.starts_with("clock")))
+        .count();
+    let skipped = |what: &str| {
+        results
+            .iter()
+            .filter(|r| {
+                r.clock_rules_skipped
+                    .as_deref()
+                    .is_some_and(|s| s.contains(what))
+            })
+            .count()
+    };
+    let (stepped, stood) = (skipped("stepped forward"), skipped("stood still"));
     let mut text = format!(
         "{} seeds ({} of 5 nodes, {} LeaseBased) in {wall:.1?}, {:.0} s simulated; \
          {faults} faults, {:.1} per schedule: {kinds:?}; {histories} applied-history samples",
@@ -261,6 +298,13 @@ fn summary(results: &[SeedResult], wall: Duration) -> String {
         simulated as f64 / 1e9,
         faults as f64 / n as f64,
     );
+    text.push_str(&format!(
+        "; {with_clock_faults} seeds with clock faults, {} of them outside what the lease \
+         assumes (rule (d), and (c) for LeaseBased confirms, not judged there): {stepped} \
+         with a step of a node holding no lease, {stood} with a stall no clock counted of a \
+         lease holder",
+        stepped + stood
+    ));
     if let Some((ns, seed)) = slowest {
         text.push_str(&format!(
             "; longest time from the last heal to a lease: {:.0} ms (seed {seed})",

@@ -44,7 +44,7 @@ impl Harness for RocksHarness {
     fn fresh(&mut self, initial: ConfState) -> RocksStore {
         self.stores += 1;
         let path = self.dir.path().join(format!("store{}", self.stores));
-        RocksStore::create(path, initial).expect("create store")
+        RocksStore::create(path, 1, initial).expect("create store")
     }
 
     fn reopen(&mut self, store: RocksStore) -> RocksStore {
@@ -601,7 +601,7 @@ mod rocks_open {
 
     fn store_with_entries(dir: &Path) -> PathBuf {
         let path = dir.join("store");
-        let s = RocksStore::create(&path, voters(&[1, 2, 3])).unwrap();
+        let s = RocksStore::create(&path, 1, voters(&[1, 2, 3])).unwrap();
         append(&s, entries(1..=5, 1));
         set_hard_state(&s, hard_state(1, 1, 5));
         path
@@ -657,7 +657,7 @@ mod rocks_open {
     fn create_needs_an_existing_parent() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a").join("b");
-        let e = RocksStore::create(&path, voters(&[1])).unwrap_err();
+        let e = RocksStore::create(&path, 1, voters(&[1])).unwrap_err();
         assert!(matches!(e, StorageError::Io { .. }), "{e:?}");
         assert_names_path(&e, &path);
     }
@@ -666,28 +666,98 @@ mod rocks_open {
     fn create_on_an_initialized_store_is_refused_and_keeps_it() {
         let dir = tempfile::tempdir().unwrap();
         let path = store_with_entries(dir.path());
-        let e = RocksStore::create(&path, voters(&[7])).unwrap_err();
+        let e = RocksStore::create(&path, 1, voters(&[7])).unwrap_err();
         assert!(
             matches!(e, StorageError::AlreadyInitialized { .. }),
             "{e:?}"
         );
         assert_names_path(&e, &path);
-        let s = RocksStore::open_or_create(&path, voters(&[7])).unwrap();
+        let s = RocksStore::open(&path).unwrap();
         assert_eq!(s.conf_state(), voters(&[1, 2, 3]));
         assert_eq!(s.last_index(), Ok(5));
     }
 
     #[test]
-    fn open_or_create_creates_once() {
+    fn create_records_the_node_and_open_keeps_everything() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("store");
-        let s = RocksStore::open_or_create(&path, voters(&[1, 2])).unwrap();
+        let s = RocksStore::create(&path, 7, voters(&[1, 2])).unwrap();
         assert_eq!(s.path(), path);
+        assert_eq!(s.node_id(), Some(7));
         append(&s, entries(1..=1, 1));
         drop(s);
-        let s = RocksStore::open_or_create(&path, voters(&[9])).unwrap();
+        let s = RocksStore::open(&path).unwrap();
+        assert_eq!(s.node_id(), Some(7));
         assert_eq!(s.conf_state(), voters(&[1, 2]));
         assert_eq!(s.last_index(), Ok(1));
+    }
+
+    /// An operator copied a data folder without `CURRENT` (or it was deleted). RocksDB,
+    /// asked to create a missing database, would write a new `CURRENT` over the old
+    /// files on the first attempt, and the second would find an empty store: a node
+    /// that forgot its vote. The folder is `Corrupt`, every time, and left as it was.
+    #[test]
+    fn a_folder_without_current_is_corrupt_every_time_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = store_with_entries(dir.path());
+        std::fs::remove_file(path.join("CURRENT")).unwrap();
+        let listing = |p: &Path| {
+            let mut names: Vec<String> = std::fs::read_dir(p)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        let before = listing(&path);
+        for _ in 0..2 {
+            assert_corrupt(RocksStore::open(&path), &path, "CURRENT file is missing");
+            assert_corrupt(
+                RocksStore::create(&path, 1, voters(&[1])),
+                &path,
+                "CURRENT file is missing",
+            );
+        }
+        assert_eq!(
+            listing(&path),
+            before,
+            "nothing may be written to the folder"
+        );
+    }
+
+    #[test]
+    fn create_refuses_a_folder_holding_anything_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        std::fs::create_dir(&path).unwrap();
+        std::fs::write(path.join("notes.txt"), b"not a store").unwrap();
+        assert_corrupt(
+            RocksStore::create(&path, 1, voters(&[1])),
+            &path,
+            "notes.txt",
+        );
+        assert_corrupt(RocksStore::open(&path), &path, "notes.txt");
+    }
+
+    #[test]
+    fn a_lost_and_found_alone_counts_as_empty() {
+        // The root of a mounted ext4 volume (a Kubernetes volume claim, say).
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("lost+found")).unwrap();
+        let e = RocksStore::open(dir.path()).unwrap_err();
+        assert!(matches!(e, StorageError::Missing { .. }), "{e:?}");
+        let s = RocksStore::create(dir.path(), 3, voters(&[3])).unwrap();
+        assert_eq!(s.node_id(), Some(3));
+    }
+
+    #[test]
+    fn a_version_1_store_is_refused_with_a_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = store_with_entries(dir.path());
+        let mut meta = b"tenure-raft-store".to_vec();
+        meta.extend_from_slice(&1u32.to_be_bytes());
+        raw_db(&path).put(b"tenure/meta", meta).unwrap();
+        assert_corrupt(RocksStore::open(&path), &path, "format version 1");
     }
 
     #[test]
@@ -698,8 +768,7 @@ mod rocks_open {
         let _clone = first.clone();
         for e in [
             RocksStore::open(&path).unwrap_err(),
-            RocksStore::create(&path, voters(&[1])).unwrap_err(),
-            RocksStore::open_or_create(&path, voters(&[1])).unwrap_err(),
+            RocksStore::create(&path, 1, voters(&[1])).unwrap_err(),
         ] {
             assert!(matches!(e, StorageError::Locked { .. }), "{e:?}");
             assert_names_path(&e, &path);
@@ -781,7 +850,7 @@ mod rocks_open {
         raw_db(&path).put(b"hello", b"world").unwrap();
         assert_corrupt(RocksStore::open(&path), &path, "not a tenure store");
         assert_corrupt(
-            RocksStore::create(&path, voters(&[1])),
+            RocksStore::create(&path, 1, voters(&[1])),
             &path,
             "not a tenure store",
         );
@@ -797,9 +866,9 @@ mod rocks_open {
         let dir = tempfile::tempdir().unwrap();
         let path = store_with_entries(dir.path());
         let mut meta = b"tenure-raft-store".to_vec();
-        meta.extend_from_slice(&2u32.to_be_bytes());
+        meta.extend_from_slice(&3u32.to_be_bytes());
         raw_db(&path).put(b"tenure/meta", meta).unwrap();
-        assert_corrupt(RocksStore::open(&path), &path, "format version 2");
+        assert_corrupt(RocksStore::open(&path), &path, "format version 3");
     }
 
     #[test]
@@ -810,7 +879,7 @@ mod rocks_open {
         drop(raw_db(&path));
         let e = RocksStore::open(&path).unwrap_err();
         assert!(matches!(e, StorageError::Missing { .. }), "{e:?}");
-        let s = RocksStore::open_or_create(&path, voters(&[1])).unwrap();
+        let s = RocksStore::create(&path, 1, voters(&[1])).unwrap();
         assert_eq!(s.conf_state(), voters(&[1]));
     }
 }

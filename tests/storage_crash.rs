@@ -56,8 +56,13 @@ fn crash_child() {
     let Some(dir) = std::env::var_os(CHILD_DIR_VAR) else {
         return;
     };
-    let store =
-        RocksStore::open_or_create(&dir, ConfState::from((vec![1], vec![]))).expect("child open");
+    let store = match RocksStore::open(&dir) {
+        Err(tenure::storage::StorageError::Missing { .. }) => {
+            RocksStore::create(&dir, 1, ConfState::from((vec![1], vec![])))
+        }
+        other => other,
+    }
+    .expect("child open");
     let mut n = store.hard_state().term;
     let stdout = std::io::stdout();
     // Bounded, in case the parent never kills us.

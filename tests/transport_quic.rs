@@ -15,7 +15,8 @@ use slog::{o, Drain, Logger};
 use tenure::transport::frame;
 use tenure::transport::quic::{close_code, QuicConfig, QuicTransport};
 use tenure::transport::tls::{node_server_name, ClusterCa, TlsIdentity};
-use tenure::transport::{Inbound, NodeId, Transport};
+use tenure::transport::{Hello, Inbound, NodeId, Standing, Transport};
+use tenure::GroupId;
 use tokio::sync::mpsc;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -73,6 +74,7 @@ struct Inbox {
     rx: mpsc::Receiver<Inbound>,
     messages: Vec<Message>,
     unreachable: Vec<NodeId>,
+    hellos: Vec<(NodeId, Hello)>,
 }
 
 impl Inbox {
@@ -81,6 +83,7 @@ impl Inbox {
             rx,
             messages: Vec::new(),
             unreachable: Vec::new(),
+            hellos: Vec::new(),
         }
     }
 
@@ -90,6 +93,7 @@ impl Inbox {
             match item {
                 Inbound::Message(m) => self.messages.push(m),
                 Inbound::Unreachable(id) => self.unreachable.push(id),
+                Inbound::Hello { from, hello } => self.hellos.push((from, hello)),
             }
         }
         self
@@ -156,6 +160,14 @@ async fn raw_connect(
         .unwrap()
         .await
         .unwrap()
+}
+
+/// Opens a stream on `conn` and writes the hello every stream begins with (a node that
+/// is starting: no group).
+async fn open_stream(conn: &quinn::Connection) -> quinn::SendStream {
+    let mut s = conn.open_uni().await.unwrap();
+    s.write_all(&Hello::default().encode()).await.unwrap();
+    s
 }
 
 /// Waits until the server closes `conn` and returns its application error code.
@@ -377,7 +389,7 @@ async fn message_whose_sender_differs_from_the_certificate_is_dropped_and_counte
     t1.set_peer_addr(3, client.local_addr().unwrap());
     let conn = raw_connect(&client, &id2, t1.local_addr(), 1).await;
 
-    let mut stream = conn.open_uni().await.unwrap();
+    let mut stream = open_stream(&conn).await;
     let forged = frame::encode(&msg(3, 1, 66), frame::DEFAULT_MAX_FRAME).unwrap();
     let honest = frame::encode(&msg(2, 1, 77), frame::DEFAULT_MAX_FRAME).unwrap();
     stream.write_all(&forged).await.unwrap();
@@ -412,7 +424,7 @@ async fn oversized_and_garbage_frames_close_the_connection_and_the_endpoint_keep
 
     // 1. A frame announcing 1 MiB against a 1 KiB limit.
     let conn = raw_connect(&client, &id2, addr1, 1).await;
-    let mut s = conn.open_uni().await.unwrap();
+    let mut s = open_stream(&conn).await;
     s.write_all(&(1u32 << 20).to_be_bytes()).await.unwrap();
     s.write_all(&[0u8; 64]).await.unwrap();
     assert_eq!(
@@ -423,7 +435,7 @@ async fn oversized_and_garbage_frames_close_the_connection_and_the_endpoint_keep
 
     // 2. A frame within the limit that is not a raft message (an unterminated varint).
     let conn = raw_connect(&client, &id2, addr1, 1).await;
-    let mut s = conn.open_uni().await.unwrap();
+    let mut s = open_stream(&conn).await;
     s.write_all(&[0, 0, 0, 8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff])
         .await
         .unwrap();
@@ -435,7 +447,7 @@ async fn oversized_and_garbage_frames_close_the_connection_and_the_endpoint_keep
 
     // 3. Random bytes: whatever the first four say, the connection is closed and counted.
     let conn = raw_connect(&client, &id2, addr1, 1).await;
-    let mut s = conn.open_uni().await.unwrap();
+    let mut s = open_stream(&conn).await;
     let mut x: u32 = 0x1234_5678;
     let garbage: Vec<u8> = (0..4096)
         .map(|_| {
@@ -697,7 +709,7 @@ async fn shutdown_closes_connections_and_frees_the_address_at_once() {
     let client = raw_endpoint();
     t1.set_peer_addr(2, client.local_addr().unwrap());
     let conn2 = raw_connect(&client, &id2, addr1, 1).await;
-    let mut stream = conn2.open_uni().await.unwrap();
+    let mut stream = open_stream(&conn2).await;
     let hello = frame::encode(&msg(2, 1, 7), frame::DEFAULT_MAX_FRAME).unwrap();
     stream.write_all(&hello).await.unwrap();
     let mut term = 0;
@@ -783,4 +795,103 @@ async fn shutdown_closes_connections_and_frees_the_address_at_once() {
         TIMEOUT,
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_connection_begins_with_the_senders_hello() {
+    let ca = ClusterCa::generate().unwrap();
+    let group = GroupId::random();
+    let said = Hello::member(Some(group), 4, 2, 9);
+    // Set before the first connect: the hello goes out when a connection opens.
+    let ids = vec![identity(&ca, 1), identity(&ca, 2)];
+    let mut nodes = start_all(ids);
+    nodes[0].0.set_hello(said);
+    nodes[1].0.set_hello(Hello {
+        group: Some(group),
+        standing: Standing::Founding,
+    });
+    // Node 1 may have connected before its hello was set: reconnect it by restarting 2.
+    nodes[0].0.send(msg(1, 2, 1));
+    nodes[1].0.send(msg(2, 1, 1));
+    let (t1, inbox1) = &mut nodes[0];
+    let _ = t1;
+    wait_for(
+        || !inbox1.pump().hellos.is_empty(),
+        "node 1 hears node 2's hello",
+        TIMEOUT,
+    )
+    .await;
+    assert!(inbox1.hellos.iter().all(|(from, _)| *from == 2));
+    let (_, inbox2) = &mut nodes[1];
+    wait_for(
+        || !inbox2.pump().hellos.is_empty(),
+        "node 2 hears node 1's hello",
+        TIMEOUT,
+    )
+    .await;
+    assert!(inbox2.hellos.iter().all(|(from, _)| *from == 1));
+}
+
+/// A node of another group that holds this group's certificates (a data folder copied
+/// from another deployment sharing the CA): refused at the connection, with both ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_of_another_group_is_refused_with_both_ids() {
+    let ca = ClusterCa::generate().unwrap();
+    let (ours, theirs) = (GroupId::random(), GroupId::random());
+    let mut nodes = start_all(vec![identity(&ca, 1)]);
+    let (t1, mut inbox1) = nodes.pop().unwrap();
+    t1.set_hello(Hello::member(Some(ours), 3, 1, 7));
+    let client = raw_endpoint();
+    let id2 = identity(&ca, 2);
+    t1.set_peer_addr(2, client.local_addr().unwrap());
+    let conn = raw_connect(&client, &id2, t1.local_addr(), 1).await;
+    let mut s = conn.open_uni().await.unwrap();
+    s.write_all(&Hello::member(Some(theirs), 3, 1, 7).encode())
+        .await
+        .unwrap();
+    let frame = frame::encode(&msg(2, 1, 5), frame::DEFAULT_MAX_FRAME).unwrap();
+    let _ = s.write_all(&frame).await;
+    let closed = tokio::time::timeout(TIMEOUT, conn.closed())
+        .await
+        .expect("node 1 did not close the connection of another group");
+    let quinn::ConnectionError::ApplicationClosed(close) = closed else {
+        panic!("expected an application close, got {closed:?}");
+    };
+    assert_eq!(
+        close.error_code.into_inner(),
+        u64::from(close_code::WRONG_GROUP)
+    );
+    let reason = String::from_utf8_lossy(&close.reason);
+    assert!(
+        reason.contains(&ours.to_string()) && reason.contains(&theirs.to_string()),
+        "{reason}"
+    );
+    assert_eq!(t1.stats().connections_refused, 1);
+    assert!(
+        !inbox1.any_from(2),
+        "no message of another group may reach the driver"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_without_a_hello_is_refused() {
+    let ca = ClusterCa::generate().unwrap();
+    let mut nodes = start_all(vec![identity(&ca, 1)]);
+    let (t1, mut inbox1) = nodes.pop().unwrap();
+    let client = raw_endpoint();
+    let id2 = identity(&ca, 2);
+    t1.set_peer_addr(2, client.local_addr().unwrap());
+    let conn = raw_connect(&client, &id2, t1.local_addr(), 1).await;
+    let mut s = conn.open_uni().await.unwrap();
+    // A frame where the hello belongs (an older tenure): 30 bytes of something else.
+    let frame = frame::encode(&msg(2, 1, 5), frame::DEFAULT_MAX_FRAME).unwrap();
+    let mut bytes = frame.to_vec();
+    bytes.resize(64, 0);
+    s.write_all(&bytes).await.unwrap();
+    assert_eq!(
+        closed_with_code(&conn).await,
+        Some(close_code::WRONG_GROUP.into())
+    );
+    assert_eq!(t1.stats().frames_malformed, 1);
+    assert!(!inbox1.any_from(2));
 }

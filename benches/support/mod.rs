@@ -172,6 +172,8 @@ pub struct Group {
     shared: Shared,
     /// Arguments given to every worker after the group's own.
     extra: Vec<String>,
+    /// The group the workers found (`--found` on every start, as a unit file would).
+    group: String,
 }
 
 impl Group {
@@ -202,6 +204,7 @@ impl Group {
             children: BTreeMap::new(),
             shared: Arc::new((Mutex::new(State::default()), Condvar::new())),
             extra: extra.to_vec(),
+            group: tenure::GroupId::random().to_string(),
         };
         for id in ids {
             g.spawn(id);
@@ -238,6 +241,7 @@ impl Group {
             .arg("--certs")
             .arg(self.dir.path().join("certs"))
             .args(["--log-level", "off"])
+            .args(["--found", &self.group])
             .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

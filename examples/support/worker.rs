@@ -18,7 +18,21 @@ use super::ledger::Ledger;
 
 #[allow(dead_code)] // used by the worker binary, not by local_group
 pub const USAGE: &str = "\
-usage: worker --id N --listen ADDR --peers 1=ADDR,2=ADDR,... --data-dir DIR --certs DIR [options]
+usage: worker --id N --listen ADDR --peers 1=ADDR,2=ADDR,... --data-dir DIR --certs DIR
+              (--found GROUP | --join | an existing store) [options]
+       worker --new-group-id
+
+Founding, restarting, replacing (README: Founding a group):
+  once:             GROUP=$(worker --new-group-id)
+  every start of each first member, the same command each time (a unit file may keep it):
+                    worker --id I --peers 1=A1,2=A2,3=A3 ... --found $GROUP
+  A node founds only when its data folder is empty and every first member has said hello
+  and is founding too (or is pristine); once the group exists --found only checks the
+  stored group id. A node whose folder was lost does not come back as a voter: it stops
+  with exit code 3, whatever its command line.
+  replacement machine: a new id, its own certificate, an empty folder:
+                    worker --id 6 --peers 6=A6,1=A1,2=A2,3=A3 ... --join
+                    ctl members add 6 A6; ctl members replace OLD 6
 
   --certs DIR                      this node's folder: ca.pem, node-N.pem, node-N-key.pem (mode
                                    0600). `cargo run --example certs -- --nodes 3 --out C
@@ -27,6 +41,10 @@ usage: worker --id N --listen ADDR --peers 1=ADDR,2=ADDR,... --data-dir DIR --ce
                                    mints node ids). A key file others can read is logged.
 
 options:
+  --found GROUP                    found group GROUP (32 hex digits) with --peers as its first
+                                   voters, if --data-dir holds no store; safe to keep
+  --group GROUP                    refuse a data folder or peers of another group
+                                   (default: the --found group)
   --timing lan|fast|wan           timing preset (default lan: 10 ms ticks, elections 200-300 ms)
   --tick-ms N --heartbeat-ms N --election-ms N --election-max-ms N
                                    explicit timing (overrides the preset)
@@ -50,9 +68,15 @@ options:
   --join                           join an existing group: start with no membership and wait
                                    for a member to add this node (ctl members add); --peers
                                    lists this node and the members to reach
+  --new-group-id                   print a fresh group id and exit
+
+Exit codes: 0 stopped on request; 1 failed (see stderr and the start_failed or stopped
+event); 2 bad arguments; 3 the data folder was refused (empty where a store must be,
+another node's or group's, not a whole store, or this node lost data the group counted
+on): restarting with the same folder will not help.
 
 Prints one JSON object per line on stdout: started, leader_changed, membership (this
-node became joining, learner, removed or a voter), lease_acquired, lease_confirmed,
+node became founding, joining, learner, removed or a voter), lease_acquired, lease_confirmed,
 lease_lost, stopped, history (the applied leadership history as [[term, leader], ...],
 when it changed); with --ledger also batch_started, settled,
 fence_rejected. SIGTERM or SIGINT stops it gracefully (handing leadership over first
@@ -79,6 +103,8 @@ pub struct WorkerArgs {
     pub metrics: Option<SocketAddr>,
     pub admin: Option<SocketAddr>,
     pub join: bool,
+    pub found: Option<tenure::GroupId>,
+    pub group: Option<tenure::GroupId>,
 }
 
 /// How long settling one payment takes: `base` plus a uniformly random `0..=jitter`.
@@ -117,6 +143,8 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
     let mut metrics = None;
     let mut admin = None;
     let mut join = false;
+    let mut found = None;
+    let mut group = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = || {
@@ -195,6 +223,8 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
                 )
             }
             "--join" => join = true,
+            "--found" => found = Some(val()?.parse().map_err(|e| format!("--found: {e}"))?),
+            "--group" => group = Some(val()?.parse().map_err(|e| format!("--group: {e}"))?),
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -231,7 +261,28 @@ pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
         metrics,
         admin,
         join,
+        found,
+        group,
     })
+}
+
+/// Exit code: the data folder was refused, and starting again on it will not help.
+pub const EXIT_STORE_REFUSED: i32 = 3;
+
+/// Whether a start error is about the data folder (exit code 3) rather than the rest.
+fn store_refused(e: &tenure::StartError) -> Option<&'static str> {
+    use tenure::error::StorageError;
+    use tenure::StartError as E;
+    match e {
+        E::NoStore { .. } => Some("no_store"),
+        E::NotFounded { .. } => Some("not_founded"),
+        E::WrongNode { .. } => Some("wrong_node"),
+        E::WrongGroup { .. } => Some("wrong_group"),
+        E::NotAMember { .. } => Some("not_a_member"),
+        E::Storage(StorageError::Corrupt { .. }) => Some("corrupt"),
+        E::Storage(StorageError::AlreadyInitialized { .. }) => Some("already_initialized"),
+        _ => None,
+    }
 }
 
 /// Writes one event line to stdout and flushes it (so a SIGKILL loses nothing printed).
@@ -262,6 +313,12 @@ pub async fn run(args: WorkerArgs) -> i32 {
         .timing(args.timing)
         .read_mode(args.read_mode)
         .join(args.join);
+    if let Some(g) = args.found {
+        b = b.found(g);
+    }
+    if let Some(g) = args.group {
+        b = b.group(g);
+    }
     if let Some(l) = args.listen {
         b = b.listen(l);
     }
@@ -272,8 +329,17 @@ pub async fn run(args: WorkerArgs) -> i32 {
         Ok(n) => n,
         Err(e) => {
             eprintln!("worker {id}: cannot start: {e}");
-            emit(id, "start_failed", json!({"error": e.to_string()}));
-            return 1;
+            let kind = store_refused(&e);
+            emit(
+                id,
+                "start_failed",
+                json!({"error": e.to_string(), "store_refused": kind}),
+            );
+            return if kind.is_some() {
+                EXIT_STORE_REFUSED
+            } else {
+                1
+            };
         }
     };
     let metrics_addr = match args.metrics {
@@ -354,7 +420,9 @@ pub async fn run(args: WorkerArgs) -> i32 {
             let l = watch.borrow_and_update().clone();
             // Whether this node is in the group, and how.
             let kind = match l.role {
-                Role::Joining | Role::Learner | Role::Removed => Some(l.role.as_str()),
+                Role::Joining | Role::Learner | Role::Removed | Role::Founding => {
+                    Some(l.role.as_str())
+                }
                 Role::Stopped => last_kind.flatten(),
                 _ => Some("voter"),
             };

@@ -14,8 +14,9 @@ pub enum StorageError {
     /// The data directory does not exist, or it exists but holds no store (it is empty,
     /// or a `create` was interrupted before its first write).
     ///
-    /// Fix: check the configured path; to start a brand-new node there, use `create` or
-    /// `open_or_create` instead of `open`.
+    /// Fix: check the configured path. A node creates a store only when it founds a group
+    /// or joins one (see [`Config::found`](crate::Config::found) and
+    /// [`Config::join`](crate::Config::join)); `RocksStore::create` does it by hand.
     #[error("no tenure store at {path}: the directory does not exist or holds no store")]
     Missing {
         /// The directory that was to hold the store.
@@ -52,7 +53,7 @@ pub enum StorageError {
 
     /// `create` found a store already initialized in the directory.
     ///
-    /// Fix: use `open` (or `open_or_create`) to keep the existing state. Creating again
+    /// Fix: use `open` to keep the existing state. Creating again
     /// would discard this node's vote and log, which could let it vote twice in a term.
     #[error("tenure store at {path} is already initialized")]
     AlreadyInitialized {
@@ -71,6 +72,25 @@ pub enum StorageError {
         /// The store's directory.
         path: PathBuf,
         /// The underlying error's message.
+        detail: String,
+    },
+
+    /// This node's store lacks what the group counts on it to hold: it was a member, lost
+    /// its data folder, and came back empty. Nothing was written.
+    ///
+    /// Fix: do not start this node id on this folder again. Replace it by a new node id
+    /// that joins the group (README: a replacement machine), then remove the old id.
+    #[error("this node lost acknowledged data: {detail}")]
+    LostData {
+        /// What showed it.
+        detail: String,
+    },
+
+    /// A snapshot a peer sent does not decode as tenure's group state; nothing was
+    /// written. A broken or hostile peer, or a peer of an incompatible version.
+    #[error("refused a snapshot from a peer: {detail}")]
+    BadSnapshot {
+        /// Which snapshot, from whom, and what is wrong.
         detail: String,
     },
 

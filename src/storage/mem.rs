@@ -14,6 +14,7 @@ use raft::{GetEntriesContext, RaftState};
 
 use super::model::{LogState, SizeLimit};
 use super::{RaftStore, ReadyWrite, StorageError};
+use crate::NodeId;
 
 /// The durable state behind a [`MemStore`]: it outlives the store, so a test can drop a
 /// node's store (a crash) and reopen it from exactly what had been written.
@@ -30,6 +31,8 @@ struct DiskState {
     log: LogState<Entry>,
     /// The stored snapshot's data (its metadata is in `log`).
     snapshot_data: Bytes,
+    /// The node the disk was made for, if any.
+    node: Option<NodeId>,
 }
 
 impl MemDisk {
@@ -37,10 +40,22 @@ impl MemDisk {
     /// it: no entries, snapshot index and term 0, default hard state, membership
     /// `initial`.
     pub fn new(initial: ConfState) -> Self {
+        Self::with(None, initial)
+    }
+
+    /// A fresh, empty disk of node `node` (no membership): what
+    /// [`RocksStore::create`](super::RocksStore::create) leaves for a node that founds
+    /// or joins a group.
+    pub fn for_node(node: NodeId) -> Self {
+        Self::with(Some(node), ConfState::default())
+    }
+
+    fn with(node: Option<NodeId>, initial: ConfState) -> Self {
         MemDisk {
             state: Arc::new(Mutex::new(DiskState {
                 log: LogState::new(initial),
                 snapshot_data: Bytes::new(),
+                node,
             })),
         }
     }
@@ -161,5 +176,9 @@ impl RaftStore for MemStore {
 
     fn conf_state(&self) -> ConfState {
         self.disk.lock().log.conf_state.clone()
+    }
+
+    fn node_id(&self) -> Option<NodeId> {
+        self.disk.lock().node
     }
 }

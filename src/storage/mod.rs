@@ -92,4 +92,9 @@ pub trait RaftStore: raft::Storage + Clone + Send + Sync + 'static {
 
     /// The stored conf state.
     fn conf_state(&self) -> ConfState;
+
+    /// The node this store was created for, if it records one (every [`RocksStore`]
+    /// does; a [`MemDisk`] made with [`MemDisk::for_node`] does). A node refuses to start
+    /// on a store of another node.
+    fn node_id(&self) -> Option<crate::NodeId>;
 }

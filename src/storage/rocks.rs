@@ -10,7 +10,7 @@
 //! metadata, entry terms) is updated only after the batch is durable, so readers never
 //! see state that a crash could take back.
 //!
-//! # On-disk format (version 1)
+//! # On-disk format (version 2)
 //!
 //! One RocksDB database, default column family. Values are protobuf (raft-rs's
 //! `eraftpb` messages) unless noted.
@@ -18,6 +18,7 @@
 //! | key | value |
 //! |---|---|
 //! | `tenure/meta` | `tenure-raft-store` followed by the format version (u32, big endian); not protobuf |
+//! | `tenure/node` | the node id the store was created for (u64, big endian); not protobuf |
 //! | `tenure/hard_state` | `HardState` |
 //! | `tenure/conf_state` | `ConfState` |
 //! | `tenure/snapshot_meta` | `SnapshotMetadata` of the stored snapshot (index 0 when none) |
@@ -28,6 +29,17 @@
 //! Opening checks all of this (and that the commit index lies inside the log, which
 //! raft-rs assumes) and reports anything else as [`StorageError::Corrupt`], instead of
 //! letting raft-rs panic on it later.
+//!
+//! # What a folder may hold
+//!
+//! A store is created only in a folder that does not exist or is empty (a `lost+found`
+//! of a mounted volume aside), and only by [`RocksStore::create`], which the node calls
+//! only when it founds or joins a group. A folder that holds files but no RocksDB
+//! `CURRENT` file (say, one whose `CURRENT` was deleted or not copied) is
+//! [`StorageError::Corrupt`]: opening it never writes anything, so a second attempt sees
+//! the same folder, not a new empty database over the old files. Version 1 stores (no
+//! `tenure/node` record) are refused with a message saying so. See `docs/design.md`,
+//! section 6.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -43,8 +55,10 @@ use rocksdb::{DBCompressionType, Options, ReadOptions, WriteBatch, WriteOptions,
 
 use super::model::{LogState, SizeLimit, MAX_INDEX};
 use super::{RaftStore, ReadyWrite, StorageError};
+use crate::transport::NodeId;
 
 const META_KEY: &[u8] = b"tenure/meta";
+const NODE_KEY: &[u8] = b"tenure/node";
 const HARD_STATE_KEY: &[u8] = b"tenure/hard_state";
 const CONF_STATE_KEY: &[u8] = b"tenure/conf_state";
 const SNAPSHOT_META_KEY: &[u8] = b"tenure/snapshot_meta";
@@ -54,7 +68,7 @@ const LOG_PREFIX: &[u8] = b"tenure/log/";
 const LOG_END: &[u8] = b"tenure/log0";
 
 const MAGIC: &[u8] = b"tenure-raft-store";
-const FORMAT_VERSION: u32 = 1;
+const FORMAT_VERSION: u32 = 2;
 
 /// A [`RaftStore`] on RocksDB: the durable state of one node.
 ///
@@ -69,6 +83,8 @@ pub struct RocksStore {
 struct Inner {
     /// The data directory, named in every error.
     path: PathBuf,
+    /// The node the store was created for.
+    node: NodeId,
     /// The open database.
     db: DB,
     /// What the disk holds, minus entry payloads and snapshot data. Held for writing
@@ -86,14 +102,18 @@ impl fmt::Debug for RocksStore {
 }
 
 impl RocksStore {
-    /// Creates a new store in `path` with membership `initial` and an empty log
-    /// (snapshot index and term 0, default hard state).
+    /// Creates a new store for node `node` in `path`, with membership `initial` and an
+    /// empty log (snapshot index and term 0, default hard state).
     ///
-    /// The directory is created if it does not exist (its parent must). Errors:
-    /// [`StorageError::AlreadyInitialized`] if it already holds a store,
-    /// [`StorageError::Locked`] if another process has it open,
-    /// [`StorageError::Corrupt`] if it holds some other RocksDB database.
-    pub fn create(path: impl AsRef<Path>, initial: ConfState) -> Result<Self, StorageError> {
+    /// `path` must not exist (its parent must) or be an empty directory (a `lost+found`
+    /// aside). Errors: [`StorageError::AlreadyInitialized`] if it already holds a store,
+    /// [`StorageError::Corrupt`] if it holds anything else (never overwritten),
+    /// [`StorageError::Locked`] if another process has it open.
+    pub fn create(
+        path: impl AsRef<Path>,
+        node: NodeId,
+        initial: ConfState,
+    ) -> Result<Self, StorageError> {
         let path = path.as_ref().to_path_buf();
         match fs::create_dir(&path) {
             Ok(()) => {}
@@ -113,6 +133,17 @@ impl RocksStore {
                 ))
             }
         }
+        match inspect_folder(&path)? {
+            Folder::Empty => {}
+            // A create interrupted before its first write leaves an empty database:
+            // nothing was ever stored there, so creating again loses nothing.
+            Folder::Database => {
+                let db = open_db(&path, false)?;
+                if load(&path, &db)?.is_some() {
+                    return Err(StorageError::AlreadyInitialized { path });
+                }
+            }
+        }
         let db = open_db(&path, true)?;
         if load(&path, &db)?.is_some() {
             return Err(StorageError::AlreadyInitialized { path });
@@ -122,20 +153,23 @@ impl RocksStore {
         let mut meta = MAGIC.to_vec();
         meta.extend_from_slice(&FORMAT_VERSION.to_be_bytes());
         batch.put(META_KEY, meta);
+        batch.put(NODE_KEY, node.to_be_bytes());
         batch.put(HARD_STATE_KEY, encode(&state.hard_state)?);
         batch.put(CONF_STATE_KEY, encode(&state.conf_state)?);
         batch.put(SNAPSHOT_META_KEY, encode(&state.snapshot)?);
         batch.put(SNAPSHOT_DATA_KEY, b"");
         write_synced(&path, &db, batch)?;
-        Ok(Self::from_parts(path, db, state))
+        Ok(Self::from_parts(path, db, node, state))
     }
 
-    /// Opens the store in `path`, as the last successful write left it.
+    /// Opens the store in `path`, as the last successful write left it. Writes nothing
+    /// before the store is known to be whole.
     ///
-    /// Errors: [`StorageError::Missing`] if the directory does not exist or holds no
-    /// store, [`StorageError::Locked`] if it is already open (by another process or by
-    /// another `RocksStore` in this one), [`StorageError::Corrupt`] if its content cannot
-    /// be trusted or is not a tenure store.
+    /// Errors: [`StorageError::Missing`] if the directory does not exist, is empty, or
+    /// holds the empty database of a `create` interrupted before its first write;
+    /// [`StorageError::Locked`] if it is already open (by another process or by another
+    /// `RocksStore` in this one); [`StorageError::Corrupt`] if it holds files that are
+    /// not a whole tenure store (no `CURRENT`, damaged records, another database).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StorageError> {
         let path = path.as_ref().to_path_buf();
         match fs::metadata(&path) {
@@ -157,36 +191,16 @@ impl RocksStore {
                 ))
             }
         }
-        // Without CURRENT there is no database; RocksDB would create files before
-        // noticing, so check first.
-        match fs::metadata(path.join("CURRENT")) {
-            Ok(_) => {}
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                return Err(StorageError::Missing { path })
-            }
-            Err(e) => return Err(StorageError::from_io(&path, "cannot read CURRENT", &e)),
+        if inspect_folder(&path)? == Folder::Empty {
+            return Err(StorageError::Missing { path });
         }
         let db = open_db(&path, false)?;
         match load(&path, &db)? {
-            Some(state) => Ok(Self::from_parts(path, db, state)),
+            Some(state) => {
+                let node = read_node(&path, &db)?;
+                Ok(Self::from_parts(path, db, node, state))
+            }
             None => Err(StorageError::Missing { path }),
-        }
-    }
-
-    /// Opens the store in `path`, or creates it with membership `initial` if there is
-    /// none ([`StorageError::Missing`] from [`open`](Self::open)).
-    pub fn open_or_create(
-        path: impl AsRef<Path>,
-        initial: ConfState,
-    ) -> Result<Self, StorageError> {
-        let path = path.as_ref();
-        match Self::open(path) {
-            Err(StorageError::Missing { .. }) => match Self::create(path, initial) {
-                // Someone else created it in between.
-                Err(StorageError::AlreadyInitialized { .. }) => Self::open(path),
-                other => other,
-            },
-            other => other,
         }
     }
 
@@ -195,10 +209,11 @@ impl RocksStore {
         &self.inner.path
     }
 
-    fn from_parts(path: PathBuf, db: DB, state: LogState<u64>) -> Self {
+    fn from_parts(path: PathBuf, db: DB, node: NodeId, state: LogState<u64>) -> Self {
         RocksStore {
             inner: Arc::new(Inner {
                 path,
+                node,
                 db,
                 state: RwLock::new(state),
             }),
@@ -378,6 +393,76 @@ impl RaftStore for RocksStore {
     fn conf_state(&self) -> ConfState {
         self.read_state().conf_state.clone()
     }
+
+    fn node_id(&self) -> Option<NodeId> {
+        Some(self.inner.node)
+    }
+}
+
+/// What a data folder holds, as far as can be told without opening it.
+#[derive(Debug, PartialEq, Eq)]
+enum Folder {
+    /// Nothing (or only a mounted volume's `lost+found`).
+    Empty,
+    /// A RocksDB database (it has `CURRENT`); whether it is a tenure store is for `load`.
+    Database,
+}
+
+/// Looks at the folder's entries. Files without RocksDB's `CURRENT` are not a whole
+/// store: `Corrupt`, and nothing is written (RocksDB's own open would create a new
+/// `CURRENT` over the old files, and a second start would then find an empty store).
+fn inspect_folder(path: &Path) -> Result<Folder, StorageError> {
+    let entries = fs::read_dir(path)
+        .map_err(|e| StorageError::from_io(path, "cannot list the directory", &e))?;
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry =
+            entry.map_err(|e| StorageError::from_io(path, "cannot list the directory", &e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name != "lost+found" {
+            names.push(name);
+        }
+    }
+    if names.is_empty() {
+        return Ok(Folder::Empty);
+    }
+    if names.iter().any(|n| n == "CURRENT") {
+        return Ok(Folder::Database);
+    }
+    names.sort();
+    let shown: Vec<&str> = names.iter().take(6).map(String::as_str).collect();
+    let more = if names.len() > shown.len() {
+        format!(" and {} more", names.len() - shown.len())
+    } else {
+        String::new()
+    };
+    Err(StorageError::corrupt(
+        path,
+        format!(
+            "the folder is not empty but holds no whole tenure store: RocksDB's CURRENT file \
+             is missing (found {}{more}). It was damaged or copied in part, or it is not a data \
+             folder. Refusing to create a new store over it: a node that forgot its vote and \
+             log could vote twice in a term. Restore the folder from a backup, or remove it \
+             and replace the node by a new member (README: a replacement machine)",
+            shown.join(", ")
+        ),
+    ))
+}
+
+/// The `tenure/node` record.
+fn read_node(path: &Path, db: &DB) -> Result<NodeId, StorageError> {
+    let value = db
+        .get(NODE_KEY)
+        .map_err(|e| StorageError::from_rocks(path, e))?
+        .ok_or_else(|| StorageError::corrupt(path, "the node record (tenure/node) is missing"))?;
+    let bytes: [u8; 8] = value
+        .as_slice()
+        .try_into()
+        .map_err(|_| StorageError::corrupt(path, "the node record (tenure/node) is malformed"))?;
+    match u64::from_be_bytes(bytes) {
+        0 => Err(StorageError::corrupt(path, "the node record names node 0")),
+        id => Ok(id),
+    }
 }
 
 fn log_key(index: u64) -> Vec<u8> {
@@ -527,6 +612,14 @@ fn check_meta(path: &Path, meta: &[u8]) -> Result<(), StorageError> {
         .ok_or_else(|| {
             StorageError::corrupt(path, "not a tenure store: unexpected metadata record")
         })?;
+    if version == 1 {
+        return Err(StorageError::corrupt(
+            path,
+            "store format version 1, written before stores recorded their node and group; \
+             this build reads version 2. Remove the folder and add the node back as a new \
+             member, or found the group again",
+        ));
+    }
     if version != FORMAT_VERSION {
         return Err(StorageError::corrupt(
             path,

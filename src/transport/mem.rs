@@ -20,6 +20,9 @@
 //!   `dropped_fault`;
 //! * destination's inbound channel full → dropped, destination's `dropped_inbound_full`.
 //!
+//! Hellos ([`Transport::set_hello`]) reach every endpoint that is up when they are set,
+//! and a new endpoint hears the latest hello of every node that is up.
+//!
 //! A crash is `close()` on the endpoint (or dropping it); `network.endpoint(id)` again
 //! registers a fresh endpoint for the same id (a restart), which replaces any endpoint
 //! of that id still open.
@@ -31,7 +34,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use raft::eraftpb::Message;
 use tokio::sync::mpsc::{self, error::TrySendError};
 
-use super::{Faults, Inbound, NodeId, Transport, TransportStats, TransportStatsSnapshot};
+use super::{Faults, Hello, Inbound, NodeId, Transport, TransportStats, TransportStatsSnapshot};
 
 /// The default capacity of each endpoint's inbound channel.
 pub const DEFAULT_INBOUND_DEPTH: usize = 1024;
@@ -58,6 +61,8 @@ struct Registered {
     inbound: mpsc::Sender<Inbound>,
     stats: Arc<TransportStats>,
     faults: Faults,
+    /// What the node tells peers (as a QUIC connection's first bytes do).
+    hello: Option<Hello>,
 }
 
 impl Default for MemNetwork {
@@ -106,6 +111,17 @@ impl MemNetwork {
     pub fn endpoint(&self, id: NodeId) -> (MemTransport, mpsc::Receiver<Inbound>) {
         let mut state = self.lock();
         let (tx, rx) = mpsc::channel(state.inbound_depth);
+        // A new endpoint "connects" to every node that is up and hears its hello.
+        for (peer, slot) in &state.nodes {
+            if let Some(hello) = slot
+                .up
+                .as_ref()
+                .and_then(|r| r.hello)
+                .filter(|_| *peer != id)
+            {
+                let _ = tx.try_send(Inbound::Hello { from: *peer, hello });
+            }
+        }
         let stats = Arc::new(TransportStats::default());
         let faults = Faults::default();
         let slot = state.nodes.entry(id).or_insert(Slot {
@@ -114,9 +130,10 @@ impl MemNetwork {
         });
         slot.generation += 1;
         slot.up = Some(Registered {
-            inbound: tx,
+            inbound: tx.clone(),
             stats: stats.clone(),
             faults: faults.clone(),
+            hello: None,
         });
         let transport = MemTransport {
             id,
@@ -225,6 +242,29 @@ impl Transport for MemTransport {
 
     fn faults(&self) -> &Faults {
         &self.faults
+    }
+
+    fn set_hello(&self, hello: Hello) {
+        let mut state = self.net.lock();
+        match state.nodes.get_mut(&self.id) {
+            Some(slot) if slot.generation == self.generation => match slot.up.as_mut() {
+                Some(me) => me.hello = Some(hello),
+                None => return,
+            },
+            _ => return,
+        }
+        for (peer, slot) in &state.nodes {
+            let Some(dest) = slot.up.as_ref().filter(|_| *peer != self.id) else {
+                continue;
+            };
+            if self.faults.outbound_blocked(*peer) || dest.faults.inbound_blocked(self.id) {
+                continue;
+            }
+            let _ = dest.inbound.try_send(Inbound::Hello {
+                from: self.id,
+                hello,
+            });
+        }
     }
 
     fn close(&self) {

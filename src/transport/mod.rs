@@ -10,6 +10,7 @@
 
 mod budget;
 pub mod frame;
+pub mod hello;
 pub(crate) mod log_limit;
 pub mod mem;
 pub mod quic;
@@ -20,6 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use raft::eraftpb::Message;
+
+pub use hello::{Hello, Standing};
 
 /// A node's identity in the group: the raft-rs peer id. Never 0.
 pub type NodeId = u64;
@@ -32,6 +35,13 @@ pub enum Inbound {
     /// Sending to this peer failed (no connection, connection lost): the driver tells
     /// raft-rs with `report_unreachable` so it slows replication to it.
     Unreachable(NodeId),
+    /// An authenticated peer said hello (once per connection, before its messages).
+    Hello {
+        /// The peer (named by its certificate).
+        from: NodeId,
+        /// What it said.
+        hello: Hello,
+    },
 }
 
 /// The sending half of a transport, as the driver uses it.
@@ -49,6 +59,11 @@ pub trait Transport: Send + Sync + 'static {
 
     /// Stops sending and receiving. Idempotent.
     fn close(&self);
+
+    /// What this node tells peers that it connects to from now on (see [`hello`]). The
+    /// node sets it when it starts and when its standing changes; peers of another group
+    /// are refused once it names a group.
+    fn set_hello(&self, hello: Hello);
 
     /// The group's membership changed: reach peer `id` at `addr` from now on (a new
     /// member, or one that moved), or forget it (`None`: it left the group). Transports

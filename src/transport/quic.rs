@@ -8,7 +8,8 @@
 //!   connection per direction per pair. Each peer has a bounded queue (`send` never
 //!   blocks: it `try_send`s, and a full queue drops and counts) and a task that connects
 //!   with server name `node-<id>.tenure`, checks that the certificate names the peer it
-//!   dialed, opens one unidirectional stream and writes frames in order. When the connect
+//!   dialed, opens one unidirectional stream, writes this node's [hello](super::hello)
+//!   and then frames in order. When the connect
 //!   fails or the connection is lost, the task reports [`Inbound::Unreachable`] once for
 //!   that failure (so at most once per backoff step), then reconnects with exponential
 //!   backoff and jitter (`backoff_min..backoff_max`). While it is disconnected it keeps
@@ -20,7 +21,10 @@
 //!   (an operator certificate among them) or names an unknown peer closes the connection
 //!   with the reason, logged and sent to the client (`connections_refused`). A handshake
 //!   that fails (certificate of another CA, no certificate) is refused by rustls and
-//!   counted the same way. Frames are read from the connection's unidirectional streams:
+//!   counted the same way. Each of the connection's unidirectional streams begins with
+//!   the peer's hello (within 5 s): a peer of another group is refused
+//!   (`close_code::WRONG_GROUP`, with both ids in the reason); the hello goes to the
+//!   driver as [`Inbound::Hello`]. Then frames are read from the stream:
 //!   an oversized or undecodable frame closes the connection and is counted; a message
 //!   whose `from` is not the certificate's id is dropped (`from_mismatch`); the rest goes
 //!   to the driver with `try_send` (full → `dropped_inbound_full`). Network input never
@@ -91,6 +95,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::budget::{Budget, Permit};
 use super::frame::{self, FrameError, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_FRAME};
+use super::hello::{Hello, HELLO_LEN};
 use super::log_limit::{self, warn_limited, LogLimit};
 use super::tls::{node_id_from_cert, node_server_name, TlsError, TlsIdentity};
 use super::{Faults, Inbound, NodeId, Transport, TransportStats, TransportStatsSnapshot};
@@ -152,13 +157,19 @@ pub mod close_code {
     pub const PEER_REMOVED: u32 = 4;
     /// The server we dialed presented a certificate of another node.
     pub const WRONG_PEER: u32 = 5;
+    /// The peer belongs to another group (its hello named another group id), or its
+    /// stream did not begin with a hello. The close reason says which.
+    pub const WRONG_GROUP: u32 = 6;
     /// A frame's payload did not arrive within the receiver's frame deadline.
-    pub const FRAME_TIMEOUT: u32 = 6;
+    pub const FRAME_TIMEOUT: u32 = 7;
     /// A frame held more entries than the receiver's limit.
-    pub const TOO_MANY_ENTRIES: u32 = 7;
+    pub const TOO_MANY_ENTRIES: u32 = 8;
     /// The peer already had as many connections to the receiver as it may.
-    pub const TOO_MANY_CONNECTIONS: u32 = 8;
+    pub const TOO_MANY_CONNECTIONS: u32 = 9;
 }
+
+/// How long an accepted stream may take to deliver its 30-byte hello.
+const HELLO_WAIT: Duration = Duration::from_secs(5);
 
 fn code(c: u32) -> VarInt {
     VarInt::from_u32(c)
@@ -224,6 +235,11 @@ pub struct QuicConfig {
     /// draws from the OS. The TLS handshake's randomness (rustls, ring) stays unseeded.
     #[doc(hidden)]
     pub rng_seed: Option<u64>,
+    /// The [hello](super::hello) this node says first on every connection it opens.
+    /// `None`: no outbound connection is opened until [`Transport::set_hello`] is called
+    /// (what a node does once it has read its store, so that its first hello is true).
+    /// [`QuicConfig::new`] sets a starting hello, for a transport used on its own.
+    pub hello: Option<Hello>,
 }
 
 impl fmt::Debug for QuicConfig {
@@ -246,6 +262,7 @@ impl fmt::Debug for QuicConfig {
             .field("idle_timeout", &self.idle_timeout)
             .field("keep_while_disconnected", &self.keep_while_disconnected)
             .field("rng_seed", &self.rng_seed)
+            .field("hello", &self.hello)
             .finish_non_exhaustive()
     }
 }
@@ -278,6 +295,7 @@ impl QuicConfig {
             keep_while_disconnected: DEFAULT_KEEP_WHILE_DISCONNECTED,
             logger: Logger::root(slog::Discard, o!()),
             rng_seed: None,
+            hello: Some(Hello::default()),
         }
     }
 
@@ -416,6 +434,9 @@ struct Shared {
     /// Rate limit of the warnings about refused connections, per remote IP address.
     refusal_log: LogLimit,
     peers: RwLock<HashMap<NodeId, Peer>>,
+    /// What this node says first on every connection it opens ([`Transport::set_hello`]);
+    /// `None` until it is set, and outbound tasks wait for it.
+    hello: watch::Sender<Option<Hello>>,
     /// Cancelled by `close`: every task stops.
     shutdown: CancellationToken,
     closed: AtomicBool,
@@ -865,6 +886,7 @@ impl QuicTransport {
             budget: Budget::new(cfg.inbound_budget),
             refusal_log: LogLimit::new(log_limit::WINDOW),
             peers: RwLock::new(HashMap::new()),
+            hello: watch::Sender::new(cfg.hello),
             shutdown: CancellationToken::new(),
             closed: AtomicBool::new(false),
             task_guard: Mutex::new(Some(guard)),
@@ -970,6 +992,10 @@ impl Transport for QuicTransport {
 
     fn faults(&self) -> &Faults {
         &self.shared.faults
+    }
+
+    fn set_hello(&self, hello: Hello) {
+        self.shared.hello.send_replace(Some(hello));
     }
 
     fn set_peer(&self, id: NodeId, addr: Option<SocketAddr>) {
@@ -1217,6 +1243,9 @@ struct Outbound {
 
 impl Outbound {
     async fn run(mut self) {
+        if !self.wait_for_hello().await {
+            return;
+        }
         let mut attempt: u32 = 0;
         let mut failing_since: Option<Instant> = None;
         loop {
@@ -1279,6 +1308,30 @@ impl Outbound {
         }
     }
 
+    /// Waits until this node's hello is set (keeping what is sent meanwhile), so that the
+    /// first connection already says what the node's store holds. False: stop.
+    async fn wait_for_hello(&mut self) -> bool {
+        let mut hello = self.shared.hello.subscribe();
+        loop {
+            if hello.borrow_and_update().is_some() {
+                return true;
+            }
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return false,
+                changed = hello.changed() => {
+                    if changed.is_err() {
+                        return false;
+                    }
+                }
+                msg = self.rx.recv() => match msg {
+                    Some(msg) => self.keep(msg),
+                    None => return false,
+                },
+            }
+        }
+    }
+
     /// Keeps `msg` for the next connection, dropping the oldest kept one when full.
     fn keep(&mut self, msg: Message) {
         self.backlog.push_back(msg);
@@ -1323,6 +1376,7 @@ impl Outbound {
             .connect_with(self.shared.client_config.clone(), addr, &server_name)
             .map_err(|e| Ended::Failed(format!("{addr}: {e}")))?;
         let peer = self.peer;
+        let hello = (*self.shared.hello.borrow()).unwrap_or_default();
         let mut connecting = connecting;
         // Set once the peer has answered (its handshake messages arrived).
         let answered = AtomicBool::new(false);
@@ -1345,7 +1399,11 @@ impl Outbound {
                     return Err(format!("{addr}: {e}"));
                 }
             }
-            let stream = conn.open_uni().await.map_err(|e| format!("{addr}: {e}"))?;
+            let mut stream = conn.open_uni().await.map_err(|e| format!("{addr}: {e}"))?;
+            stream
+                .write_all(&hello.encode())
+                .await
+                .map_err(|e| format!("{addr}: {e}"))?;
             Ok((conn, stream))
         };
         tokio::pin!(attempt);
@@ -1597,6 +1655,19 @@ async fn read_stream(
     cancel: CancellationToken,
     log: Logger,
 ) {
+    match read_hello(&shared, &conn, peer, &mut stream, &cancel, &log).await {
+        Some(hello) => {
+            // Through `to_driver`, like every item, so the budget's count of the
+            // channel's items stays right.
+            if shared
+                .to_driver(Inbound::Hello { from: peer, hello }, None)
+                .is_err()
+            {
+                TransportStats::bump(&shared.stats.dropped_inbound_full);
+            }
+        }
+        None => return,
+    }
     let Settings {
         max_frame,
         max_entries,
@@ -1691,6 +1762,64 @@ async fn read_stream(
             }
         }
     }
+}
+
+/// Reads the hello a stream begins with; refuses (closes the connection) a stream that
+/// does not begin with one, or a peer of another group than ours.
+async fn read_hello(
+    shared: &Shared,
+    conn: &Connection,
+    peer: NodeId,
+    stream: &mut RecvStream,
+    cancel: &CancellationToken,
+    log: &Logger,
+) -> Option<Hello> {
+    let mut bytes = [0u8; HELLO_LEN];
+    let read = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => return None,
+        r = tokio::time::timeout(HELLO_WAIT, stream.read_exact(&mut bytes)) => r,
+    };
+    let refuse = |why: String| {
+        TransportStats::bump(&shared.stats.connections_refused);
+        let key = conn.remote_address().ip().to_string();
+        warn_limited!(shared.refusal_log, &key, log,
+            "refused incoming connection"; "reason" => &why,);
+        conn.close(code(close_code::WRONG_GROUP), why.as_bytes());
+    };
+    let hello = match read {
+        Ok(Ok(())) => match Hello::decode(&bytes) {
+            Ok(h) => h,
+            Err(e) => {
+                TransportStats::bump(&shared.stats.frames_malformed);
+                refuse(format!("node {peer}: {e}"));
+                return None;
+            }
+        },
+        Ok(Err(e)) => {
+            debug!(log, "stream ended before its hello"; "reason" => %e);
+            return None;
+        }
+        Err(_) => {
+            TransportStats::bump(&shared.stats.frames_malformed);
+            refuse(format!(
+                "node {peer} sent no hello within {HELLO_WAIT:?}: not a tenure peer of this version"
+            ));
+            return None;
+        }
+    };
+    let ours = shared.hello.borrow().and_then(|h| h.group);
+    if let (Some(ours), Some(theirs)) = (ours, hello.group) {
+        if ours != theirs {
+            refuse(format!(
+                "node {peer} belongs to group {theirs}, this node to group {ours}: a node of \
+                 another group (or a data folder copied from one) uses this group's certificates"
+            ));
+            return None;
+        }
+    }
+    debug!(log, "peer said hello"; "hello" => %hello);
+    Some(hello)
 }
 
 #[cfg(test)]

@@ -80,6 +80,25 @@ pub enum FaultKind {
         /// Highest latency.
         max: Duration,
     },
+    /// The target's clock steps forward by `by` at once, monotonic and boot-time clock
+    /// alike (the fault lasts no time): its next tick fires at once, and every period it
+    /// was timing (its lease, its vote refusal, its restart quiet period) ends early.
+    ClockJump {
+        /// Whose clock.
+        target: Target,
+        /// How far.
+        by: Duration,
+    },
+    /// The target's clock stands still for the fault's duration, then runs on from where
+    /// it stood (the stalled span is never counted), while its process and network keep
+    /// running: no ticks, no timers, and its lease checks read the stalled time.
+    ClockStall {
+        /// Whose clock.
+        target: Target,
+        /// Whether `CLOCK_BOOTTIME` counts the stall (a system suspend) or not (a
+        /// hypervisor pause the guest never saw: both clocks stand still).
+        counted_by_boottime: bool,
+    },
 }
 
 /// A fault with its time.
@@ -120,7 +139,18 @@ impl FaultKind {
                 v
             }
             FaultKind::Loss { nodes, .. } | FaultKind::Delay { nodes, .. } => nodes.clone(),
+            FaultKind::ClockJump { target, .. } | FaultKind::ClockStall { target, .. } => {
+                vec![target.resolve(leader)]
+            }
         }
+    }
+
+    /// Whether the fault is one of a node's clock (no network or process fault).
+    pub fn is_clock(&self) -> bool {
+        matches!(
+            self,
+            FaultKind::ClockJump { .. } | FaultKind::ClockStall { .. }
+        )
     }
 
     /// The directed links (from, to) the fault cuts, for the partition kinds.
@@ -196,6 +226,21 @@ impl FaultKind {
                 format!("loss {:.0}% on {}", rate * 100.0, list(nodes))
             }
             FaultKind::Delay { max, .. } => format!("delay ≤{max:?} on {}", list(nodes)),
+            FaultKind::ClockJump { by, .. } => {
+                format!("clock of {} steps forward {by:?}", list(nodes))
+            }
+            FaultKind::ClockStall {
+                counted_by_boottime,
+                ..
+            } => format!(
+                "clock of {} stands still ({})",
+                list(nodes),
+                if *counted_by_boottime {
+                    "a suspend: CLOCK_BOOTTIME counts it"
+                } else {
+                    "a pause neither clock counts"
+                }
+            ),
         };
         if start {
             what
@@ -217,6 +262,12 @@ impl FaultKind {
             FaultKind::Pause(_) => "pause",
             FaultKind::Loss { .. } => "loss",
             FaultKind::Delay { .. } => "delay",
+            FaultKind::ClockJump { .. } => "clock jump",
+            FaultKind::ClockStall {
+                counted_by_boottime: true,
+                ..
+            } => "clock stall (suspend)",
+            FaultKind::ClockStall { .. } => "clock stall (pause)",
         }
     }
 }
@@ -232,6 +283,8 @@ pub struct ScheduleShape {
     pub faults: (usize, usize),
     /// Shortest and longest fault.
     pub length: (Duration, Duration),
+    /// Shortest and longest forward step of a clock.
+    pub clock_jump: (Duration, Duration),
 }
 
 impl Schedule {
@@ -286,9 +339,50 @@ impl Schedule {
                 kind: FaultKind::Crash(Target::Node(bridge)),
             });
         }
+        // Clock faults come last, so that they leave every other draw of the seed alone.
+        faults.extend(random_clock_faults(rng, ids, shape));
         faults.sort_by_key(|f| f.at);
         Schedule { faults, heal_at }
     }
+}
+
+/// About as many clock faults as faults of any other kind: a forward step in a bit over
+/// a third of the schedules, a stall in as many (half of them suspends that
+/// `CLOCK_BOOTTIME` counts), each on the leader more often than not.
+fn random_clock_faults(rng: &mut StdRng, ids: &[NodeId], shape: ScheduleShape) -> Vec<Fault> {
+    let heal_at = shape.warmup + shape.window;
+    let start = |rng: &mut StdRng| {
+        shape.warmup
+            + Duration::from_millis(rng.gen_range(0..shape.window.as_millis() as u64 * 3 / 4))
+    };
+    let ms = |(lo, hi): (Duration, Duration)| (lo.as_millis() as u64, hi.as_millis() as u64);
+    let mut faults = Vec::new();
+    if rng.gen_bool(0.35) {
+        let at = start(rng);
+        let (lo, hi) = ms(shape.clock_jump);
+        faults.push(Fault {
+            at,
+            duration: Duration::ZERO,
+            kind: FaultKind::ClockJump {
+                target: random_target(rng, ids),
+                by: Duration::from_millis(rng.gen_range(lo..=hi)),
+            },
+        });
+    }
+    if rng.gen_bool(0.35) {
+        let at = start(rng);
+        let (lo, hi) = ms(shape.length);
+        let len = Duration::from_millis(rng.gen_range(lo..=hi));
+        faults.push(Fault {
+            at,
+            duration: len.min(heal_at - at),
+            kind: FaultKind::ClockStall {
+                target: random_target(rng, ids),
+                counted_by_boottime: rng.gen_bool(0.5),
+            },
+        });
+    }
+    faults
 }
 
 fn random_target(rng: &mut StdRng, ids: &[NodeId]) -> Target {

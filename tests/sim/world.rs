@@ -9,7 +9,9 @@
 //! through turmoil's link states, pauses as held links (the messages arrive late, in one
 //! burst), crashes as turmoil host crashes (the runtime and everything on it is dropped;
 //! the disk is not) and restarts as a fresh node on the same disk, loss in the socket
-//! adapter (seeded), delay as turmoil link latency.
+//! adapter (seeded), delay as turmoil link latency, clock faults through each node's
+//! hidden [`ClockControl`] (one per node, kept across its restarts: a restarted process
+//! on a host whose clock stalls reads the stalled clock).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -17,9 +19,9 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use raft::eraftpb::ConfState;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use tenure::clock::ClockControl;
 use tenure::fence::SqliteFence;
 use tenure::storage::{MemDisk, MemStore};
 use tenure::transport::quic::{QuicConfig, QuicTransport};
@@ -27,7 +29,7 @@ use tenure::transport::tls::{ClusterCa, TlsIdentity};
 use tenure::{Config, FencingToken, Node, NodeId, ReadMode, Role, Timing};
 use tokio::time::Instant;
 
-use super::checker::{Event, Kind, Write};
+use super::checker::{ClockFault, ClockFaultKind, Event, Kind, Write};
 use super::schedule::{FaultKind, Schedule};
 use super::torn_store::{tear, TornStore};
 use super::udp::{NetCtl, SimUdp};
@@ -82,6 +84,8 @@ pub struct Outcome {
     /// Drivers that panicked (raft-rs asserts its invariants by panicking): node, time
     /// and message. Never expected: a run with any fails.
     pub panics: Vec<(NodeId, u64, String)>,
+    /// The clock faults as applied (node, real start and end), for the checker.
+    pub clock_faults: Vec<ClockFault>,
 }
 
 /// The record all hosts write to (they all run on this thread; tasks need `Send`).
@@ -208,6 +212,9 @@ impl tenure::transport::Transport for SimTransport {
     fn faults(&self) -> &tenure::transport::Faults {
         self.inner.faults()
     }
+    fn set_hello(&self, hello: tenure::transport::Hello) {
+        tenure::transport::Transport::set_hello(&*self.inner, hello)
+    }
     fn close(&self) {
         if self.dying.load(Ordering::SeqCst) {
             let inner = self.inner.clone();
@@ -230,6 +237,8 @@ struct HostCtx {
     resource: Arc<Mutex<Resource>>,
     net: Arc<Mutex<NetCtl>>,
     peers: BTreeMap<NodeId, SocketAddr>,
+    /// This node's clock faults.
+    clock: ClockControl,
 }
 
 /// The software of one host: a node and its workload, until the host crashes.
@@ -274,6 +283,8 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
     qc.backoff_max = Duration::from_micros(1);
     // quinn's per-connection randomness and the connection ids, from the seed.
     qc.rng_seed = Some(host_seed ^ 0x0091_c5eed);
+    // As `Node::start` does: connect once the node has said what its store holds.
+    qc.hello = None;
     let (transport, inbound) =
         QuicTransport::start_on_socket(qc, socket, Arc::new(quinn::TokioRuntime))?;
     // Peers in id order (a HashMap in the config would start their tasks in a random
@@ -281,14 +292,19 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
     for (p, a) in ctx.peers.iter().filter(|(p, _)| **p != id) {
         transport.set_peer_addr(*p, *a);
     }
+    // Every start founds the group explicitly, as a worker's unit file would: a restart
+    // on a disk that holds the group ignores it.
+    let group = tenure::GroupId::from_u128(u128::from(ctx.cfg.seed) | 1 << 64).expect("not 0");
     let mut config = Config::builder(id)
         .peers(ctx.peers.clone())
         .timing(ctx.cfg.timing)
         .read_mode(ctx.cfg.read_mode)
+        .found(group)
         .build();
     if let Some(rate) = ctx.cfg.clock_rates.get(&id) {
         config.clock_rate = *rate;
     }
+    config.clock_control = Some(ctx.clock.clone());
     // raft-rs's election timeouts, from the seed.
     config.election_seed = Some(host_seed ^ 0xe1ec);
     let dying = Arc::new(AtomicBool::new(false));
@@ -386,7 +402,9 @@ async fn workload(ctx: Arc<HostCtx>, node: Node, mut rng: StdRng) {
         tokio::spawn(async move {
             let reason = watcher.lost().await;
             let now = sim_ns();
-            let ended = now.min(sim_ns_of(watcher.valid_until()));
+            // In real time, as the node knew it when it revoked the lease (its clock may
+            // have stepped or stalled since the lease's end was last reported).
+            let ended = watcher.ended_at().map_or(now, |at| now.min(sim_ns_of(at)));
             lock(&rec)
                 .events
                 .push(Event::lost(id, now, token, ended, reason.as_str()));
@@ -491,22 +509,22 @@ pub fn run(cfg: &RunConfig) -> Outcome {
         .iter()
         .map(|id| (*id, SocketAddr::new(host_ip(*id), PORT)))
         .collect();
-    let conf = ConfState {
-        voters: ids.clone(),
-        ..Default::default()
-    };
     let tears: BTreeMap<NodeId, Arc<AtomicU8>> =
         ids.iter().map(|id| (*id, Arc::default())).collect();
+    let clocks: BTreeMap<NodeId, ClockControl> =
+        ids.iter().map(|id| (*id, ClockControl::new())).collect();
+    let mut clock_faults: Vec<ClockFault> = Vec::new();
     for id in &ids {
         let ctx = Arc::new(HostCtx {
             id: *id,
             cfg: cfg.clone(),
-            disk: MemDisk::new(conf.clone()),
+            disk: MemDisk::for_node(*id),
             tear: tears[id].clone(),
             rec: rec.clone(),
             resource: resource.clone(),
             net: net.clone(),
             peers: peers.clone(),
+            clock: clocks[id].clone(),
         });
         sim.host(host_name(*id), move || host(ctx.clone()));
         assert_eq!(sim.lookup(host_name(*id)), host_ip(*id), "host address");
@@ -562,6 +580,17 @@ pub fn run(cfg: &RunConfig) -> Outcome {
                     tears[id].store(armed, Ordering::SeqCst);
                 }
             }
+            if fault.kind.is_clock() {
+                apply_clock(
+                    &clocks,
+                    &mut clock_faults,
+                    &fault.kind,
+                    &resolved[i],
+                    start,
+                    now,
+                );
+                continue;
+            }
             apply(
                 &mut sim,
                 &net,
@@ -604,6 +633,60 @@ pub fn run(cfg: &RunConfig) -> Outcome {
         healed_at_ns: healed_at.as_nanos() as u64,
         end_ns,
         panics: std::mem::take(&mut r.panics),
+        clock_faults,
+    }
+}
+
+/// Starts or ends a clock fault on `nodes`, and records it for the checker (a stall's
+/// end is filled in when it ends).
+fn apply_clock(
+    clocks: &BTreeMap<NodeId, ClockControl>,
+    record: &mut Vec<ClockFault>,
+    kind: &FaultKind,
+    nodes: &[NodeId],
+    start: bool,
+    now: Duration,
+) {
+    let now_ns = now.as_nanos() as u64;
+    for id in nodes {
+        let clock = &clocks[id];
+        match kind {
+            FaultKind::ClockJump { by, .. } if start => {
+                clock.jump(*by);
+                record.push(ClockFault {
+                    node: *id,
+                    from_ns: now_ns,
+                    to_ns: now_ns,
+                    kind: ClockFaultKind::Jump,
+                });
+            }
+            FaultKind::ClockStall {
+                counted_by_boottime,
+                ..
+            } => {
+                let kind = ClockFaultKind::Stall {
+                    counted_by_boottime: *counted_by_boottime,
+                };
+                if start {
+                    clock.stall(*counted_by_boottime);
+                    record.push(ClockFault {
+                        node: *id,
+                        from_ns: now_ns,
+                        to_ns: u64::MAX,
+                        kind,
+                    });
+                } else {
+                    clock.resume(*counted_by_boottime);
+                    if let Some(f) = record
+                        .iter_mut()
+                        .find(|f| f.node == *id && f.kind == kind && f.to_ns == u64::MAX)
+                    {
+                        f.to_ns = now_ns;
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 }
 

@@ -67,13 +67,36 @@
 //! its `lease_lost` `ended_ns` (the earlier of revocation and validity); without one, at
 //! the earlier of its last reported `valid_until_ns` and the holder's crash or stop. (A
 //! lease renewed after its last report really lasted longer than we know: the check is
-//! lenient there, never falsely strict.)
+//! lenient there, never falsely strict.) Every one of these times is real time (see
+//! "Time"): the reporter converts the node's reading when it reports it, so a node whose
+//! clock ran fast, slow, stepped or stood still is judged by when its lease really held,
+//! not by what its clock said.
 //!
 //! **(e) Liveness.** When [`Options::liveness`] is set: some node reports
 //! `lease_acquired` or `lease_confirmed` within `bound_ns` after `healed_at_ns` (the end
 //! of the last fault). The history must run that long; if it ends first without a lease,
 //! that is a violation too. The bound is the caller's: it depends on the timing and on
 //! what the transport needs to reconnect (see the simulation for the one it uses).
+//!
+//! **Clock faults.** [`Options::clock_faults`] tells the checker which nodes' clocks
+//! stepped forward or stood still, and when. Rules (a), (b), (e), (f) and (c) for `Safe`
+//! confirms do not depend on any clock and are judged whatever the clocks did. Rule (d),
+//! and rule (c) for `LeaseBased` confirms, are theorems only while the clocks keep what
+//! the lease assumes (`docs/design.md`, section 8), so they are judged only when every
+//! clock fault of the run stayed inside that:
+//!
+//! * a **forward step** of a node that held a lease at that moment (it only shortens
+//!   that lease). A step of any other node shortens the vote refusal it owes a leader's
+//!   lease (by up to a tick) and its restart quiet period (by the whole step): outside.
+//! * a **stall that `CLOCK_BOOTTIME` counts** (a suspend), on any node: the lease's
+//!   validity is checked on the boot-time clock too, and a stalled voter only refuses
+//!   longer.
+//! * a **stall that neither clock counts**, on a node that held no lease at any moment
+//!   of it (a voter only refuses longer). On a lease holder it lets the lease outlive
+//!   its real end: outside.
+//!
+//! Otherwise [`Summary::clock_rules_skipped`] says which fault it was, and those rules
+//! are not judged (the history is not claimed to keep them).
 //!
 //! **(f) State machine safety: the applied histories agree.** Each `history` event is a
 //! snapshot of the leadership history one node had applied at `at_ns`
@@ -419,6 +442,31 @@ pub struct Liveness {
     pub bound_ns: u64,
 }
 
+/// A fault injected into one node's clock, in the history's time base.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClockFault {
+    /// Whose clock.
+    pub node: u64,
+    /// When it began.
+    pub from_ns: u64,
+    /// When it ended (a jump: `from_ns`).
+    pub to_ns: u64,
+    /// What it was.
+    pub kind: ClockFaultKind,
+}
+
+/// What a [`ClockFault`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockFaultKind {
+    /// The clock stepped forward at once.
+    Jump,
+    /// The clock stood still, then ran on without counting the stalled span.
+    Stall {
+        /// `CLOCK_BOOTTIME` counted it (a suspend), or neither clock did.
+        counted_by_boottime: bool,
+    },
+}
+
 /// What to check.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -428,6 +476,10 @@ pub struct Options {
     pub liveness: Option<Liveness>,
     /// Events shown on each side of a violation.
     pub context: usize,
+    /// The clock faults of the run (see "Clock faults" in the module docs).
+    pub clock_faults: Vec<ClockFault>,
+    /// Whether confirms were answered from the lease (`ReadMode::LeaseBased`).
+    pub lease_based: bool,
 }
 
 impl Options {
@@ -437,7 +489,18 @@ impl Options {
             group_size,
             liveness: None,
             context: 12,
+            clock_faults: Vec::new(),
+            lease_based: false,
         }
+    }
+
+    /// The run's clock faults, and whether its confirms were `LeaseBased`: rules that
+    /// trust the clocks are judged only while every clock fault stayed inside what the
+    /// lease assumes (see "Clock faults" in the module docs).
+    pub fn clock_faults(mut self, faults: Vec<ClockFault>, lease_based: bool) -> Options {
+        self.clock_faults = faults;
+        self.lease_based = lease_based;
+        self
     }
 
     /// Also check liveness (e).
@@ -465,6 +528,9 @@ pub struct Summary {
     pub recovery_ns: Option<u64>,
     /// History snapshots judged by rule (f).
     pub histories: usize,
+    /// Why rule (d), and for `LeaseBased` confirms rule (c), were not judged: the first
+    /// clock fault outside what the lease assumes. `None`: every rule was judged.
+    pub clock_rules_skipped: Option<String>,
 }
 
 /// Every violation of one history.
@@ -730,7 +796,12 @@ pub fn check(events: &[Event], writes: &[Write], opts: &Options) -> Result<Summa
         }
     }
 
-    // (c) stale confirms.
+    // Which clock-trusting rules to judge.
+    let tenures = tenures(&h);
+    summary.clock_rules_skipped = untrusted_clock_fault(&opts.clock_faults, &tenures, &h);
+    let trust_clocks = summary.clock_rules_skipped.is_none();
+
+    // (c) stale confirms (`LeaseBased` ones only while the clocks can be trusted).
     let q = opts.group_size / 2 + 1;
     // First report of each term per node: node → [(term, at)] with strictly rising terms.
     let mut rises: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
@@ -769,6 +840,9 @@ pub fn check(events: &[Event], writes: &[Write], opts: &Options) -> Result<Summa
             continue;
         }
         let Some(t) = e.term else { continue };
+        if opts.lease_based && !trust_clocks {
+            continue;
+        }
         summary.confirms += 1;
         if let Some((m, nodes)) = majority_past(t) {
             let began = e.began();
@@ -792,56 +866,8 @@ pub fn check(events: &[Event], writes: &[Write], opts: &Options) -> Result<Summa
     }
 
     // (d) overlapping leases.
-    let mut tenures: Vec<Tenure> = Vec::new();
-    let mut open: BTreeMap<u64, (usize, u64)> = BTreeMap::new(); // node → (tenure, max until)
-    let close = |tenures: &mut Vec<Tenure>, idx: usize, end: u64| {
-        let t = &mut tenures[idx];
-        t.end_ns = end.max(t.acquired_ns);
-    };
-    for (i, e) in h.events.iter().enumerate() {
-        match e.kind {
-            Kind::LeaseAcquired => {
-                let Some(t) = e.term else { continue };
-                if let Some((idx, until)) = open.remove(&e.node) {
-                    close(&mut tenures, idx, until.min(e.at_ns));
-                }
-                let until = e.valid_until_ns.unwrap_or(e.at_ns);
-                tenures.push(Tenure {
-                    node: e.node,
-                    term: t,
-                    acquired_ns: e.at_ns,
-                    idx: i,
-                    end_ns: until,
-                });
-                open.insert(e.node, (tenures.len() - 1, until));
-            }
-            Kind::LeaseConfirmed => {
-                if let Some((idx, until)) = open.get_mut(&e.node) {
-                    if Some(tenures[*idx].term) == e.term {
-                        *until = (*until).max(e.valid_until_ns.unwrap_or(0));
-                        tenures[*idx].end_ns = *until;
-                    }
-                }
-            }
-            Kind::LeaseLost => {
-                if let Some((idx, until)) = open.get(&e.node).copied() {
-                    if Some(tenures[idx].term) == e.term {
-                        open.remove(&e.node);
-                        let end = e.ended_ns.unwrap_or_else(|| until.min(e.at_ns));
-                        close(&mut tenures, idx, end);
-                    }
-                }
-            }
-            Kind::Crashed | Kind::Stopped | Kind::Started => {
-                if let Some((idx, until)) = open.remove(&e.node) {
-                    close(&mut tenures, idx, until.min(e.at_ns));
-                }
-            }
-            _ => {}
-        }
-    }
     let mut reported: BTreeSet<(usize, usize)> = BTreeSet::new();
-    for (bi, b) in tenures.iter().enumerate() {
+    for (bi, b) in tenures.iter().enumerate().filter(|_| trust_clocks) {
         for (ai, a) in tenures.iter().enumerate() {
             if a.term < b.term
                 && a.node != b.node
@@ -917,6 +943,92 @@ pub fn check(events: &[Event], writes: &[Write], opts: &Options) -> Result<Summa
             summary,
         })
     }
+}
+
+/// Every lease instance of the history, from acquisition to its end (see rule (d)).
+fn tenures(h: &History<'_>) -> Vec<Tenure> {
+    let mut tenures: Vec<Tenure> = Vec::new();
+    let mut open: BTreeMap<u64, (usize, u64)> = BTreeMap::new(); // node → (tenure, max until)
+    let close = |tenures: &mut Vec<Tenure>, idx: usize, end: u64| {
+        let t = &mut tenures[idx];
+        t.end_ns = end.max(t.acquired_ns);
+    };
+    for (i, e) in h.events.iter().enumerate() {
+        match e.kind {
+            Kind::LeaseAcquired => {
+                let Some(t) = e.term else { continue };
+                if let Some((idx, until)) = open.remove(&e.node) {
+                    close(&mut tenures, idx, until.min(e.at_ns));
+                }
+                let until = e.valid_until_ns.unwrap_or(e.at_ns);
+                tenures.push(Tenure {
+                    node: e.node,
+                    term: t,
+                    acquired_ns: e.at_ns,
+                    idx: i,
+                    end_ns: until,
+                });
+                open.insert(e.node, (tenures.len() - 1, until));
+            }
+            Kind::LeaseConfirmed => {
+                if let Some((idx, until)) = open.get_mut(&e.node) {
+                    if Some(tenures[*idx].term) == e.term {
+                        *until = (*until).max(e.valid_until_ns.unwrap_or(0));
+                        tenures[*idx].end_ns = *until;
+                    }
+                }
+            }
+            Kind::LeaseLost => {
+                if let Some((idx, until)) = open.get(&e.node).copied() {
+                    if Some(tenures[idx].term) == e.term {
+                        open.remove(&e.node);
+                        let end = e.ended_ns.unwrap_or_else(|| until.min(e.at_ns));
+                        close(&mut tenures, idx, end);
+                    }
+                }
+            }
+            Kind::Crashed | Kind::Stopped | Kind::Started => {
+                if let Some((idx, until)) = open.remove(&e.node) {
+                    close(&mut tenures, idx, until.min(e.at_ns));
+                }
+            }
+            _ => {}
+        }
+    }
+    tenures
+}
+
+/// The first clock fault outside what the lease assumes, described (see "Clock faults"
+/// in the module docs), or `None`.
+fn untrusted_clock_fault(
+    faults: &[ClockFault],
+    tenures: &[Tenure],
+    h: &History<'_>,
+) -> Option<String> {
+    // A lease that a step ended held until that step.
+    let held = |node: u64, from: u64, to: u64| {
+        tenures
+            .iter()
+            .any(|t| t.node == node && t.acquired_ns <= to && t.end_ns >= from)
+    };
+    faults.iter().find_map(|f| match f.kind {
+        ClockFaultKind::Jump if !held(f.node, f.from_ns, f.from_ns) => Some(format!(
+            "n{}'s clock stepped forward at {} while it held no lease (a voter's refusal and \
+             quiet period run short)",
+            f.node,
+            h.rel(f.from_ns)
+        )),
+        ClockFaultKind::Stall {
+            counted_by_boottime: false,
+        } if held(f.node, f.from_ns, f.to_ns) => Some(format!(
+            "n{}'s clocks stood still from {} to {} (a pause neither clock counts) while it \
+             held a lease",
+            f.node,
+            h.rel(f.from_ns),
+            h.rel(f.to_ns)
+        )),
+        _ => None,
+    })
 }
 
 /// `[term:leader, ...]`, eliding the middle of a long history.

@@ -64,6 +64,9 @@ pub struct Cluster {
     pub compact_after: u64,
     /// Nodes started with `Config::join` (new members).
     pub joining: std::collections::BTreeSet<NodeId>,
+    /// The group the first members found (`Config::found`; every start passes it, as a
+    /// unit file would).
+    pub group: tenure::GroupId,
 }
 
 pub fn test_timing() -> Timing {
@@ -83,12 +86,21 @@ impl Cluster {
     }
 
     pub async fn start_with(n: u64, timing: Timing, read_mode: ReadMode) -> Cluster {
+        let mut c = Cluster::unstarted(n, timing, read_mode);
+        for id in 1..=n {
+            c.start_node(id).await;
+        }
+        c
+    }
+
+    /// The folders, certificates and addresses of `n` nodes, none started.
+    pub fn unstarted(n: u64, timing: Timing, read_mode: ReadMode) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let ids: Vec<NodeId> = (1..=n).collect();
         tenure::transport::tls::write_cluster_certs(dir.path().join("certs"), ids.iter().copied())
             .expect("write certs");
         let addrs = ids.iter().map(|id| (*id, free_addr())).collect();
-        let mut c = Cluster {
+        Cluster {
             dir,
             addrs,
             nodes: BTreeMap::new(),
@@ -97,23 +109,23 @@ impl Cluster {
             leases: Arc::new(Mutex::new(Vec::new())),
             compact_after: 1024,
             joining: Default::default(),
-        };
-        for id in ids {
-            c.start_node(id).await;
+            group: tenure::GroupId::random(),
         }
-        c
     }
 
     pub fn config(&self, id: NodeId) -> Config {
-        Config::builder(id)
+        let b = Config::builder(id)
             .peers(self.addrs.iter().map(|(i, a)| (*i, *a)))
             .data_dir(self.dir.path().join(format!("data-{id}")))
             .tls_dir(self.dir.path().join("certs"))
             .timing(self.timing)
             .read_mode(self.read_mode)
-            .compact_after(self.compact_after)
-            .join(self.joining.contains(&id))
-            .build()
+            .compact_after(self.compact_after);
+        if self.joining.contains(&id) {
+            b.join(true).build()
+        } else {
+            b.found(self.group).build()
+        }
     }
 
     /// Starts a new node `id` that joins the group (certificate issued now, empty data

@@ -284,6 +284,8 @@ pub struct Lab {
     namespaces: Vec<String>,
     worker: PathBuf,
     args: Vec<String>,
+    /// The group the workers found (`--found` on every start, as a unit file would).
+    group: String,
     children: BTreeMap<u64, Child>,
     paused: BTreeSet<u64>,
     net: NetState,
@@ -310,6 +312,7 @@ impl Lab {
             namespaces: Vec::new(),
             worker,
             args: args.to_vec(),
+            group: tenure::GroupId::random().to_string(),
             children: BTreeMap::new(),
             paused: BTreeSet::new(),
             net: NetState::default(),
@@ -389,6 +392,7 @@ impl Lab {
             .arg("--certs")
             .arg(self.dir.path().join("certs"))
             .args(["--log-level", "off"])
+            .args(["--found", &self.group])
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

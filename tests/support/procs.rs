@@ -125,6 +125,9 @@ pub struct Group {
     pub events: Arc<Mutex<Vec<Ev>>>,
     pub ledger: Option<PathBuf>,
     pub extra: Vec<String>,
+    /// The group the first workers found: every start passes `--found`, as a unit file
+    /// would (but for nodes started with `--join`).
+    pub group: String,
 }
 
 impl Group {
@@ -149,6 +152,7 @@ impl Group {
             events: Arc::new(Mutex::new(Vec::new())),
             ledger,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            group: tenure::GroupId::random().to_string(),
         };
         for id in ids {
             g.spawn(id);
@@ -181,6 +185,9 @@ impl Group {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
+        if !self.extra.iter().any(|a| a == "--join") {
+            cmd.args(["--found", &self.group]);
+        }
         if let Some(l) = &self.ledger {
             cmd.arg("--ledger").arg(l);
         }

@@ -91,6 +91,10 @@ impl RaftStore for TornStore {
     fn hard_state(&self) -> HardState {
         self.inner.hard_state()
     }
+    fn node_id(&self) -> Option<tenure::NodeId> {
+        self.inner.node_id()
+    }
+
     fn conf_state(&self) -> ConfState {
         self.inner.conf_state()
     }
