@@ -21,13 +21,18 @@
 //!
 //! ## A worker, step by step
 //!
-//! Start a node with the group's membership, a data directory and the TLS files written
-//! by `cargo run --example certs -- --nodes 3 --out DIR`:
+//! In production each worker starts one node with the group's membership, a data
+//! directory and the TLS files written by `cargo run --example certs -- --nodes 3 --out
+//! DIR`, and the group's id, drawn once (`GroupId::random()`, or `worker
+//! --new-group-id`). [`Config::found`] founds the group the first time, safely: a node
+//! whose data folder was lost does not come back as a voter, whatever its configuration
+//! (see [`Config::found`] and the README's "Founding a group"):
 //!
 //! ```no_run
-//! use tenure::{Config, Node, Timing};
+//! use tenure::{Config, GroupId, Node, Timing};
 //!
 //! # async fn worker() -> Result<(), Box<dyn std::error::Error>> {
+//! let group: GroupId = "4f3a9c0e5b7d21f86a0c3e9d1b2f4a57".parse()?;
 //! let config = Config::builder(1)
 //!     .peer(1, "127.0.0.1:7001".parse()?)
 //!     .peer(2, "127.0.0.1:7002".parse()?)
@@ -35,52 +40,150 @@
 //!     .data_dir("/var/lib/worker-1/tenure")
 //!     .tls_dir("/etc/worker/tenure-certs")
 //!     .timing(Timing::lan())
+//!     .found(group)
 //!     .build();
 //! let node = Node::start(config).await?;
 //! # Ok(()) }
 //! ```
 //!
-//! Watch who leads (every change is published, "no leader known" included):
+//! The examples below run: they start a whole group in one process, on memory stores
+//! and the in-process network ([`Node::start_with`]; the same driver as above), as a
+//! test would:
 //!
-//! ```no_run
-//! # async fn watch(node: tenure::Node) {
-//! let mut leadership = node.watch();
-//! while leadership.changed().await.is_ok() {
-//!     let l = leadership.borrow().clone();
-//!     println!("term {} leader {:?} (I am {:?})", l.term, l.leader, l.role);
-//! }
+//! ```
+//! # use std::sync::Arc;
+//! # use tenure::storage::{MemDisk, MemStore};
+//! # use tenure::transport::mem::MemNetwork;
+//! # use tenure::{Config, GroupId, Node, Timing};
+//! # /// Three nodes of one group in this process, on memory stores and the memory network.
+//! # async fn group() -> Vec<Node> {
+//! #     let net = MemNetwork::new();
+//! #     let group = GroupId::random();
+//! #     let peers: Vec<(u64, std::net::SocketAddr)> =
+//! #         (1..=3).map(|id| (id, ([127, 0, 0, 1], 7000 + id as u16).into())).collect();
+//! #     let mut nodes = Vec::new();
+//! #     for id in 1..=3 {
+//! #         let config = Config::builder(id).peers(peers.clone())
+//! #             .timing(Timing::from_millis(10, 30, 150, 250)).found(group).build();
+//! #         let (transport, inbound) = net.endpoint(id);
+//! #         let store = MemStore::open(MemDisk::for_node(id));
+//! #         nodes.push(Node::start_with(config, store, Arc::new(transport), inbound).await.unwrap());
+//! #     }
+//! #     nodes
+//! # }
+//! # async fn leader(nodes: &[Node]) -> Node {
+//! #     loop {
+//! #         if let Some(n) = nodes.iter().find(|n| n.leadership().leased) { return n.clone() }
+//! #         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+//! #     }
+//! # }
+//! # #[tokio::main] async fn main() {
+//! let nodes = group().await; // three nodes founding one group
+//! // Watch who leads (every change is published, "no leader known" included):
+//! let mut leadership = nodes[0].watch();
+//! let leader = loop {
+//!     let l = leadership.borrow_and_update().clone();
+//!     println!("term {} leader {:?} (node 1 is {:?})", l.term, l.leader, l.role);
+//!     if let Some(leader) = l.leader {
+//!         break leader;
+//!     }
+//!     leadership.changed().await.unwrap();
+//! };
+//! assert!((1..=3).contains(&leader));
 //! # }
 //! ```
 //!
 //! Do leader-only work under a lease, carrying its token to every resource, and stop the
 //! moment the lease is lost:
 //!
-//! ```no_run
-//! # async fn settle_next_batch(_token: tenure::FencingToken) {}
-//! # async fn work(node: tenure::Node) -> Result<(), tenure::NodeStopped> {
-//! loop {
-//!     // Resolves when this node leads and a quorum confirmed it.
-//!     let lease = node.lease().await?;
-//!     let stop = lease.cancellation_token();
-//!     loop {
-//!         // Re-confirm before each critical step (one quorum round in `Safe` mode).
-//!         let Ok(token) = lease.confirm().await else { break };
-//!         tokio::select! {
-//!             _ = stop.cancelled() => break,          // lost: stop at once
-//!             _ = settle_next_batch(token) => {}      // the resource checks `token`
-//!         }
-//!     }
-//! }
+//! ```
+//! # use std::sync::Arc;
+//! # use tenure::storage::{MemDisk, MemStore};
+//! # use tenure::transport::mem::MemNetwork;
+//! # use tenure::{Config, GroupId, Node, Timing};
+//! # /// Three nodes of one group in this process, on memory stores and the memory network.
+//! # async fn group() -> Vec<Node> {
+//! #     let net = MemNetwork::new();
+//! #     let group = GroupId::random();
+//! #     let peers: Vec<(u64, std::net::SocketAddr)> =
+//! #         (1..=3).map(|id| (id, ([127, 0, 0, 1], 7000 + id as u16).into())).collect();
+//! #     let mut nodes = Vec::new();
+//! #     for id in 1..=3 {
+//! #         let config = Config::builder(id).peers(peers.clone())
+//! #             .timing(Timing::from_millis(10, 30, 150, 250)).found(group).build();
+//! #         let (transport, inbound) = net.endpoint(id);
+//! #         let store = MemStore::open(MemDisk::for_node(id));
+//! #         nodes.push(Node::start_with(config, store, Arc::new(transport), inbound).await.unwrap());
+//! #     }
+//! #     nodes
 //! # }
+//! # async fn leader(nodes: &[Node]) -> Node {
+//! #     loop {
+//! #         if let Some(n) = nodes.iter().find(|n| n.leadership().leased) { return n.clone() }
+//! #         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+//! #     }
+//! # }
+//! # async fn settle_next_batch(token: tenure::FencingToken) -> bool { token.term() > 0 }
+//! # #[tokio::main] async fn main() -> Result<(), tenure::NodeStopped> {
+//! # let nodes = group().await;
+//! # let node = leader(&nodes).await;
+//! # let mut batches = 0;
+//! // On every worker: resolves when this node leads and a quorum confirmed it.
+//! let lease = node.lease().await?;
+//! let stop = lease.cancellation_token();
+//! loop {
+//!     // Re-confirm before each critical step (one quorum round in `Safe` mode).
+//!     let Ok(token) = lease.confirm().await else { break };
+//!     tokio::select! {
+//!         _ = stop.cancelled() => break,          // lost: stop at once
+//!         _ = settle_next_batch(token) => {}      // the resource checks `token`
+//!     }
+//! #   batches += 1;
+//! #   if batches == 3 { break }
+//! }
+//! # assert_eq!(batches, 3);
+//! # Ok(()) }
 //! ```
 //!
 //! Hand over before maintenance, and shut down gracefully (a leader hands over first, so
 //! the group does not wait for an election timeout):
 //!
-//! ```no_run
-//! # async fn stop(node: tenure::Node) -> Result<(), Box<dyn std::error::Error>> {
-//! node.transfer_leadership(None).await?; // to the most up-to-date follower
+//! ```
+//! # use std::sync::Arc;
+//! # use tenure::storage::{MemDisk, MemStore};
+//! # use tenure::transport::mem::MemNetwork;
+//! # use tenure::{Config, GroupId, Node, Timing};
+//! # /// Three nodes of one group in this process, on memory stores and the memory network.
+//! # async fn group() -> Vec<Node> {
+//! #     let net = MemNetwork::new();
+//! #     let group = GroupId::random();
+//! #     let peers: Vec<(u64, std::net::SocketAddr)> =
+//! #         (1..=3).map(|id| (id, ([127, 0, 0, 1], 7000 + id as u16).into())).collect();
+//! #     let mut nodes = Vec::new();
+//! #     for id in 1..=3 {
+//! #         let config = Config::builder(id).peers(peers.clone())
+//! #             .timing(Timing::from_millis(10, 30, 150, 250)).found(group).build();
+//! #         let (transport, inbound) = net.endpoint(id);
+//! #         let store = MemStore::open(MemDisk::for_node(id));
+//! #         nodes.push(Node::start_with(config, store, Arc::new(transport), inbound).await.unwrap());
+//! #     }
+//! #     nodes
+//! # }
+//! # async fn leader(nodes: &[Node]) -> Node {
+//! #     loop {
+//! #         if let Some(n) = nodes.iter().find(|n| n.leadership().leased) { return n.clone() }
+//! #         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+//! #     }
+//! # }
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let nodes = group().await;
+//! # let node = leader(&nodes).await;
+//! let lease = node.lease().await?;
+//! let next = node.transfer_leadership(None).await?; // to the most up-to-date follower
+//! assert_ne!(next, node.id());
+//! assert!(lease.lost_reason().is_some()); // revoked before the handover began
 //! node.shutdown().await?;
+//! # for n in &nodes { n.shutdown().await?; }
 //! # Ok(()) }
 //! ```
 //!
@@ -92,18 +195,48 @@
 //! [`Config::join`] (it waits, [`Role::Joining`]), add it as a learner, and promote it
 //! once it has caught up from the leader's snapshot:
 //!
-//! ```no_run
-//! # async fn grow(leader: tenure::Node) -> Result<(), Box<dyn std::error::Error>> {
-//! leader.add_learner(4, "10.0.0.4:7004".parse()?).await?;
-//! // Refused with LearnerBehind until node 4 has the log; retry.
-//! leader.promote(4).await?;
-//! // Replace a dead voter 2 by learner 5 in one joint change:
-//! // leader.replace_member(2, 5).await?;
-//! leader.remove_member(3).await?; // a removed node stops campaigning (Role::Removed)
+//! ```
+//! # use std::sync::Arc;
+//! # use tenure::storage::{MemDisk, MemStore};
+//! # use tenure::transport::mem::MemNetwork;
+//! # use tenure::{Config, GroupId, Node, Timing};
+//! # /// Three nodes of one group in this process, on memory stores and the memory network.
+//! # async fn group() -> Vec<Node> {
+//! #     let net = MemNetwork::new();
+//! #     let group = GroupId::random();
+//! #     let peers: Vec<(u64, std::net::SocketAddr)> =
+//! #         (1..=3).map(|id| (id, ([127, 0, 0, 1], 7000 + id as u16).into())).collect();
+//! #     let mut nodes = Vec::new();
+//! #     for id in 1..=3 {
+//! #         let config = Config::builder(id).peers(peers.clone())
+//! #             .timing(Timing::from_millis(10, 30, 150, 250)).found(group).build();
+//! #         let (transport, inbound) = net.endpoint(id);
+//! #         let store = MemStore::open(MemDisk::for_node(id));
+//! #         nodes.push(Node::start_with(config, store, Arc::new(transport), inbound).await.unwrap());
+//! #     }
+//! #     nodes
+//! # }
+//! # async fn leader(nodes: &[Node]) -> Node {
+//! #     loop {
+//! #         if let Some(n) = nodes.iter().find(|n| n.leadership().leased) { return n.clone() }
+//! #         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+//! #     }
+//! # }
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let nodes = group().await;
+//! # let leader = leader(&nodes).await;
+//! // Node 4 starts with Config::join on an empty store and waits (Role::Joining); then:
+//! let members = leader.add_learner(4, "10.0.0.4:7004".parse()?).await?;
+//! assert!(members.learners.contains(&4));
+//! // leader.promote(4) is refused with LearnerBehind until node 4 has the log; retry.
+//! // Replace a dead voter by a learner in one joint change: leader.replace_member(2, 4).
+//! leader.remove_member(4).await?; // a removed node stops campaigning (Role::Removed)
 //! // A drained node never campaigns and hands over if it leads (replicated, durable):
-//! leader.set_drained(1, true).await?;
+//! let other = nodes.iter().find(|n| n.id() != leader.id()).unwrap().id();
+//! leader.set_drained(other, true).await?;
 //! let status = leader.status().await?; // role, term, members, quorum health
-//! # let _ = status; Ok(()) }
+//! assert_eq!(status.members.drained, vec![other]);
+//! # Ok(()) }
 //! ```
 //!
 //! ## Layout
