@@ -5,13 +5,18 @@
 //! cargo run --example ctl -- --certs DIR --addr 127.0.0.1:7101,127.0.0.1:7102 status
 //! cargo run --example ctl -- --certs DIR --addr ... transfer --to 2
 //! cargo run --example ctl -- --certs DIR --addr ... members add 4 127.0.0.1:7004
+//! cargo run --example ctl -- completions bash > ~/.local/share/bash-completion/completions/ctl
 //! ```
 //!
 //! `--addr` takes the nodes' *admin* addresses (a worker's `--admin`, reported as `admin`
 //! in its `started` event), not their raft addresses. Leader-only commands go to the
 //! node that reports itself leader; give every node's address so it can be found.
+//!
+//! Exit codes: 0 done; 1 the group refused or could not be reached (the message says
+//! why); 2 bad arguments (clap's usage errors).
 
 use std::future::Future;
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -19,34 +24,148 @@ use std::process::ExitCode;
 use std::task::Poll;
 use std::time::Duration;
 
+use clap::{CommandFactory, Parser, Subcommand};
 use serde_json::{json, Value};
 use tenure::admin::{Client, ClientError, ErrorKind, Reply, Request, CONNECT_TIMEOUT};
 use tenure::transport::tls::OperatorIdentity;
 use tenure::{Membership, NodeId, Role, Status, TenureEnd, TenureRecord, TenureStart};
 
-const USAGE: &str = "\
-usage: ctl --certs DIR --addr ADDR[,ADDR...] [--json] [--timeout SECS] COMMAND
-
-  --certs DIR      folder with ca.pem, operator.pem and operator-key.pem
-                   (`cargo run --example certs` writes them)
-  --addr LIST      admin addresses of the nodes (comma-separated); leader-only commands
-                   are sent to the one that reports itself leader
-  --json           print JSON (one object) instead of text
-  --timeout SECS   how long one command may take (default 30)
-
-commands:
-  status                      role, term, leader, members, quorum health, lease of each node
-  history                     the replicated leadership history
-  transfer [--to ID]          hand leadership over (to ID, or the most up-to-date follower)
-  drain ID | undrain ID       keep node ID from leading (it hands over at once) / let it again
-  members add ID ADDR         add node ID, raft address ADDR, as a learner
-  members promote ID          make learner ID a voter (once it has caught up)
-  members remove ID           remove node ID from the group
-  members replace OLD NEW     replace voter OLD by learner NEW in one joint change
-
+const EXIT_CODES: &str = "\
 Exit codes: 0 done; 1 the group refused or could not be reached (the message says why);
 2 bad arguments.";
 
+/// Drives a running tenure group through its nodes' admin endpoints, with the operator
+/// certificate.
+#[derive(Debug, Parser)]
+#[command(
+    name = "ctl",
+    bin_name = "ctl",
+    override_usage = "ctl --certs DIR --addr ADDR[,ADDR...] [--json] [--timeout SECS] <COMMAND>\n       \
+                      ctl completions <SHELL>",
+    after_help = EXIT_CODES,
+    // As before clap: a flag given twice takes its last value (`--addr` adds up).
+    args_override_self = true
+)]
+struct Cli {
+    /// Folder with ca.pem, operator.pem and operator-key.pem
+    ///
+    /// `cargo run --example certs` writes them beside the node certificates.
+    #[arg(long, value_name = "DIR", global = true)]
+    certs: Option<PathBuf>,
+
+    /// Admin addresses of the nodes, comma-separated
+    ///
+    /// The workers' --admin addresses (reported as `admin` in their `started` event),
+    /// not their raft addresses; --addr may also be repeated. Leader-only commands go to
+    /// the node that reports itself leader: give every node's address so it is found.
+    #[arg(long = "addr", value_name = "ADDR[,ADDR...]", global = true, value_parser = parse_addrs)]
+    addrs: Vec<Addrs>,
+
+    /// Print JSON (one object) instead of text
+    #[arg(long, global = true)]
+    json: bool,
+
+    /// How long one command may take, in seconds
+    #[arg(long, value_name = "SECS", global = true, default_value = "30", value_parser = parse_secs)]
+    timeout: Duration,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Role, term, leader, members, quorum health, lease of each node
+    Status,
+    /// The replicated leadership history
+    History,
+    /// Hand leadership over (to ID, or the most up-to-date follower)
+    Transfer {
+        /// The node to hand over to
+        #[arg(long, value_name = "ID", value_parser = parse_id)]
+        to: Option<NodeId>,
+    },
+    /// Keep node ID from leading (if it leads, it hands over at once)
+    Drain {
+        #[arg(value_name = "ID", value_parser = parse_id)]
+        id: NodeId,
+    },
+    /// Let drained node ID lead again
+    Undrain {
+        #[arg(value_name = "ID", value_parser = parse_id)]
+        id: NodeId,
+    },
+    /// Change the membership: add, promote, remove, replace
+    #[command(subcommand)]
+    Members(Members),
+    /// Print a completion script for SHELL on stdout (needs no --certs or --addr)
+    Completions {
+        /// The shell to complete in
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum Members {
+    /// Add node ID, raft address ADDR, as a learner
+    Add {
+        #[arg(value_name = "ID", value_parser = parse_id)]
+        id: NodeId,
+        /// The new node's raft address (not its admin address)
+        #[arg(value_name = "ADDR", value_parser = parse_addr)]
+        addr: SocketAddr,
+    },
+    /// Make learner ID a voter (once it has caught up)
+    Promote {
+        #[arg(value_name = "ID", value_parser = parse_id)]
+        id: NodeId,
+    },
+    /// Remove node ID from the group
+    Remove {
+        #[arg(value_name = "ID", value_parser = parse_id)]
+        id: NodeId,
+    },
+    /// Replace voter OLD by learner NEW in one joint change
+    Replace {
+        #[arg(value_name = "OLD", value_parser = parse_id)]
+        old: NodeId,
+        #[arg(value_name = "NEW", value_parser = parse_id)]
+        new: NodeId,
+    },
+}
+
+/// One `--addr` value: its addresses (empty parts are skipped).
+#[derive(Debug, Clone)]
+struct Addrs(Vec<SocketAddr>);
+
+fn parse_addrs(s: &str) -> Result<Addrs, String> {
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| parse_addr(p.trim()))
+        .collect::<Result<_, _>>()
+        .map(Addrs)
+}
+
+fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    s.parse().map_err(|_| format!("{s:?} is not IP:PORT"))
+}
+
+fn parse_id(s: &str) -> Result<NodeId, String> {
+    match s.parse::<NodeId>() {
+        Ok(0) | Err(_) => Err(format!("{s:?} is not a node id (1, 2, ...)")),
+        Ok(id) => Ok(id),
+    }
+}
+
+fn parse_secs(s: &str) -> Result<Duration, String> {
+    match s.parse::<u64>() {
+        Ok(secs) if secs > 0 => Ok(Duration::from_secs(secs)),
+        _ => Err(format!("{s:?} is not a number of seconds (1 or more)")),
+    }
+}
+
+/// What a group command needs, once the arguments are checked.
 struct Args {
     certs: PathBuf,
     addrs: Vec<SocketAddr>,
@@ -55,119 +174,47 @@ struct Args {
     request: Request,
 }
 
-fn parse_id(s: &str, what: &str) -> Result<NodeId, String> {
-    match s.parse::<NodeId>() {
-        Ok(0) | Err(_) => Err(format!("{what}: {s:?} is not a node id (1, 2, ...)")),
-        Ok(id) => Ok(id),
-    }
-}
-
-/// Parses the arguments; `Err(None)` means help was asked for.
-fn parse(args: &[String]) -> Result<Args, Option<String>> {
-    let mut certs = None;
-    let mut addrs: Vec<SocketAddr> = Vec::new();
-    let mut json = false;
-    let mut timeout = Duration::from_secs(30);
-    let mut words: Vec<String> = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = |name: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| Some(format!("{name} needs a value")))
-        };
-        match a.as_str() {
-            "-h" | "--help" => return Err(None),
-            "--certs" => certs = Some(PathBuf::from(val("--certs")?)),
-            "--addr" => {
-                for part in val("--addr")?.split(',').filter(|p| !p.is_empty()) {
-                    let addr = part
-                        .trim()
-                        .parse()
-                        .map_err(|_| Some(format!("--addr: {part:?} is not IP:PORT")))?;
-                    addrs.push(addr);
-                }
-            }
-            "--json" => json = true,
-            "--timeout" => {
-                let v = val("--timeout")?;
-                let secs: u64 =
-                    v.parse().ok().filter(|s| *s > 0).ok_or_else(|| {
-                        Some(format!("--timeout: {v:?} is not a number of seconds"))
-                    })?;
-                timeout = Duration::from_secs(secs);
-            }
-            "--to" => {
-                // `transfer --to ID`: keep it with the command words.
-                words.push(a.clone());
-                words.push(val("--to")?);
-            }
-            other if other.starts_with("--") => {
-                return Err(Some(format!("unknown option {other:?}")))
-            }
-            _ => words.push(a.clone()),
-        }
-    }
-    let certs = certs.ok_or_else(|| Some("--certs is required".to_string()))?;
-    if addrs.is_empty() {
-        return Err(Some(
-            "--addr is required (the nodes' admin addresses)".into(),
-        ));
-    }
-    let w: Vec<&str> = words.iter().map(String::as_str).collect();
-    let request = match w.as_slice() {
-        ["status"] => Request::Status,
-        ["history"] => Request::History,
-        ["transfer"] => Request::Transfer { to: None },
-        ["transfer", "--to", id] => Request::Transfer {
-            to: Some(parse_id(id, "transfer --to")?),
-        },
-        ["drain", id] => Request::Drain {
-            id: parse_id(id, "drain")?,
-        },
-        ["undrain", id] => Request::Undrain {
-            id: parse_id(id, "undrain")?,
-        },
-        ["members", "add", id, addr] => Request::AddLearner {
-            id: parse_id(id, "members add")?,
-            addr: addr
-                .parse()
-                .map_err(|_| Some(format!("members add: {addr:?} is not IP:PORT")))?,
-        },
-        ["members", "promote", id] => Request::Promote {
-            id: parse_id(id, "members promote")?,
-        },
-        ["members", "remove", id] => Request::Remove {
-            id: parse_id(id, "members remove")?,
-        },
-        ["members", "replace", old, new] => Request::Replace {
-            old: parse_id(old, "members replace")?,
-            new: parse_id(new, "members replace")?,
-        },
-        [] => return Err(Some("no command given".into())),
-        other => return Err(Some(format!("unknown command {:?}", other.join(" ")))),
-    };
-    Ok(Args {
-        certs,
-        addrs,
-        json,
-        timeout,
-        request,
+/// The request a command sends, or, for `completions`, the shell to print a script for.
+fn request_of(command: Command) -> Result<Request, clap_complete::Shell> {
+    Ok(match command {
+        Command::Status => Request::Status,
+        Command::History => Request::History,
+        Command::Transfer { to } => Request::Transfer { to },
+        Command::Drain { id } => Request::Drain { id },
+        Command::Undrain { id } => Request::Undrain { id },
+        Command::Members(Members::Add { id, addr }) => Request::AddLearner { id, addr },
+        Command::Members(Members::Promote { id }) => Request::Promote { id },
+        Command::Members(Members::Remove { id }) => Request::Remove { id },
+        Command::Members(Members::Replace { old, new }) => Request::Replace { old, new },
+        Command::Completions { shell } => return Err(shell),
     })
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let args = match parse(&args) {
-        Ok(a) => a,
-        Err(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(Some(msg)) => {
-            eprintln!("ctl: {msg}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    // Help goes to stdout with exit code 0; a usage error to stderr with exit code 2.
+    let cli = Cli::parse();
+    let usage_error = |message: &str| -> ! {
+        Cli::command()
+            .error(clap::error::ErrorKind::MissingRequiredArgument, message)
+            .exit()
+    };
+    let request = match request_of(cli.command) {
+        Ok(request) => request,
+        Err(shell) => return print_completions(shell),
+    };
+    let Some(certs) = cli.certs else {
+        usage_error("--certs DIR is required: the folder with the operator certificate")
+    };
+    let addrs: Vec<SocketAddr> = cli.addrs.into_iter().flat_map(|a| a.0).collect();
+    if addrs.is_empty() {
+        usage_error("--addr is required: the nodes' admin addresses, comma-separated")
+    }
+    let args = Args {
+        certs,
+        addrs,
+        json: cli.json,
+        timeout: cli.timeout,
+        request,
     };
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -180,6 +227,20 @@ fn main() -> ExitCode {
         }
     };
     rt.block_on(run(args))
+}
+
+/// Prints the completion script for `shell` (a closed pipe, as with `| head`, is no
+/// error).
+fn print_completions(shell: clap_complete::Shell) -> ExitCode {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "ctl", &mut script);
+    match std::io::stdout().write_all(&script) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!("ctl: cannot write the completion script: {e}");
+            ExitCode::from(1)
+        }
+        _ => ExitCode::SUCCESS,
+    }
 }
 
 /// What went wrong, for the exit message (and `--json`).

@@ -105,6 +105,93 @@ impl Ctl {
     }
 }
 
+/// Runs ctl with exactly `args` (no certificates, no addresses); (exit code, stdout,
+/// stderr).
+fn ctl_bare(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(ctl_binary())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ctl");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn ctl_usage_errors_name_the_flag_and_exit_2() {
+    // Help: on stdout, exit code 0, every command listed.
+    let (code, out, _) = ctl_bare(&["--help"]);
+    assert_eq!(code, 0);
+    for command in [
+        "status",
+        "history",
+        "transfer",
+        "drain",
+        "undrain",
+        "members",
+        "completions",
+    ] {
+        assert!(out.contains(&format!("\n  {command} ")), "{command}: {out}");
+    }
+    assert!(
+        out.contains("--timeout <SECS>") && out.contains("Exit codes"),
+        "{out}"
+    );
+    let (code, out, _) = ctl_bare(&["members", "--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("replace") && out.contains("promote"), "{out}");
+
+    let d = "--certs=/nonexistent";
+    let a = "--addr=127.0.0.1:9";
+    for (args, names) in [
+        (
+            &[d, a, "--timeout", "0", "status"][..],
+            "'--timeout <SECS>'",
+        ),
+        (&[d, a, "--timeout", "soon", "status"], "'--timeout <SECS>'"),
+        (
+            &[d, "--addr", "localhost", "status"],
+            "'--addr <ADDR[,ADDR...]>'",
+        ),
+        (&[d, a, "--frobnicate", "status"], "'--frobnicate'"),
+        (&[d, a, "transfer", "--to", "0"], "'--to <ID>'"),
+        (&[d, a, "drain", "x"], "'<ID>'"),
+        (&[d, a, "members", "add", "4", "nowhere"], "'<ADDR>'"),
+        (&[d, a, "elect"], "'elect'"),
+        (&[a, "status"], "--certs DIR is required"),
+        (&[d, "status"], "--addr is required"),
+        (&[d, a], "Usage: ctl"),
+    ] {
+        let (code, out, err) = ctl_bare(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert!(err.contains(names), "{args:?} should name {names}: {err}");
+    }
+}
+
+#[test]
+fn ctl_prints_shell_completions_without_a_group() {
+    for (shell, marker) in [
+        ("bash", "complete -F _ctl"),
+        ("zsh", "#compdef ctl"),
+        ("fish", "complete -c ctl"),
+    ] {
+        let (code, out, err) = ctl_bare(&["completions", shell]);
+        assert_eq!(code, 0, "{shell}: {err}");
+        assert!(out.contains(marker), "{shell}: {out}");
+        // The script completes the commands and their flags (fish spells `-l timeout`).
+        for word in ["transfer", "members", "replace", "timeout", "certs"] {
+            assert!(out.contains(word), "{shell} script lacks {word}");
+        }
+    }
+    let (code, _, err) = ctl_bare(&["completions", "tcsh"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("'tcsh'") && err.contains("bash"), "{err}");
+}
+
 #[test]
 fn ctl_drives_worker_processes_through_their_admin_endpoints() {
     let mut g = Group::start(3, None, &["--admin", "127.0.0.1:0"]);
@@ -175,10 +262,14 @@ fn ctl_drives_worker_processes_through_their_admin_endpoints() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stdout.contains("raft port"), "{stdout}");
 
-    // Bad arguments: exit code 2 with the usage.
+    // Bad arguments: exit code 2 with the usage, naming what is missing.
     let (code, _, err) = ctl.all(&["members", "add", "4"]);
     assert_eq!(code, 2);
-    assert!(err.contains("usage: ctl"), "{err}");
+    assert!(err.contains("Usage: ctl members add <ID> <ADDR>"), "{err}");
+    assert!(
+        err.contains("required arguments were not provided"),
+        "{err}"
+    );
 
     // Grow the group: node 4 starts joining, ctl adds it as a learner and promotes it
     // once it has caught up (until then: "behind", exit code 1).
