@@ -307,3 +307,89 @@ fn ctl_drives_worker_processes_through_their_admin_endpoints() {
     assert!(out.contains("voters 1 2 3 4"), "{out}");
     g.stop();
 }
+
+/// One stopped node, its admin address still listed: a leader-only command goes to the
+/// leader as soon as it answers, instead of waiting for the stopped node's handshake
+/// (`CONNECT_TIMEOUT`, 10 s). Then the leader itself is stopped: ctl keeps asking the
+/// others until one of them has been elected, and acts there.
+#[test]
+fn leader_only_commands_answer_while_a_node_is_stopped() {
+    let mut g = Group::start(3, None, &["--admin", "127.0.0.1:0"]);
+    let mut admin = Vec::new();
+    for id in 1..=3u64 {
+        let e = g.wait_event(&format!("node {id} started"), LONG, |e| {
+            e.node == id && e.event == "started"
+        });
+        admin.push(e.v["admin"].as_str().expect("admin address").to_string());
+    }
+    let ctl = Ctl {
+        certs: g.dir.path().join("certs"),
+        addrs: admin.join(","),
+    };
+    let leader = ctl.agreed_leader();
+    let mut followers = (1..=3).filter(|id| *id != leader);
+    let (stopped, target) = (followers.next().unwrap(), followers.next().unwrap());
+
+    // A stopped follower: the leader answers at once, the transfer goes through.
+    g.signal(stopped, libc::SIGSTOP);
+    let timeout = Duration::from_secs(10);
+    let secs = timeout.as_secs().to_string();
+    let began = Instant::now();
+    let (code, out, err) = ctl.all(&["--timeout", &secs, "transfer", "--to", &target.to_string()]);
+    let took = began.elapsed();
+    eprintln!("transfer with node {stopped} stopped took {took:?}");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("leadership moved to node {target}")),
+        "{out}"
+    );
+    assert!(
+        took < timeout,
+        "transfer took {took:?}: it waited for the stopped node instead of acting when the leader answered"
+    );
+
+    // The history, too, comes from the leader without waiting for the stopped node.
+    let began = Instant::now();
+    let (code, out, err) = ctl.all(&["--timeout", &secs, "history"]);
+    let took = began.elapsed();
+    eprintln!("history with node {stopped} stopped took {took:?}");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("as node {target} has applied it")),
+        "{out}"
+    );
+    assert!(out.contains("handover"), "{out}");
+    assert!(took < timeout, "history took {took:?}");
+
+    // Now the leader stops. The others still name it for an election timeout, then elect
+    // one of themselves; ctl finds that one and drains the stopped node there.
+    g.signal(stopped, libc::SIGCONT);
+    assert_eq!(ctl.agreed_leader(), target);
+    g.signal(target, libc::SIGSTOP);
+    let began = Instant::now();
+    let (code, out, err) = ctl.all(&["--timeout", &secs, "--json", "drain", &target.to_string()]);
+    let took = began.elapsed();
+    eprintln!("drain with the leader (node {target}) stopped took {took:?}");
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).expect("drain --json is JSON");
+    let by = v["node"].as_u64().expect("node");
+    assert!(by == leader || by == stopped, "drained by node {by}: {v}");
+    assert_eq!(
+        v["ok"]["membership"]["drained"],
+        serde_json::json!([target]),
+        "{v}"
+    );
+    assert!(took < timeout, "drain took {took:?}");
+
+    // Two of three stopped: no leader can answer, so ctl gives up at its timeout and says
+    // who did not answer.
+    g.signal(by, libc::SIGSTOP);
+    let (code, _, err) = ctl.all(&["--timeout", "2", "undrain", &target.to_string()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("no node among 3 reported itself leader within 2 s")
+            && err.contains("no answer yet from"),
+        "{err}"
+    );
+    g.stop();
+}
