@@ -327,6 +327,13 @@ fn leader_only_commands_answer_while_a_node_is_stopped() {
         addrs: admin.join(","),
     };
     let leader = ctl.agreed_leader();
+    // --addr adds up over repeats and skips empty parts, as before clap.
+    let split = format!("{},,{},", admin[0], admin[1]);
+    let out = ctl.run(&split, &["--addr", &admin[2], "--json", "status"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("status --json is JSON");
+    assert_eq!(v["nodes"].as_array().map(Vec::len), Some(3), "{v}");
+
     let mut followers = (1..=3).filter(|id| *id != leader);
     let (stopped, target) = (followers.next().unwrap(), followers.next().unwrap());
 
