@@ -5,49 +5,175 @@
 //! cargo run --example ctl -- --certs DIR --addr 127.0.0.1:7101,127.0.0.1:7102 status
 //! cargo run --example ctl -- --certs DIR --addr ... transfer --to 2
 //! cargo run --example ctl -- --certs DIR --addr ... members add 4 127.0.0.1:7004
+//! cargo run --example ctl -- completions bash > ~/.local/share/bash-completion/completions/ctl
 //! ```
 //!
 //! `--addr` takes the nodes' *admin* addresses (a worker's `--admin`, reported as `admin`
 //! in its `started` event), not their raft addresses. Leader-only commands go to the
-//! node that reports itself leader; give every node's address so it can be found.
+//! node that reports itself leader; give every node's address so it can be found. ctl
+//! asks every node at once and acts as soon as the leader answers, so a stopped node
+//! delays nothing; with no leader (an election under way) it asks again until one is
+//! elected or `--timeout` has passed.
+//!
+//! Exit codes: 0 done; 1 the group refused or could not be reached (the message says
+//! why); 2 bad arguments (clap's usage errors).
 
+use std::collections::BTreeMap;
 use std::future::Future;
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use clap::{CommandFactory, Parser, Subcommand};
 use serde_json::{json, Value};
-use tenure::admin::{Client, ClientError, ErrorKind, Reply, Request, CONNECT_TIMEOUT};
+use tenure::admin::{Client, ClientError, Credentials, ErrorKind, Reply, Request, CONNECT_TIMEOUT};
 use tenure::transport::tls::OperatorIdentity;
 use tenure::{Membership, NodeId, Role, Status, TenureEnd, TenureRecord, TenureStart};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 
-const USAGE: &str = "\
-usage: ctl --certs DIR --addr ADDR[,ADDR...] [--json] [--timeout SECS] COMMAND
-
-  --certs DIR      folder with ca.pem, operator.pem and operator-key.pem
-                   (`cargo run --example certs` writes them; with --per-node, in
-                   DIR/operator)
-  --addr LIST      admin addresses of the nodes (comma-separated); leader-only commands
-                   are sent to the one that reports itself leader
-  --json           print JSON (one object) instead of text
-  --timeout SECS   how long one command may take (default 30)
-
-commands:
-  status                      role, term, leader, members, quorum health, lease of each node
-  history                     the replicated leadership history
-  transfer [--to ID]          hand leadership over (to ID, or the most up-to-date follower)
-  drain ID | undrain ID       keep node ID from leading (it hands over at once) / let it again
-  members add ID ADDR         add node ID, raft address ADDR, as a learner
-  members promote ID          make learner ID a voter (once it has caught up)
-  members remove ID           remove node ID from the group
-  members replace OLD NEW     replace voter OLD by learner NEW in one joint change
-
+const EXIT_CODES: &str = "\
 Exit codes: 0 done; 1 the group refused or could not be reached (the message says why);
 2 bad arguments.";
 
+/// Drives a running tenure group through its nodes' admin endpoints, with the operator
+/// certificate.
+#[derive(Debug, Parser)]
+#[command(
+    name = "ctl",
+    bin_name = "ctl",
+    override_usage = "ctl --certs DIR --addr ADDR[,ADDR...] [--json] [--timeout SECS] <COMMAND>\n       \
+                      ctl completions <SHELL>",
+    after_help = EXIT_CODES,
+    // As before clap: a flag given twice takes its last value (`--addr` adds up).
+    args_override_self = true
+)]
+struct Cli {
+    /// Folder with ca.pem, operator.pem and operator-key.pem
+    ///
+    /// `cargo run --example certs` writes them beside the node certificates (with
+    /// --per-node, in DIR/operator).
+    #[arg(long, value_name = "DIR", global = true)]
+    certs: Option<PathBuf>,
+
+    /// Admin addresses of the nodes, comma-separated
+    ///
+    /// The workers' --admin addresses (reported as `admin` in their `started` event),
+    /// not their raft addresses; --addr may also be repeated. Leader-only commands go to
+    /// the node that reports itself leader: give every node's address so it is found.
+    #[arg(long = "addr", value_name = "ADDR[,ADDR...]", global = true, value_parser = parse_addrs)]
+    addrs: Vec<Addrs>,
+
+    /// Print JSON (one object) instead of text
+    #[arg(long, global = true)]
+    json: bool,
+
+    /// How long one command may take, in seconds
+    #[arg(long, value_name = "SECS", global = true, default_value = "30", value_parser = parse_secs)]
+    timeout: Duration,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Role, term, leader, members, quorum health, lease of each node
+    Status,
+    /// The replicated leadership history
+    History,
+    /// Hand leadership over (to ID, or the most up-to-date follower)
+    Transfer {
+        /// The node to hand over to
+        #[arg(long, value_name = "ID", value_parser = parse_id)]
+        to: Option<NodeId>,
+    },
+    /// Keep node ID from leading (if it leads, it hands over at once)
+    Drain {
+        #[arg(value_name = "ID", value_parser = parse_id)]
+        id: NodeId,
+    },
+    /// Let drained node ID lead again
+    Undrain {
+        #[arg(value_name = "ID", value_parser = parse_id)]
+        id: NodeId,
+    },
+    /// Change the membership: add, promote, remove, replace
+    #[command(subcommand)]
+    Members(Members),
+    /// Print a completion script for SHELL on stdout (needs no --certs or --addr)
+    Completions {
+        /// The shell to complete in
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum Members {
+    /// Add node ID, raft address ADDR, as a learner
+    Add {
+        #[arg(value_name = "ID", value_parser = parse_id)]
+        id: NodeId,
+        /// The new node's raft address (not its admin address)
+        #[arg(value_name = "ADDR", value_parser = parse_addr)]
+        addr: SocketAddr,
+    },
+    /// Make learner ID a voter (once it has caught up)
+    Promote {
+        #[arg(value_name = "ID", value_parser = parse_id)]
+        id: NodeId,
+    },
+    /// Remove node ID from the group
+    Remove {
+        #[arg(value_name = "ID", value_parser = parse_id)]
+        id: NodeId,
+    },
+    /// Replace voter OLD by learner NEW in one joint change
+    Replace {
+        #[arg(value_name = "OLD", value_parser = parse_id)]
+        old: NodeId,
+        #[arg(value_name = "NEW", value_parser = parse_id)]
+        new: NodeId,
+    },
+}
+
+/// One `--addr` value: its addresses (empty parts are skipped).
+#[derive(Debug, Clone)]
+struct Addrs(Vec<SocketAddr>);
+
+fn parse_addrs(s: &str) -> Result<Addrs, String> {
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| parse_addr(p.trim()))
+        .collect::<Result<_, _>>()
+        .map(Addrs)
+}
+
+fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    s.parse().map_err(|_| format!("{s:?} is not IP:PORT"))
+}
+
+fn parse_id(s: &str) -> Result<NodeId, String> {
+    match s.parse::<NodeId>() {
+        Ok(0) | Err(_) => Err(format!("{s:?} is not a node id (1, 2, ...)")),
+        Ok(id) => Ok(id),
+    }
+}
+
+fn parse_secs(s: &str) -> Result<Duration, String> {
+    match s.parse::<u64>() {
+        Ok(secs) if secs > 0 => Ok(Duration::from_secs(secs)),
+        _ => Err(format!("{s:?} is not a number of seconds (1 or more)")),
+    }
+}
+
+/// What a group command needs, once the arguments are checked.
 struct Args {
     certs: PathBuf,
     addrs: Vec<SocketAddr>,
@@ -56,119 +182,47 @@ struct Args {
     request: Request,
 }
 
-fn parse_id(s: &str, what: &str) -> Result<NodeId, String> {
-    match s.parse::<NodeId>() {
-        Ok(0) | Err(_) => Err(format!("{what}: {s:?} is not a node id (1, 2, ...)")),
-        Ok(id) => Ok(id),
-    }
-}
-
-/// Parses the arguments; `Err(None)` means help was asked for.
-fn parse(args: &[String]) -> Result<Args, Option<String>> {
-    let mut certs = None;
-    let mut addrs: Vec<SocketAddr> = Vec::new();
-    let mut json = false;
-    let mut timeout = Duration::from_secs(30);
-    let mut words: Vec<String> = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = |name: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| Some(format!("{name} needs a value")))
-        };
-        match a.as_str() {
-            "-h" | "--help" => return Err(None),
-            "--certs" => certs = Some(PathBuf::from(val("--certs")?)),
-            "--addr" => {
-                for part in val("--addr")?.split(',').filter(|p| !p.is_empty()) {
-                    let addr = part
-                        .trim()
-                        .parse()
-                        .map_err(|_| Some(format!("--addr: {part:?} is not IP:PORT")))?;
-                    addrs.push(addr);
-                }
-            }
-            "--json" => json = true,
-            "--timeout" => {
-                let v = val("--timeout")?;
-                let secs: u64 =
-                    v.parse().ok().filter(|s| *s > 0).ok_or_else(|| {
-                        Some(format!("--timeout: {v:?} is not a number of seconds"))
-                    })?;
-                timeout = Duration::from_secs(secs);
-            }
-            "--to" => {
-                // `transfer --to ID`: keep it with the command words.
-                words.push(a.clone());
-                words.push(val("--to")?);
-            }
-            other if other.starts_with("--") => {
-                return Err(Some(format!("unknown option {other:?}")))
-            }
-            _ => words.push(a.clone()),
-        }
-    }
-    let certs = certs.ok_or_else(|| Some("--certs is required".to_string()))?;
-    if addrs.is_empty() {
-        return Err(Some(
-            "--addr is required (the nodes' admin addresses)".into(),
-        ));
-    }
-    let w: Vec<&str> = words.iter().map(String::as_str).collect();
-    let request = match w.as_slice() {
-        ["status"] => Request::Status,
-        ["history"] => Request::History,
-        ["transfer"] => Request::Transfer { to: None },
-        ["transfer", "--to", id] => Request::Transfer {
-            to: Some(parse_id(id, "transfer --to")?),
-        },
-        ["drain", id] => Request::Drain {
-            id: parse_id(id, "drain")?,
-        },
-        ["undrain", id] => Request::Undrain {
-            id: parse_id(id, "undrain")?,
-        },
-        ["members", "add", id, addr] => Request::AddLearner {
-            id: parse_id(id, "members add")?,
-            addr: addr
-                .parse()
-                .map_err(|_| Some(format!("members add: {addr:?} is not IP:PORT")))?,
-        },
-        ["members", "promote", id] => Request::Promote {
-            id: parse_id(id, "members promote")?,
-        },
-        ["members", "remove", id] => Request::Remove {
-            id: parse_id(id, "members remove")?,
-        },
-        ["members", "replace", old, new] => Request::Replace {
-            old: parse_id(old, "members replace")?,
-            new: parse_id(new, "members replace")?,
-        },
-        [] => return Err(Some("no command given".into())),
-        other => return Err(Some(format!("unknown command {:?}", other.join(" ")))),
-    };
-    Ok(Args {
-        certs,
-        addrs,
-        json,
-        timeout,
-        request,
+/// The request a command sends, or, for `completions`, the shell to print a script for.
+fn request_of(command: Command) -> Result<Request, clap_complete::Shell> {
+    Ok(match command {
+        Command::Status => Request::Status,
+        Command::History => Request::History,
+        Command::Transfer { to } => Request::Transfer { to },
+        Command::Drain { id } => Request::Drain { id },
+        Command::Undrain { id } => Request::Undrain { id },
+        Command::Members(Members::Add { id, addr }) => Request::AddLearner { id, addr },
+        Command::Members(Members::Promote { id }) => Request::Promote { id },
+        Command::Members(Members::Remove { id }) => Request::Remove { id },
+        Command::Members(Members::Replace { old, new }) => Request::Replace { old, new },
+        Command::Completions { shell } => return Err(shell),
     })
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let args = match parse(&args) {
-        Ok(a) => a,
-        Err(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(Some(msg)) => {
-            eprintln!("ctl: {msg}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    // Help goes to stdout with exit code 0; a usage error to stderr with exit code 2.
+    let cli = Cli::parse();
+    let usage_error = |message: &str| -> ! {
+        Cli::command()
+            .error(clap::error::ErrorKind::MissingRequiredArgument, message)
+            .exit()
+    };
+    let request = match request_of(cli.command) {
+        Ok(request) => request,
+        Err(shell) => return print_completions(shell),
+    };
+    let Some(certs) = cli.certs else {
+        usage_error("--certs DIR is required: the folder with the operator certificate")
+    };
+    let addrs: Vec<SocketAddr> = cli.addrs.into_iter().flat_map(|a| a.0).collect();
+    if addrs.is_empty() {
+        usage_error("--addr is required: the nodes' admin addresses, comma-separated")
+    }
+    let args = Args {
+        certs,
+        addrs,
+        json: cli.json,
+        timeout: cli.timeout,
+        request,
     };
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -181,6 +235,20 @@ fn main() -> ExitCode {
         }
     };
     rt.block_on(run(args))
+}
+
+/// Prints the completion script for `shell` (a closed pipe, as with `| head`, is no
+/// error).
+fn print_completions(shell: clap_complete::Shell) -> ExitCode {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "ctl", &mut script);
+    match std::io::stdout().write_all(&script) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!("ctl: cannot write the completion script: {e}");
+            ExitCode::from(1)
+        }
+        _ => ExitCode::SUCCESS,
+    }
 }
 
 /// What went wrong, for the exit message (and `--json`).
@@ -283,11 +351,11 @@ async fn join_all<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Out
 }
 
 async fn execute(args: &Args, identity: &OperatorIdentity) -> Result<(), Failure> {
-    let clients = connect_all(args, identity).await;
     match &args.request {
-        Request::Status => status_all(args, &clients).await,
+        Request::Status => status_all(args, &connect_all(args, identity).await).await,
         Request::History => {
-            let client = most_current(&clients).await?;
+            let found = ask_all(args, identity, Ask::Once).await;
+            let client = found.most_current()?;
             let records = client.history().await.map_err(|e| Failure::client(&e))?;
             if args.json {
                 println!("{}", json!({"node": client.node_id(), "history": records}));
@@ -296,47 +364,310 @@ async fn execute(args: &Args, identity: &OperatorIdentity) -> Result<(), Failure
             }
             Ok(())
         }
-        request => leader_command(args, &clients, request).await,
+        request => leader_command(args, identity, request).await,
     }
 }
 
-/// The node whose history is most current: the leader, else the member that has applied
-/// the most (a removed node's history stops at its removal).
-async fn most_current(
-    clients: &[(SocketAddr, Result<Client, ClientError>)],
-) -> Result<&Client, Failure> {
-    let statuses = join_all(clients.iter().map(|(_, c)| async move {
-        match c {
-            Ok(c) => c.status().await.ok().map(|s| (c, s)),
-            Err(_) => None,
-        }
-    }))
-    .await;
-    let best = statuses
-        .into_iter()
-        .flatten()
-        .filter(|(_, s)| !matches!(s.role, Role::Removed | Role::Joining | Role::Founding))
-        .max_by_key(|(_, s)| (s.role == Role::Leader, s.applied));
-    match best {
-        Some((c, _)) => Ok(c),
-        None => first_reachable(clients).map(|(c, _)| c),
-    }
+/// What one node's asker reports, as it arrives.
+enum Report {
+    /// The node at `args.addrs[i]` answered `status` (again, when asked to keep asking).
+    Status(usize, Arc<Client>, Status),
+    /// It could not be reached, or stopped answering: final for that address. The client
+    /// is there when the connection was made and the status failed.
+    Failed(usize, Option<Arc<Client>>, ClientError),
 }
 
-fn first_reachable(
-    clients: &[(SocketAddr, Result<Client, ClientError>)],
-) -> Result<(&Client, SocketAddr), Failure> {
-    let mut errors = Vec::new();
-    for (addr, c) in clients {
-        match c {
-            Ok(c) => return Ok((c, *addr)),
-            Err(e) => errors.push(e.to_string()),
-        }
+/// How long [`ask_all`] goes on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ask {
+    /// Until a node says it leads, or every node answered once or failed.
+    Once,
+    /// Until a node says it leads (asking the others again every [`ASK_AGAIN`]: an
+    /// election may be under way), or the picture is complete and says no leader will be
+    /// found, or the timeout.
+    UntilLeader,
+}
+
+/// How often [`Ask::UntilLeader`] asks a node that does not lead for its status again.
+const ASK_AGAIN: Duration = Duration::from_millis(100);
+
+/// What the nodes said, by address index (the order of `--addr`).
+struct Found {
+    given: usize,
+    answers: BTreeMap<usize, (Arc<Client>, Status)>,
+    failed: BTreeMap<usize, (Option<Arc<Client>>, ClientError)>,
+}
+
+impl Found {
+    /// Every address answered or failed.
+    fn settled(&self) -> bool {
+        self.answers.len() + self.failed.len() == self.given
     }
-    Err(Failure::new(format!(
-        "no node could be reached: {}",
+
+    /// The node that says it leads (the highest term, should two say so).
+    fn leader(&self) -> Option<&Arc<Client>> {
+        self.answers
+            .values()
+            .filter(|(_, s)| s.role == Role::Leader)
+            .max_by_key(|(_, s)| s.term)
+            .map(|(c, _)| c)
+    }
+
+    /// The leader the answering nodes name (the first in `--addr` order that names one).
+    fn hint(&self) -> Option<NodeId> {
+        self.answers.values().find_map(|(_, s)| s.leader)
+    }
+
+    /// The client connected to node `id`, if its address was given and it answered.
+    fn client_of(&self, id: NodeId) -> Option<&Arc<Client>> {
+        self.answers
+            .values()
+            .map(|(c, _)| c)
+            .find(|c| c.node_id() == id)
+    }
+
+    /// The first connection made, in `--addr` order, whether or not it answered.
+    fn first_connected(&self) -> Option<&Arc<Client>> {
+        let answered = self.answers.iter().map(|(i, (c, _))| (*i, c));
+        let failed = self
+            .failed
+            .iter()
+            .filter_map(|(i, (c, _))| c.as_ref().map(|c| (*i, c)));
+        answered
+            .chain(failed)
+            .min_by_key(|(i, _)| *i)
+            .map(|(_, c)| c)
+    }
+
+    /// Why each address that failed did.
+    fn errors(&self) -> String {
+        let errors: Vec<String> = self.failed.values().map(|(_, e)| e.to_string()).collect();
         errors.join("; ")
-    )))
+    }
+
+    /// The node whose history is most current: the leader, else the member that has
+    /// applied the most (a removed node's history stops at its removal), else any node
+    /// connected to.
+    fn most_current(&self) -> Result<&Arc<Client>, Failure> {
+        self.answers
+            .values()
+            .filter(|(_, s)| !matches!(s.role, Role::Removed | Role::Joining | Role::Founding))
+            .max_by_key(|(_, s)| (s.role == Role::Leader, s.applied))
+            .map(|(c, _)| c)
+            .or_else(|| self.first_connected())
+            .ok_or_else(|| self.unreachable())
+    }
+
+    fn unreachable(&self) -> Failure {
+        Failure::new(format!("no node could be reached: {}", self.errors()))
+    }
+}
+
+/// Connects to node `i` and asks for its status, once or until told to stop, reporting
+/// each answer on `tx`.
+async fn ask_one(
+    i: usize,
+    addr: SocketAddr,
+    credentials: Credentials,
+    timeout: Duration,
+    ask: Ask,
+    tx: mpsc::UnboundedSender<Report>,
+) {
+    let wait = timeout.min(CONNECT_TIMEOUT);
+    let client = match tokio::time::timeout(wait, Client::connect(addr, credentials, None)).await {
+        Ok(Ok(mut c)) => {
+            c.set_timeout(timeout);
+            Arc::new(c)
+        }
+        Ok(Err(e)) => return drop(tx.send(Report::Failed(i, None, e))),
+        Err(_) => {
+            let e = ClientError::TimedOut {
+                addr,
+                what: "no TLS handshake; is a node's admin endpoint listening there?".into(),
+                timeout: wait,
+            };
+            return drop(tx.send(Report::Failed(i, None, e)));
+        }
+    };
+    loop {
+        match client.status().await {
+            Ok(s) => {
+                if tx.send(Report::Status(i, client.clone(), s)).is_err() {
+                    return;
+                }
+            }
+            Err(e) => return drop(tx.send(Report::Failed(i, Some(client), e))),
+        }
+        if ask == Ask::Once {
+            return;
+        }
+        tokio::time::sleep(ASK_AGAIN).await;
+    }
+}
+
+/// Asks every node for its status at once and returns as soon as one says it leads (see
+/// [`Ask`] for when else). A stopped node delays nothing: its asker is dropped unheard.
+async fn ask_all(args: &Args, identity: &OperatorIdentity, ask: Ask) -> Found {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut askers = JoinSet::new();
+    for (i, addr) in args.addrs.iter().enumerate() {
+        let credentials = Credentials::from(identity);
+        askers.spawn(ask_one(
+            i,
+            *addr,
+            credentials,
+            args.timeout,
+            ask,
+            tx.clone(),
+        ));
+    }
+    drop(tx);
+    let mut found = Found {
+        given: args.addrs.len(),
+        answers: BTreeMap::new(),
+        failed: BTreeMap::new(),
+    };
+    let deadline = tokio::time::Instant::now() + args.timeout;
+    loop {
+        if found.leader().is_some() || (found.settled() && found.complete(ask)) {
+            break;
+        }
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(Report::Status(i, c, s))) => {
+                found.answers.insert(i, (c, s));
+            }
+            Ok(Some(Report::Failed(i, c, e))) => {
+                found.answers.remove(&i);
+                found.failed.insert(i, (c, e));
+            }
+            // Every asker is done (none keeps asking), or the time is up.
+            Ok(None) | Err(_) => break,
+        }
+    }
+    // Dropping the join set stops the askers still waiting.
+    drop(askers);
+    found
+}
+
+impl Found {
+    /// Whether, every address having answered or failed, asking on is pointless.
+    fn complete(&self, ask: Ask) -> bool {
+        match ask {
+            Ask::Once => true,
+            // Every node answered and none leads: settled for now, unless they name a
+            // leader among them (which will say so when asked again). A node that did
+            // not answer may be the stopped leader whose followers elect another.
+            Ask::UntilLeader => {
+                self.failed.is_empty() && self.hint().is_none_or(|l| self.client_of(l).is_none())
+            }
+        }
+    }
+}
+
+/// Sends a leader-only command to the leader among the nodes (the only one, if there is
+/// only one), following a NotLeader hint once.
+async fn leader_command(
+    args: &Args,
+    identity: &OperatorIdentity,
+    request: &Request,
+) -> Result<(), Failure> {
+    if args.addrs.len() == 1 {
+        // One address: send it the command as it is; a follower's refusal names the
+        // leader, and `explain` says to give its address.
+        let (_, client) = connect_all(args, identity)
+            .await
+            .pop()
+            .expect("one address given");
+        let client = client.map_err(|e| Failure::new(format!("no node could be reached: {e}")))?;
+        let result = client.request(request).await;
+        return report(args, &client, request, result);
+    }
+    let found = ask_all(args, identity, Ask::UntilLeader).await;
+    let mut target: &Client = match found.leader() {
+        Some(c) => c,
+        None if found.answers.is_empty() => match found.first_connected() {
+            // Connected, but no status came back: the command's own answer says why.
+            Some(c) => c,
+            None => return Err(found.unreachable()),
+        },
+        None => return Err(found.no_leader(args)),
+    };
+    let mut result = target.request(request).await;
+    // Leadership may have moved between the status and the command: follow the hint
+    // once, when that node's address was given.
+    if let Err(ClientError::Node { reply, .. }) = &result {
+        if reply.kind == ErrorKind::NotLeader {
+            if let Some(next) = reply.leader_hint.and_then(|l| found.client_of(l)) {
+                target = next;
+                result = target.request(request).await;
+            }
+        }
+    }
+    report(args, target, request, result)
+}
+
+/// Prints what `target` answered to `request`, or makes the failure of it.
+fn report(
+    args: &Args,
+    target: &Client,
+    request: &Request,
+    result: Result<Reply, ClientError>,
+) -> Result<(), Failure> {
+    match result {
+        Ok(reply) => {
+            if args.json {
+                println!("{}", json!({"node": target.node_id(), "ok": reply}));
+            } else {
+                print_done(target.node_id(), request, &reply);
+            }
+            Ok(())
+        }
+        Err(e) => {
+            let mut f = Failure::client(&e);
+            if let ClientError::Node { reply, .. } = &e {
+                f.message = explain(target.node_id(), request, reply, args.addrs.len());
+            }
+            Err(f)
+        }
+    }
+}
+
+impl Found {
+    /// Why no leader was found: the picture was complete and says none leads (or the
+    /// one named was not given), or the time ran out.
+    fn no_leader(&self, args: &Args) -> Failure {
+        let n = self.given;
+        let hint = self.hint();
+        if self.settled() && self.complete(Ask::UntilLeader) {
+            return Failure::new(match hint {
+                Some(l) => format!(
+                    "no node among {n} reports itself leader; they name node {l}, whose admin address was not given"
+                ),
+                None => format!(
+                    "no node among {n} leads right now (no quorum, or an election is under way); retry, or check `status`"
+                ),
+            });
+        }
+        let mut s = format!(
+            "no node among {n} reported itself leader within {} s",
+            args.timeout.as_secs()
+        );
+        if let Some(l) = hint {
+            s.push_str(&format!("; they name node {l}"));
+        }
+        if !self.failed.is_empty() {
+            s.push_str(&format!("; {}", self.errors()));
+        }
+        let silent: Vec<String> = (0..n)
+            .filter(|i| !self.answers.contains_key(i) && !self.failed.contains_key(i))
+            .map(|i| args.addrs[i].to_string())
+            .collect();
+        if !silent.is_empty() {
+            s.push_str(&format!("; no answer yet from {}", silent.join(", ")));
+        }
+        s.push_str("; retry, or check `status`");
+        Failure::new(s)
+    }
 }
 
 async fn status_all(
@@ -388,87 +719,6 @@ async fn status_all(
         )));
     }
     Ok(())
-}
-
-/// Sends a leader-only command to the leader among `clients` (the only one, if there
-/// is only one), following a NotLeader hint once.
-async fn leader_command(
-    args: &Args,
-    clients: &[(SocketAddr, Result<Client, ClientError>)],
-    request: &Request,
-) -> Result<(), Failure> {
-    let reachable: Vec<&Client> = clients
-        .iter()
-        .filter_map(|(_, c)| c.as_ref().ok())
-        .collect();
-    if reachable.is_empty() {
-        // None reachable: this is the error naming why for each address.
-        return first_reachable(clients).map(|_| ());
-    }
-    let mut target: &Client = reachable[0];
-    if reachable.len() > 1 {
-        let statuses = join_all(
-            reachable
-                .iter()
-                .map(|c| async move { (*c, c.status().await) }),
-        )
-        .await;
-        let leader = statuses
-            .iter()
-            .filter_map(|(c, s)| s.as_ref().ok().map(|s| (*c, s)))
-            .filter(|(_, s)| s.role == Role::Leader)
-            .max_by_key(|(_, s)| s.term);
-        match leader {
-            Some((c, _)) => target = c,
-            None => {
-                let hint = statuses
-                    .iter()
-                    .filter_map(|(_, s)| s.as_ref().ok().and_then(|s| s.leader))
-                    .next();
-                return Err(Failure::new(match hint {
-                    Some(l) => format!(
-                        "no node among {} reports itself leader; they name node {l}, whose admin address was not given",
-                        args.addrs.len()
-                    ),
-                    None => format!(
-                        "no node among {} leads right now (no quorum, or an election is under way); retry, or check `status`",
-                        args.addrs.len()
-                    ),
-                }));
-            }
-        }
-    }
-    let mut result = target.request(request).await;
-    // Leadership may have moved between the status and the command: follow the hint
-    // once, when that node's address was given.
-    if let Err(ClientError::Node { reply, .. }) = &result {
-        if reply.kind == ErrorKind::NotLeader {
-            if let Some(next) = reply
-                .leader_hint
-                .and_then(|l| reachable.iter().find(|c| c.node_id() == l))
-            {
-                target = next;
-                result = target.request(request).await;
-            }
-        }
-    }
-    match result {
-        Ok(reply) => {
-            if args.json {
-                println!("{}", json!({"node": target.node_id(), "ok": reply}));
-            } else {
-                print_done(target.node_id(), request, &reply);
-            }
-            Ok(())
-        }
-        Err(e) => {
-            let mut f = Failure::client(&e);
-            if let ClientError::Node { reply, .. } = &e {
-                f.message = explain(target.node_id(), request, reply, args.addrs.len());
-            }
-            Err(f)
-        }
-    }
 }
 
 /// A refusal as a sentence, with what to do about it.

@@ -239,6 +239,51 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## Logging
+//!
+//! tenure logs through [slog](https://docs.rs/slog), as raft-rs does: to stderr by default
+//! ([`terminal_logger`]), or to any slog logger given to [`ConfigBuilder::logger`]. A host
+//! that logs with `tracing` turns on the cargo feature `tracing` and gives the node
+//! `tenure::logging::tracing_logger()`. Every record, raft-rs's included, then reaches
+//! the host's subscriber as a `tracing` event: its level, its message, its key-value
+//! pairs as fields (`node`, `raft_id`, `term`, ...), and the module it was logged in as
+//! the target, so that a filter can quiet raft-rs alone:
+//!
+//! ```toml
+//! tenure = { version = "0.1", features = ["tracing"] }
+//! ```
+//!
+//! ```no_run
+//! # #[cfg(feature = "tracing")]
+//! # async fn host() -> Result<(), Box<dyn std::error::Error>> {
+//! use tracing_subscriber::filter::{LevelFilter, Targets};
+//! use tracing_subscriber::prelude::*;
+//!
+//! // The host's subscriber: raft-rs at WARN, tenure's own records at INFO.
+//! let filter = Targets::new()
+//!     .with_target("raft", LevelFilter::WARN)
+//!     .with_default(LevelFilter::INFO);
+//! tracing_subscriber::registry()
+//!     .with(tracing_subscriber::fmt::layer())
+//!     .with(filter)
+//!     .init();
+//!
+//! let config = tenure::Config::builder(1)
+//!     .peer(1, "127.0.0.1:7001".parse()?)
+//!     .peer(2, "127.0.0.1:7002".parse()?)
+//!     .peer(3, "127.0.0.1:7003".parse()?)
+//!     .data_dir("/var/lib/worker-1/tenure")
+//!     .tls_dir("/etc/worker/tenure-certs")
+//!     .logger(tenure::logging::tracing_logger())
+//!     .build();
+//! let node = tenure::Node::start(config).await?;
+//! # let _ = node; Ok(()) }
+//! ```
+//!
+//! Events are dispatched on the thread that logs, so a subscriber that writes to a slow
+//! sink should do so through a non-blocking writer. The module `logging` documents the
+//! mapping in full.
+//!
 //! ## Layout
 //!
 //! | module | role |
@@ -269,6 +314,8 @@ mod founding;
 mod group_id;
 pub mod history;
 pub mod lease;
+#[cfg(feature = "tracing")]
+pub mod logging;
 pub mod metrics;
 #[doc(hidden)]
 pub mod mutation;

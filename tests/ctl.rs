@@ -105,6 +105,93 @@ impl Ctl {
     }
 }
 
+/// Runs ctl with exactly `args` (no certificates, no addresses); (exit code, stdout,
+/// stderr).
+fn ctl_bare(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(ctl_binary())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ctl");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn ctl_usage_errors_name_the_flag_and_exit_2() {
+    // Help: on stdout, exit code 0, every command listed.
+    let (code, out, _) = ctl_bare(&["--help"]);
+    assert_eq!(code, 0);
+    for command in [
+        "status",
+        "history",
+        "transfer",
+        "drain",
+        "undrain",
+        "members",
+        "completions",
+    ] {
+        assert!(out.contains(&format!("\n  {command} ")), "{command}: {out}");
+    }
+    assert!(
+        out.contains("--timeout <SECS>") && out.contains("Exit codes"),
+        "{out}"
+    );
+    let (code, out, _) = ctl_bare(&["members", "--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("replace") && out.contains("promote"), "{out}");
+
+    let d = "--certs=/nonexistent";
+    let a = "--addr=127.0.0.1:9";
+    for (args, names) in [
+        (
+            &[d, a, "--timeout", "0", "status"][..],
+            "'--timeout <SECS>'",
+        ),
+        (&[d, a, "--timeout", "soon", "status"], "'--timeout <SECS>'"),
+        (
+            &[d, "--addr", "localhost", "status"],
+            "'--addr <ADDR[,ADDR...]>'",
+        ),
+        (&[d, a, "--frobnicate", "status"], "'--frobnicate'"),
+        (&[d, a, "transfer", "--to", "0"], "'--to <ID>'"),
+        (&[d, a, "drain", "x"], "'<ID>'"),
+        (&[d, a, "members", "add", "4", "nowhere"], "'<ADDR>'"),
+        (&[d, a, "elect"], "'elect'"),
+        (&[a, "status"], "--certs DIR is required"),
+        (&[d, "status"], "--addr is required"),
+        (&[d, a], "Usage: ctl"),
+    ] {
+        let (code, out, err) = ctl_bare(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert!(err.contains(names), "{args:?} should name {names}: {err}");
+    }
+}
+
+#[test]
+fn ctl_prints_shell_completions_without_a_group() {
+    for (shell, marker) in [
+        ("bash", "complete -F _ctl"),
+        ("zsh", "#compdef ctl"),
+        ("fish", "complete -c ctl"),
+    ] {
+        let (code, out, err) = ctl_bare(&["completions", shell]);
+        assert_eq!(code, 0, "{shell}: {err}");
+        assert!(out.contains(marker), "{shell}: {out}");
+        // The script completes the commands and their flags (fish spells `-l timeout`).
+        for word in ["transfer", "members", "replace", "timeout", "certs"] {
+            assert!(out.contains(word), "{shell} script lacks {word}");
+        }
+    }
+    let (code, _, err) = ctl_bare(&["completions", "tcsh"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("'tcsh'") && err.contains("bash"), "{err}");
+}
+
 #[test]
 fn ctl_drives_worker_processes_through_their_admin_endpoints() {
     let mut g = Group::start(3, None, &["--admin", "127.0.0.1:0"]);
@@ -175,10 +262,14 @@ fn ctl_drives_worker_processes_through_their_admin_endpoints() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stdout.contains("raft port"), "{stdout}");
 
-    // Bad arguments: exit code 2 with the usage.
+    // Bad arguments: exit code 2 with the usage, naming what is missing.
     let (code, _, err) = ctl.all(&["members", "add", "4"]);
     assert_eq!(code, 2);
-    assert!(err.contains("usage: ctl"), "{err}");
+    assert!(err.contains("Usage: ctl members add <ID> <ADDR>"), "{err}");
+    assert!(
+        err.contains("required arguments were not provided"),
+        "{err}"
+    );
 
     // Grow the group: node 4 starts joining, ctl adds it as a learner and promotes it
     // once it has caught up (until then: "behind", exit code 1).
@@ -214,5 +305,98 @@ fn ctl_drives_worker_processes_through_their_admin_endpoints() {
     };
     assert!(out.contains("node 4 is a voter now"), "{out}");
     assert!(out.contains("voters 1 2 3 4"), "{out}");
+    g.stop();
+}
+
+/// One stopped node, its admin address still listed: a leader-only command goes to the
+/// leader as soon as it answers, instead of waiting for the stopped node's handshake
+/// (`CONNECT_TIMEOUT`, 10 s). Then the leader itself is stopped: ctl keeps asking the
+/// others until one of them has been elected, and acts there.
+#[test]
+fn leader_only_commands_answer_while_a_node_is_stopped() {
+    let mut g = Group::start(3, None, &["--admin", "127.0.0.1:0"]);
+    let mut admin = Vec::new();
+    for id in 1..=3u64 {
+        let e = g.wait_event(&format!("node {id} started"), LONG, |e| {
+            e.node == id && e.event == "started"
+        });
+        admin.push(e.v["admin"].as_str().expect("admin address").to_string());
+    }
+    let ctl = Ctl {
+        certs: g.dir.path().join("certs"),
+        addrs: admin.join(","),
+    };
+    let leader = ctl.agreed_leader();
+    // --addr adds up over repeats and skips empty parts, as before clap.
+    let split = format!("{},,{},", admin[0], admin[1]);
+    let out = ctl.run(&split, &["--addr", &admin[2], "--json", "status"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("status --json is JSON");
+    assert_eq!(v["nodes"].as_array().map(Vec::len), Some(3), "{v}");
+
+    let mut followers = (1..=3).filter(|id| *id != leader);
+    let (stopped, target) = (followers.next().unwrap(), followers.next().unwrap());
+
+    // A stopped follower: the leader answers at once, the transfer goes through.
+    g.signal(stopped, libc::SIGSTOP);
+    let timeout = Duration::from_secs(10);
+    let secs = timeout.as_secs().to_string();
+    let began = Instant::now();
+    let (code, out, err) = ctl.all(&["--timeout", &secs, "transfer", "--to", &target.to_string()]);
+    let took = began.elapsed();
+    eprintln!("transfer with node {stopped} stopped took {took:?}");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("leadership moved to node {target}")),
+        "{out}"
+    );
+    assert!(
+        took < timeout,
+        "transfer took {took:?}: it waited for the stopped node instead of acting when the leader answered"
+    );
+
+    // The history, too, comes from the leader without waiting for the stopped node.
+    let began = Instant::now();
+    let (code, out, err) = ctl.all(&["--timeout", &secs, "history"]);
+    let took = began.elapsed();
+    eprintln!("history with node {stopped} stopped took {took:?}");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("as node {target} has applied it")),
+        "{out}"
+    );
+    assert!(out.contains("handover"), "{out}");
+    assert!(took < timeout, "history took {took:?}");
+
+    // Now the leader stops. The others still name it for an election timeout, then elect
+    // one of themselves; ctl finds that one and drains the stopped node there.
+    g.signal(stopped, libc::SIGCONT);
+    assert_eq!(ctl.agreed_leader(), target);
+    g.signal(target, libc::SIGSTOP);
+    let began = Instant::now();
+    let (code, out, err) = ctl.all(&["--timeout", &secs, "--json", "drain", &target.to_string()]);
+    let took = began.elapsed();
+    eprintln!("drain with the leader (node {target}) stopped took {took:?}");
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).expect("drain --json is JSON");
+    let by = v["node"].as_u64().expect("node");
+    assert!(by == leader || by == stopped, "drained by node {by}: {v}");
+    assert_eq!(
+        v["ok"]["membership"]["drained"],
+        serde_json::json!([target]),
+        "{v}"
+    );
+    assert!(took < timeout, "drain took {took:?}");
+
+    // Two of three stopped: no leader can answer, so ctl gives up at its timeout and says
+    // who did not answer.
+    g.signal(by, libc::SIGSTOP);
+    let (code, _, err) = ctl.all(&["--timeout", "2", "undrain", &target.to_string()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("no node among 3 reported itself leader within 2 s")
+            && err.contains("no answer yet from"),
+        "{err}"
+    );
     g.stop();
 }
