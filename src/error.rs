@@ -146,8 +146,86 @@ pub struct LeaseLost {
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[error("the tenure node has stopped: {reason}")]
 pub struct NodeStopped {
-    /// Why it stopped ("shutdown", or the fatal error).
+    /// Why it stopped ("shutdown", or the fatal error), for people.
     pub reason: String,
+    /// Why it stopped, for code: match on it.
+    pub cause: StopCause,
+}
+
+impl NodeStopped {
+    /// A stop for `cause`, its `reason` the cause's message.
+    pub fn new(cause: StopCause) -> NodeStopped {
+        NodeStopped {
+            reason: cause.to_string(),
+            cause,
+        }
+    }
+
+    /// The node was shut down or killed (or is on its way out): `reason` says which.
+    pub(crate) fn shutdown(reason: &str) -> NodeStopped {
+        NodeStopped {
+            reason: reason.to_string(),
+            cause: StopCause::Shutdown,
+        }
+    }
+
+    /// Whether the node stopped on a fatal error (not a shutdown).
+    pub fn is_fatal(&self) -> bool {
+        self.cause != StopCause::Shutdown
+    }
+}
+
+/// Why a node stopped ([`NodeStopped::cause`]).
+///
+/// Every cause but [`Shutdown`](Self::Shutdown) is fatal: the node stopped by itself, its
+/// leases were revoked (with [`LostReason::Failed`]), and it must not be restarted on the
+/// same state before the cause is understood.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StopCause {
+    /// Shut down, killed, or every handle was dropped: not an error.
+    #[error("the node has stopped")]
+    Shutdown,
+    /// The store failed (disk error, corruption).
+    #[error("storage failed: {0}")]
+    Storage(StorageError),
+    /// The transport closed underneath the driver: nothing could reach the node any more.
+    #[error("transport closed")]
+    TransportClosed,
+    /// The leader of `term` told this node that it holds entries up to `commit`, which a
+    /// leader only says of entries this node acknowledged, but this node's log ends at
+    /// `last_index`: the node lost entries it had acknowledged (its data directory was
+    /// lost, replaced or rolled back while it ran or while it was down). A node that
+    /// forgets what it acknowledged can make the group lose committed entries.
+    ///
+    /// Fix: do not restart it on this data. Remove it from the group, wipe its data
+    /// directory and add it again as a new member, so it catches up from the others.
+    #[error("this node lost entries it had acknowledged: node {leader}, leader of term {term}, says it holds entries up to index {commit}, but its log ends at index {last_index} (its data was lost, replaced or rolled back); remove it from the group and add it again with an empty data directory")]
+    LostAcknowledgedData {
+        /// The leader that said so.
+        leader: NodeId,
+        /// The leader's term.
+        term: u64,
+        /// The commit index the leader sent.
+        commit: u64,
+        /// This node's last index.
+        last_index: u64,
+    },
+    /// raft-rs panicked (it asserts its invariants by panicking): the driver stopped at
+    /// once and never used its raft state again. A bug in tenure or raft-rs, or input
+    /// that tenure's checks ([`peer_input`](crate::peer_input)) did not foresee: report
+    /// it with the node's log.
+    #[error("raft-rs panicked while {during}: {message}")]
+    RaftPanicked {
+        /// What the driver was doing, e.g. "stepping MsgAppend from node 3 (term 7)".
+        during: String,
+        /// The panic's message.
+        message: String,
+    },
+    /// The driver task itself ended abnormally (panicked outside raft-rs, or was
+    /// cancelled).
+    #[error("driver task failed: {0}")]
+    DriverTask(String),
 }
 
 /// Why a leadership transfer did not happen.

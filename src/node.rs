@@ -14,7 +14,9 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, ReadMode, TlsSource};
 use crate::driver::{discard_logger, Command, Driver, DriverParts, MemberChange};
-use crate::error::{ConfigError, MembershipError, NodeStopped, StartError, TransferError};
+use crate::error::{
+    ConfigError, MembershipError, NodeStopped, StartError, StopCause, TransferError,
+};
 use crate::history::TenureRecord;
 use crate::lease::Lease;
 use crate::metrics::Metrics;
@@ -407,9 +409,7 @@ impl Node {
         match task {
             Some(t) => match t.await {
                 Ok(r) => r,
-                Err(e) => Err(NodeStopped {
-                    reason: format!("driver task failed: {e}"),
-                }),
+                Err(e) => Err(NodeStopped::new(StopCause::DriverTask(e.to_string()))),
             },
             None => {
                 // Another handle joined already; wait for the published stop.
@@ -637,9 +637,7 @@ fn check_membership<S: RaftStore>(
 }
 
 fn stopped() -> NodeStopped {
-    NodeStopped {
-        reason: "the node has stopped".into(),
-    }
+    NodeStopped::shutdown("the node has stopped")
 }
 
 /// Builds the default terminal logger (`slog-term` through `slog-async`) at `level`.

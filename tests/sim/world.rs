@@ -79,8 +79,9 @@ pub struct Outcome {
     pub healed_at_ns: u64,
     /// Simulated time at the end.
     pub end_ns: u64,
-    /// Drivers that panicked (raft-rs asserts its invariants by panicking): node, time
-    /// and message. Never expected: a run with any fails.
+    /// Drivers that panicked (raft-rs asserts its invariants by panicking) or stopped
+    /// because they lost entries they had acknowledged: node, time and message. Never
+    /// expected: a run with any fails.
     pub panics: Vec<(NodeId, u64, String)>,
 }
 
@@ -353,7 +354,9 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
     // The node stopped: it died at a torn write (the host restarts when the fault ends).
     if let Err(e) = node.join().await {
         let mut r = lock(&ctx.rec);
-        if e.reason.contains("panicked") {
+        // A panic, or a node that finds it lost what it acknowledged: never expected.
+        let lost = matches!(e.cause, tenure::StopCause::LostAcknowledgedData { .. });
+        if e.reason.contains("panicked") || lost {
             r.panics.push((id, sim_ns(), e.reason.clone()));
         }
         r.events
