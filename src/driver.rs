@@ -222,6 +222,9 @@ pub(crate) struct Driver<S: RaftStore> {
     recorded_term: u64,
     /// The term a leadership transfer to this node (MsgTimeoutNow) would start.
     handover_term: Option<u64>,
+    /// The term in which this node, leading, last sent MsgTimeoutNow: it never holds a
+    /// lease in that term again (docs/design.md, section 4).
+    timeout_now_sent: Option<u64>,
     /// raft-rs panicked: the RawNode is never used again (the driver stops).
     raft_panicked: bool,
     /// Nesting of [`Driver::guarded`] calls (only the outermost catches).
@@ -303,6 +306,7 @@ impl<S: RaftStore> Driver<S> {
             compact_after: parts.compact_after.max(1),
             recorded_term: 0,
             handover_term: None,
+            timeout_now_sent: None,
             raft_panicked: false,
             guard_depth: 0,
             refusals: RefusalLog::new(std::time::Duration::from_secs(10)),
@@ -825,9 +829,13 @@ impl<S: RaftStore> Driver<S> {
         Ok(())
     }
 
-    fn send(&self, msgs: Vec<Message>) {
+    fn send(&mut self, msgs: Vec<Message>) {
         let drained = self.state.is_drained(self.id);
         for m in msgs {
+            if m.get_msg_type() == MessageType::MsgTimeoutNow {
+                // From now on this term's leases are over for this node (section 4).
+                self.timeout_now_sent = Some(m.term);
+            }
             if drained
                 && matches!(
                     m.get_msg_type(),
@@ -1408,6 +1416,7 @@ impl<S: RaftStore> Driver<S> {
         }
 
         self.progress_transfer(now);
+        self.end_failed_handover();
         self.expire_lease(now);
         self.progress_changes(now);
         self.leader_duties(now);
@@ -1423,6 +1432,9 @@ impl<S: RaftStore> Driver<S> {
             }
         }
 
+        // The duties above may have moved the term or the role.
+        let term = self.raw.raft.term;
+        let leading = self.raw.raft.state == StateRole::Leader && self.is_voter(self.id);
         let handing_over = self.raw.raft.lead_transferee.is_some() || self.shutdown.is_some();
         if leading && self.recorded_term != term && !handing_over {
             // Record this tenure in the replicated history (once per term).
@@ -1446,7 +1458,11 @@ impl<S: RaftStore> Driver<S> {
                 l.extend(now + self.timing.lease_duration());
             }
         }
-        if leading && !handing_over && self.raw.raft.commit_to_current_term() {
+        if leading
+            && !handing_over
+            && self.may_hold_lease_in(term)
+            && self.raw.raft.commit_to_current_term()
+        {
             // Grant or extend the tenure.
             if let Some(until) = self.lease_until.filter(|u| now < *u) {
                 if self.lease.is_none() {
@@ -1594,6 +1610,34 @@ impl<S: RaftStore> Driver<S> {
             }
             self.transfer = None;
         }
+    }
+
+    /// Section 4 of docs/design.md: a leader that sent MsgTimeoutNow in term `t` never
+    /// holds a lease in `t` again (the forced election that message may still start, at
+    /// `t + 1`, skips the voters' in-lease refusal).
+    fn may_hold_lease_in(&self, term: u64) -> bool {
+        self.timeout_now_sent != Some(term) || mutation::active("lease-after-failed-transfer")
+    }
+
+    /// A handover that failed (the transfer is over, and this node still leads in the
+    /// term it sent MsgTimeoutNow in) ends in a new election: this node steps down into
+    /// the next term, because it may not hold a lease in this one again.
+    fn end_failed_handover(&mut self) {
+        let raft = &self.raw.raft;
+        let term = raft.term;
+        if raft.state != StateRole::Leader
+            || self.may_hold_lease_in(term)
+            || raft.lead_transferee.is_some()
+            || self.transfer.is_some()
+            || self.shutdown.is_some()
+        {
+            return;
+        }
+        warn!(self.logger,
+            "leadership transfer failed; stepping down into the next term (a leader that asked for a handover holds no lease in that term again)";
+            "term" => term, "next_term" => term + 1);
+        self.raw.raft.become_follower(term + 1, raft::INVALID_ID);
+        self.handle_ready();
     }
 
     fn start_round(

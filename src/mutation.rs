@@ -9,6 +9,7 @@
 //! | `persist-after-send` | votes and append responses leave before the state they promise is on disk |
 //! | `lease-before-read-index` | the lease is granted and renewed without waiting for a quorum-acknowledged round (an isolated leader keeps it until raft-rs steps it down) |
 //! | `no-restart-quiet` | a restarted node votes at once |
+//! | `lease-after-failed-transfer` | a leader whose handover failed keeps leading and takes a lease again in the term it sent `MsgTimeoutNow` in (a delayed `MsgTimeoutNow` then starts a forced election under that lease) |
 //! | `fence-accepts-any` | the SQLite fence accepts every token |
 //!
 //! Without the feature, [`active`] is a constant `false` and the checks compile away.
