@@ -9,16 +9,16 @@
 //! act (a `MsgTimeoutNow` from a node that does not lead starts a forced election; a
 //! remote `MsgTransferLeader` makes the leader hand over without revoking its lease).
 //!
-//! [`admit`] judges one message against what this node knows ([`Local`]) before the
+//! `admit` judges one message against what this node knows (`Local`) before the
 //! driver steps it into raft-rs: admitted, refused (dropped and counted by [`Refusal`],
 //! in `tenure_peer_messages_refused_total`), or fatal (this node acknowledged entries it
 //! no longer has: it must stop). It does no I/O and keeps no state; the driver logs
-//! refusals through a [`RefusalLog`], which rate-limits the warnings.
+//! refusals through a `RefusalLog`, which rate-limits the warnings.
 //!
 //! The rules and the argument for each are in `docs/design.md`, section 7 ("Input from
 //! peers"). What a rule refuses is never something a correct tenure peer sends, so
 //! refusing it costs nothing; the simulation's seeds (every message of hundreds of runs
-//! under faults goes through [`admit`]) check that no correct message is refused.
+//! under faults goes through `admit`) check that no correct message is refused.
 
 use raft::eraftpb::{ConfState, Message, MessageType};
 use raft::StateRole;
@@ -29,11 +29,11 @@ use crate::transport::NodeId;
 
 /// Terms above this are refused: 2^48 elections take millennia even at one per
 /// millisecond, and raft-rs adds to terms without overflow checks.
-pub(crate) const MAX_TERM: u64 = 1 << 48;
+pub const MAX_TERM: u64 = 1 << 48;
 
 /// Indices above this are refused: no log gets there, and raft-rs adds to indices
 /// without overflow checks.
-pub(crate) const MAX_INDEX: u64 = 1 << 62;
+pub const MAX_INDEX: u64 = 1 << 62;
 
 /// Why a message from a peer was dropped before it reached raft-rs.
 ///
