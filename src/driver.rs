@@ -436,16 +436,15 @@ impl<S: RaftStore> Driver<S> {
     fn inbound_item(&mut self, item: Inbound) {
         match item {
             Inbound::Message(m) => {
-                if m.to != self.id {
-                    debug!(self.logger, "dropping message for another node"; "to" => m.to, "from" => m.from);
-                    return;
-                }
                 // Only what a correct peer may send, in a state where it may send it,
                 // reaches raft-rs (docs/design.md, section 7).
                 match peer_input::admit(&m, &self.local_view(m.from)) {
                     Verdict::Admit => {}
                     Verdict::Refuse(r) => {
-                        if r != peer_input::Refusal::BadSender {
+                        if !matches!(
+                            r,
+                            peer_input::Refusal::BadSender | peer_input::Refusal::NotForThisNode
+                        ) {
                             self.last_heard.insert(m.from, self.clock.now());
                         }
                         self.refused(r, &m);

@@ -51,6 +51,8 @@ pub enum Refusal {
     NotAPeerMessage,
     /// `from` is 0 (raft-rs's "nobody") or this node's own id.
     BadSender,
+    /// `to` is not this node (a peer sends each node only what is addressed to it).
+    NotForThisNode,
     /// Term 0 (raft-rs takes it for a local message and skips every term check) or
     /// beyond [`MAX_TERM`].
     TermOutOfRange,
@@ -78,9 +80,10 @@ pub enum Refusal {
 
 impl Refusal {
     /// Every refusal, in counter order.
-    pub const ALL: [Refusal; 10] = [
+    pub const ALL: [Refusal; 11] = [
         Refusal::NotAPeerMessage,
         Refusal::BadSender,
+        Refusal::NotForThisNode,
         Refusal::TermOutOfRange,
         Refusal::Malformed,
         Refusal::NotFromLeader,
@@ -96,6 +99,7 @@ impl Refusal {
         match self {
             Refusal::NotAPeerMessage => "not_a_peer_message",
             Refusal::BadSender => "bad_sender",
+            Refusal::NotForThisNode => "not_for_this_node",
             Refusal::TermOutOfRange => "term_out_of_range",
             Refusal::Malformed => "malformed",
             Refusal::NotFromLeader => "not_from_leader",
@@ -148,12 +152,15 @@ pub(crate) enum Verdict {
     Fatal(StopCause),
 }
 
-/// Judges message `m` (already addressed to this node) against `local`. See the module
-/// docs and `docs/design.md` section 7.
+/// Judges message `m` against `local`. See the module docs and `docs/design.md`
+/// section 7.
 pub(crate) fn admit(m: &Message, local: &Local) -> Verdict {
     use MessageType::*;
     let t = m.get_msg_type();
     let refuse = Verdict::Refuse;
+    if m.to != local.id {
+        return refuse(Refusal::NotForThisNode);
+    }
     if !matches!(
         t,
         MsgAppend
@@ -392,11 +399,11 @@ mod tests {
         }
     }
 
+    /// Node 2 leading (every message here is addressed to node 2).
     fn leader() -> Local {
         Local {
-            id: 1,
             role: StateRole::Leader,
-            leader: 1,
+            leader: 2,
             ..follower()
         }
     }
@@ -468,6 +475,11 @@ mod tests {
             Some(Refusal::TermOutOfRange)
         );
         assert_eq!(admit(&msg(MsgHeartbeat, 1, 5), &l), Verdict::Admit);
+        let mut elsewhere = msg(MsgHeartbeat, 1, 5);
+        elsewhere.to = 3;
+        assert_eq!(refused(&elsewhere, &l), Some(Refusal::NotForThisNode));
+        elsewhere.to = 0;
+        assert_eq!(refused(&elsewhere, &l), Some(Refusal::NotForThisNode));
     }
 
     #[test]
