@@ -418,3 +418,64 @@ async fn a_panic_inside_raft_rs_stops_the_node_with_a_typed_cause() {
         n.kill().await;
     }
 }
+
+/// A node that is joining has no membership and an empty log: raft-rs would find every
+/// candidate up to date and grant its vote (a node that lost its data and came back
+/// empty could vote twice in a term). It grants none; the request is refused and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_node_grants_no_votes() {
+    let net = MemNetwork::new();
+    let peers = [1u64, 2, 3, 4].map(|p| (p, SocketAddr::from(([127, 0, 0, 1], 7000 + p as u16))));
+    let config = Config::builder(4)
+        .peers(peers)
+        .timing(support::cluster::test_timing())
+        .join(true)
+        .build();
+    let (transport, inbound) = net.endpoint(4);
+    let joining = Node::start_with(
+        config,
+        MemStore::new(ConfState::default()),
+        Arc::new(transport),
+        inbound,
+    )
+    .await
+    .expect("a joining node starts");
+    assert_eq!(joining.leadership().role, Role::Joining);
+    // Node 3, campaigning in term 7 with a log of 12 entries.
+    let (candidate, mut answers) = net.endpoint(3);
+    let mut vote = msg(MessageType::MsgRequestVote, 4, 7);
+    vote.index = 12;
+    vote.log_term = 6;
+    // Sent until the joining node refuses it or answers it (it ignores vote requests
+    // for an election timeout after its start, the restart quiet period).
+    let deadline = Instant::now() + WAIT;
+    let answer = loop {
+        candidate.send(vote.clone());
+        let until = Instant::now() + Duration::from_millis(20);
+        let answered = tokio::time::timeout_at(until, answers.recv()).await;
+        if let Ok(Some(tenure::transport::Inbound::Message(m))) = answered {
+            if m.get_msg_type() == MessageType::MsgRequestVoteResponse {
+                break Some(m);
+            }
+        }
+        if joining
+            .metrics()
+            .peer_refused(Refusal::VoteWithoutMembership)
+            > 0
+        {
+            break None;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the vote request was neither refused nor answered"
+        );
+    };
+    if let Some(m) = answer.filter(|m| !m.reject) {
+        panic!(
+            "the joining node granted its vote to node 3 in term {}: {m:?}",
+            m.term
+        );
+    }
+    assert_eq!(joining.leadership().term, 0, "the request moved its term");
+    joining.kill().await;
+}
