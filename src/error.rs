@@ -250,8 +250,11 @@ pub enum TransferError {
     /// first, or pick another node.
     #[error("node {0} is drained and may not lead (undrain it first)")]
     Drained(NodeId),
-    /// The target did not take over within an election timeout (it may be down or
-    /// behind); this node may still lead.
+    /// The target did not take over within an election timeout (it may be down, stalled
+    /// or behind). If this node had already asked it to campaign (`MsgTimeoutNow`), it
+    /// has stepped down into the next term, and the group elects a leader anew (it holds
+    /// no lease in the term of a failed handover again; docs/design.md, section 4).
+    /// Otherwise it may still lead.
     #[error("node {to} did not take over within {timeout_ms} ms")]
     TimedOut {
         /// The target.

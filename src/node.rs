@@ -355,6 +355,8 @@ impl Node {
 
     /// Hands leadership to `to`, or to the most up-to-date follower when `None`. This
     /// node's leases are revoked first. Resolves with the new leader's id once it leads.
+    /// A handover that fails after the target was asked to campaign ends in a new
+    /// election: this node steps down ([`TransferError::TimedOut`]).
     pub async fn transfer_leadership(&self, to: Option<NodeId>) -> Result<NodeId, TransferError> {
         let (tx, rx) = oneshot::channel();
         self.commands
