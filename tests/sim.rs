@@ -184,12 +184,13 @@ fn run_seed(seed: u64) -> SeedResult {
         let opts = Options::new(cfg.nodes as usize)
             .liveness(out.healed_at_ns, cfg.liveness_bound.as_nanos() as u64);
         let verdict = check(&out.events, &out.writes, &opts);
-        // A driver that panicked (raft-rs found its invariants broken) fails the run
-        // too, after whatever the checker found.
+        // A driver that panicked (raft-rs found its invariants broken) or found it had
+        // lost entries it acknowledged fails the run too, after whatever the checker
+        // found.
         let mut panics: String = out
             .panics
             .iter()
-            .map(|(node, at, why)| format!("\nn{node}'s driver panicked at {at} ns: {why}"))
+            .map(|(node, at, why)| format!("\nn{node}'s driver stopped at {at} ns: {why}"))
             .collect();
         // Every peer is correct here: no message may be refused, except a MsgTimeoutNow
         // that arrives after its receiver stopped following the leader that sent it (a
