@@ -703,7 +703,7 @@ async fn run(o: Options) -> i32 {
         println!("warning: could not remove {}", dir_path.display());
     }
     if report.violations.is_empty() {
-        println!("leases: OK (at most one lease holder per term; no lease began before the previous one ended)");
+        println!("leases: OK (the history checker: one lease holder per term, no lease began before another node's ended, no confirm after a majority moved on, applied histories agree)");
     } else {
         for v in &report.violations {
             println!("VIOLATION: {v}");

@@ -40,12 +40,15 @@ use tokio::time::Instant;
 use crate::clock::{LocalClock, Stamp};
 use crate::config::{ReadMode, Timing};
 use crate::election_rng::ElectionTimeouts;
-use crate::error::{LostReason, MembershipError, NodeStopped, StorageError, TransferError};
+use crate::error::{
+    LostReason, MembershipError, NodeStopped, StopCause, StorageError, TransferError,
+};
 use crate::history::{History, TenureRecord, TenureStart};
 use crate::lease::{FencingToken, Lease, LeaseShared};
 use crate::metrics::Metrics;
 use crate::mutation;
 use crate::node::{Leadership, Membership, Role, Status};
+use crate::peer_input::{self, Local, RefusalLog, Verdict};
 use crate::state::{decode_addrs, encode_addrs, Applied, GroupState};
 use crate::storage::{RaftStore, ReadyWrite};
 use crate::transport::{Hello, Inbound, NodeId, Standing, Transport};
@@ -219,6 +222,15 @@ pub(crate) struct Driver<S: RaftStore> {
     recorded_term: u64,
     /// The term a leadership transfer to this node (MsgTimeoutNow) would start.
     handover_term: Option<u64>,
+    /// The term in which this node, leading, last sent MsgTimeoutNow: it never holds a
+    /// lease in that term again (docs/design.md, section 4).
+    timeout_now_sent: Option<u64>,
+    /// raft-rs panicked: the RawNode is never used again (the driver stops).
+    raft_panicked: bool,
+    /// Nesting of [`Driver::guarded`] calls (only the outermost catches).
+    guard_depth: u32,
+    /// Rate limit of the warnings about refused peer messages.
+    refusals: RefusalLog,
 
     /// Until then, vote and pre-vote requests are dropped: a restarted node has forgotten
     /// when it last heard from a leader that may still hold a lease.
@@ -252,7 +264,7 @@ pub(crate) struct Driver<S: RaftStore> {
 enum StopKind {
     Graceful(Option<oneshot::Sender<()>>),
     Killed(oneshot::Sender<()>),
-    Failed(String),
+    Failed(StopCause),
     Dropped,
 }
 
@@ -297,6 +309,10 @@ impl<S: RaftStore> Driver<S> {
             compact_after: parts.compact_after.max(1),
             recorded_term: 0,
             handover_term: None,
+            timeout_now_sent: None,
+            raft_panicked: false,
+            guard_depth: 0,
+            refusals: RefusalLog::new(std::time::Duration::from_secs(10)),
             lease_until: None,
             lease: None,
             lease_waiters: Vec::new(),
@@ -325,10 +341,7 @@ impl<S: RaftStore> Driver<S> {
         // Replay the committed log above the snapshot (history, drains, conf changes)
         // before anything else, so the membership is current from the first message on.
         self.apply_addrs(&self.state.addrs.clone());
-        if let Err(e) = self.handle_ready() {
-            error!(self.logger, "storage failed; stopping"; "error" => %e);
-            self.fail(format!("storage failed: {e}"));
-        }
+        self.handle_ready();
         self.publish();
         self.update_hello();
         loop {
@@ -342,14 +355,16 @@ impl<S: RaftStore> Driver<S> {
                 biased;
                 cmd = self.commands.recv() => match cmd {
                     Some(cmd) => {
-                        self.on_command(cmd);
-                        while let Ok(cmd) = self.commands.try_recv() {
-                            self.on_command(cmd);
-                        }
+                        self.guarded(|| "handling a command".into(), |d| {
+                            d.on_command(cmd);
+                            while let Ok(cmd) = d.commands.try_recv() {
+                                d.on_command(cmd);
+                            }
+                        });
                     }
                     None => {
                         // Every Node and Lease handle is gone: leave gracefully.
-                        self.begin_shutdown(None);
+                        self.guarded(|| "shutting down".into(), |d| d.begin_shutdown(None));
                         if self.stop.is_none() && self.shutdown.is_none() {
                             self.stop = Some(StopKind::Dropped);
                         }
@@ -363,6 +378,9 @@ impl<S: RaftStore> Driver<S> {
                         Some(item) => {
                             self.on_inbound(item);
                             for _ in 0..256 {
+                                if self.stop.is_some() {
+                                    break; // a fatal message or a panic: stop here
+                                }
                                 match self.inbound.try_recv() {
                                     Ok(item) => self.on_inbound(item),
                                     Err(_) => break,
@@ -371,23 +389,24 @@ impl<S: RaftStore> Driver<S> {
                         }
                         None => {
                             // The transport is gone: nothing can reach us any more.
-                            self.fail("transport closed".into());
+                            self.fail(StopCause::TransportClosed);
                         }
                     }
                 }
                 _ = ticker.tick() => {
-                    self.raw.tick();
+                    self.guarded(|| "ticking".into(), |d| d.raw.tick());
                     self.update_health();
                 }
             }
             if self.stop.is_none() {
-                if let Err(e) = self.handle_ready() {
-                    error!(self.logger, "storage failed; stopping"; "error" => %e);
-                    self.fail(format!("storage failed: {e}"));
-                }
+                self.handle_ready();
             }
             if self.stop.is_none() {
-                self.after_ready(self.clock.stamp());
+                let now = self.clock.stamp();
+                self.guarded(
+                    || "acting on a Ready (leases, handover, membership)".into(),
+                    |d| d.after_ready(now),
+                );
                 self.update_hello();
             }
             if let Some(stop) = self.stop.take() {
@@ -428,12 +447,46 @@ impl<S: RaftStore> Driver<S> {
         }
     }
 
+    /// Judges and steps one inbound item (a panic in raft-rs stops the driver).
     fn on_inbound(&mut self, item: Inbound) {
+        let during = match &item {
+            Inbound::Message(m) => format!(
+                "stepping {:?} from node {} (term {})",
+                m.get_msg_type(),
+                m.from,
+                m.term
+            ),
+            Inbound::Unreachable(peer) => format!("reporting node {peer} unreachable"),
+            Inbound::Hello { from, .. } => format!("noting node {from}'s hello"),
+        };
+        self.guarded(|| during, |d| d.inbound_item(item));
+    }
+
+    fn inbound_item(&mut self, item: Inbound) {
         match item {
             Inbound::Message(m) => {
-                if m.to != self.id {
-                    debug!(self.logger, "dropping message for another node"; "to" => m.to, "from" => m.from);
-                    return;
+                // Only what a correct peer may send, in a state where it may send it,
+                // reaches raft-rs (docs/design.md, section 7).
+                match peer_input::admit(&m, &self.local_view(m.from)) {
+                    Verdict::Admit => {}
+                    Verdict::Refuse(r) => {
+                        if !matches!(
+                            r,
+                            peer_input::Refusal::BadSender | peer_input::Refusal::NotForThisNode
+                        ) {
+                            self.last_heard.insert(m.from, self.clock.now());
+                        }
+                        self.refused(r, &m);
+                        return;
+                    }
+                    Verdict::Fatal(cause) => {
+                        error!(self.logger, "stopping: this node lost entries it had acknowledged";
+                               "from" => m.from, "type" => ?m.get_msg_type(), "term" => m.term,
+                               "commit" => m.commit, "last_index" => self.raw.raft.raft_log.last_index(),
+                               "detail" => %cause);
+                        self.fail(cause);
+                        return;
+                    }
                 }
                 self.last_heard.insert(m.from, self.clock.now());
                 let t = m.get_msg_type();
@@ -473,6 +526,38 @@ impl<S: RaftStore> Driver<S> {
         }
     }
 
+    /// What [`peer_input::admit`] needs to know of this node, for a message from `from`.
+    fn local_view(&self, from: NodeId) -> Local {
+        let raft = &self.raw.raft;
+        Local {
+            id: self.id,
+            term: raft.term,
+            role: raft.state,
+            leader: raft.leader_id,
+            last_index: raft.raft_log.last_index(),
+            committed: {
+                let c = raft.raft_log.committed;
+                (c, raft.raft_log.term(c).unwrap_or(0))
+            },
+            has_membership: raft.prs().iter().len() > 0,
+            sender_tracked: raft.prs().get(from).is_some(),
+        }
+    }
+
+    /// Counts a refused peer message; warns about it at most once per reason every 10 s.
+    fn refused(&mut self, r: peer_input::Refusal, m: &Message) {
+        self.metrics.peer_refused_one(r);
+        let t = m.get_msg_type();
+        match self.refusals.note(r, self.clock.now()) {
+            Some(suppressed) => warn!(self.logger, "refused a message from a peer";
+                "reason" => r.as_str(), "from" => m.from, "type" => ?t, "term" => m.term,
+                "index" => m.index, "commit" => m.commit,
+                "refused_since_last_warning" => suppressed),
+            None => debug!(self.logger, "refused a message from a peer";
+                "reason" => r.as_str(), "from" => m.from, "type" => ?t, "term" => m.term),
+        }
+    }
+
     fn on_command(&mut self, cmd: Command) {
         match cmd {
             Command::Lease { reply } => {
@@ -501,9 +586,9 @@ impl<S: RaftStore> Driver<S> {
             },
             Command::Transfer { to, reply } => {
                 if self.shutdown.is_some() {
-                    let _ = reply.send(Err(TransferError::Stopped(NodeStopped {
-                        reason: "shutting down".into(),
-                    })));
+                    let _ = reply.send(Err(TransferError::Stopped(NodeStopped::shutdown(
+                        "shutting down",
+                    ))));
                     return;
                 }
                 match self.start_transfer(to) {
@@ -602,9 +687,9 @@ impl<S: RaftStore> Driver<S> {
                     info!(self.logger, "shutdown: waiting for handover"; "to" => target);
                     if let Some(t) = self.transfer.take() {
                         if let Some(r) = t.reply {
-                            let _ = r.send(Err(TransferError::Stopped(NodeStopped {
-                                reason: "shutting down".into(),
-                            })));
+                            let _ = r.send(Err(TransferError::Stopped(NodeStopped::shutdown(
+                                "shutting down",
+                            ))));
                         }
                     }
                     self.transfer = Some(PendingTransfer {
@@ -623,14 +708,68 @@ impl<S: RaftStore> Driver<S> {
         self.stop = Some(StopKind::Graceful(reply));
     }
 
-    fn fail(&mut self, why: String) {
+    fn fail(&mut self, cause: StopCause) {
         if self.stop.is_none() {
-            self.stop = Some(StopKind::Failed(why));
+            self.stop = Some(StopKind::Failed(cause));
+        }
+    }
+
+    /// Runs `f` on the driver, catching a panic inside it (raft-rs asserts its invariants
+    /// by panicking): a panic stops the driver with [`StopCause::RaftPanicked`], logged
+    /// with `during`, and the RawNode is never used again. `None` after a panic, or when
+    /// an earlier one stopped the driver. Every use of the RawNode in the loop runs
+    /// inside one; nested calls run `f` as is, so that a panic unwinds to the outermost
+    /// and nothing after it touches the RawNode.
+    fn guarded<T>(
+        &mut self,
+        during: impl FnOnce() -> String,
+        f: impl FnOnce(&mut Self) -> T,
+    ) -> Option<T> {
+        if self.raft_panicked {
+            return None;
+        }
+        if self.guard_depth > 0 {
+            return Some(f(self));
+        }
+        self.guard_depth += 1;
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut *self)));
+        self.guard_depth = 0;
+        match result {
+            Ok(v) => Some(v),
+            Err(payload) => {
+                let message = payload
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "(no message)".into());
+                let during = during();
+                error!(self.logger, "raft-rs panicked; stopping this node (its raft state is not used again)";
+                       "during" => &during, "panic" => &message);
+                self.raft_panicked = true;
+                self.fail(StopCause::RaftPanicked { during, message });
+                None
+            }
+        }
+    }
+
+    /// One pass over raft-rs's Ready ([`Driver::ready_pass`]); a storage error or a panic
+    /// stops the driver.
+    fn handle_ready(&mut self) {
+        match self.guarded(|| "handling a Ready".into(), |d| d.ready_pass()) {
+            Some(Err(StorageError::LostData { detail })) => {
+                error!(self.logger, "this node lost its data; stopping"; "detail" => &detail);
+                self.fail(StopCause::LostData { detail });
+            }
+            Some(Err(e)) => {
+                error!(self.logger, "storage failed; stopping"; "error" => %e);
+                self.fail(StopCause::Storage(e));
+            }
+            _ => {}
         }
     }
 
     /// One pass over raft-rs's Ready, in the required order.
-    fn handle_ready(&mut self) -> Result<(), StorageError> {
+    fn ready_pass(&mut self) -> Result<(), StorageError> {
         if !self.raw.has_ready() {
             return Ok(());
         }
@@ -752,9 +891,13 @@ impl<S: RaftStore> Driver<S> {
         Ok(())
     }
 
-    fn send(&self, msgs: Vec<Message>) {
+    fn send(&mut self, msgs: Vec<Message>) {
         let drained = self.state.is_drained(self.id);
         for m in msgs {
+            if m.get_msg_type() == MessageType::MsgTimeoutNow {
+                // From now on this term's leases are over for this node (section 4).
+                self.timeout_now_sent = Some(m.term);
+            }
             if drained
                 && matches!(
                     m.get_msg_type(),
@@ -1339,6 +1482,7 @@ impl<S: RaftStore> Driver<S> {
         }
 
         self.progress_transfer(now);
+        self.end_failed_handover();
         self.expire_lease(at);
         self.progress_changes(now);
         self.leader_duties(now);
@@ -1346,9 +1490,7 @@ impl<S: RaftStore> Driver<S> {
         if let Some((m, at)) = self.held_timeout_now.take() {
             if !self.state.is_drained(self.id) {
                 self.on_inbound(Inbound::Message(m));
-                if let Err(e) = self.handle_ready() {
-                    self.fail(format!("storage failed: {e}"));
-                }
+                self.handle_ready();
             } else if now.duration_since(at) < self.timing.heartbeat_interval() * 2 {
                 self.held_timeout_now = Some((m, at));
             } else {
@@ -1356,6 +1498,9 @@ impl<S: RaftStore> Driver<S> {
             }
         }
 
+        // The duties above may have moved the term or the role.
+        let term = self.raw.raft.term;
+        let leading = self.raw.raft.state == StateRole::Leader && self.is_voter(self.id);
         let handing_over = self.raw.raft.lead_transferee.is_some() || self.shutdown.is_some();
         if leading && self.recorded_term != term && !handing_over {
             // Record this tenure in the replicated history (once per term).
@@ -1379,7 +1524,11 @@ impl<S: RaftStore> Driver<S> {
                 l.extend(at.add(self.timing.lease_duration()));
             }
         }
-        if leading && !handing_over && self.raw.raft.commit_to_current_term() {
+        if leading
+            && !handing_over
+            && self.may_hold_lease_in(term)
+            && self.raw.raft.commit_to_current_term()
+        {
             // Grant or extend the tenure.
             if let Some(until) = self.lease_until.filter(|u| at.before(*u)) {
                 if self.lease.is_none() {
@@ -1404,9 +1553,7 @@ impl<S: RaftStore> Driver<S> {
                 let waiters = std::mem::take(&mut self.pending_confirms);
                 self.start_round(at, waiters);
                 // The round's heartbeats are in a new Ready: send them now.
-                if let Err(e) = self.handle_ready() {
-                    self.fail(format!("storage failed: {e}"));
-                }
+                self.handle_ready();
             }
         } else if leading {
             for w in self.pending_confirms.drain(..) {
@@ -1529,6 +1676,34 @@ impl<S: RaftStore> Driver<S> {
             }
             self.transfer = None;
         }
+    }
+
+    /// Section 4 of docs/design.md: a leader that sent MsgTimeoutNow in term `t` never
+    /// holds a lease in `t` again (the forced election that message may still start, at
+    /// `t + 1`, skips the voters' in-lease refusal).
+    fn may_hold_lease_in(&self, term: u64) -> bool {
+        self.timeout_now_sent != Some(term) || mutation::active("lease-after-failed-transfer")
+    }
+
+    /// A handover that failed (the transfer is over, and this node still leads in the
+    /// term it sent MsgTimeoutNow in) ends in a new election: this node steps down into
+    /// the next term, because it may not hold a lease in this one again.
+    fn end_failed_handover(&mut self) {
+        let raft = &self.raw.raft;
+        let term = raft.term;
+        if raft.state != StateRole::Leader
+            || self.may_hold_lease_in(term)
+            || raft.lead_transferee.is_some()
+            || self.transfer.is_some()
+            || self.shutdown.is_some()
+        {
+            return;
+        }
+        warn!(self.logger,
+            "leadership transfer failed; stepping down into the next term (a leader that asked for a handover holds no lease in that term again)";
+            "term" => term, "next_term" => term + 1);
+        self.raw.raft.become_follower(term + 1, raft::INVALID_ID);
+        self.handle_ready();
     }
 
     fn start_round(
@@ -1710,12 +1885,7 @@ impl<S: RaftStore> Driver<S> {
         let (reason, result) = match &stop {
             StopKind::Graceful(_) | StopKind::Dropped => (LostReason::Shutdown, Ok(())),
             StopKind::Killed(_) => (LostReason::Shutdown, Ok(())),
-            StopKind::Failed(why) => (
-                LostReason::Failed,
-                Err(NodeStopped {
-                    reason: why.clone(),
-                }),
-            ),
+            StopKind::Failed(cause) => (LostReason::Failed, Err(NodeStopped::new(cause.clone()))),
         };
         self.revoke(reason);
         for (_, r) in std::mem::take(&mut self.rounds) {
@@ -1725,9 +1895,9 @@ impl<S: RaftStore> Driver<S> {
         }
         if let Some(t) = self.transfer.take() {
             if let Some(reply) = t.reply {
-                let _ = reply.send(Err(TransferError::Stopped(NodeStopped {
-                    reason: "node stopped".into(),
-                })));
+                let _ = reply.send(Err(TransferError::Stopped(NodeStopped::shutdown(
+                    "node stopped",
+                ))));
             }
         }
         self.lease_waiters.clear();

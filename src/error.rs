@@ -203,8 +203,98 @@ pub struct LeaseLost {
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[error("the tenure node has stopped: {reason}")]
 pub struct NodeStopped {
-    /// Why it stopped ("shutdown", or the fatal error).
+    /// Why it stopped ("shutdown", or the fatal error), for people.
     pub reason: String,
+    /// Why it stopped, for code: match on it.
+    pub cause: StopCause,
+}
+
+impl NodeStopped {
+    /// A stop for `cause`, its `reason` the cause's message.
+    pub fn new(cause: StopCause) -> NodeStopped {
+        NodeStopped {
+            reason: cause.to_string(),
+            cause,
+        }
+    }
+
+    /// The node was shut down or killed (or is on its way out): `reason` says which.
+    pub(crate) fn shutdown(reason: &str) -> NodeStopped {
+        NodeStopped {
+            reason: reason.to_string(),
+            cause: StopCause::Shutdown,
+        }
+    }
+
+    /// Whether the node stopped on a fatal error (not a shutdown).
+    pub fn is_fatal(&self) -> bool {
+        self.cause != StopCause::Shutdown
+    }
+}
+
+/// Why a node stopped ([`NodeStopped::cause`]).
+///
+/// Every cause but [`Shutdown`](Self::Shutdown) is fatal: the node stopped by itself, its
+/// leases were revoked (with [`LostReason::Failed`]), and it must not be restarted on the
+/// same state before the cause is understood.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StopCause {
+    /// Shut down, killed, or every handle was dropped: not an error.
+    #[error("the node has stopped")]
+    Shutdown,
+    /// The store failed (disk error, corruption).
+    #[error("storage failed: {0}")]
+    Storage(StorageError),
+    /// The transport closed underneath the driver: nothing could reach the node any more.
+    #[error("transport closed")]
+    TransportClosed,
+    /// The leader of `term` told this node that it holds entries up to `commit`, which a
+    /// leader only says of entries this node acknowledged, but this node's log ends at
+    /// `last_index`: the node lost entries it had acknowledged (its data directory was
+    /// lost, replaced or rolled back while it ran or while it was down). A node that
+    /// forgets what it acknowledged can make the group lose committed entries.
+    ///
+    /// Fix: do not restart it on this data. Remove it from the group, wipe its data
+    /// directory and add it again as a new member, so it catches up from the others.
+    #[error("this node lost entries it had acknowledged: node {leader}, leader of term {term}, says it holds entries up to index {commit}, but its log ends at index {last_index} (its data was lost, replaced or rolled back); remove it from the group and add it again with an empty data directory")]
+    LostAcknowledgedData {
+        /// The leader that said so.
+        leader: NodeId,
+        /// The leader's term.
+        term: u64,
+        /// The commit index the leader sent.
+        commit: u64,
+        /// This node's last index.
+        last_index: u64,
+    },
+    /// This node holds no store (or an empty one it was started with to join), but the
+    /// group already counts on a vote and a log of it: a member's store has moved on
+    /// since founding, or the leader's first snapshot names this node a voter. Its data
+    /// folder was lost; a member that forgot its vote and log must not return as a voter.
+    ///
+    /// Fix: do not start this node id on this folder again. Replace it by a new node id
+    /// that joins the group (README: a replacement machine), then remove the old id.
+    #[error("{detail}")]
+    LostData {
+        /// What showed it, for people.
+        detail: String,
+    },
+    /// raft-rs panicked (it asserts its invariants by panicking): the driver stopped at
+    /// once and never used its raft state again. A bug in tenure or raft-rs, or input
+    /// that tenure's checks ([`peer_input`](crate::peer_input)) did not foresee: report
+    /// it with the node's log.
+    #[error("raft-rs panicked while {during}: {message}")]
+    RaftPanicked {
+        /// What the driver was doing, e.g. "stepping MsgAppend from node 3 (term 7)".
+        during: String,
+        /// The panic's message.
+        message: String,
+    },
+    /// The driver task itself ended abnormally (panicked outside raft-rs, or was
+    /// cancelled).
+    #[error("driver task failed: {0}")]
+    DriverTask(String),
 }
 
 /// Why a leadership transfer did not happen.
@@ -229,8 +319,11 @@ pub enum TransferError {
     /// first, or pick another node.
     #[error("node {0} is drained and may not lead (undrain it first)")]
     Drained(NodeId),
-    /// The target did not take over within an election timeout (it may be down or
-    /// behind); this node may still lead.
+    /// The target did not take over within an election timeout (it may be down, stalled
+    /// or behind). If this node had already asked it to campaign (`MsgTimeoutNow`), it
+    /// has stepped down into the next term, and the group elects a leader anew (it holds
+    /// no lease in the term of a failed handover again; docs/design.md, section 4).
+    /// Otherwise it may still lead.
     #[error("node {to} did not take over within {timeout_ms} ms")]
     TimedOut {
         /// The target.

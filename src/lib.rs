@@ -300,6 +300,7 @@
 //! | [`fence`] | resource-side token checks: SQLite and RocksDB fences |
 //! | [`runner`] | leader-only tasks: run while leased, cancel when lost |
 //! | [`metrics`] | Prometheus text exposition and a tiny HTTP endpoint |
+//! | [`peer_input`] | which messages from peers may reach raft-rs (refused ones are counted) |
 //! | [`admin`] | operator controls: the admin endpoint (operator certificates only) and its client |
 #![deny(missing_docs)]
 
@@ -320,13 +321,16 @@ pub mod metrics;
 #[doc(hidden)]
 pub mod mutation;
 mod node;
+pub mod peer_input;
 pub mod runner;
 mod state;
 pub mod storage;
 pub mod transport;
 
 pub use config::{Config, ConfigBuilder, ReadMode, Timing, TlsSource};
-pub use error::{LeaseLost, LostReason, MembershipError, NodeStopped, StartError, TransferError};
+pub use error::{
+    LeaseLost, LostReason, MembershipError, NodeStopped, StartError, StopCause, TransferError,
+};
 pub use fence::{FenceError, RocksFence, SqliteFence};
 pub use group_id::{GroupId, GroupIdError};
 pub use history::{TenureEnd, TenureRecord, TenureStart};

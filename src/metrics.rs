@@ -29,6 +29,7 @@
 //! | `tenure_lease_revocations_total{reason}` | counter | leases revoked, by reason |
 //! | `tenure_fence_accepted_total{fence}` / `tenure_fence_rejections_total{fence}` | counter | registered fences |
 //! | `tenure_transport_*_total` | counter | messages sent/received/dropped, frames rejected, connections |
+//! | `tenure_peer_messages_refused_total{reason}` | counter | authenticated peer messages dropped before raft-rs, by [`Refusal`] (a correct peer sends none) |
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -42,6 +43,7 @@ use tokio::task::JoinHandle;
 
 use crate::error::LostReason;
 use crate::fence::FenceStats;
+use crate::peer_input::Refusal;
 use crate::transport::TransportStatsSnapshot;
 
 const RENEW_BUCKETS: &[f64] = &[
@@ -123,6 +125,7 @@ pub struct Metrics {
     failover: Histogram,
     fences: Mutex<Vec<(String, Arc<FenceStats>)>>,
     transport: Mutex<Option<TransportStatsSnapshot>>,
+    peer_refused: [AtomicU64; Refusal::ALL.len()],
 }
 
 const REASONS: [LostReason; 6] = [
@@ -154,6 +157,7 @@ impl Metrics {
             failover: Histogram::new(FAILOVER_BUCKETS),
             fences: Mutex::new(Vec::new()),
             transport: Mutex::new(None),
+            peer_refused: Default::default(),
         })
     }
 
@@ -207,6 +211,15 @@ impl Metrics {
 
     pub(crate) fn set_transport(&self, t: TransportStatsSnapshot) {
         *self.transport.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+    }
+
+    pub(crate) fn peer_refused_one(&self, r: Refusal) {
+        self.peer_refused[r.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Peer messages refused so far for `reason` (dropped before raft-rs saw them).
+    pub fn peer_refused(&self, reason: Refusal) -> u64 {
+        self.peer_refused[reason.index()].load(Ordering::Relaxed)
     }
 
     /// Lease revocations so far for `reason`.
@@ -294,6 +307,19 @@ impl Metrics {
                 "tenure_lease_revocations_total{{node=\"{node}\",reason=\"{}\"}} {}",
                 r.as_str(),
                 l(&self.revocations[i])
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP tenure_peer_messages_refused_total Peer messages dropped before raft-rs, by reason."
+        );
+        let _ = writeln!(out, "# TYPE tenure_peer_messages_refused_total counter");
+        for r in Refusal::ALL {
+            let _ = writeln!(
+                out,
+                "tenure_peer_messages_refused_total{{node=\"{node}\",reason=\"{}\"}} {}",
+                r.as_str(),
+                self.peer_refused(r)
             );
         }
         self.renew.render(

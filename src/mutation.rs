@@ -10,6 +10,7 @@
 //! | `lease-before-read-index` | the lease is granted and renewed without waiting for a quorum-acknowledged round (an isolated leader keeps it until raft-rs steps it down) |
 //! | `no-restart-quiet` | a restarted node votes at once |
 //! | `lease-ignores-boottime` | the lease's period is counted on `CLOCK_MONOTONIC` alone: time suspended (or stalled but counted by `CLOCK_BOOTTIME`) does not end it |
+//! | `lease-after-failed-transfer` | a leader whose handover failed keeps leading and takes a lease again in the term it sent `MsgTimeoutNow` in (a delayed `MsgTimeoutNow` then starts a forced election under that lease) |
 //! | `fence-accepts-any` | the SQLite fence accepts every token |
 //!
 //! Without the feature, [`active`] is a constant `false` and the checks compile away.

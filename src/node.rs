@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use crate::config::{Config, ReadMode, TlsSource};
 use crate::driver::{discard_logger, Command, Driver, DriverParts, MemberChange};
 use crate::error::{
-    ConfigError, MembershipError, NodeStopped, StartError, StorageError, TransferError,
+    ConfigError, MembershipError, NodeStopped, StartError, StopCause, StorageError, TransferError,
 };
 use crate::founding;
 use crate::group_id::GroupId;
@@ -359,6 +359,8 @@ impl Node {
 
     /// Hands leadership to `to`, or to the most up-to-date follower when `None`. This
     /// node's leases are revoked first. Resolves with the new leader's id once it leads.
+    /// A handover that fails after the target was asked to campaign ends in a new
+    /// election: this node steps down ([`TransferError::TimedOut`]).
     pub async fn transfer_leadership(&self, to: Option<NodeId>) -> Result<NodeId, TransferError> {
         let (tx, rx) = oneshot::channel();
         self.commands
@@ -413,9 +415,7 @@ impl Node {
         match task {
             Some(t) => match t.await {
                 Ok(r) => r,
-                Err(e) => Err(NodeStopped {
-                    reason: format!("driver task failed: {e}"),
-                }),
+                Err(e) => Err(NodeStopped::new(StopCause::DriverTask(e.to_string()))),
             },
             None => {
                 // Another handle joined already; wait for the published stop.
@@ -672,9 +672,9 @@ impl<S: RaftStore> Setup<S> {
     /// snapshot, then runs the driver. Commands that came meanwhile are answered by it.
     async fn found_then_run(mut self) -> Result<(), NodeStopped> {
         let Some(group) = self.config.found else {
-            return Err(NodeStopped {
-                reason: "founding without a group id".into(),
-            });
+            return Err(NodeStopped::new(StopCause::DriverTask(
+                "founding without a group id".into(),
+            )));
         };
         let waited = founding::wait_to_found(
             self.config.id,
@@ -696,12 +696,14 @@ impl<S: RaftStore> Setup<S> {
                 self.leadership.send_replace(last);
                 return match not {
                     founding::NotFounded::Stopped => Ok(()),
-                    founding::NotFounded::LostData(reason) => Err(NodeStopped { reason }),
+                    founding::NotFounded::LostData(detail) => {
+                        Err(NodeStopped::new(StopCause::LostData { detail }))
+                    }
                 };
             }
         };
-        let failed = |e: &dyn std::fmt::Display| NodeStopped {
-            reason: format!("founding failed: {e}"),
+        let failed = |e: &dyn std::fmt::Display| {
+            NodeStopped::new(StopCause::DriverTask(format!("founding failed: {e}")))
         };
         found(&self.store, &self.config, group).map_err(|e| failed(&e))?;
         let tx = self.command_tx.upgrade();
@@ -823,9 +825,7 @@ fn check_membership<S: RaftStore>(
 }
 
 fn stopped() -> NodeStopped {
-    NodeStopped {
-        reason: "the node has stopped".into(),
-    }
+    NodeStopped::shutdown("the node has stopped")
 }
 
 /// Builds the default terminal logger (`slog-term` through `slog-async`) at `level`.

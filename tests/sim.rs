@@ -5,7 +5,12 @@
 //! turmoil's UDP through `sim/udp.rs`), with a memory store whose disk survives crashes.
 //! A seeded schedule injects partitions (symmetric majority/minority, isolated leader,
 //! one-way, a bridge node that sees both sides), crashes and restarts, pauses (held
-//! links), packet loss and delay; the workload on every node confirms its lease and
+//! links), packet loss and delay; among them, an operator hands leadership over (to the
+//! best follower, to a named node, to a node a fault stalls, and the stalled handover of
+//! docs/design.md section 4: the target stalls, the transfer times out, the target wakes
+//! with its packets to the old leader lost) and drains and undrains nodes (drawn from an
+//! RNG of their own, so each seed keeps the faults it always had); the workload on every
+//! node confirms its lease and
 //! writes to a fenced resource with its token, sometimes stalling between the two. The
 //! history checker (`support/checker.rs`) judges every run, liveness after the last
 //! heal included, and every node's applied leadership history (sampled every 10 ms of
@@ -88,8 +93,8 @@ use rand::{Rng, SeedableRng};
 use tenure::{ReadMode, Timing};
 
 use checker::{check, Options};
-use schedule::{Schedule, ScheduleShape};
-use world::{run, RunConfig};
+use schedule::{random_ops, Op, Schedule, ScheduleShape};
+use world::{run_with_ops, RunConfig};
 
 fn timing() -> Timing {
     // The cluster tests' timing: 10 ms ticks, 30 ms heartbeats, elections 150–250 ms.
@@ -107,18 +112,31 @@ const LIVENESS_BOUND: Duration = Duration::from_millis(2000);
 /// any two clocks within 3 % of each other, inside `Timing::max_clock_drift` (5 %).
 const CLOCK_SPREAD: f64 = 0.015;
 
-fn config_for(seed: u64) -> RunConfig {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let nodes = if seed % 4 == 3 { 3 } else { 5 };
-    let ids: Vec<u64> = (1..=nodes).collect();
-    let shape = ScheduleShape {
+fn shape() -> ScheduleShape {
+    ScheduleShape {
         warmup: Duration::from_millis(600),
         window: Duration::from_millis(1600),
         faults: (2, 5),
         length: (Duration::from_millis(100), Duration::from_millis(900)),
         // Half an election timeout to three.
         clock_jump: (Duration::from_millis(75), Duration::from_millis(450)),
-    };
+    }
+}
+
+/// The operator's part of seed `seed`'s run: 0 to 3 transfers and drains among the
+/// faults, half of the transfers to a node a fault stalls. Drawn from an RNG of their
+/// own, so the faults of a seed are those it always had.
+fn ops_for(seed: u64, cfg: &RunConfig) -> Vec<Op> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x0be7_a70e);
+    let ids: Vec<u64> = (1..=cfg.nodes).collect();
+    random_ops(&mut rng, &ids, &cfg.schedule, shape(), (0, 3))
+}
+
+fn config_for(seed: u64) -> RunConfig {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let nodes = if seed % 4 == 3 { 3 } else { 5 };
+    let ids: Vec<u64> = (1..=nodes).collect();
+    let shape = shape();
     RunConfig {
         seed,
         nodes,
@@ -152,6 +170,12 @@ struct SeedResult {
     nodes: u64,
     read_mode: ReadMode,
     faults: Vec<&'static str>,
+    /// The operator ops drawn, by name.
+    ops: Vec<&'static str>,
+    /// The operator calls made, and whether each succeeded.
+    op_results: Vec<(&'static str, bool)>,
+    /// Peer messages refused, by reason.
+    refused: BTreeMap<&'static str, u64>,
     recovery_ns: Option<u64>,
     /// History samples judged by rule (f).
     histories: usize,
@@ -166,9 +190,11 @@ struct SeedResult {
 /// Runs seed `seed` and checks it.
 fn run_seed(seed: u64) -> SeedResult {
     let cfg = config_for(seed);
+    let ops = ops_for(seed, &cfg);
     let faults = cfg.schedule.faults.iter().map(|f| f.kind.name()).collect();
+    let op_names = ops.iter().map(|o| o.kind.name()).collect();
     let result = std::panic::catch_unwind(|| {
-        let out = run(&cfg);
+        let out = run_with_ops(&cfg, &ops);
         let opts = Options::new(cfg.nodes as usize)
             .liveness(out.healed_at_ns, cfg.liveness_bound.as_nanos() as u64)
             .clock_faults(
@@ -176,29 +202,50 @@ fn run_seed(seed: u64) -> SeedResult {
                 cfg.read_mode == ReadMode::LeaseBased,
             );
         let verdict = check(&out.events, &out.writes, &opts);
-        // A driver that panicked (raft-rs found its invariants broken) fails the run
-        // too, after whatever the checker found.
-        let panics: String = out
+        // A driver that panicked (raft-rs found its invariants broken) or found it had
+        // lost entries it acknowledged fails the run too, after whatever the checker
+        // found.
+        let mut panics: String = out
             .panics
             .iter()
-            .map(|(node, at, why)| format!("\nn{node}'s driver panicked at {at} ns: {why}"))
+            .map(|(node, at, why)| format!("\nn{node}'s driver stopped at {at} ns: {why}"))
             .collect();
+        // Every peer is correct here: no message may be refused, except a MsgTimeoutNow
+        // that arrives after its receiver stopped following the leader that sent it (a
+        // handover to a node that stalled or restarted meanwhile).
+        let wrongly: Vec<String> = out
+            .refused
+            .iter()
+            .filter(|(reason, _)| **reason != "timeout_now_not_from_leader")
+            .map(|(reason, n)| format!("{reason}: {n}"))
+            .collect();
+        if !wrongly.is_empty() {
+            panics.push_str(&format!(
+                "\nmessages of correct peers were refused: {}",
+                wrongly.join(", ")
+            ));
+        }
         let verdict = match verdict {
             Ok(s) if panics.is_empty() => Ok(s),
             Ok(_) => Err(format!("the checker passed, but{panics}")),
             Err(f) => Err(format!("{f}{panics}")),
         };
-        (verdict, out.end_ns)
+        (verdict, out.end_ns, out.op_results, out.refused)
     });
-    let (verdict, simulated_ns) = match result {
-        Ok((verdict, end)) => (verdict, end),
+    let (verdict, simulated_ns, op_results, refused) = match result {
+        Ok((verdict, end, op_results, refused)) => (verdict, end, op_results, refused),
         Err(panic) => {
             let msg = panic
                 .downcast_ref::<String>()
                 .cloned()
                 .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_default();
-            (Err(format!("the run panicked: {msg}")), 0)
+            (
+                Err(format!("the run panicked: {msg}")),
+                0,
+                Vec::new(),
+                BTreeMap::new(),
+            )
         }
     };
     SeedResult {
@@ -206,6 +253,9 @@ fn run_seed(seed: u64) -> SeedResult {
         nodes: cfg.nodes,
         read_mode: cfg.read_mode,
         faults,
+        ops: op_names,
+        op_results,
+        refused,
         recovery_ns: verdict.as_ref().ok().and_then(|s| s.recovery_ns),
         histories: verdict.as_ref().map_or(0, |s| s.histories),
         clock_rules_skipped: verdict
@@ -269,6 +319,33 @@ fn summary(results: &[SeedResult], wall: Duration) -> String {
         .iter()
         .filter_map(|r| r.recovery_ns.map(|ns| (ns, r.seed)))
         .max();
+    let mut ops: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in results {
+        for k in &r.ops {
+            *ops.entry(k).or_default() += 1;
+        }
+    }
+    let mut calls: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for r in results {
+        for (k, ok) in &r.op_results {
+            let c = calls.entry(k).or_default();
+            if *ok {
+                c.0 += 1;
+            } else {
+                c.1 += 1;
+            }
+        }
+    }
+    let calls: Vec<String> = calls
+        .iter()
+        .map(|(k, (ok, failed))| format!("{k} {ok} ok/{failed} not"))
+        .collect();
+    let mut refused: BTreeMap<&str, u64> = BTreeMap::new();
+    for r in results {
+        for (k, n) in &r.refused {
+            *refused.entry(k).or_default() += n;
+        }
+    }
     let simulated: u64 = results.iter().map(|r| r.simulated_ns).sum();
     let histories: usize = results.iter().map(|r| r.histories).sum();
     let with_clock_faults = results
@@ -288,7 +365,8 @@ fn summary(results: &[SeedResult], wall: Duration) -> String {
     let (stepped, stood) = (skipped("stepped forward"), skipped("stood still"));
     let mut text = format!(
         "{} seeds ({} of 5 nodes, {} LeaseBased) in {wall:.1?}, {:.0} s simulated; \
-         {faults} faults, {:.1} per schedule: {kinds:?}; {histories} applied-history samples",
+         {faults} faults, {:.1} per schedule: {kinds:?}; operator ops {ops:?}, calls: {}; \
+         peer messages refused {refused:?}; {histories} applied-history samples",
         results.len(),
         results.iter().filter(|r| r.nodes == 5).count(),
         results
@@ -297,6 +375,7 @@ fn summary(results: &[SeedResult], wall: Duration) -> String {
             .count(),
         simulated as f64 / 1e9,
         faults as f64 / n as f64,
+        calls.join(", "),
     );
     text.push_str(&format!(
         "; {with_clock_faults} seeds with clock faults, {} of them outside what the lease \
@@ -378,7 +457,11 @@ fn replay_fidelity_report() {
     let mut diverged_at = Vec::new();
     for seed in start..start + n {
         let cfg = config_for(seed);
-        let (a, b) = (key(&run(&cfg)), key(&run(&cfg)));
+        let ops = ops_for(seed, &cfg);
+        let (a, b) = (
+            key(&run_with_ops(&cfg, &ops)),
+            key(&run_with_ops(&cfg, &ops)),
+        );
         match a.iter().zip(&b).position(|(x, y)| x != y) {
             None if a.len() == b.len() => {
                 identical += 1;

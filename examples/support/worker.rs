@@ -10,6 +10,7 @@ use std::time::{Duration, Instant as StdInstant};
 
 use serde_json::{json, Value};
 use tenure::clock::{instant_to_monotonic_ns, monotonic_ns};
+use tenure::error::StopCause;
 use tenure::fence::FenceError;
 use tenure::runner::{LeaderTask, LeaderTaskHandle};
 use tenure::{Config, FencingToken, Lease, Node, ReadMode, Role, Timing};
@@ -71,9 +72,9 @@ options:
   --new-group-id                   print a fresh group id and exit
 
 Exit codes: 0 stopped on request; 1 failed (see stderr and the start_failed or stopped
-event); 2 bad arguments; 3 the data folder was refused (empty where a store must be,
-another node's or group's, not a whole store, or this node lost data the group counted
-on): restarting with the same folder will not help.
+event, whose `cause` names it); 2 bad arguments; 3 the data folder was refused (empty
+where a store must be, another node's or group's, not a whole store, or this node lost
+data the group counted on): restarting with the same folder will not help.
 
 Prints one JSON object per line on stdout: started, leader_changed, membership (this
 node became founding, joining, learner, removed or a voter), lease_acquired, lease_confirmed,
@@ -585,13 +586,24 @@ pub async fn run(args: WorkerArgs) -> i32 {
             return 1;
         }
     };
-    let code = tokio::select! {
-        _ = term.recv() => 0,
-        _ = tokio::signal::ctrl_c() => 0,
-        r = node.join() => match r {
-            Ok(()) => 0,
-            Err(e) => { eprintln!("worker {id}: {e}"); 1 }
-        },
+    // A fatal stop is reported by the first join only: keep it for the stopped event.
+    let failure = tokio::select! {
+        _ = term.recv() => None,
+        _ = tokio::signal::ctrl_c() => None,
+        r = node.join() => r.err(),
+    };
+    let code = match &failure {
+        None => 0,
+        Some(e) => {
+            eprintln!("worker {id}: {e}");
+            match e.cause {
+                // This node lost its data: starting it again on this folder will not help.
+                StopCause::LostData { .. } | StopCause::LostAcknowledgedData { .. } => {
+                    EXIT_STORE_REFUSED
+                }
+                _ => 1,
+            }
+        }
     };
     if let Some(s) = settlement {
         s.stop().await;
@@ -601,12 +613,30 @@ pub async fn run(args: WorkerArgs) -> i32 {
     }
     let result = node.shutdown().await;
     let _ = tokio::time::timeout(Duration::from_secs(1), lease_task).await;
+    let error = failure.or(result.err());
     emit(
         id,
         "stopped",
-        json!({"error": result.err().map(|e| e.to_string())}),
+        json!({
+            "error": error.as_ref().map(|e| e.to_string()),
+            "cause": error.as_ref().map(|e| stop_cause_name(&e.cause)),
+        }),
     );
     code
+}
+
+/// A stable name of a stop cause, for the `stopped` event.
+fn stop_cause_name(cause: &StopCause) -> &'static str {
+    match cause {
+        StopCause::Shutdown => "shutdown",
+        StopCause::Storage(_) => "storage",
+        StopCause::TransportClosed => "transport_closed",
+        StopCause::LostData { .. } => "lost_data",
+        StopCause::LostAcknowledgedData { .. } => "lost_acknowledged_data",
+        StopCause::RaftPanicked { .. } => "raft_panicked",
+        StopCause::DriverTask(_) => "driver_task",
+        _ => "other",
+    }
 }
 
 /// `lease_lost`, with `ended_ns`: when the lease really ended (its revocation or the end of

@@ -99,6 +99,14 @@ pub enum FaultKind {
         /// hypervisor pause the guest never saw: both clocks stand still).
         counted_by_boottime: bool,
     },
+    /// One direction of one link is cut: `from`'s packets to `to` are lost. Not drawn by
+    /// [`Schedule::random`]: an op ([`OpKind::StalledHandover`]) places it.
+    CutLink {
+        /// Whose packets are lost.
+        from: NodeId,
+        /// On their way to whom.
+        to: NodeId,
+    },
 }
 
 /// A fault with its time.
@@ -142,6 +150,7 @@ impl FaultKind {
             FaultKind::ClockJump { target, .. } | FaultKind::ClockStall { target, .. } => {
                 vec![target.resolve(leader)]
             }
+            FaultKind::CutLink { from, to } => vec![*from, *to],
         }
     }
 
@@ -183,6 +192,7 @@ impl FaultKind {
                     rest(side).into_iter().filter(|o| *o != bridge[0]).collect();
                 both(side, &other)
             }
+            FaultKind::CutLink { from, to } => vec![(*from, *to)],
             _ => Vec::new(),
         }
     }
@@ -241,6 +251,7 @@ impl FaultKind {
                     "a pause neither clock counts"
                 }
             ),
+            FaultKind::CutLink { from, to } => format!("n{from}'s packets to n{to} are lost"),
         };
         if start {
             what
@@ -268,6 +279,7 @@ impl FaultKind {
                 ..
             } => "clock stall (suspend)",
             FaultKind::ClockStall { .. } => "clock stall (pause)",
+            FaultKind::CutLink { .. } => "cut link",
         }
     }
 }
@@ -453,4 +465,146 @@ fn random_kind(rng: &mut StdRng, ids: &[NodeId]) -> FaultKind {
             }
         };
     }
+}
+
+/// What an operator does during a run, among the faults: hand leadership over, drain and
+/// undrain. Drawn from an RNG of their own ([`random_ops`]), so that a seed's faults stay
+/// what they were without them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OpKind {
+    /// Whoever leads when the op starts hands over (`Node::transfer_leadership`).
+    Transfer {
+        /// To whom.
+        to: TransferTo,
+    },
+    /// The leader drains the node when the op starts; it is undrained when the op ends
+    /// (retried until a leader has applied it).
+    Drain(Target),
+    /// The handover of the report this op reproduces (docs/design.md, section 4): the
+    /// node `to` stalls (its links are held, as under SIGSTOP) and, `after` that, the
+    /// leader hands over to it; the transfer times out; after `stall` the node wakes and
+    /// handles what it was sent (the leader's heartbeats, then `MsgTimeoutNow`), while
+    /// its packets to the old leader are lost for `cut`.
+    StalledHandover {
+        /// The node that stalls (the next one if it leads).
+        to: NodeId,
+        /// From the stall to the handover: long enough for a heartbeat to be held first
+        /// (the simulated node's timers run while it stalls, so it becomes a
+        /// pre-candidate, and only its leader's heartbeat makes it follow again).
+        after: Duration,
+        /// How long it stalls.
+        stall: Duration,
+        /// How long its packets to the old leader are lost after it wakes.
+        cut: Duration,
+    },
+}
+
+/// The target of a transfer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TransferTo {
+    /// The most up-to-date follower (`transfer_leadership(None)`).
+    Best,
+    /// This node (the next one if it leads).
+    Node(NodeId),
+    /// The node that fault `i` of the schedule stalls (paused, isolated, crashed, cut off
+    /// one way): a handover to a node that cannot take over, whose `MsgTimeoutNow` may
+    /// be handled late.
+    VictimOf(usize),
+}
+
+/// An op with its time.
+#[derive(Debug, Clone)]
+pub struct Op {
+    /// When it starts (simulated time from the start of the run).
+    pub at: Duration,
+    /// How long a drain lasts (a transfer takes what it takes).
+    pub duration: Duration,
+    /// What it is.
+    pub kind: OpKind,
+}
+
+impl OpKind {
+    /// A short name, for statistics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            OpKind::Transfer {
+                to: TransferTo::VictimOf(_),
+            } => "transfer to a stalled node",
+            OpKind::Transfer { .. } => "transfer",
+            OpKind::Drain(_) => "drain",
+            OpKind::StalledHandover { .. } => "handover to a node that stalls",
+        }
+    }
+}
+
+/// Between `count.0` and `count.1` ops for a run of `schedule` on `ids`, in the window of
+/// `shape`, ending by the schedule's heal. Half of the transfers go to the victim of a
+/// fault that stalls a node (pause, isolation, crash, one-way cut), while it is stalled.
+pub fn random_ops(
+    rng: &mut StdRng,
+    ids: &[NodeId],
+    schedule: &Schedule,
+    shape: ScheduleShape,
+    count: (usize, usize),
+) -> Vec<Op> {
+    let stalling: Vec<usize> = schedule
+        .faults
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| {
+            matches!(
+                f.kind,
+                FaultKind::Pause(_)
+                    | FaultKind::Isolate(_)
+                    | FaultKind::Crash(_)
+                    | FaultKind::OneWay { .. }
+            ) && f.duration >= Duration::from_millis(20)
+        })
+        .map(|(i, _)| i)
+        .collect();
+    let n = rng.gen_range(count.0..=count.1);
+    let window_ms = shape.window.as_millis() as u64 * 3 / 4;
+    let mut ops: Vec<Op> = (0..n)
+        .map(|_| {
+            let mut at = shape.warmup + Duration::from_millis(rng.gen_range(0..window_ms));
+            let kind = if rng.gen_bool(0.7) {
+                let to = match rng.gen_range(0..12) {
+                    10..=11 => {
+                        let stall = Duration::from_millis(rng.gen_range(200..=600));
+                        let cut = Duration::from_millis(rng.gen_range(100..=300));
+                        return Op {
+                            duration: (stall + cut).min(schedule.heal_at.saturating_sub(at)),
+                            at,
+                            kind: OpKind::StalledHandover {
+                                to: *ids.choose(rng).expect("nodes"),
+                                after: Duration::from_millis(rng.gen_range(35..=100)),
+                                stall,
+                                cut,
+                            },
+                        };
+                    }
+                    0..=1 => TransferTo::Best,
+                    2..=4 => TransferTo::Node(*ids.choose(rng).expect("nodes")),
+                    _ => match stalling.choose(rng) {
+                        Some(i) => {
+                            // While the fault holds its victim.
+                            let f = &schedule.faults[*i];
+                            let into = rng.gen_range(0..f.duration.as_millis() as u64 / 2);
+                            at = f.at + Duration::from_millis(into);
+                            TransferTo::VictimOf(*i)
+                        }
+                        None => TransferTo::Node(*ids.choose(rng).expect("nodes")),
+                    },
+                };
+                OpKind::Transfer { to }
+            } else {
+                OpKind::Drain(random_target(rng, ids))
+            };
+            let len = Duration::from_millis(rng.gen_range(100..=900));
+            let duration = len.min(schedule.heal_at.saturating_sub(at));
+            Op { at, duration, kind }
+        })
+        .collect();
+    ops.sort_by_key(|o| o.at);
+    ops
 }

@@ -13,7 +13,7 @@
 //! hidden [`ClockControl`] (one per node, kept across its restarts: a restarted process
 //! on a host whose clock stalls reads the stalled clock).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -30,7 +30,7 @@ use tenure::{Config, FencingToken, Node, NodeId, ReadMode, Role, Timing};
 use tokio::time::Instant;
 
 use super::checker::{ClockFault, ClockFaultKind, Event, Kind, Write};
-use super::schedule::{FaultKind, Schedule};
+use super::schedule::{FaultKind, Op, OpKind, Schedule, Target, TransferTo};
 use super::torn_store::{tear, TornStore};
 use super::udp::{NetCtl, SimUdp};
 
@@ -81,11 +81,18 @@ pub struct Outcome {
     pub healed_at_ns: u64,
     /// Simulated time at the end.
     pub end_ns: u64,
-    /// Drivers that panicked (raft-rs asserts its invariants by panicking): node, time
-    /// and message. Never expected: a run with any fails.
+    /// Drivers that panicked (raft-rs asserts its invariants by panicking) or stopped
+    /// because they lost entries they had acknowledged: node, time and message. Never
+    /// expected: a run with any fails.
     pub panics: Vec<(NodeId, u64, String)>,
     /// The clock faults as applied (node, real start and end), for the checker.
     pub clock_faults: Vec<ClockFault>,
+    /// The operator calls the ops made ("transfer", "drain", "undrain", or "skipped"
+    /// when no leader was known), and whether each succeeded.
+    pub op_results: Vec<(&'static str, bool)>,
+    /// Peer messages the nodes refused (`tenure::peer_input`), by reason, summed over
+    /// every node and incarnation. Every peer here is correct.
+    pub refused: BTreeMap<&'static str, u64>,
 }
 
 /// The record all hosts write to (they all run on this thread; tasks need `Send`).
@@ -97,6 +104,11 @@ struct Record {
     views: BTreeMap<NodeId, (u64, Role, Option<NodeId>)>,
     incarnations: BTreeMap<NodeId, u64>,
     panics: Vec<(NodeId, u64, String)>,
+    op_results: Vec<(&'static str, bool)>,
+    /// Every incarnation's metrics (they outlive a crash).
+    metrics: Vec<Arc<tenure::metrics::Metrics>>,
+    /// Nodes whose undrain a leader applied (pending undrains are retried until then).
+    undrained: BTreeSet<NodeId>,
 }
 
 type Rec = Arc<Mutex<Record>>;
@@ -239,6 +251,61 @@ struct HostCtx {
     peers: BTreeMap<NodeId, SocketAddr>,
     /// This node's clock faults.
     clock: ClockControl,
+    /// Where the run loop sends this host's operator calls (set by each incarnation).
+    ops: OpSender,
+}
+
+/// An operator call the run loop asks a host's node to make.
+#[derive(Debug, Clone, Copy)]
+enum HostOp {
+    /// `transfer_leadership(to)`.
+    Transfer(Option<NodeId>),
+    /// `set_drained(node, drained)`.
+    Drain(NodeId, bool),
+}
+
+type OpSender = Arc<Mutex<Option<tokio::sync::mpsc::UnboundedSender<HostOp>>>>;
+
+/// Hands `op` to host `id`'s node; false if the host is down.
+fn send_op(senders: &BTreeMap<NodeId, OpSender>, id: NodeId, op: HostOp) -> bool {
+    senders
+        .get(&id)
+        .and_then(|s| lock(s).as_ref().map(|tx| tx.send(op).is_ok()))
+        .unwrap_or(false)
+}
+
+/// Makes the operator calls the run loop sends this incarnation, each in its own task,
+/// and records what they returned.
+fn serve_ops(ctx: &HostCtx, node: &Node) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<HostOp>();
+    *lock(&ctx.ops) = Some(tx);
+    let (id, node, rec) = (ctx.id, node.clone(), ctx.rec.clone());
+    tokio::spawn(async move {
+        while let Some(op) = rx.recv().await {
+            let (node, rec) = (node.clone(), rec.clone());
+            tokio::spawn(async move {
+                let (what, note, ok) = match op {
+                    HostOp::Transfer(to) => {
+                        let r = node.transfer_leadership(to).await;
+                        ("transfer", format!("transfer to {to:?}: {r:?}"), r.is_ok())
+                    }
+                    HostOp::Drain(x, drained) => {
+                        let what = if drained { "drain" } else { "undrain" };
+                        let r = node.set_drained(x, drained).await;
+                        let said = r.as_ref().map_or_else(|e| e.to_string(), |_| "ok".into());
+                        (what, format!("{what} n{x}: {said}"), r.is_ok())
+                    }
+                };
+                let mut r = lock(&rec);
+                if let (HostOp::Drain(x, false), true) = (op, ok) {
+                    r.undrained.insert(x);
+                }
+                r.op_results.push((what, ok));
+                let e = Event::new(id, sim_ns(), Kind::Other("op_result".into())).note(note);
+                r.events.push(e);
+            });
+        }
+    });
 }
 
 /// The software of one host: a node and its workload, until the host crashes.
@@ -365,11 +432,16 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
         }
     });
 
+    serve_ops(&ctx, &node);
+    lock(&ctx.rec).metrics.push(node.metrics());
+
     workload(ctx.clone(), node.clone(), rng).await;
     // The node stopped: it died at a torn write (the host restarts when the fault ends).
     if let Err(e) = node.join().await {
         let mut r = lock(&ctx.rec);
-        if e.reason.contains("panicked") {
+        // A panic, or a node that finds it lost what it acknowledged: never expected.
+        let lost = matches!(e.cause, tenure::StopCause::LostAcknowledgedData { .. });
+        if e.reason.contains("panicked") || lost {
             r.panics.push((id, sim_ns(), e.reason.clone()));
         }
         r.events
@@ -486,7 +558,13 @@ struct LinkState {
 }
 
 /// Runs one simulation to the end and returns what happened.
+#[allow(dead_code)] // the clock tests' entry; the seeded runs add ops
 pub fn run(cfg: &RunConfig) -> Outcome {
+    run_with_ops(cfg, &[])
+}
+
+/// [`run`], with operator ops (transfers, drains) among the faults.
+pub fn run_with_ops(cfg: &RunConfig, ops: &[Op]) -> Outcome {
     let n = cfg.nodes;
     let ids: Vec<NodeId> = (1..=n).collect();
     let base_latency = Duration::from_millis(2);
@@ -514,6 +592,8 @@ pub fn run(cfg: &RunConfig) -> Outcome {
     let clocks: BTreeMap<NodeId, ClockControl> =
         ids.iter().map(|id| (*id, ClockControl::new())).collect();
     let mut clock_faults: Vec<ClockFault> = Vec::new();
+    let op_senders: BTreeMap<NodeId, OpSender> =
+        ids.iter().map(|id| (*id, Arc::default())).collect();
     for id in &ids {
         let ctx = Arc::new(HostCtx {
             id: *id,
@@ -525,6 +605,7 @@ pub fn run(cfg: &RunConfig) -> Outcome {
             net: net.clone(),
             peers: peers.clone(),
             clock: clocks[id].clone(),
+            ops: op_senders[id].clone(),
         });
         sim.host(host_name(*id), move || host(ctx.clone()));
         assert_eq!(sim.lookup(host_name(*id)), host_ip(*id), "host address");
@@ -543,6 +624,7 @@ pub fn run(cfg: &RunConfig) -> Outcome {
     let mut next = 0;
     let mut stop_at = healed_at + cfg.liveness_bound;
     let mut recovered = false;
+    let mut opr = OpRunner::new(ops);
     loop {
         let now = sim.elapsed();
         while next < actions.len() && actions[next].0 <= now {
@@ -602,6 +684,26 @@ pub fn run(cfg: &RunConfig) -> Outcome {
                 base_latency,
             );
         }
+        for (kind, start) in opr.step(now, &rec, &active, &resolved, &ids, &op_senders) {
+            let nodes = kind.nodes(&ids, None);
+            let note = kind.describe(&nodes, start);
+            let e = Event::new(
+                0,
+                now.as_nanos() as u64,
+                if start { Kind::Fault } else { Kind::Heal },
+            );
+            lock(&rec).events.push(e.note(note));
+            apply(
+                &mut sim,
+                &net,
+                &ids,
+                &mut active,
+                &kind,
+                &nodes,
+                start,
+                base_latency,
+            );
+        }
         if now >= stop_at {
             break;
         }
@@ -634,6 +736,15 @@ pub fn run(cfg: &RunConfig) -> Outcome {
         end_ns,
         panics: std::mem::take(&mut r.panics),
         clock_faults,
+        op_results: std::mem::take(&mut r.op_results),
+        refused: tenure::peer_input::Refusal::ALL
+            .iter()
+            .map(|reason| {
+                let n = r.metrics.iter().map(|m| m.peer_refused(*reason)).sum();
+                (reason.as_str(), n)
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect(),
     }
 }
 
@@ -687,6 +798,183 @@ fn apply_clock(
             }
             _ => {}
         }
+    }
+}
+
+/// Carries out the operator ops of a run as simulated time passes: at most one drain at
+/// a time, and an undrain retried every 100 ms until a leader has applied it (a drained
+/// node never campaigns, so a lost undrain could leave the group short of candidates).
+/// The network side of a stalled handover (the pause, the cut link) is handed back to
+/// the run loop to apply like a fault.
+struct OpRunner<'a> {
+    ops: &'a [Op],
+    /// Phases in time order: (time, phase, op); phase 0 starts an op, 1 is a stalled
+    /// handover's transfer, 2 wakes its target, 3 ends a drain or a stalled handover's
+    /// cut.
+    actions: Vec<(Duration, u8, usize)>,
+    next: usize,
+    /// The drain in force: (op, node).
+    drain: Option<(usize, NodeId)>,
+    undrain: BTreeSet<NodeId>,
+    undrain_tried: Option<Duration>,
+    /// Per stalled handover: (target, old leader), once started.
+    stalled: BTreeMap<usize, (NodeId, NodeId)>,
+}
+
+impl<'a> OpRunner<'a> {
+    fn new(ops: &'a [Op]) -> OpRunner<'a> {
+        let mut actions: Vec<(Duration, u8, usize)> = Vec::new();
+        for (i, o) in ops.iter().enumerate() {
+            actions.push((o.at, 0, i));
+            match o.kind {
+                OpKind::Drain(_) => actions.push((o.at + o.duration, 3, i)),
+                OpKind::StalledHandover { after, stall, .. } => {
+                    let stall = stall.min(o.duration);
+                    actions.push((o.at + after.min(stall), 1, i));
+                    actions.push((o.at + stall, 2, i));
+                    actions.push((o.at + o.duration, 3, i));
+                }
+                OpKind::Transfer { .. } => {}
+            }
+        }
+        actions.sort_by_key(|(t, phase, i)| (*t, *phase, *i));
+        OpRunner {
+            ops,
+            actions,
+            next: 0,
+            drain: None,
+            undrain: BTreeSet::new(),
+            undrain_tried: None,
+            stalled: BTreeMap::new(),
+        }
+    }
+
+    /// Runs what is due at `now`; returns the network changes to apply (fault kinds,
+    /// start or end).
+    fn step(
+        &mut self,
+        now: Duration,
+        rec: &Rec,
+        active: &Active,
+        resolved: &[Vec<NodeId>],
+        ids: &[NodeId],
+        senders: &BTreeMap<NodeId, OpSender>,
+    ) -> Vec<(FaultKind, bool)> {
+        let mut network = Vec::new();
+        let note = |what: String| {
+            let e = Event::new(0, now.as_nanos() as u64, Kind::Other("op".into())).note(what);
+            lock(rec).events.push(e);
+        };
+        let other = |n: NodeId| {
+            let at = ids.iter().position(|x| *x == n).unwrap_or(0);
+            ids[(at + 1) % ids.len()]
+        };
+        while self.next < self.actions.len() && self.actions[self.next].0 <= now {
+            let (_, phase, i) = self.actions[self.next];
+            self.next += 1;
+            let leader = current_leader(rec, active);
+            match (&self.ops[i].kind, phase) {
+                (OpKind::StalledHandover { to, .. }, 0) => {
+                    let Some(l) = leader else {
+                        note("stalled handover: no leader known; skipped".into());
+                        lock(rec).op_results.push(("skipped", false));
+                        continue;
+                    };
+                    let c = if *to == l { other(*to) } else { *to };
+                    note(format!("n{c} stalls"));
+                    self.stalled.insert(i, (c, l));
+                    network.push((FaultKind::Pause(Target::Node(c)), true));
+                }
+                (OpKind::StalledHandover { .. }, 1) => {
+                    if let Some((c, l)) = self.stalled.get(&i).copied() {
+                        note(format!("n{l} hands leadership over to the stalled n{c}"));
+                        if !send_op(senders, l, HostOp::Transfer(Some(c))) {
+                            lock(rec).op_results.push(("skipped", false));
+                        }
+                    }
+                }
+                (OpKind::StalledHandover { .. }, 2) => {
+                    if let Some((c, l)) = self.stalled.get(&i).copied() {
+                        note(format!("n{c} wakes; its packets to n{l} are lost"));
+                        network.push((FaultKind::CutLink { from: c, to: l }, true));
+                        network.push((FaultKind::Pause(Target::Node(c)), false));
+                    }
+                }
+                (OpKind::StalledHandover { .. }, _) => {
+                    if let Some((c, l)) = self.stalled.remove(&i) {
+                        network.push((FaultKind::CutLink { from: c, to: l }, false));
+                    }
+                }
+                (OpKind::Transfer { to }, _) => {
+                    let Some(l) = leader else {
+                        note("transfer: no leader known; skipped".into());
+                        lock(rec).op_results.push(("skipped", false));
+                        continue;
+                    };
+                    let (to, why) = match to {
+                        TransferTo::Best => (None, String::new()),
+                        TransferTo::Node(n) => {
+                            (Some(if *n == l { other(*n) } else { *n }), String::new())
+                        }
+                        TransferTo::VictimOf(f) => match resolved[*f].first() {
+                            Some(v) if *v != l => (Some(*v), format!(" (stalled by fault {f})")),
+                            _ => (None, String::new()),
+                        },
+                    };
+                    let shown = to.map_or("the best follower".into(), |t| format!("n{t}"));
+                    note(format!("n{l} hands leadership over to {shown}{why}"));
+                    if !send_op(senders, l, HostOp::Transfer(to)) {
+                        lock(rec).op_results.push(("skipped", false));
+                    }
+                }
+                (OpKind::Drain(target), 0) => {
+                    let Some(l) = leader else {
+                        note("drain: no leader known; skipped".into());
+                        lock(rec).op_results.push(("skipped", false));
+                        continue;
+                    };
+                    if self.drain.is_some() || !self.undrain.is_empty() {
+                        note("drain: another drain is in force; skipped".into());
+                        continue;
+                    }
+                    let x = match *target {
+                        Target::Node(n) => n,
+                        Target::Leader { .. } => l,
+                    };
+                    lock(rec).undrained.remove(&x);
+                    note(format!("n{l} drains n{x}"));
+                    self.drain = Some((i, x));
+                    send_op(senders, l, HostOp::Drain(x, true));
+                }
+                (OpKind::Drain(_), _) => {
+                    if let Some((op, x)) = self.drain {
+                        if op == i {
+                            self.drain = None;
+                            note(format!("undrain n{x}"));
+                            self.undrain.insert(x);
+                            self.undrain_tried = None;
+                        }
+                    }
+                }
+            }
+        }
+        if self.undrain.is_empty() {
+            return network;
+        }
+        let done = lock(rec).undrained.clone();
+        self.undrain.retain(|x| !done.contains(x));
+        let due = self
+            .undrain_tried
+            .is_none_or(|t| now >= t + Duration::from_millis(100));
+        if due && !self.undrain.is_empty() {
+            self.undrain_tried = Some(now);
+            if let Some(l) = current_leader(rec, active) {
+                for x in &self.undrain {
+                    send_op(senders, l, HostOp::Drain(*x, false));
+                }
+            }
+        }
+        network
     }
 }
 
