@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use support::cluster::{wait_for, Cluster};
 use tenure::error::StorageError;
+use tenure::error::StopCause;
 use tenure::{Node, Role, StartError};
 
 const LONG: Duration = Duration::from_secs(15);
@@ -219,5 +220,37 @@ async fn restarting_with_the_founding_flag_keeps_the_store() {
         (c.view(follower).leader == Some(leader)).then_some(())
     })
     .await;
+    c.shutdown().await;
+}
+
+/// The unit file says `--join` (the node once joined): its folder is lost and it starts
+/// empty, joining. It grants no vote meanwhile, and it stops as soon as the group shows
+/// that it counts on the data it lost (the leader's heartbeat commit, or a first snapshot
+/// naming it a voter).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voter_that_lost_its_folder_and_restarts_joining_stops_with_lost_data() {
+    let mut c = Cluster::start(3).await;
+    let (leader, term) = c.steady_leader(LONG).await;
+    let victim = *c.nodes.keys().find(|id| **id != leader).unwrap();
+    wait_applied(&c, victim, 2).await;
+    c.kill(victim).await;
+    std::fs::remove_dir_all(c.dir.path().join(format!("data-{victim}"))).unwrap();
+    let mut config = c.config(victim);
+    config.found = None;
+    config.join = true;
+    let node = Node::start(config).await.expect("a joining start");
+    let stopped = tokio::time::timeout(LONG, node.join())
+        .await
+        .expect("the node stops by itself")
+        .expect_err("the node must stop with an error");
+    assert!(
+        matches!(
+            stopped.cause,
+            StopCause::LostAcknowledgedData { .. } | StopCause::LostData { .. }
+        ),
+        "{stopped:?}"
+    );
+    let (l2, t2) = c.steady_leader(LONG).await;
+    assert_eq!((l2, t2), (leader, term), "the group was not disturbed");
     c.shutdown().await;
 }

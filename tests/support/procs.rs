@@ -222,6 +222,24 @@ impl Group {
         assert_eq!(rc, 0, "kill({pid}, {sig})");
     }
 
+    /// Waits until worker `id` exits by itself; its exit code (`None`: killed by a
+    /// signal). Panics after `timeout`.
+    pub fn wait_exit(&mut self, id: u64, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        let child = self.children.get_mut(&id).expect("a spawned worker");
+        loop {
+            if let Some(status) = child.try_wait().expect("wait for a worker") {
+                self.children.remove(&id);
+                return status.code();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "worker {id} did not exit within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// SIGKILL and reap.
     pub fn kill(&mut self, id: u64) {
         if let Some(mut c) = self.children.remove(&id) {
