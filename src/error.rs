@@ -11,7 +11,7 @@ pub use crate::storage::StorageError;
 pub use crate::transport::quic::TransportError;
 pub use crate::transport::tls::TlsError;
 
-use crate::lease::FencingToken;
+use crate::token::FencingToken;
 use crate::transport::NodeId;
 
 /// A configuration that cannot work.

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::driver::Command;
 use crate::group_id::GroupId;
-use crate::node::{Leadership, Role, Status};
+use crate::status::{Leadership, Role, Status};
 use crate::transport::{Hello, Inbound, NodeId, Standing, Transport};
 
 /// What the hellos heard so far allow.

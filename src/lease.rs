@@ -15,37 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::{LocalClock, Stamp};
 use crate::config::ReadMode;
-use crate::driver::Command;
 use crate::error::{LeaseLost, LostReason};
-
-/// The fencing token of a tenure: the Raft term in which its holder led.
-///
-/// Tokens are ordered like terms. At most one node leads in a term, so **equal tokens
-/// mean the same tenure** (the same node, possibly over several leases of that term), and
-/// a higher token means a later tenure. A resource that remembers the highest token it
-/// accepted and rejects anything lower can never be written by a leader that was
-/// replaced, however long it stalled (see [`crate::fence`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct FencingToken(pub u64);
-
-impl FencingToken {
-    /// The Raft term.
-    pub fn term(self) -> u64 {
-        self.0
-    }
-}
-
-impl fmt::Display for FencingToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-impl From<FencingToken> for u64 {
-    fn from(t: FencingToken) -> u64 {
-        t.0
-    }
-}
+pub use crate::token::FencingToken;
 
 /// State shared by every [`Lease`] handle of one tenure and by the driver.
 ///
@@ -127,6 +98,13 @@ impl LeaseShared {
     }
 }
 
+/// What a [`Lease`] asks of its node's driver: a fresh ReadIndex round for the lease of
+/// `term`, answered with the token or why the lease is gone.
+pub(crate) struct ConfirmRequest {
+    pub(crate) term: u64,
+    pub(crate) reply: oneshot::Sender<Result<FencingToken, LostReason>>,
+}
+
 /// Proof that this node leads in the term of its [`token`](Lease::token).
 ///
 /// Obtained from [`Node::lease`](crate::Node::lease). Cheap to clone; every clone ends at
@@ -137,7 +115,8 @@ impl LeaseShared {
 #[derive(Clone)]
 pub struct Lease {
     pub(crate) shared: Arc<LeaseShared>,
-    pub(crate) commands: mpsc::Sender<Command>,
+    /// Keeps the driver running while the lease is held, like a `Node` handle.
+    pub(crate) confirms: mpsc::Sender<ConfirmRequest>,
     pub(crate) mode: ReadMode,
 }
 
@@ -180,11 +159,11 @@ impl Lease {
             return Ok(self.shared.token);
         }
         let (tx, rx) = oneshot::channel();
-        let cmd = Command::Confirm {
+        let request = ConfirmRequest {
             term: self.shared.token.0,
             reply: tx,
         };
-        if self.commands.send(cmd).await.is_err() {
+        if self.confirms.send(request).await.is_err() {
             return Err(lost(LostReason::Shutdown));
         }
         // A lease lost while its confirm was answered counts as lost (and the choice

@@ -289,10 +289,13 @@
 //! | module | role |
 //! |---|---|
 //! | [`config`] | [`Config`], its builder and validation; [`Timing`] presets; [`ReadMode`] |
-//! | `node` | the public [`Node`] handle: start, watch, lease, transfer, shutdown, membership, status |
-//! | `state` | the replicated state beside raft-rs's membership: history, drains, member addresses |
-//! | `driver` | the task that owns raft-rs's `RawNode`; Ready handling; tenure's lease |
-//! | [`lease`] | [`Lease`] and [`FencingToken`] |
+//! | `node` | the public [`Node`] handle: start, watch, lease, transfer, shutdown, membership |
+//! | `founding` | founding a group once: the first members' hellos, the founding rule |
+//! | `status` | [`Role`], [`Leadership`], [`Membership`], [`Status`]: what a node knows |
+//! | `state` | the replicated state beside raft-rs's membership: group id, history, drains, addresses |
+//! | `driver/` | the task that owns raft-rs's `RawNode`: the loop, the Ready, commands, peer input, the lease keeper, handover, membership, publishing (its module docs map the files) |
+//! | [`lease`] | [`Lease`] handles; `token`: the [`FencingToken`] |
+//! | [`GroupId`] | which group a store, a node and a peer belong to |
 //! | [`storage`] | the [`RaftStore`](storage::RaftStore) trait: RocksDB and memory stores |
 //! | [`transport`] | QUIC with mutual TLS, frames, the in-process test network |
 //! | [`error`] | one error enum per operation |
@@ -324,7 +327,9 @@ mod node;
 pub mod peer_input;
 pub mod runner;
 mod state;
+mod status;
 pub mod storage;
+mod token;
 pub mod transport;
 
 pub use config::{Config, ConfigBuilder, ReadMode, Timing, TlsSource};
@@ -334,6 +339,11 @@ pub use error::{
 pub use fence::{FenceError, RocksFence, SqliteFence};
 pub use group_id::{GroupId, GroupIdError};
 pub use history::{TenureEnd, TenureRecord, TenureStart};
-pub use lease::{FencingToken, Lease};
-pub use node::{terminal_logger, Leadership, Membership, Node, Role, Status};
-pub use transport::NodeId;
+pub use lease::Lease;
+pub use node::{terminal_logger, Node};
+pub use status::{Leadership, Membership, Role, Status};
+pub use token::FencingToken;
+
+/// A node's identity in the group: the raft-rs peer id, named by the node's certificate
+/// (`node-<id>.tenure`). Never 0.
+pub type NodeId = u64;

@@ -1,13 +1,11 @@
 //! The public handle to a running election node.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use raft::eraftpb::ConfState;
 use raft::prelude::RawNode;
 use raft::ReadOnlyOption;
-use serde::{Deserialize, Serialize};
 use slog::{o, warn, Logger};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -20,150 +18,15 @@ use crate::error::{
 use crate::founding;
 use crate::group_id::GroupId;
 use crate::history::TenureRecord;
-use crate::lease::Lease;
+use crate::lease::{ConfirmRequest, Lease};
 use crate::metrics::Metrics;
 use crate::state::GroupState;
+use crate::status::{Leadership, Membership, Role, Status};
 use crate::storage::ReadyWrite;
 use crate::storage::{RaftStore, RocksStore};
 use crate::transport::quic::{QuicConfig, QuicTransport};
 use crate::transport::tls::TlsIdentity;
 use crate::transport::{Faults, Inbound, NodeId, Transport, TransportStatsSnapshot};
-
-/// This node's part in the election, as raft-rs sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// Follows a leader, or waits for one.
-    Follower,
-    /// Asking peers whether an election could succeed (pre-vote), without raising the term.
-    PreCandidate,
-    /// Campaigning in a new term.
-    Candidate,
-    /// Leads the group in the current term. Act only with a confirmed [`Lease`].
-    Leader,
-    /// The node has stopped.
-    Stopped,
-    /// A non-voting member: it replicates the log but neither votes nor campaigns (until
-    /// it is promoted, [`Node::promote`]).
-    Learner,
-    /// The node was removed from the group: it no longer votes or campaigns. Stop it.
-    Removed,
-    /// The node started to join a group ([`Config::join`]) and waits for a member to add
-    /// it and the leader to send it the group's state.
-    Joining,
-    /// The node founds a group ([`Config::found`]) and waits until every first member has
-    /// said hello (see [`Config::found`]).
-    Founding,
-}
-
-impl Role {
-    /// A short lowercase name.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Role::Follower => "follower",
-            Role::PreCandidate => "pre_candidate",
-            Role::Candidate => "candidate",
-            Role::Leader => "leader",
-            Role::Stopped => "stopped",
-            Role::Learner => "learner",
-            Role::Removed => "removed",
-            Role::Joining => "joining",
-            Role::Founding => "founding",
-        }
-    }
-}
-
-/// A snapshot of who leads, as this node knows it.
-///
-/// Published through [`Node::watch`] on every change. A `watch` channel keeps the latest
-/// value, not every change: a slow reader sees the newest state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Leadership {
-    /// The current Raft term at this node.
-    pub term: u64,
-    /// The leader this node knows of in `term`, or `None` (no leader known).
-    pub leader: Option<NodeId>,
-    /// This node's role.
-    pub role: Role,
-    /// Whether this node holds a confirmed lease right now.
-    pub leased: bool,
-}
-
-/// The group's membership as a node has applied it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Membership {
-    /// The voters (of the incoming configuration while a joint change is in flight).
-    pub voters: Vec<NodeId>,
-    /// Non-voting members catching up.
-    pub learners: Vec<NodeId>,
-    /// The voters of the outgoing configuration while a joint change is in flight
-    /// (both configurations must agree on every decision then); empty otherwise.
-    pub outgoing: Vec<NodeId>,
-    /// Members an operator drained: they never campaign and hand over at once if they lead.
-    pub drained: Vec<NodeId>,
-    /// Where each member listens, as the group was told.
-    pub addrs: BTreeMap<NodeId, String>,
-}
-
-impl Membership {
-    /// Whether `id` votes (in either configuration of a joint change).
-    pub fn is_voter(&self, id: NodeId) -> bool {
-        self.voters.contains(&id) || self.outgoing.contains(&id)
-    }
-
-    /// Whether `id` is a member at all (voter or learner).
-    pub fn contains(&self, id: NodeId) -> bool {
-        self.is_voter(id) || self.learners.contains(&id)
-    }
-}
-
-/// What a node knows about itself and the group, for operators ([`Node::status`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Status {
-    /// This node.
-    pub id: NodeId,
-    /// The current term at this node.
-    pub term: u64,
-    /// This node's role.
-    pub role: Role,
-    /// The leader this node knows of.
-    pub leader: Option<NodeId>,
-    /// Whether this node holds a confirmed lease right now.
-    pub leased: bool,
-    /// The membership this node has applied.
-    pub members: Membership,
-    /// Leader: a quorum of voters was heard from recently and the lease holds. Follower:
-    /// it hears from a leader.
-    pub quorum_healthy: bool,
-    /// Voters this node reaches (itself included; a follower counts itself and its leader).
-    pub peers_reachable: u64,
-    /// The commit index of this node's log.
-    pub commit: u64,
-    /// The last index this node has applied.
-    pub applied: u64,
-    /// A membership change is proposed but not applied, or a joint configuration is not
-    /// left yet: further changes are refused until it finishes.
-    pub change_in_flight: bool,
-}
-
-impl Status {
-    /// The status of a node still founding its group: no term, no membership yet.
-    pub(crate) fn founding(id: NodeId) -> Status {
-        Status {
-            id,
-            term: 0,
-            role: Role::Founding,
-            leader: None,
-            leased: false,
-            members: Membership::default(),
-            quorum_healthy: false,
-            peers_reachable: 1,
-            commit: 0,
-            applied: 0,
-            change_in_flight: false,
-        }
-    }
-}
 
 /// A running election node. Cheap to clone; every clone talks to the same node.
 ///
@@ -173,6 +36,8 @@ impl Status {
 pub struct Node {
     id: NodeId,
     commands: mpsc::Sender<Command>,
+    /// The driver runs while any `Node` or `Lease` handle holds this channel's sender.
+    _keep_confirms: mpsc::Sender<ConfirmRequest>,
     leadership: watch::Receiver<Leadership>,
     transport: Arc<dyn Transport>,
     read_mode: ReadMode,
@@ -275,6 +140,7 @@ impl Node {
         let path = config.data_dir.clone().unwrap_or_default();
         let kind = check_store(&store, &config, &path)?;
         let (cmd_tx, cmd_rx) = mpsc::channel(1024);
+        let (confirm_tx, confirm_rx) = mpsc::channel(1024);
         let cs = store.conf_state();
         let initial = Leadership {
             term: store.hard_state().term,
@@ -298,6 +164,8 @@ impl Node {
             inbound,
             commands: cmd_rx,
             command_tx: cmd_tx.downgrade(),
+            confirms: confirm_rx,
+            confirm_tx: confirm_tx.downgrade(),
             leadership: ltx,
             metrics: metrics.clone(),
             logger,
@@ -313,6 +181,7 @@ impl Node {
         Ok(Node {
             id,
             commands: cmd_tx,
+            _keep_confirms: confirm_tx,
             leadership: lrx,
             transport,
             read_mode,
@@ -661,6 +530,8 @@ struct Setup<S: RaftStore> {
     inbound: mpsc::Receiver<Inbound>,
     commands: mpsc::Receiver<Command>,
     command_tx: mpsc::WeakSender<Command>,
+    confirms: mpsc::Receiver<ConfirmRequest>,
+    confirm_tx: mpsc::WeakSender<ConfirmRequest>,
     leadership: watch::Sender<Leadership>,
     metrics: Arc<Metrics>,
     logger: Logger,
@@ -756,7 +627,8 @@ impl<S: RaftStore> Setup<S> {
             transport: self.transport,
             inbound: self.inbound,
             commands: self.commands,
-            command_tx: self.command_tx,
+            confirms: self.confirms,
+            confirm_tx: self.confirm_tx,
             leadership: self.leadership,
             timing: t,
             read_mode: config.read_mode,

@@ -12,8 +12,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use support::cluster::{wait_for, Cluster};
-use tenure::error::StorageError;
 use tenure::error::StopCause;
+use tenure::error::StorageError;
 use tenure::{Node, Role, StartError};
 
 const LONG: Duration = Duration::from_secs(15);

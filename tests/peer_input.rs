@@ -99,6 +99,8 @@ async fn refused(c: &Cluster, fake: &QuicTransport, m: Message, reason: Refusal)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_messages_from_an_authenticated_peer_are_dropped_and_change_nothing() {
     let mut c = Cluster::start(3).await;
+    // Founding needs every first member: let the group exist before node 3 goes.
+    c.steady_leader(WAIT).await;
     c.kill(3).await;
     let (l, term) = c.steady_leader(WAIT).await;
     let f = if l == 1 { 2 } else { 1 };

@@ -12,7 +12,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
 use crate::history::TenureRecord;
-use crate::node::{Membership, Status};
+use crate::status::{Membership, Status};
 use crate::transport::tls::{
     node_id_from_cert, node_server_name, ring_provider, root_store, OperatorIdentity, TlsIdentity,
 };

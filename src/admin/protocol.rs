@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::error::NodeStopped;
 use crate::history::TenureRecord;
-use crate::node::{Membership, Status};
+use crate::status::{Membership, Status};
 use crate::transport::NodeId;
 
 use super::PROTOCOL_VERSION;

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::lease::FencingToken;
+use crate::token::FencingToken;
 
 /// Why a fenced write, or a fence operation, did not happen. In every case nothing of
 /// the guarded write was committed, and the token was not advanced.

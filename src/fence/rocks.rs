@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use rocksdb::{ColumnFamily, ErrorKind, Options, WriteBatch, WriteOptions, DB};
 
 use super::{BackendError, FenceError, FenceStats};
-use crate::lease::FencingToken;
+use crate::token::FencingToken;
 
 /// The column family that holds the highest token, under the fence's name. Callers'
 /// writes go to the default column family and cannot reach it.

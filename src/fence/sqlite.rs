@@ -7,7 +7,7 @@ use rusqlite::types::Value;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 
 use super::{BackendError, FenceError, FenceStats};
-use crate::lease::FencingToken;
+use crate::token::FencingToken;
 
 /// The table holding every SQLite fence's highest token, one row per fence name.
 const CREATE_TABLE: &str =

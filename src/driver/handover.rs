@@ -1,0 +1,223 @@
+//! Handing leadership over: transfers asked for, the handover a shutdown, a drain or a
+//! removal starts, and what follows a failed one. `docs/design.md`, section 4: a leader
+//! that sent `MsgTimeoutNow` in a term never holds a lease in it again.
+
+use raft::StateRole;
+use slog::{debug, info, warn};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::{Driver, PendingTransfer, StopKind};
+use crate::error::{LostReason, NodeStopped, TransferError};
+use crate::mutation;
+use crate::storage::RaftStore;
+use crate::transport::{Inbound, NodeId};
+
+impl<S: RaftStore> Driver<S> {
+    /// Validates and starts a transfer; revokes the lease first.
+    pub(super) fn start_transfer(&mut self, to: Option<NodeId>) -> Result<NodeId, TransferError> {
+        let raft = &self.raw.raft;
+        if raft.state != StateRole::Leader {
+            let hint = (raft.leader_id != 0).then_some(raft.leader_id);
+            return Err(TransferError::NotLeader { leader_hint: hint });
+        }
+        let voters: Vec<NodeId> = raft.prs().conf().voters().ids().iter().collect();
+        let target = match to {
+            Some(t) if t == self.id => return Err(TransferError::AlreadyLeader(t)),
+            Some(t) if !voters.contains(&t) => return Err(TransferError::UnknownNode(t)),
+            Some(t) if self.state.is_drained(t) => return Err(TransferError::Drained(t)),
+            Some(t) => t,
+            None => self.best_follower().ok_or(TransferError::NoCandidate)?,
+        };
+        info!(self.logger, "handing leadership over"; "to" => target, "term" => raft.term);
+        self.revoke(LostReason::HandedOver);
+        self.raw.transfer_leader(target);
+        Ok(target)
+    }
+
+    /// The most up-to-date voter other than this node (recently active ones first).
+    pub(super) fn best_follower(&self) -> Option<NodeId> {
+        let raft = &self.raw.raft;
+        let voters = raft.prs().conf().voters().ids();
+        raft.prs()
+            .iter()
+            .filter(|(id, _)| {
+                **id != self.id && voters.contains(**id) && !self.state.is_drained(**id)
+            })
+            .max_by_key(|(id, pr)| (pr.recent_active, pr.matched, std::cmp::Reverse(**id)))
+            .map(|(id, _)| *id)
+    }
+
+    pub(super) fn begin_shutdown(&mut self, reply: Option<oneshot::Sender<()>>) {
+        if self.shutdown.is_some() || self.stop.is_some() {
+            // Already on the way out; answer when done (or now, if no slot).
+            if let Some(r) = reply {
+                if self.shutdown.is_none() {
+                    let _ = r.send(());
+                } else {
+                    // Keep the first reply; the second caller just learns it is stopping.
+                    drop(r);
+                }
+            }
+            return;
+        }
+        let leading = self.raw.raft.state == StateRole::Leader;
+        if leading && self.raw.raft.prs().conf().voters().ids().len() > 1 {
+            match self.start_transfer(None) {
+                Ok(target) => {
+                    let deadline = self.clock.now() + self.timing.election_timeout();
+                    info!(self.logger, "shutdown: waiting for handover"; "to" => target);
+                    if let Some(t) = self.transfer.take() {
+                        if let Some(r) = t.reply {
+                            let _ = r.send(Err(TransferError::Stopped(NodeStopped::shutdown(
+                                "shutting down",
+                            ))));
+                        }
+                    }
+                    self.transfer = Some(PendingTransfer {
+                        to: target,
+                        deadline,
+                        reply: None,
+                    });
+                    let (tx, rx) = oneshot::channel();
+                    drop(rx);
+                    self.shutdown = Some((deadline, reply.unwrap_or(tx)));
+                    return;
+                }
+                Err(e) => debug!(self.logger, "shutdown without handover"; "why" => %e),
+            }
+        }
+        self.stop = Some(StopKind::Graceful(reply));
+    }
+
+    /// What a leader owes the group beyond raft-rs: hand over when drained or removed,
+    /// and finish a joint configuration a previous leader left behind.
+    pub(super) fn leader_duties(&mut self, now: Instant) {
+        if self.raw.raft.state != StateRole::Leader || self.shutdown.is_some() {
+            return;
+        }
+        let removed = !self.is_voter(self.id);
+        let drained = self.state.is_drained(self.id);
+        if (removed || drained)
+            && self.transfer.is_none()
+            && self.raw.raft.lead_transferee.is_none()
+        {
+            let why = if removed {
+                "removed from the group"
+            } else {
+                "drained"
+            };
+            match self.start_transfer(None) {
+                Ok(to) => {
+                    info!(self.logger, "handing leadership over"; "why" => why, "to" => to);
+                    self.transfer = Some(PendingTransfer {
+                        to,
+                        deadline: now + self.timing.election_timeout() * 2,
+                        reply: None,
+                    });
+                }
+                Err(e) => {
+                    warn!(self.logger, "cannot hand leadership over"; "why" => why, "error" => %e);
+                    if removed {
+                        // Nobody to hand to: stop leading; the voters elect among themselves.
+                        self.revoke(LostReason::SteppedDown);
+                        let term = self.raw.raft.term;
+                        self.raw.raft.become_follower(term + 1, raft::INVALID_ID);
+                    }
+                }
+            }
+            return;
+        }
+        self.leave_stale_joint();
+    }
+
+    pub(super) fn progress_transfer(&mut self, now: Instant) {
+        let Some(t) = &mut self.transfer else {
+            return;
+        };
+        let raft = &self.raw.raft;
+        let done = raft.leader_id == t.to && raft.state != StateRole::Leader;
+        let lost = raft.state != StateRole::Leader && raft.leader_id != t.to && raft.leader_id != 0;
+        let result = if done {
+            Some(Ok(t.to))
+        } else if now >= t.deadline
+            || lost
+            || (raft.state == StateRole::Leader && raft.lead_transferee.is_none())
+        {
+            Some(Err(TransferError::TimedOut {
+                to: t.to,
+                timeout_ms: self.timing.election_timeout().as_millis() as u64 * 2,
+            }))
+        } else {
+            None
+        };
+        if let Some(r) = result {
+            if let Some(reply) = t.reply.take() {
+                let _ = reply.send(r);
+            }
+            self.transfer = None;
+        }
+    }
+
+    /// Section 4 of docs/design.md: a leader that sent MsgTimeoutNow in term `t` never
+    /// holds a lease in `t` again (the forced election that message may still start, at
+    /// `t + 1`, skips the voters' in-lease refusal).
+    pub(super) fn may_hold_lease_in(&self, term: u64) -> bool {
+        self.timeout_now_sent != Some(term) || mutation::active("lease-after-failed-transfer")
+    }
+
+    /// A handover that failed (the transfer is over, and this node still leads in the
+    /// term it sent MsgTimeoutNow in) ends in a new election: this node steps down into
+    /// the next term, because it may not hold a lease in this one again.
+    pub(super) fn end_failed_handover(&mut self) {
+        let raft = &self.raw.raft;
+        let term = raft.term;
+        if raft.state != StateRole::Leader
+            || self.may_hold_lease_in(term)
+            || raft.lead_transferee.is_some()
+            || self.transfer.is_some()
+            || self.shutdown.is_some()
+        {
+            return;
+        }
+        warn!(self.logger,
+            "leadership transfer failed; stepping down into the next term (a leader that asked for a handover holds no lease in that term again)";
+            "term" => term, "next_term" => term + 1);
+        self.raw.raft.become_follower(term + 1, raft::INVALID_ID);
+        self.handle_ready();
+    }
+
+    /// A `MsgTimeoutNow` held while this node was drained: step it once the undrain has
+    /// been applied here, refuse it after two heartbeats.
+    pub(super) fn release_held_timeout_now(&mut self, now: Instant) {
+        if let Some((m, at)) = self.held_timeout_now.take() {
+            if !self.state.is_drained(self.id) {
+                self.on_inbound(Inbound::Message(m));
+                self.handle_ready();
+            } else if now.duration_since(at) < self.timing.heartbeat_interval() * 2 {
+                self.held_timeout_now = Some((m, at));
+            } else {
+                info!(self.logger, "drained: refused to take over leadership"; "from" => m.from);
+            }
+        }
+    }
+
+    /// A shutdown that waited for its handover stops once another node leads, or at the
+    /// deadline.
+    pub(super) fn progress_shutdown(&mut self, now: Instant) {
+        if let Some((deadline, _)) = &self.shutdown {
+            let handed = self.raw.raft.state != StateRole::Leader;
+            if handed || now >= *deadline {
+                if !handed {
+                    warn!(
+                        self.logger,
+                        "shutdown: handover did not finish in time; stopping anyway"
+                    );
+                }
+                if let Some((_, reply)) = self.shutdown.take() {
+                    self.stop = Some(StopKind::Graceful(Some(reply)));
+                }
+            }
+        }
+    }
+}

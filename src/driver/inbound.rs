@@ -1,0 +1,124 @@
+//! Input from peers: every inbound message is judged by [`peer_input`] before it
+//! reaches raft-rs (`docs/design.md`, section 7), then the restart quiet period and the
+//! drained node's hold on `MsgTimeoutNow` apply (sections 3 and 4).
+
+use raft::eraftpb::{Message, MessageType};
+use slog::{debug, error, warn};
+
+use super::Driver;
+use crate::peer_input::{self, Local, Verdict};
+use crate::storage::RaftStore;
+use crate::transport::{Inbound, NodeId};
+
+impl<S: RaftStore> Driver<S> {
+    /// Judges and steps one inbound item (a panic in raft-rs stops the driver).
+    pub(super) fn on_inbound(&mut self, item: Inbound) {
+        let during = match &item {
+            Inbound::Message(m) => format!(
+                "stepping {:?} from node {} (term {})",
+                m.get_msg_type(),
+                m.from,
+                m.term
+            ),
+            Inbound::Unreachable(peer) => format!("reporting node {peer} unreachable"),
+            Inbound::Hello { from, .. } => format!("noting node {from}'s hello"),
+        };
+        self.guarded(|| during, |d| d.inbound_item(item));
+    }
+
+    pub(super) fn inbound_item(&mut self, item: Inbound) {
+        match item {
+            Inbound::Message(m) => {
+                // Only what a correct peer may send, in a state where it may send it,
+                // reaches raft-rs (docs/design.md, section 7).
+                match peer_input::admit(&m, &self.local_view(m.from)) {
+                    Verdict::Admit => {}
+                    Verdict::Refuse(r) => {
+                        if !matches!(
+                            r,
+                            peer_input::Refusal::BadSender | peer_input::Refusal::NotForThisNode
+                        ) {
+                            self.last_heard.insert(m.from, self.clock.now());
+                        }
+                        self.refused(r, &m);
+                        return;
+                    }
+                    Verdict::Fatal(cause) => {
+                        error!(self.logger, "stopping: this node lost entries it had acknowledged";
+                               "from" => m.from, "type" => ?m.get_msg_type(), "term" => m.term,
+                               "commit" => m.commit, "last_index" => self.raw.raft.raft_log.last_index(),
+                               "detail" => %cause);
+                        self.fail(cause);
+                        return;
+                    }
+                }
+                self.last_heard.insert(m.from, self.clock.now());
+                let t = m.get_msg_type();
+                if t == MessageType::MsgTimeoutNow && self.state.is_drained(self.id) {
+                    // Drained nodes do not take over. The leader checked its own (newer)
+                    // state before sending, so an undrain may just not be applied here
+                    // yet: hold the message for a heartbeat before refusing it.
+                    self.held_timeout_now = Some((m, self.clock.now()));
+                    return;
+                }
+                if t == MessageType::MsgTimeoutNow {
+                    // The leader hands over to us: the election it starts is a handover.
+                    self.handover_term = Some(self.raw.raft.term + 1);
+                }
+                // A handover's vote request passes: the leader that asked for it (with
+                // MsgTimeoutNow, in its own term) revoked its lease before asking.
+                let handover_vote = t == MessageType::MsgRequestVote
+                    && m.context.as_ref() == raft::CAMPAIGN_TRANSFER;
+                if matches!(
+                    t,
+                    MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
+                ) && !handover_vote
+                    && self.clock.now() < self.quiet_until
+                {
+                    debug!(self.logger, "ignoring vote request during restart quiet period";
+                           "from" => m.from, "type" => ?t, "term" => m.term);
+                    return;
+                }
+                if let Err(e) = self.raw.step(m) {
+                    debug!(self.logger, "raft rejected a message"; "error" => %e);
+                }
+            }
+            Inbound::Unreachable(peer) => self.raw.report_unreachable(peer),
+            // Hellos matter before the group exists (founding) and at the transport
+            // (groups are checked there).
+            Inbound::Hello { .. } => {}
+        }
+    }
+
+    /// What [`peer_input::admit`] needs to know of this node, for a message from `from`.
+    pub(super) fn local_view(&self, from: NodeId) -> Local {
+        let raft = &self.raw.raft;
+        Local {
+            id: self.id,
+            term: raft.term,
+            role: raft.state,
+            leader: raft.leader_id,
+            last_index: raft.raft_log.last_index(),
+            committed: {
+                let c = raft.raft_log.committed;
+                (c, raft.raft_log.term(c).unwrap_or(0))
+            },
+            has_membership: raft.prs().iter().len() > 0,
+            sender_tracked: raft.prs().get(from).is_some(),
+        }
+    }
+
+    /// Counts a refused peer message; warns about it at most once per reason every 10 s.
+    pub(super) fn refused(&mut self, r: peer_input::Refusal, m: &Message) {
+        self.metrics.peer_refused_one(r);
+        let t = m.get_msg_type();
+        match self.refusals.note(r, self.clock.now()) {
+            Some(suppressed) => warn!(self.logger, "refused a message from a peer";
+                "reason" => r.as_str(), "from" => m.from, "type" => ?t, "term" => m.term,
+                "index" => m.index, "commit" => m.commit,
+                "refused_since_last_warning" => suppressed),
+            None => debug!(self.logger, "refused a message from a peer";
+                "reason" => r.as_str(), "from" => m.from, "type" => ?t, "term" => m.term),
+        }
+    }
+}

@@ -1,0 +1,512 @@
+//! Changing the group (raft-rs `ConfChangeV2`, joint consensus) and drains: proposals
+//! checked before they are made, answered once applied; conf changes applied with the
+//! compaction that stores them; farewells to removed nodes; reachability.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+
+use raft::eraftpb::{
+    ConfChangeSingle, ConfChangeTransition, ConfChangeType, ConfChangeV2, Message, MessageType,
+};
+use raft::StateRole;
+use slog::{debug, info, warn};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::{Driver, MemberChange};
+use crate::error::{MembershipError, StorageError};
+use crate::state::{decode_addrs, encode_addrs, GroupState};
+use crate::status::Membership;
+use crate::storage::RaftStore;
+use crate::transport::NodeId;
+
+/// A node that left the group, told so until `until`.
+pub(super) struct Farewell {
+    to: NodeId,
+    /// The last index it acknowledged before the removal, if this node led then.
+    matched: Option<u64>,
+    /// The index of the conf change that removed it.
+    removal: u64,
+    until: Instant,
+    last_sent: Option<Instant>,
+}
+
+/// A proposed membership change or drain, answered once its entry is applied.
+pub(super) struct PendingChange {
+    /// The entry's index and term: the same index and term mean the same entry.
+    index: u64,
+    term: u64,
+    what: String,
+    /// Answer only once the group has also left the joint configuration.
+    until_not_joint: bool,
+    /// A conf change (not a drain): only one may be in flight.
+    conf: bool,
+    /// The entry is applied (waiting for the joint configuration to be left).
+    applied: bool,
+    /// Another entry was applied at `index`: a new leader overwrote the proposal.
+    superseded: bool,
+    deadline: Instant,
+    pub(super) reply: Option<oneshot::Sender<Result<Membership, MembershipError>>>,
+}
+
+impl<S: RaftStore> Driver<S> {
+    /// Applies a committed conf change. The new membership is not written on its own:
+    /// it goes to disk with a snapshot taken right after (so the stored membership is
+    /// always a snapshot's, and conf changes above it are replayed exactly once).
+    pub(super) fn apply_conf_change(
+        &mut self,
+        cc: &ConfChangeV2,
+        index: u64,
+    ) -> Result<(), StorageError> {
+        let before = self.members_now();
+        let leading = self.raw.raft.state == StateRole::Leader;
+        let matched: BTreeMap<NodeId, u64> = self
+            .raw
+            .raft
+            .prs()
+            .iter()
+            .map(|(id, p)| (*id, p.matched))
+            .collect();
+        match self.raw.apply_conf_change(cc) {
+            Ok(cs) => {
+                self.joint = !cs.voters_outgoing.is_empty();
+                info!(self.logger, "membership changed";
+                      "voters" => ?cs.voters, "learners" => ?cs.learners,
+                      "outgoing" => ?cs.voters_outgoing);
+                let added = decode_addrs(&cc.context);
+                for (id, addr) in &added {
+                    self.state.addrs.insert(*id, *addr);
+                }
+                self.apply_addrs(&added);
+                let after = self.members_now();
+                for gone in before.difference(&after) {
+                    self.state.addrs.remove(gone);
+                    self.state.drained.remove(gone);
+                    if *gone != self.id {
+                        info!(self.logger, "node left the group"; "node" => *gone);
+                        self.farewells.push(Farewell {
+                            to: *gone,
+                            matched: matched.get(gone).copied().filter(|_| leading),
+                            removal: index,
+                            until: self.clock.now() + self.timing.election_timeout() * 3,
+                            last_sent: None,
+                        });
+                    }
+                }
+                self.force_compact = true;
+                Ok(())
+            }
+            Err(e) => {
+                warn!(self.logger, "conf change rejected by raft"; "error" => %e);
+                Ok(())
+            }
+        }
+    }
+
+    /// Tells nodes that left the group so (see `farewells`), then forgets them.
+    pub(super) fn say_farewells(&mut self, now: Instant) {
+        if self.farewells.is_empty() {
+            return;
+        }
+        let mut keep = Vec::new();
+        for mut f in std::mem::take(&mut self.farewells) {
+            if now >= f.until {
+                self.transport.set_peer(f.to, None);
+                continue;
+            }
+            let due = f
+                .last_sent
+                .is_none_or(|t| now.duration_since(t) >= self.timing.heartbeat_interval());
+            if due && self.raw.raft.state == StateRole::Leader {
+                if let Some(m) = self.farewell_message(&f) {
+                    self.transport.send(m);
+                }
+                f.last_sent = Some(now);
+            }
+            keep.push(f);
+        }
+        self.farewells = keep;
+    }
+
+    /// An append carrying the entries up to the removal and a commit index covering it.
+    pub(super) fn farewell_message(&self, f: &Farewell) -> Option<Message> {
+        let prev = f.matched?;
+        let log_term = self.store.term(prev).ok()?;
+        let entries = if prev < f.removal {
+            self.store
+                .entries(
+                    prev + 1,
+                    f.removal + 1,
+                    Some(1 << 20),
+                    raft::GetEntriesContext::empty(false),
+                )
+                .ok()?
+        } else {
+            Vec::new()
+        };
+        let last = prev + entries.len() as u64;
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgAppend);
+        m.to = f.to;
+        m.from = self.id;
+        m.term = self.raw.raft.term;
+        m.index = prev;
+        m.log_term = log_term;
+        m.commit = f.removal.min(last).min(self.raw.raft.raft_log.committed);
+        m.entries = entries.into();
+        Some(m)
+    }
+
+    /// Every member of the applied configuration (voters of both halves, learners).
+    pub(super) fn members_now(&self) -> BTreeSet<NodeId> {
+        let cs = self.raw.raft.prs().conf().to_conf_state();
+        cs.voters
+            .iter()
+            .chain(&cs.voters_outgoing)
+            .chain(&cs.learners)
+            .chain(&cs.learners_next)
+            .copied()
+            .collect()
+    }
+
+    pub(super) fn is_voter(&self, id: NodeId) -> bool {
+        self.raw.raft.prs().conf().voters().contains(id)
+    }
+
+    /// Tells the transport where replicated members listen (configured peers keep the
+    /// address they were started with).
+    pub(super) fn apply_addrs(&self, addrs: &BTreeMap<NodeId, SocketAddr>) {
+        for (id, addr) in addrs {
+            if *id != self.id && !self.configured.contains(id) {
+                self.transport.set_peer(*id, Some(*addr));
+            }
+        }
+    }
+
+    /// Marks the pending changes whose entry is `index`: applied if the entry is theirs
+    /// (same term), superseded otherwise (a new leader overwrote the proposal).
+    pub(super) fn entry_applied(&mut self, index: u64, term: u64) {
+        for p in self.pending_changes.iter_mut() {
+            if p.index == index && !p.applied {
+                if p.term == term {
+                    p.applied = true;
+                } else {
+                    p.superseded = true; // answered in `progress_changes`
+                }
+            }
+        }
+    }
+
+    /// Answers pending changes that are done, superseded or out of time.
+    pub(super) fn progress_changes(&mut self, now: Instant) {
+        if self.pending_changes.is_empty() {
+            return;
+        }
+        let joint = self.is_joint();
+        let members = self.membership();
+        let leader_hint = (self.raw.raft.leader_id != 0).then_some(self.raw.raft.leader_id);
+        let mut keep = Vec::new();
+        for p in self.pending_changes.drain(..) {
+            let result = if p.applied && !(p.until_not_joint && joint) {
+                Some(Ok(members.clone()))
+            } else if p.superseded {
+                Some(Err(MembershipError::NotLeader { leader_hint }))
+            } else if now >= p.deadline {
+                Some(Err(MembershipError::TimedOut {
+                    what: p.what.clone(),
+                }))
+            } else {
+                None
+            };
+            match (result, p.reply) {
+                (Some(r), Some(reply)) => {
+                    let _ = reply.send(r);
+                }
+                (Some(_), None) => {}
+                (None, reply) => keep.push(PendingChange { reply, ..p }),
+            }
+        }
+        self.pending_changes = keep;
+    }
+
+    pub(super) fn is_joint(&self) -> bool {
+        self.joint
+    }
+
+    /// Validates and proposes a membership change or drain (leader only).
+    pub(super) fn propose_change(
+        &mut self,
+        change: MemberChange,
+        now: Instant,
+    ) -> Result<PendingChange, MembershipError> {
+        let raft = &self.raw.raft;
+        if raft.state != StateRole::Leader {
+            let leader_hint = (raft.leader_id != 0).then_some(raft.leader_id);
+            return Err(MembershipError::NotLeader { leader_hint });
+        }
+        let m = self.membership();
+        self.check_quorum_now(&m)?;
+        let in_flight = self.change_in_flight();
+        let commit = raft.raft_log.committed;
+        let matched = |id: NodeId| raft.prs().get(id).map_or(0, |p| p.matched);
+        let single = |id, t| {
+            let mut c = ConfChangeSingle {
+                node_id: id,
+                ..Default::default()
+            };
+            c.set_change_type(t);
+            c
+        };
+        let mut cc = ConfChangeV2::default();
+        let mut until_not_joint = false;
+        let what;
+        match change {
+            MemberChange::Drain(id, drained) => {
+                if !m.contains(id) {
+                    return Err(MembershipError::UnknownNode(id));
+                }
+                let leaders_left = m
+                    .voters
+                    .iter()
+                    .filter(|v| **v != id && !m.drained.contains(v))
+                    .count();
+                if drained && leaders_left == 0 {
+                    return Err(MembershipError::WouldLoseQuorum {
+                        reason: format!("draining node {id} would leave no voter that may lead"),
+                    });
+                }
+                let data = GroupState::drain_entry(id, drained);
+                let what = format!("{} node {id}", if drained { "drain" } else { "undrain" });
+                return self.propose_entry(data, what, now);
+            }
+            _ if in_flight => return Err(MembershipError::ChangeInFlight),
+            MemberChange::AddLearner(id, addr) => {
+                if id == 0 {
+                    return Err(MembershipError::UnknownNode(0));
+                }
+                if m.contains(id) {
+                    return Err(MembershipError::AlreadyMember(id));
+                }
+                cc.changes.push(single(id, ConfChangeType::AddLearnerNode));
+                let mut addrs = BTreeMap::new();
+                addrs.insert(id, addr);
+                cc.context = encode_addrs(&addrs).into();
+                what = format!("adding node {id} as a learner");
+            }
+            MemberChange::Promote(id) => {
+                if !m.contains(id) {
+                    return Err(MembershipError::UnknownNode(id));
+                }
+                if !m.learners.contains(&id) {
+                    return Err(MembershipError::NotALearner(id));
+                }
+                if matched(id) < commit {
+                    return Err(MembershipError::LearnerBehind {
+                        id,
+                        matched: matched(id),
+                        commit,
+                    });
+                }
+                cc.changes.push(single(id, ConfChangeType::AddNode));
+                what = format!("promoting node {id}");
+            }
+            MemberChange::Remove(id) => {
+                if !m.contains(id) {
+                    return Err(MembershipError::UnknownNode(id));
+                }
+                if m.is_voter(id) {
+                    let rest: Vec<NodeId> = m.voters.iter().copied().filter(|v| *v != id).collect();
+                    if rest.is_empty() {
+                        return Err(MembershipError::WouldLoseQuorum {
+                            reason: format!("node {id} is the last voter"),
+                        });
+                    }
+                    self.check_reachable_quorum(&rest)?;
+                }
+                cc.changes.push(single(id, ConfChangeType::RemoveNode));
+                what = format!("removing node {id}");
+            }
+            MemberChange::Replace { old, new } | MemberChange::ReplaceExplicit { old, new } => {
+                if !m.is_voter(old) {
+                    return Err(MembershipError::UnknownNode(old));
+                }
+                if !m.contains(new) {
+                    return Err(MembershipError::UnknownNode(new));
+                }
+                if !m.learners.contains(&new) {
+                    return Err(MembershipError::NotALearner(new));
+                }
+                if matched(new) < commit {
+                    return Err(MembershipError::LearnerBehind {
+                        id: new,
+                        matched: matched(new),
+                        commit,
+                    });
+                }
+                let rest: Vec<NodeId> = m
+                    .voters
+                    .iter()
+                    .copied()
+                    .filter(|v| *v != old)
+                    .chain([new])
+                    .collect();
+                self.check_reachable_quorum(&rest)?;
+                cc.changes.push(single(new, ConfChangeType::AddNode));
+                cc.changes.push(single(old, ConfChangeType::RemoveNode));
+                if matches!(change, MemberChange::ReplaceExplicit { .. }) {
+                    cc.set_transition(ConfChangeTransition::Explicit);
+                    self.explicit_joint_term = Some(self.raw.raft.term);
+                } else {
+                    until_not_joint = true;
+                }
+                what = format!("replacing node {old} by node {new}");
+            }
+        }
+        if let Err(e) = self.raw.propose_conf_change(vec![], cc) {
+            warn!(self.logger, "conf change not proposed"; "error" => %e);
+            return Err(MembershipError::ChangeInFlight);
+        }
+        let index = self.raw.raft.raft_log.last_index();
+        if self.raw.raft.pending_conf_index != index {
+            // raft-rs turned it into an empty entry (it saw a change in flight).
+            return Err(MembershipError::ChangeInFlight);
+        }
+        info!(self.logger, "membership change proposed"; "what" => &what, "index" => index);
+        Ok(self.pending(index, what, true, until_not_joint, now))
+    }
+
+    pub(super) fn propose_entry(
+        &mut self,
+        data: Vec<u8>,
+        what: String,
+        now: Instant,
+    ) -> Result<PendingChange, MembershipError> {
+        if let Err(e) = self.raw.propose(vec![], data) {
+            warn!(self.logger, "proposal dropped"; "what" => &what, "error" => %e);
+            return Err(MembershipError::TimedOut { what });
+        }
+        let index = self.raw.raft.raft_log.last_index();
+        Ok(self.pending(index, what, false, false, now))
+    }
+
+    pub(super) fn pending(
+        &self,
+        index: u64,
+        what: String,
+        conf: bool,
+        until_not_joint: bool,
+        now: Instant,
+    ) -> PendingChange {
+        let wait = (self.timing.election_timeout() * 5).max(std::time::Duration::from_secs(2));
+        PendingChange {
+            index,
+            term: self.raw.raft.term,
+            what,
+            conf,
+            until_not_joint,
+            applied: false,
+            superseded: false,
+            deadline: now + wait,
+            reply: None,
+        }
+    }
+
+    /// Refuses a change after which the voters this leader reaches now (itself included)
+    /// would not form a quorum of `voters`.
+    pub(super) fn check_reachable_quorum(&self, voters: &[NodeId]) -> Result<(), MembershipError> {
+        let reachable = voters.iter().filter(|v| self.heard_recently(**v)).count();
+        let quorum = voters.len() / 2 + 1;
+        if reachable < quorum {
+            return Err(MembershipError::WouldLoseQuorum {
+                reason: format!(
+                    "the new group {voters:?} needs {quorum} voters, but only {reachable} are reachable now"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses at once when this leader does not reach a quorum (of both halves while
+    /// joint): the change could not commit, and an operator should hear why.
+    pub(super) fn check_quorum_now(&self, m: &Membership) -> Result<(), MembershipError> {
+        // The lease ran out unrenewed (on either clock): no quorum acknowledged a round
+        // for a lease period.
+        let lapsed = self.keeper.lapsed(self.clock.stamp());
+        let active = |v: &NodeId| self.heard_recently(*v);
+        let majority = |set: &[NodeId]| {
+            set.is_empty() || set.iter().filter(|v| active(v)).count() > set.len() / 2
+        };
+        if !lapsed && majority(&m.voters) && majority(&m.outgoing) {
+            return Ok(());
+        }
+        let mut voters: Vec<NodeId> = m.voters.iter().chain(&m.outgoing).copied().collect();
+        voters.sort_unstable();
+        voters.dedup();
+        let reachable = if lapsed {
+            1 // only itself, as far as its lease can tell
+        } else {
+            voters.iter().filter(|v| active(v)).count()
+        };
+        Err(MembershipError::NoQuorum { reachable, voters })
+    }
+
+    /// Whether `id` is this node or was heard from within an election timeout.
+    pub(super) fn heard_recently(&self, id: NodeId) -> bool {
+        id == self.id
+            || self.last_heard.get(&id).is_some_and(|t| {
+                self.clock.now().saturating_duration_since(*t) < self.timing.election_timeout()
+            })
+    }
+
+    pub(super) fn change_in_flight(&self) -> bool {
+        self.raw.raft.has_pending_conf()
+            || self.is_joint()
+            || self.pending_changes.iter().any(|p| p.conf && !p.applied)
+    }
+
+    /// The applied membership, drains and addresses.
+    pub(super) fn membership(&self) -> Membership {
+        let cs = self.raw.raft.prs().conf().to_conf_state();
+        let sorted = |v: &[NodeId]| {
+            let mut v = v.to_vec();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        let mut learners = cs.learners.clone();
+        learners.extend(&cs.learners_next);
+        Membership {
+            voters: sorted(&cs.voters),
+            learners: sorted(&learners),
+            outgoing: sorted(&cs.voters_outgoing),
+            drained: self.state.drained.iter().copied().collect(),
+            addrs: self
+                .state
+                .addrs
+                .iter()
+                .map(|(id, a)| (*id, a.to_string()))
+                .collect(),
+        }
+    }
+
+    /// A joint configuration nobody is leaving (its leader crashed, or the change asked
+    /// for an explicit leave): this leader leaves it, so the group does not stay joint.
+    pub(super) fn leave_stale_joint(&mut self) {
+        let raft = &self.raw.raft;
+        if self.is_joint()
+            && !raft.has_pending_conf()
+            && raft.commit_to_current_term()
+            && self.explicit_joint_term != Some(raft.term)
+        {
+            // A joint configuration nobody is leaving (its leader crashed, or the change
+            // asked for an explicit leave): leave it, so the group does not stay joint.
+            info!(self.logger, "leaving the joint configuration"; "config" => ?raft.prs().conf());
+            if let Err(e) = self
+                .raw
+                .propose_conf_change(vec![], ConfChangeV2::default())
+            {
+                debug!(self.logger, "leave-joint not proposed yet"; "error" => %e);
+            }
+        }
+    }
+}
