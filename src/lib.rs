@@ -320,6 +320,7 @@ pub mod metrics;
 #[doc(hidden)]
 pub mod mutation;
 mod node;
+mod node_id;
 pub mod runner;
 mod state;
 pub mod storage;

@@ -24,8 +24,7 @@ use raft::eraftpb::Message;
 
 pub use hello::{Hello, Standing};
 
-/// A node's identity in the group: the raft-rs peer id. Never 0.
-pub type NodeId = u64;
+pub use crate::node_id::NodeId;
 
 /// What a transport hands the driver.
 #[derive(Debug)]
