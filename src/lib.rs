@@ -324,6 +324,7 @@ mod node_id;
 pub mod runner;
 mod state;
 pub mod storage;
+pub mod tls;
 pub mod transport;
 
 pub use config::{Config, ConfigBuilder, ReadMode, Timing, TlsSource};

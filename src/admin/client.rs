@@ -13,7 +13,7 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 
 use crate::history::TenureRecord;
 use crate::node::{Membership, Status};
-use crate::transport::tls::{
+use crate::tls::{
     node_id_from_cert, node_server_name, ring_provider, root_store, OperatorIdentity, TlsIdentity,
 };
 use crate::transport::NodeId;

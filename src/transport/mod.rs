@@ -14,7 +14,6 @@ pub mod hello;
 pub(crate) mod log_limit;
 pub mod mem;
 pub mod quic;
-pub mod tls;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +22,9 @@ use std::sync::{Arc, RwLock};
 use raft::eraftpb::Message;
 
 pub use hello::{Hello, Standing};
+
+/// The TLS layer's old home: [`crate::tls`] is where it lives now.
+pub use crate::tls;
 
 pub use crate::node_id::NodeId;
 

@@ -97,8 +97,8 @@ use super::budget::{Budget, Permit};
 use super::frame::{self, FrameError, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_FRAME};
 use super::hello::{Hello, HELLO_LEN};
 use super::log_limit::{self, warn_limited, LogLimit};
-use super::tls::{node_id_from_cert, node_server_name, TlsError, TlsIdentity};
 use super::{Faults, Inbound, NodeId, Transport, TransportStats, TransportStatsSnapshot};
+use crate::tls::{node_id_from_cert, node_server_name, TlsError, TlsIdentity};
 
 /// Default capacity of each peer's outbound queue.
 pub const DEFAULT_QUEUE_DEPTH: usize = 1024;

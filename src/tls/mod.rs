@@ -52,7 +52,7 @@ use x509_parser::asn1_rs::Tag;
 use x509_parser::certificate::X509Certificate;
 use x509_parser::extensions::GeneralName;
 
-use super::NodeId;
+use crate::node_id::NodeId;
 
 /// The ALPN protocol both sides must offer: the tenure transport, version 1.
 pub const ALPN: &[u8] = b"tenure/1";
