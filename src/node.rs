@@ -25,8 +25,8 @@ use crate::metrics::Metrics;
 use crate::state::GroupState;
 use crate::storage::ReadyWrite;
 use crate::storage::{RaftStore, RocksStore};
+use crate::tls::TlsIdentity;
 use crate::transport::quic::{QuicConfig, QuicTransport};
-use crate::transport::tls::TlsIdentity;
 use crate::transport::{Faults, Inbound, NodeId, Transport, TransportStatsSnapshot};
 
 /// This node's part in the election, as raft-rs sees it.
