@@ -15,6 +15,7 @@ use x509_parser::asn1_rs::Tag;
 
 use crate::node_id::NodeId;
 
+use super::credential::Holder;
 use super::error::{Result, TlsError};
 use super::identity::TlsIdentity;
 use super::names::{parse_x509, CertKind, NAME_SUFFIX};

@@ -1,58 +1,30 @@
 //! What a holder of a certificate loads: [`TlsIdentity`] (a node) and
 //! [`OperatorIdentity`] (an operator), each checked up front, and the rustls and quinn
-//! configurations a node's identity makes.
+//! configurations a node's identity makes. Both are a [`Credential`] (the loading, the
+//! checks and the rustls steps they share) and the kind of certificate they accept.
 
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::client::danger::ServerCertVerifier;
-use rustls::client::WebPkiServerVerifier;
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::server::WebPkiClientVerifier;
-use rustls::RootCertStore;
+use rustls::pki_types::CertificateDer;
 
 use crate::node_id::NodeId;
 
+use super::credential::{client_builder, Credential, Holder};
 use super::error::{Result, TlsError};
 use super::files::{
-    key_file_warnings, node_cert_file, node_key_file, IdentityWarning, CA_CERT_FILE,
-    OPERATOR_CERT_FILE, OPERATOR_KEY_FILE,
+    node_cert_file, node_key_file, IdentityWarning, CA_CERT_FILE, OPERATOR_CERT_FILE,
+    OPERATOR_KEY_FILE,
 };
-use super::names::{node_id_labeled, node_server_name, operator_labeled, parse_x509};
-use super::pem::{read_files, Src};
+use super::names::{node_id_labeled, node_server_name, operator_labeled};
+use super::pem::Src;
 
 #[cfg(doc)]
 use super::{node_id_from_cert, write_cluster_certs, CertKind};
 
 /// The ALPN protocol both sides must offer: the tenure transport, version 1.
 pub const ALPN: &[u8] = b"tenure/1";
-
-/// The ring crypto provider, which is the only one tenure uses.
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// Checks that `chain` (end-entity first) is a client certificate the cluster CA accepts.
-fn verify_as_client(
-    chain: &[CertificateDer<'static>],
-    roots: Arc<RootCertStore>,
-    provider: Arc<rustls::crypto::CryptoProvider>,
-    cert: &Src<'_>,
-    ca: &Src<'_>,
-) -> Result<()> {
-    WebPkiClientVerifier::builder_with_provider(roots, provider)
-        .build()
-        .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?
-        .verify_client_cert(&chain[0], &chain[1..], UnixTime::now())
-        .map_err(|e| TlsError::NotTrusted {
-            file: cert.label.clone(),
-            ca: ca.label.clone(),
-            reason: e.to_string(),
-        })?;
-    Ok(())
-}
 
 /// What a node loads at start: the cluster CA, its own certificate chain and private key,
 /// and its node id (read from its certificate).
@@ -63,35 +35,18 @@ fn verify_as_client(
 ///
 /// The CA file may hold several CA certificates (all are trusted: useful while moving to
 /// a new CA).
+#[derive(Clone)]
 pub struct TlsIdentity {
     id: NodeId,
-    ca_certs: Vec<CertificateDer<'static>>,
-    chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
-    warnings: Vec<IdentityWarning>,
-}
-
-impl Clone for TlsIdentity {
-    fn clone(&self) -> Self {
-        TlsIdentity {
-            id: self.id,
-            ca_certs: self.ca_certs.clone(),
-            chain: self.chain.clone(),
-            key: self.key.clone_key(),
-            warnings: self.warnings.clone(),
-        }
-    }
+    core: Credential,
 }
 
 impl fmt::Debug for TlsIdentity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TlsIdentity")
-            .field("id", &self.id)
-            .field("ca_certs", &self.ca_certs.len())
-            .field("chain", &self.chain.len())
-            .field("key", &"<redacted>")
-            .field("warnings", &self.warnings)
-            .finish()
+        let mut d = f.debug_struct("TlsIdentity");
+        d.field("id", &self.id);
+        self.core.debug_fields(&mut d);
+        d.finish()
     }
 }
 
@@ -106,20 +61,17 @@ impl TlsIdentity {
         cert_pem_path: impl AsRef<Path>,
         key_pem_path: impl AsRef<Path>,
     ) -> Result<TlsIdentity> {
-        let [ca, cert, key] = read_files([
+        Self::from_files(
             ca_pem_path.as_ref(),
             cert_pem_path.as_ref(),
             key_pem_path.as_ref(),
-        ])?;
-        let mut identity = Self::from_src(ca.src(), cert.src(), key.src())?;
-        identity.warnings = key_file_warnings(key_pem_path.as_ref());
-        Ok(identity)
+        )
     }
 
     /// What was found worth fixing in the files it was loaded from (empty for identities
     /// made from PEM text). The QUIC transport logs each at start.
     pub fn warnings(&self) -> &[IdentityWarning] {
-        &self.warnings
+        self.core.warnings()
     }
 
     /// Loads node `id`'s identity from a directory in the layout [`write_cluster_certs`]
@@ -148,46 +100,7 @@ impl TlsIdentity {
 
     /// Builds an identity from PEM text (see [`TlsIdentity::load`]).
     pub fn from_pem(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<TlsIdentity> {
-        Self::from_src(
-            Src::new("CA certificate (PEM text)", ca_pem.as_bytes()),
-            Src::new("node certificate (PEM text)", cert_pem.as_bytes()),
-            Src::new("node key (PEM text)", key_pem.as_bytes()),
-        )
-    }
-
-    pub(super) fn from_src(ca: Src<'_>, cert: Src<'_>, key: Src<'_>) -> Result<TlsIdentity> {
-        let ca_certs = ca_certs_of(&ca)?;
-        let chain = cert.certs()?;
-        let key_der = key.key()?;
-        let id = node_id_labeled(&chain[0], &cert.label)?;
-
-        let provider = provider();
-        check_key_matches(&chain, &key_der, &cert, &key, &provider)?;
-
-        let identity = TlsIdentity {
-            id,
-            ca_certs,
-            chain,
-            key: key_der,
-            warnings: Vec::new(),
-        };
-        let not_trusted = |e: rustls::Error| TlsError::NotTrusted {
-            file: cert.label.clone(),
-            ca: ca.label.clone(),
-            reason: e.to_string(),
-        };
-        let roots = identity.roots()?;
-        let now = UnixTime::now();
-        let (end_entity, intermediates) = (&identity.chain[0], &identity.chain[1..]);
-        verify_as_client(&identity.chain, roots.clone(), provider.clone(), &cert, &ca)?;
-        let name = ServerName::try_from(node_server_name(id))
-            .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?;
-        WebPkiServerVerifier::builder_with_provider(roots, provider)
-            .build()
-            .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?
-            .verify_server_cert(end_entity, intermediates, &name, &[], now)
-            .map_err(not_trusted)?;
-        Ok(identity)
+        Self::from_texts(ca_pem, cert_pem, key_pem)
     }
 
     /// The node id this identity's certificate names.
@@ -197,16 +110,12 @@ impl TlsIdentity {
 
     /// The trusted CA certificates (DER).
     pub fn ca_certs(&self) -> &[CertificateDer<'static>] {
-        &self.ca_certs
+        self.core.ca_certs()
     }
 
     /// The node's certificate chain (DER), end-entity first.
     pub fn cert_chain(&self) -> &[CertificateDer<'static>] {
-        &self.chain
-    }
-
-    fn roots(&self) -> Result<Arc<RootCertStore>> {
-        roots_of(&self.ca_certs)
+        self.core.chain()
     }
 
     /// The rustls server side: TLS 1.3 only, ring provider, ALPN [`ALPN`], requires a
@@ -216,18 +125,7 @@ impl TlsIdentity {
     /// The client's node id is not checked here: the caller reads it from the
     /// certificate ([`node_id_from_cert`]) and decides whether it is a known peer.
     pub fn rustls_server_config(&self) -> Result<rustls::ServerConfig> {
-        let provider = provider();
-        let verifier = WebPkiClientVerifier::builder_with_provider(self.roots()?, provider.clone())
-            .build()
-            .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?;
-        let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])?
-            .with_client_cert_verifier(verifier)
-            .with_single_cert(self.chain.clone(), self.key.clone_key())?;
-        cfg.alpn_protocols = vec![ALPN.to_vec()];
-        cfg.max_early_data_size = 0;
-        cfg.send_tls13_tickets = 0;
-        Ok(cfg)
+        self.core.server_config(ALPN)
     }
 
     /// The rustls client side: TLS 1.3 only, ring provider, ALPN [`ALPN`], presents this
@@ -236,14 +134,8 @@ impl TlsIdentity {
     /// to `node-<id>.tenure` of the peer ([`node_server_name`]): identity is checked by
     /// id, never by IP address. No 0-RTT, no resumption.
     pub fn rustls_client_config(&self) -> Result<rustls::ClientConfig> {
-        let mut cfg = rustls::ClientConfig::builder_with_provider(provider())
-            .with_protocol_versions(&[&rustls::version::TLS13])?
-            .with_root_certificates(self.roots()?)
-            .with_client_auth_cert(self.chain.clone(), self.key.clone_key())?;
-        cfg.alpn_protocols = vec![ALPN.to_vec()];
-        cfg.resumption = rustls::client::Resumption::disabled();
-        cfg.enable_early_data = false;
-        Ok(cfg)
+        let builder = client_builder()?.with_root_certificates(self.core.roots()?);
+        Ok(self.core.client_config(builder, ALPN)?)
     }
 
     /// [`TlsIdentity::rustls_server_config`] as a quinn server configuration (quinn's
@@ -264,63 +156,21 @@ impl TlsIdentity {
         Ok(quinn::ClientConfig::new(Arc::new(crypto)))
     }
 
-    /// The node's private key.
-    pub(crate) fn key(&self) -> &PrivateKeyDer<'static> {
-        &self.key
+    /// The CA, chain and key, as the admin client presents them.
+    pub(crate) fn credential(&self) -> &Credential {
+        &self.core
     }
 
     /// 32 secret bytes derived from the private key for `purpose` (HMAC-SHA256 keyed with
     /// the key's DER). Stable across restarts of the node, so it can key QUIC stateless
     /// resets: a restarted node can tell peers that their old connection to it is gone.
     pub(crate) fn derive_secret(&self, purpose: &[u8]) -> [u8; 32] {
-        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, self.key.secret_der());
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, self.core.key().secret_der());
         let tag = ring::hmac::sign(&key, purpose);
         let mut out = [0u8; 32];
         out.copy_from_slice(tag.as_ref());
         out
     }
-}
-
-/// The CA certificates of `ca`, each checked to be a CA.
-fn ca_certs_of(ca: &Src<'_>) -> Result<Vec<CertificateDer<'static>>> {
-    let ca_certs = ca.certs()?;
-    for c in &ca_certs {
-        if !parse_x509(c, &ca.label)?.is_ca() {
-            return Err(TlsError::NotCa {
-                file: ca.label.clone(),
-            });
-        }
-    }
-    Ok(ca_certs)
-}
-
-/// Checks that `key_der` is the private key of the end-entity certificate of `chain`.
-fn check_key_matches(
-    chain: &[CertificateDer<'static>],
-    key_der: &PrivateKeyDer<'static>,
-    cert: &Src<'_>,
-    key: &Src<'_>,
-    provider: &Arc<CryptoProvider>,
-) -> Result<()> {
-    match rustls::sign::CertifiedKey::from_der(chain.to_vec(), key_der.clone_key(), provider) {
-        Ok(_) => Ok(()),
-        Err(rustls::Error::InconsistentKeys(_)) => Err(TlsError::KeyMismatch {
-            cert: cert.label.clone(),
-            key: key.label.clone(),
-        }),
-        Err(e) => Err(TlsError::BadKey {
-            file: key.label.clone(),
-            reason: e.to_string(),
-        }),
-    }
-}
-
-fn roots_of(ca_certs: &[CertificateDer<'static>]) -> Result<Arc<RootCertStore>> {
-    let mut roots = RootCertStore::empty();
-    for c in ca_certs {
-        roots.add(c.clone())?;
-    }
-    Ok(Arc::new(roots))
 }
 
 /// What the admin tool loads: the cluster CA, an operator certificate chain and its
@@ -331,32 +181,16 @@ fn roots_of(ca_certs: &[CertificateDer<'static>]) -> Result<Arc<RootCertStore>> 
 /// [`TlsError::NotOperatorCertificate`]), the key belongs to it, and it verifies under the
 /// CA for client use. Present it to a node's admin endpoint with
 /// [`admin::Client`](crate::admin::Client).
+#[derive(Clone)]
 pub struct OperatorIdentity {
-    ca_certs: Vec<CertificateDer<'static>>,
-    chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
-    warnings: Vec<IdentityWarning>,
-}
-
-impl Clone for OperatorIdentity {
-    fn clone(&self) -> Self {
-        OperatorIdentity {
-            ca_certs: self.ca_certs.clone(),
-            chain: self.chain.clone(),
-            key: self.key.clone_key(),
-            warnings: self.warnings.clone(),
-        }
-    }
+    core: Credential,
 }
 
 impl fmt::Debug for OperatorIdentity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OperatorIdentity")
-            .field("ca_certs", &self.ca_certs.len())
-            .field("chain", &self.chain.len())
-            .field("key", &"<redacted>")
-            .field("warnings", &self.warnings)
-            .finish()
+        let mut d = f.debug_struct("OperatorIdentity");
+        self.core.debug_fields(&mut d);
+        d.finish()
     }
 }
 
@@ -368,20 +202,17 @@ impl OperatorIdentity {
         cert_pem_path: impl AsRef<Path>,
         key_pem_path: impl AsRef<Path>,
     ) -> Result<OperatorIdentity> {
-        let [ca, cert, key] = read_files([
+        Self::from_files(
             ca_pem_path.as_ref(),
             cert_pem_path.as_ref(),
             key_pem_path.as_ref(),
-        ])?;
-        let mut identity = Self::from_src(ca.src(), cert.src(), key.src())?;
-        identity.warnings = key_file_warnings(key_pem_path.as_ref());
-        Ok(identity)
+        )
     }
 
     /// What was found worth fixing in the files it was loaded from (see
     /// [`TlsIdentity::warnings`]).
     pub fn warnings(&self) -> &[IdentityWarning] {
-        &self.warnings
+        self.core.warnings()
     }
 
     /// Loads the operator identity from a directory in the layout
@@ -397,61 +228,64 @@ impl OperatorIdentity {
 
     /// Builds an operator identity from PEM text (see [`OperatorIdentity::load`]).
     pub fn from_pem(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<OperatorIdentity> {
-        Self::from_src(
-            Src::new("CA certificate (PEM text)", ca_pem.as_bytes()),
-            Src::new("operator certificate (PEM text)", cert_pem.as_bytes()),
-            Src::new("operator key (PEM text)", key_pem.as_bytes()),
-        )
-    }
-
-    fn from_src(ca: Src<'_>, cert: Src<'_>, key: Src<'_>) -> Result<OperatorIdentity> {
-        let ca_certs = ca_certs_of(&ca)?;
-        let chain = cert.certs()?;
-        let key_der = key.key()?;
-        operator_labeled(&chain[0], &cert.label)?;
-        let provider = provider();
-        check_key_matches(&chain, &key_der, &cert, &key, &provider)?;
-        verify_as_client(&chain, roots_of(&ca_certs)?, provider, &cert, &ca)?;
-        Ok(OperatorIdentity {
-            ca_certs,
-            chain,
-            key: key_der,
-            warnings: Vec::new(),
-        })
+        Self::from_texts(ca_pem, cert_pem, key_pem)
     }
 
     /// The trusted CA certificates (DER).
     pub fn ca_certs(&self) -> &[CertificateDer<'static>] {
-        &self.ca_certs
+        self.core.ca_certs()
     }
 
     /// The operator's certificate chain (DER), end-entity first.
     pub fn cert_chain(&self) -> &[CertificateDer<'static>] {
-        &self.chain
+        self.core.chain()
     }
 
-    /// The operator's private key.
-    pub(crate) fn key(&self) -> &PrivateKeyDer<'static> {
-        &self.key
+    /// The CA, chain and key, as the admin client presents them.
+    pub(crate) fn credential(&self) -> &Credential {
+        &self.core
     }
 }
 
-/// The ring crypto provider tenure uses (for the admin endpoint's TLS configurations).
-pub(crate) fn ring_provider() -> Arc<CryptoProvider> {
-    provider()
+impl Holder for TlsIdentity {
+    const HOLDER: &'static str = "node";
+
+    /// A node certificate, checked as every credential is and, under its own name, as a
+    /// server.
+    fn from_src(ca: Src<'_>, cert: Src<'_>, key: Src<'_>) -> Result<TlsIdentity> {
+        let (core, id) = Credential::from_src(&ca, &cert, &key, node_id_labeled)?;
+        core.verify_as_server(node_server_name(id), &cert, &ca)?;
+        Ok(TlsIdentity { id, core })
+    }
+
+    fn credential_mut(&mut self) -> &mut Credential {
+        &mut self.core
+    }
 }
 
-/// A root store holding `ca_certs` (for the admin endpoint's TLS configurations).
-pub(crate) fn root_store(ca_certs: &[CertificateDer<'static>]) -> Result<Arc<RootCertStore>> {
-    roots_of(ca_certs)
+impl Holder for OperatorIdentity {
+    const HOLDER: &'static str = "operator";
+
+    /// An operator certificate, checked as every credential is.
+    fn from_src(ca: Src<'_>, cert: Src<'_>, key: Src<'_>) -> Result<OperatorIdentity> {
+        let (core, ()) = Credential::from_src(&ca, &cert, &key, operator_labeled)?;
+        Ok(OperatorIdentity { core })
+    }
+
+    fn credential_mut(&mut self) -> &mut Credential {
+        &mut self.core
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::tls::ca::testing::{custom_cert, der, dns};
+    use crate::tls::credential::{provider, roots_of};
     use crate::tls::*;
     use rustls::client::danger::ServerCertVerifier;
+    use rustls::client::WebPkiServerVerifier;
+    use rustls::pki_types::{ServerName, UnixTime};
 
     #[test]
     fn operator_certificate_is_a_client_only_operator_and_not_a_node() {

@@ -41,6 +41,7 @@
 //! | `identity.rs` | [`TlsIdentity`] and [`OperatorIdentity`]: loading and checking; the rustls/quinn configurations |
 
 mod ca;
+mod credential;
 mod error;
 mod files;
 mod identity;
@@ -51,13 +52,13 @@ pub use ca::{
     ClusterCa, NodeCertificate, OperatorCertificate, CA_VALIDITY_DAYS, NODE_VALIDITY_DAYS,
     OPERATOR_VALIDITY_DAYS,
 };
+pub(crate) use credential::{client_builder, ring_provider, Credential};
 pub use error::{Result, TlsError};
 pub use files::{
     node_cert_file, node_dir, node_key_file, write_cluster_certs, write_cluster_certs_per_node,
     write_node_cert, IdentityWarning, CA_CERT_FILE, CA_DIR, CA_KEY_FILE, OPERATOR_CERT_FILE,
     OPERATOR_DIR, OPERATOR_KEY_FILE,
 };
-pub(crate) use identity::{ring_provider, root_store};
 pub use identity::{OperatorIdentity, TlsIdentity, ALPN};
 pub use names::{
     cert_kind, check_operator_cert, node_id_from_cert, node_server_name, CertKind, NAME_SUFFIX,
