@@ -8,7 +8,6 @@
 //! The driver sees only the [`Transport`] trait (to send) and a channel of [`Inbound`]
 //! items (to receive).
 
-mod budget;
 pub mod frame;
 pub mod hello;
 pub(crate) mod log_limit;

@@ -72,6 +72,7 @@
 //! a peer's late packets reach nobody, or a restarted node on the same port, which
 //! answers them with a stateless reset (see above).
 
+mod budget;
 mod cids;
 mod config;
 mod inbound;
@@ -95,7 +96,6 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::tls::TlsError;
-use crate::transport::budget::Budget;
 use crate::transport::hello::Hello;
 use crate::transport::log_limit::{self, LogLimit};
 use crate::transport::{
@@ -113,6 +113,7 @@ use crate::tls::node_id_from_cert;
 #[cfg(doc)]
 use crate::transport::frame;
 
+use budget::Budget;
 use cids::RandomCids;
 use config::Settings;
 use inbound::accept_loop;

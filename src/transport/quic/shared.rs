@@ -16,11 +16,11 @@ use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::tls::node_id_from_cert;
-use crate::transport::budget::{Budget, Permit};
 use crate::transport::hello::Hello;
 use crate::transport::log_limit::LogLimit;
 use crate::transport::{Faults, Inbound, NodeId, TransportStats};
 
+use super::budget::{Budget, Permit};
 use super::code;
 use super::config::Settings;
 use super::outbound::Outbound;
