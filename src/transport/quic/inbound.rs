@@ -15,10 +15,9 @@ use crate::transport::hello::{Hello, HELLO_LEN};
 use crate::transport::log_limit::warn_limited;
 use crate::transport::{Inbound, NodeId, TransportStats};
 
-use super::close_code;
-use super::code;
 use super::config::Settings;
 use super::shared::{describe_loss, peer_node_id, Shared};
+use super::{close_code, code};
 
 /// How long an accepted stream may take to deliver its 30-byte hello.
 const HELLO_WAIT: Duration = Duration::from_secs(5);
@@ -87,13 +86,8 @@ async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
             }
         },
     };
-    let refuse = |c: u32, reason: String| {
-        TransportStats::bump(&shared.stats.connections_refused);
-        warn_limited!(shared.refusal_log, &log_key, log,
-            "refused incoming connection"; "reason" => &reason,);
-        // The client passed the handshake (its certificate is from our CA): tell it why.
-        conn.close(code(c), reason.as_bytes());
-    };
+    let refuse =
+        |c: u32, reason: String| refuse_connection(&shared, &conn, &log, &log_key, c, &reason);
     let peer = match peer_node_id(&conn) {
         Ok(id) => id,
         Err(e) => return refuse(close_code::REFUSED, e),
@@ -189,6 +183,11 @@ async fn read_stream(
         ..
     } = shared.settings;
     let close = |c: u32, reason: &'static [u8]| conn.close(code(c), reason);
+    let malformed = |e: &FrameError| {
+        TransportStats::bump(&shared.stats.frames_malformed);
+        warn!(log, "closing connection: malformed frame"; "error" => %e);
+        close(close_code::MALFORMED, b"malformed frame")
+    };
     loop {
         let prefix = tokio::select! {
             biased;
@@ -207,11 +206,7 @@ async fn read_stream(
                 return close(close_code::FRAME_TOO_LARGE, b"frame too large");
             }
             Ok(None) => return,
-            Err(e @ FrameError::Malformed(_)) => {
-                TransportStats::bump(&shared.stats.frames_malformed);
-                warn!(log, "closing connection: malformed frame"; "error" => %e);
-                return close(close_code::MALFORMED, b"malformed frame");
-            }
+            Err(e @ FrameError::Malformed(_)) => return malformed(&e),
             Err(e) => {
                 debug!(log, "stream ended"; "reason" => %e);
                 return;
@@ -246,11 +241,7 @@ async fn read_stream(
                     "len" => len, "timeout" => format!("{frame_timeout:?}"));
                 return close(close_code::FRAME_TIMEOUT, b"frame timed out");
             }
-            Ok(Err(e @ FrameError::Malformed(_))) => {
-                TransportStats::bump(&shared.stats.frames_malformed);
-                warn!(log, "closing connection: malformed frame"; "error" => %e);
-                return close(close_code::MALFORMED, b"malformed frame");
-            }
+            Ok(Err(e @ FrameError::Malformed(_))) => return malformed(&e),
             Ok(Err(e)) => {
                 debug!(log, "stream ended"; "reason" => %e);
                 return;
@@ -269,11 +260,7 @@ async fn read_stream(
                 warn!(log, "closing connection: too many entries in a frame"; "error" => %e);
                 return close(close_code::TOO_MANY_ENTRIES, b"too many entries");
             }
-            Err(e) => {
-                TransportStats::bump(&shared.stats.frames_malformed);
-                warn!(log, "closing connection: malformed frame"; "error" => %e);
-                return close(close_code::MALFORMED, b"malformed frame");
-            }
+            Err(e) => return malformed(&e),
         }
     }
 }
@@ -295,11 +282,8 @@ async fn read_hello(
         r = tokio::time::timeout(HELLO_WAIT, stream.read_exact(&mut bytes)) => r,
     };
     let refuse = |why: String| {
-        TransportStats::bump(&shared.stats.connections_refused);
         let key = conn.remote_address().ip().to_string();
-        warn_limited!(shared.refusal_log, &key, log,
-            "refused incoming connection"; "reason" => &why,);
-        conn.close(code(close_code::WRONG_GROUP), why.as_bytes());
+        refuse_connection(shared, conn, log, &key, close_code::WRONG_GROUP, &why);
     };
     let hello = match read {
         Ok(Ok(())) => match Hello::decode(&bytes) {
@@ -334,4 +318,21 @@ async fn read_hello(
     }
     debug!(log, "peer said hello"; "hello" => %hello);
     Some(hello)
+}
+
+/// Refuses a connection that passed the handshake (its certificate is from our CA):
+/// counts it, warns (at most once a minute per `key`, the remote IP address), and closes
+/// it with `c`, telling the client why.
+fn refuse_connection(
+    shared: &Shared,
+    conn: &Connection,
+    log: &Logger,
+    key: &str,
+    c: u32,
+    reason: &str,
+) {
+    TransportStats::bump(&shared.stats.connections_refused);
+    warn_limited!(shared.refusal_log, key, log,
+        "refused incoming connection"; "reason" => reason,);
+    conn.close(code(c), reason.as_bytes());
 }

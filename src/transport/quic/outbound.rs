@@ -12,7 +12,7 @@ use quinn::{Connection, SendStream};
 use raft::eraftpb::Message;
 use rand::Rng;
 use slog::{debug, info, o, warn, Logger};
-use tokio::sync::mpsc::{self};
+use tokio::sync::mpsc;
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
@@ -20,13 +20,9 @@ use crate::tls::node_server_name;
 use crate::transport::frame::{self, FrameError};
 use crate::transport::{NodeId, TransportStats};
 
-use super::close_code;
-use super::code;
 use super::config::Settings;
-use super::shared::{describe_loss, peer_node_id, Shared};
-
-#[cfg(doc)]
-use super::shared::Peer;
+use super::shared::{describe_loss, peer_node_id, Peer, Shared};
+use super::{close_code, code};
 
 /// How long a connect attempt may go unanswered by a peer known to be up (it just
 /// connected to us) before it is restarted.
@@ -59,26 +55,32 @@ pub(super) struct Outbound {
 }
 
 impl Outbound {
-    /// The task of peer `peer` (see [`Peer`] for the channels), not started yet.
-    pub(super) fn new(
-        shared: Arc<Shared>,
-        peer: NodeId,
-        rx: mpsc::Receiver<Message>,
-        addr: watch::Receiver<SocketAddr>,
-        cancel: CancellationToken,
-        seen: Arc<Notify>,
-    ) -> Outbound {
+    /// Peer `peer`'s handle and its outbound task (not started yet), joined by the
+    /// peer's queue, its address, its cancellation and its `seen` notification.
+    pub(super) fn new(shared: Arc<Shared>, peer: NodeId, addr: SocketAddr) -> (Peer, Outbound) {
+        let (queue, rx) = mpsc::channel(shared.settings.queue_depth);
+        let (addr_tx, addr_rx) = watch::channel(addr);
+        let cancel = shared.shutdown.child_token();
+        let seen = Arc::new(Notify::new());
+        let handle = Peer {
+            queue,
+            addr: addr_tx,
+            cancel: cancel.clone(),
+            seen: seen.clone(),
+            connections: Default::default(),
+        };
         let log = shared.log.new(o!("peer" => peer));
-        Outbound {
+        let task = Outbound {
             shared,
             peer,
             rx,
-            addr,
+            addr: addr_rx,
             cancel,
             seen,
             backlog: VecDeque::new(),
             log,
-        }
+        };
+        (handle, task)
     }
 
     pub(super) async fn run(mut self) {

@@ -112,17 +112,7 @@ impl Shared {
     }
 
     pub(super) fn add_peer(self: &Arc<Self>, id: NodeId, addr: SocketAddr) {
-        let (queue, rx) = mpsc::channel(self.settings.queue_depth);
-        let (addr_tx, addr_rx) = watch::channel(addr);
-        let cancel = self.shutdown.child_token();
-        let seen = Arc::new(Notify::new());
-        let peer = Peer {
-            queue,
-            addr: addr_tx,
-            cancel: cancel.clone(),
-            seen: seen.clone(),
-            connections: Default::default(),
-        };
+        let (peer, task) = Outbound::new(self.clone(), id, addr);
         {
             let mut peers = self.peers.write().unwrap_or_else(|e| e.into_inner());
             if self.closed.load(Ordering::Acquire) || peers.contains_key(&id) {
@@ -130,7 +120,7 @@ impl Shared {
             }
             peers.insert(id, peer);
         }
-        self.spawn(Outbound::new(self.clone(), id, rx, addr_rx, cancel, seen).run());
+        self.spawn(task.run());
     }
 
     /// After `close`: waits until the tasks have ended (so every open connection's
