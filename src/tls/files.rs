@@ -85,6 +85,17 @@ pub const OPERATOR_CERT_FILE: &str = "operator.pem";
 /// The file holding the operator private key in the layout of [`write_cluster_certs`].
 pub const OPERATOR_KEY_FILE: &str = "operator-key.pem";
 
+/// The nodes to write certificates for: sorted, each once, none 0.
+fn node_ids(nodes: impl IntoIterator<Item = NodeId>) -> Result<Vec<NodeId>> {
+    let mut nodes: Vec<NodeId> = nodes.into_iter().collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    if nodes.contains(&0) {
+        return Err(TlsError::InvalidNodeId);
+    }
+    Ok(nodes)
+}
+
 /// Makes a new CA, one certificate per node and one operator certificate, and writes them
 /// into `dir` (created if missing): `ca.pem`, `ca-key.pem`, `node-<id>.pem`,
 /// `node-<id>-key.pem`, `operator.pem`, `operator-key.pem`. Key files get mode 0600.
@@ -97,12 +108,7 @@ pub fn write_cluster_certs(
     nodes: impl IntoIterator<Item = NodeId>,
 ) -> Result<()> {
     let dir = dir.as_ref();
-    let mut nodes: Vec<NodeId> = nodes.into_iter().collect();
-    nodes.sort_unstable();
-    nodes.dedup();
-    if nodes.contains(&0) {
-        return Err(TlsError::InvalidNodeId);
-    }
+    let nodes = node_ids(nodes)?;
     let mut names = vec![
         CA_CERT_FILE.to_owned(),
         CA_KEY_FILE.to_owned(),
@@ -168,12 +174,7 @@ pub fn write_cluster_certs_per_node(
     nodes: impl IntoIterator<Item = NodeId>,
 ) -> Result<()> {
     let dir = dir.as_ref();
-    let mut nodes: Vec<NodeId> = nodes.into_iter().collect();
-    nodes.sort_unstable();
-    nodes.dedup();
-    if nodes.contains(&0) {
-        return Err(TlsError::InvalidNodeId);
-    }
+    let nodes = node_ids(nodes)?;
     let mut files: Vec<PathBuf> = vec![
         dir.join(CA_DIR).join(CA_CERT_FILE),
         dir.join(CA_DIR).join(CA_KEY_FILE),
