@@ -1,7 +1,7 @@
 //! How tenure names a member of a group: [`NodeId`].
 //!
-//! Its own module, below everything that names nodes: the TLS layer (whose certificates
-//! name nodes by id), the transports, the driver.
+//! Its own module, below everything that names nodes: the TLS layer ([`crate::tls`],
+//! whose certificates name nodes by id), the transports, the driver.
 
 /// A node's identity in the group: the raft-rs peer id. Never 0.
 pub type NodeId = u64;

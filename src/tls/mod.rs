@@ -38,7 +38,8 @@
 //! | `ca.rs` | [`ClusterCa`]: making the CA, issuing node and operator certificates |
 //! | `pem.rs` | reading PEM text and files, with errors in words |
 //! | `files.rs` | the certificate folders: file names, both layouts, writing them; key-permission warnings |
-//! | `identity.rs` | [`TlsIdentity`] and [`OperatorIdentity`]: loading and checking; the rustls/quinn configurations |
+//! | `identity.rs` | [`TlsIdentity`] and [`OperatorIdentity`]: what each accepts; the quinn configurations |
+//! | `credential.rs` | the core both identities and the admin client's [`Credentials`](crate::admin::Credentials) share: loading, checking, the rustls configurations |
 
 mod ca;
 mod credential;

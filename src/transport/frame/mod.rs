@@ -32,6 +32,9 @@
 //!
 //! Besides the async [`read_frame`], [`decode`] works on a byte slice without any IO
 //! (for benchmarks and fuzzing).
+//!
+//! This file holds the limits, encoding and decoding; the wire scan ([`scan`], [`Shape`],
+//! [`decode_bound`] and what each decoded part costs) is in `scan.rs`.
 
 mod scan;
 

@@ -71,6 +71,19 @@
 //! 333 ms initial RTT applies). Quinn finishes that period in memory, without a socket;
 //! a peer's late packets reach nobody, or a restarted node on the same port, which
 //! answers them with a stateless reset (see above).
+//!
+//! # Layout
+//!
+//! | file | holds |
+//! |---|---|
+//! | `mod.rs` | [`QuicTransport`] and its [`Transport`] impl, [`TransportError`], [`close_code`] |
+//! | `config.rs` | [`QuicConfig`], its defaults and checks; the settings the tasks read |
+//! | `shared.rs` | what the tasks share: the peers, the counters, closing, the channel to the driver |
+//! | `budget.rs` | the inbound byte budget all connections share |
+//! | `outbound.rs` | the outbound task of one peer: connect, pump, backoff |
+//! | `inbound.rs` | the accept loop, naming a peer by its certificate, the connection cap, the hello, reading frames |
+//! | `socket.rs` | the UDP socket, which the transport releases at shutdown |
+//! | `cids.rs` | connection ids (any may be ours, so a restarted node answers with a stateless reset) |
 
 mod budget;
 mod cids;
