@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::error::ConfigError;
 use crate::group_id::GroupId;
-use crate::transport::tls::TlsIdentity;
+use crate::tls::TlsIdentity;
 use crate::transport::NodeId;
 
 /// How a leader answers [`Lease::confirm`](crate::Lease::confirm).

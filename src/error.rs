@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 pub use crate::storage::StorageError;
+pub use crate::tls::TlsError;
 pub use crate::transport::quic::TransportError;
-pub use crate::transport::tls::TlsError;
 
 use crate::token::FencingToken;
 use crate::transport::NodeId;

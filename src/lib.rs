@@ -297,7 +297,8 @@
 //! | [`lease`] | [`Lease`] handles; `token`: the [`FencingToken`] |
 //! | [`GroupId`] | which group a store, a node and a peer belong to |
 //! | [`storage`] | the [`RaftStore`](storage::RaftStore) trait: RocksDB and memory stores |
-//! | [`transport`] | QUIC with mutual TLS, frames, the in-process test network |
+//! | [`transport`] | the [`Transport`](transport::Transport) trait; QUIC with mutual TLS (`quic/`: config, outbound, inbound, socket); frames (`frame/`, the wire scan in `scan.rs`); the hello; the in-process test network |
+//! | [`tls`] | the cluster CA and certificate names (`ca.rs`, `names.rs`); PEM and the certificate folders (`pem.rs`, `files.rs`); node and operator identities on one credential core (`identity.rs`, `credential.rs`) |
 //! | [`error`] | one error enum per operation |
 //! | [`clock`] | `CLOCK_MONOTONIC` timestamps comparable across processes; `CLOCK_BOOTTIME`, which the lease also checks |
 //! | [`fence`] | resource-side token checks: SQLite and RocksDB fences |
@@ -329,6 +330,7 @@ pub mod runner;
 mod state;
 mod status;
 pub mod storage;
+pub mod tls;
 mod token;
 pub mod transport;
 

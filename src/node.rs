@@ -24,8 +24,8 @@ use crate::state::GroupState;
 use crate::status::{Leadership, Membership, Role, Status};
 use crate::storage::ReadyWrite;
 use crate::storage::{RaftStore, RocksStore};
+use crate::tls::TlsIdentity;
 use crate::transport::quic::{QuicConfig, QuicTransport};
-use crate::transport::tls::TlsIdentity;
 use crate::transport::{Faults, Inbound, NodeId, Transport, TransportStatsSnapshot};
 
 /// A running election node. Cheap to clone; every clone talks to the same node.

@@ -8,13 +8,14 @@ use std::time::Duration;
 use quinn::{ConnectionError, VarInt};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
 use crate::history::TenureRecord;
 use crate::status::{Membership, Status};
-use crate::transport::tls::{
-    node_id_from_cert, node_server_name, ring_provider, root_store, OperatorIdentity, TlsIdentity,
+use crate::tls::{
+    client_builder, node_id_from_cert, node_server_name, ring_provider, Credential,
+    OperatorIdentity, TlsIdentity,
 };
 use crate::transport::NodeId;
 
@@ -29,15 +30,14 @@ use super::{
 /// Normally made from an [`OperatorIdentity`]. A node's [`TlsIdentity`] converts too, so
 /// a setup can be checked: the node refuses it ([`ClientError::Refused`]).
 pub struct Credentials {
-    ca_certs: Vec<CertificateDer<'static>>,
-    chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
+    /// The CA, chain and key of the identity it was made from.
+    core: Credential,
 }
 
 impl fmt::Debug for Credentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Credentials")
-            .field("chain", &self.chain.len())
+            .field("chain", &self.core.chain().len())
             .field("key", &"<redacted>")
             .finish()
     }
@@ -46,9 +46,7 @@ impl fmt::Debug for Credentials {
 impl From<&OperatorIdentity> for Credentials {
     fn from(id: &OperatorIdentity) -> Self {
         Credentials {
-            ca_certs: id.ca_certs().to_vec(),
-            chain: id.cert_chain().to_vec(),
-            key: id.key().clone_key(),
+            core: id.credential().clone(),
         }
     }
 }
@@ -56,9 +54,7 @@ impl From<&OperatorIdentity> for Credentials {
 impl From<&TlsIdentity> for Credentials {
     fn from(id: &TlsIdentity) -> Self {
         Credentials {
-            ca_certs: id.ca_certs().to_vec(),
-            chain: id.cert_chain().to_vec(),
-            key: id.key().clone_key(),
+            core: id.credential().clone(),
         }
     }
 }
@@ -296,25 +292,22 @@ impl Client {
     ) -> Result<Client, ClientError> {
         let creds: Credentials = credentials.into();
         let setup = |e: String| ClientError::Setup(e);
-        let provider = ring_provider();
-        let roots = root_store(&creds.ca_certs).map_err(|e| setup(e.to_string()))?;
-        let inner = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+        let roots = creds.core.roots().map_err(|e| setup(e.to_string()))?;
+        let inner = WebPkiServerVerifier::builder_with_provider(roots, ring_provider())
             .build()
             .map_err(|e| setup(e.to_string()))?;
         let verifier = Arc::new(NodeServerVerifier {
             inner,
             expected: node,
         });
-        let mut crypto = rustls::ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])
+        let builder = client_builder()
             .map_err(|e| setup(e.to_string()))?
             .dangerous()
-            .with_custom_certificate_verifier(verifier)
-            .with_client_auth_cert(creds.chain, creds.key)
+            .with_custom_certificate_verifier(verifier);
+        let crypto = creds
+            .core
+            .client_config(builder, ALPN)
             .map_err(|e| setup(e.to_string()))?;
-        crypto.alpn_protocols = vec![ALPN.to_vec()];
-        crypto.resumption = rustls::client::Resumption::disabled();
-        crypto.enable_early_data = false;
         let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(crypto)
             .map_err(|e| setup(e.to_string()))?;
         let mut config = quinn::ClientConfig::new(Arc::new(crypto));

@@ -52,7 +52,7 @@ use std::time::Duration;
 use rustls::pki_types::CertificateDer;
 
 #[cfg(doc)]
-use crate::transport::tls::{CertKind, ClusterCa};
+use crate::tls::{CertKind, ClusterCa};
 
 mod client;
 mod protocol;

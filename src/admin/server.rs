@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{MembershipError, TransferError};
 use crate::node::Node;
 use crate::status::Membership;
+use crate::tls::{check_operator_cert, TlsError, TlsIdentity};
 use crate::transport::log_limit::{self, warn_limited, LogLimit};
-use crate::transport::tls::{check_operator_cert, TlsError, TlsIdentity};
 use crate::transport::NodeId;
 
 use super::protocol::Response;

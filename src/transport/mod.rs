@@ -1,20 +1,32 @@
 //! Moving raft-rs [`Message`]s between nodes.
 //!
 //! * [`quic`]: the real transport. QUIC (quinn) with mutual TLS: every node holds a
-//!   certificate issued by the cluster CA that names it by node id ([`tls`]). Messages
-//!   travel as length-prefixed protobuf frames with a size limit ([`frame`]).
+//!   certificate issued by the cluster CA that names it by node id ([`crate::tls`], beside
+//!   the transport since config, node and admin use it too; `tenure::transport::tls`
+//!   still names it). Messages travel as length-prefixed protobuf frames with a size
+//!   limit ([`frame`]).
 //! * [`mem`]: an in-process network for tests, with the same fault hooks.
 //!
 //! The driver sees only the [`Transport`] trait (to send) and a channel of [`Inbound`]
 //! items (to receive).
+//!
+//! # Layout
+//!
+//! | file | holds |
+//! |---|---|
+//! | `mod.rs` | [`Transport`], [`Inbound`], [`Faults`], [`TransportStats`] |
+//! | `hello.rs` | [`Hello`]: what a node says first on every connection |
+//! | `frame/mod.rs` | frames: the limits, encoding, decoding, reading them from a stream |
+//! | `frame/scan.rs` | the wire scan: entries and unknown fields counted before decoding |
+//! | `quic/` | the QUIC transport, a file per part (see [`quic`]) |
+//! | `mem.rs` | [`mem::MemNetwork`]: the in-process network |
+//! | `log_limit.rs` | warnings rate-limited per remote address |
 
-mod budget;
 pub mod frame;
 pub mod hello;
 pub(crate) mod log_limit;
 pub mod mem;
 pub mod quic;
-pub mod tls;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +35,9 @@ use std::sync::{Arc, RwLock};
 use raft::eraftpb::Message;
 
 pub use hello::{Hello, Standing};
+
+/// The TLS layer's old home: [`crate::tls`] is where it lives now.
+pub use crate::tls;
 
 pub use crate::NodeId;
 

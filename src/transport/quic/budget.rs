@@ -1,11 +1,11 @@
 //! The inbound byte budget of a QUIC transport, shared by all its connections.
 //!
 //! Before a stream's reader allocates a frame's payload it reserves what the frame may
-//! take once decoded ([`frame::decode_bound`](super::frame::decode_bound)); it waits
+//! take once decoded ([`frame::decode_bound`](crate::transport::frame::decode_bound)); it waits
 //! while the budget is spent. Once decoded, the reservation shrinks to what the message
-//! may take ([`frame::Shape::decoded_bytes`](super::frame::Shape::decoded_bytes)) and
+//! may take ([`frame::Shape::decoded_bytes`](crate::transport::frame::Shape::decoded_bytes)) and
 //! stays held while the message waits in the channel to the driver; it is given back
-//! when the driver has taken the message (see `DriverQueue` in `quic.rs`). So the memory
+//! when the driver has taken the message (see `DriverQueue` in `shared.rs`). So the memory
 //! of inbound frames, read, being read, decoded or queued, never exceeds the budget.
 //!
 //! One peer may hold at most half of it, so a peer that stalls frames or floods the
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::NodeId;
+use crate::transport::NodeId;
 
 /// How often a reader waiting for budget looks again even without a wake-up (the driver
 /// taking a message from its channel frees budget without telling anyone).

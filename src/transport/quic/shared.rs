@@ -1,0 +1,258 @@
+//! [`Shared`]: what the transport's tasks share (the endpoint, the peers, the counters,
+//! the channel to the driver with the budget its items hold), and what they do with it.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use quinn::{Connection, ConnectionError};
+use raft::eraftpb::Message;
+use rustls::pki_types::CertificateDer;
+use slog::{debug, warn, Logger};
+use tokio::sync::mpsc::{self, error::TrySendError};
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+
+use crate::tls::node_id_from_cert;
+use crate::transport::hello::Hello;
+use crate::transport::log_limit::LogLimit;
+use crate::transport::{Faults, Inbound, NodeId, TransportStats};
+
+use super::budget::{Budget, Permit};
+use super::code;
+use super::config::Settings;
+use super::outbound::Outbound;
+use super::socket::ReleasableSocket;
+
+/// At shutdown, how long a task waits for the endpoint's close of its connection to be
+/// processed (that is prompt: this only bounds a stuck runtime) before closing it itself.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+/// At shutdown, how long to wait for the last user of the UDP socket to let go of it
+/// after it is released (that is prompt: this only bounds a stuck runtime).
+const RELEASE_WAIT: Duration = Duration::from_secs(1);
+
+/// What the transport's tasks share.
+pub(super) struct Shared {
+    pub(super) id: NodeId,
+    pub(super) endpoint: quinn::Endpoint,
+    /// The endpoint's UDP socket, released once the tasks have ended after `close`.
+    pub(super) socket: Arc<ReleasableSocket>,
+    pub(super) client_config: quinn::ClientConfig,
+    pub(super) runtime: tokio::runtime::Handle,
+    pub(super) settings: Settings,
+    pub(super) stats: TransportStats,
+    pub(super) faults: Faults,
+    pub(super) inbound: mpsc::Sender<Inbound>,
+    /// The permits of the messages in `inbound`, oldest first (see [`DriverQueue`]).
+    pub(super) driver_queue: Mutex<DriverQueue>,
+    /// The inbound byte budget (see [`QuicConfig::inbound_budget`]).
+    pub(super) budget: Arc<Budget>,
+    /// Rate limit of the warnings about refused connections, per remote IP address.
+    pub(super) refusal_log: LogLimit,
+    pub(super) peers: RwLock<HashMap<NodeId, Peer>>,
+    /// What this node says first on every connection it opens ([`Transport::set_hello`]);
+    /// `None` until it is set, and outbound tasks wait for it.
+    pub(super) hello: watch::Sender<Option<Hello>>,
+    /// Cancelled by `close`: every task stops.
+    pub(super) shutdown: CancellationToken,
+    pub(super) closed: AtomicBool,
+    /// Every task holds a clone; `close` drops this one, so the receiver in
+    /// `tasks_done` yields `None` once all tasks have ended.
+    pub(super) task_guard: Mutex<Option<mpsc::Sender<()>>>,
+    pub(super) tasks_done: tokio::sync::Mutex<mpsc::Receiver<()>>,
+    pub(super) log: Logger,
+}
+
+/// The handle of one peer.
+pub(super) struct Peer {
+    pub(super) queue: mpsc::Sender<Message>,
+    pub(super) addr: watch::Sender<SocketAddr>,
+    /// Cancelled when the peer is removed (child of `shutdown`): stops its outbound task
+    /// and closes its inbound connections.
+    pub(super) cancel: CancellationToken,
+    /// Notified when the peer connects to us: it is up, so a pending connect attempt
+    /// or backoff wait of its outbound task is cut short.
+    pub(super) seen: Arc<Notify>,
+    /// Its incoming connections open now (at most `max_connections_per_peer`).
+    pub(super) connections: Arc<AtomicUsize>,
+}
+
+/// The budget permits of the items in the channel to the driver, oldest first: one per
+/// item (`None` for items that hold none). The channel is first in, first out, so once
+/// the channel holds `n` items, all but the newest `n` permits belong to items the
+/// driver has taken, and are given back.
+#[derive(Debug, Default)]
+pub(super) struct DriverQueue {
+    permits: VecDeque<Option<Permit>>,
+}
+
+impl Shared {
+    pub(super) fn peers_read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<NodeId, Peer>> {
+        self.peers.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Spawns `fut` as one of the transport's tasks (not after close).
+    pub(super) fn spawn<F>(&self, fut: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let guard = self
+            .task_guard
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(guard) = guard {
+            self.runtime.spawn(async move {
+                fut.await;
+                drop(guard);
+            });
+        }
+    }
+
+    pub(super) fn add_peer(self: &Arc<Self>, id: NodeId, addr: SocketAddr) {
+        let (peer, task) = Outbound::new(self.clone(), id, addr);
+        {
+            let mut peers = self.peers.write().unwrap_or_else(|e| e.into_inner());
+            if self.closed.load(Ordering::Acquire) || peers.contains_key(&id) {
+                return;
+            }
+            peers.insert(id, peer);
+        }
+        self.spawn(task.run());
+    }
+
+    /// After `close`: waits until the tasks have ended (so every open connection's
+    /// CONNECTION_CLOSE has been sent, see `close_conn`), then closes the UDP socket and
+    /// waits until it is closed. The connections finish their draining period without it.
+    /// Idempotent.
+    pub(super) async fn release_socket(&self) {
+        {
+            let mut done = self.tasks_done.lock().await;
+            while done.recv().await.is_some() {}
+        }
+        if tokio::time::timeout(RELEASE_WAIT, self.socket.release())
+            .await
+            .is_err()
+        {
+            warn!(self.log, "UDP socket still in use after close";
+                "waited" => format!("{RELEASE_WAIT:?}"));
+        }
+    }
+
+    /// Closes `conn` with `c`, unless the transport is shutting down: then
+    /// [`quinn::Endpoint::close`] closes it, and this waits until that close has been
+    /// processed. Quinn processes an endpoint close and sends the CONNECTION_CLOSE in one
+    /// step of the connection's driver, so when this returns the close has been handed
+    /// to the socket (or the connection had ended already), and the socket may be
+    /// released (a close of our own could still be waiting for the driver to run).
+    pub(super) async fn close_conn(&self, conn: &Connection, c: u32, reason: &[u8]) {
+        if self.shutdown.is_cancelled()
+            && tokio::time::timeout(CLOSE_WAIT, conn.closed())
+                .await
+                .is_ok()
+        {
+            return;
+        }
+        conn.close(code(c), reason);
+    }
+
+    /// Tells the driver that `peer` is unreachable (never blocks).
+    pub(super) fn report_unreachable(&self, peer: NodeId) {
+        if let Err(TrySendError::Full(_)) = self.to_driver(Inbound::Unreachable(peer), None) {
+            TransportStats::bump(&self.stats.dropped_inbound_full);
+        }
+    }
+
+    /// Gives back the budget of the messages the driver has taken from its channel.
+    pub(super) fn reclaim_budget(&self) {
+        let mut q = self.driver_queue.lock().unwrap_or_else(|e| e.into_inner());
+        self.reclaim_locked(&mut q);
+    }
+
+    fn reclaim_locked(&self, q: &mut DriverQueue) {
+        // Items still in the channel (never fewer than there are: the channel frees a
+        // slot only after the driver has taken its item).
+        let queued = self.inbound.max_capacity() - self.inbound.capacity();
+        while q.permits.len() > queued {
+            q.permits.pop_front();
+        }
+    }
+
+    /// The one way into the channel to the driver: sends `item`, keeping `permit` until
+    /// the driver has taken it. A refused item is dropped (with its permit).
+    pub(super) fn to_driver(
+        &self,
+        item: Inbound,
+        permit: Option<Permit>,
+    ) -> Result<(), TrySendError<()>> {
+        let mut q = self.driver_queue.lock().unwrap_or_else(|e| e.into_inner());
+        self.reclaim_locked(&mut q);
+        match self.inbound.try_send(item) {
+            Ok(()) => {
+                q.permits.push_back(permit);
+                Ok(())
+            }
+            Err(TrySendError::Full(_)) => Err(TrySendError::Full(())),
+            Err(TrySendError::Closed(_)) => Err(TrySendError::Closed(())),
+        }
+    }
+
+    /// Hands a message from the authenticated `peer` to the driver, with the budget it
+    /// holds, or drops and counts it.
+    pub(super) fn deliver(
+        &self,
+        peer: NodeId,
+        msg: Message,
+        permit: Permit,
+        log: &Logger,
+    ) -> Result<(), ()> {
+        if msg.from != peer {
+            TransportStats::bump(&self.stats.from_mismatch);
+            debug!(log, "dropped message whose sender is not the certificate's node";
+                "from" => msg.from);
+            return Ok(());
+        }
+        if self.faults.inbound_blocked(peer) {
+            TransportStats::bump(&self.stats.dropped_fault);
+            return Ok(());
+        }
+        match self.to_driver(Inbound::Message(msg), Some(permit)) {
+            Ok(()) => {
+                TransportStats::bump(&self.stats.received);
+                Ok(())
+            }
+            Err(TrySendError::Full(_)) => {
+                TransportStats::bump(&self.stats.dropped_inbound_full);
+                Ok(())
+            }
+            Err(TrySendError::Closed(_)) => Err(()),
+        }
+    }
+}
+
+/// The node id in the certificate the peer of `conn` presented.
+pub(super) fn peer_node_id(conn: &Connection) -> Result<NodeId, String> {
+    let identity = conn
+        .peer_identity()
+        .ok_or_else(|| "no peer certificate".to_string())?;
+    let chain = identity
+        .downcast::<Vec<CertificateDer<'static>>>()
+        .map_err(|_| "peer identity is not a certificate chain".to_string())?;
+    let end_entity = chain
+        .first()
+        .ok_or_else(|| "empty certificate chain".to_string())?;
+    node_id_from_cert(end_entity).map_err(|e| e.to_string())
+}
+
+pub(super) fn describe_loss(e: &ConnectionError) -> String {
+    match e {
+        ConnectionError::ApplicationClosed(close) => format!(
+            "peer closed the connection (code {}: {})",
+            close.error_code,
+            String::from_utf8_lossy(&close.reason)
+        ),
+        other => format!("connection lost: {other}"),
+    }
+}
