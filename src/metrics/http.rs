@@ -1,15 +1,25 @@
-//! `GET /metrics` over HTTP/1.1, within limits: the endpoint is unauthenticated, so
-//! whoever reaches its port must not be able to keep scrapes out or pin the process's
-//! file descriptors.
+//! `GET /metrics` over HTTP/1.1 (hyper), within limits: the endpoint is unauthenticated,
+//! so whoever reaches its port must not be able to keep scrapes out or pin the process's
+//! file descriptors. The accept loop and the connection cap are tenure's; parsing and
+//! answering HTTP is hyper's.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use prometheus_client::encoding::prometheus_text;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 /// Default most connections the metrics endpoint serves at once: 32.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 32;
@@ -17,8 +27,12 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 32;
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default time the answer may take to be written: 5 s.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Longest request head read (bytes); a longer one is dropped.
+/// Longest request head read (bytes, request line included); a longer one is answered
+/// 431 and the connection closed.
 const MAX_REQUEST_HEAD: usize = 4096;
+/// hyper's read and write buffer per connection (its smallest): bounds what an idle
+/// client makes the endpoint hold.
+const MAX_BUF: usize = 8192;
 /// First and longest pause of the accept loop after an accept error (such as `EMFILE`:
 /// the process is out of file descriptors), doubling in between.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
@@ -38,8 +52,8 @@ pub struct ServeOptions {
     /// Time a connection has to send its request head ([`DEFAULT_REQUEST_TIMEOUT`]);
     /// then it is closed.
     pub request_timeout: Duration,
-    /// Time writing the answer may take ([`DEFAULT_RESPONSE_TIMEOUT`]); then the
-    /// connection is closed.
+    /// Time answering may take once the request head is in, writing included
+    /// ([`DEFAULT_RESPONSE_TIMEOUT`]); then the connection is closed.
     pub response_timeout: Duration,
     /// Where accept errors are logged (one warning a minute, with the count of those
     /// held back; the rest at DEBUG). Discards by default.
@@ -67,7 +81,7 @@ pub struct ServeStats {
     /// Requests answered (200 or 404).
     pub answered: u64,
     /// Connections closed because they sent no request head within `request_timeout`
-    /// (or a head that was too long or cut off).
+    /// (or a head that was too long, malformed or cut off).
     pub timed_out: u64,
     /// Idle connections (no request yet) closed to make room for a new one.
     pub evicted: u64,
@@ -140,12 +154,12 @@ where
 #[derive(Debug, Default)]
 struct Idle {
     next_id: u64,
-    waiting: std::collections::VecDeque<(u64, tokio_util::sync::CancellationToken)>,
+    waiting: std::collections::VecDeque<(u64, CancellationToken)>,
 }
 
-/// Serves `GET /metrics` (and `GET /`) on `addr` with `render()`, within the limits of
-/// `options`: HTTP/1.1, one request per connection (`Connection: close`), any other
-/// request answered 404.
+/// Serves `GET /metrics` (and `GET /`) on `addr` with `render()` (as
+/// `text/plain; version=0.0.4`), within the limits of `options`: HTTP/1.1, one request
+/// per connection (`Connection: close`), any other request answered 404.
 pub async fn serve_with<F>(
     addr: SocketAddr,
     render: F,
@@ -158,10 +172,19 @@ where
 
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    let render = Arc::new(render);
+    let render: Arc<dyn Fn() -> String + Send + Sync> = Arc::new(render);
     let counters = Arc::new(ServeCounters::default());
     let idle = Arc::new(Mutex::new(Idle::default()));
     let max = options.max_connections.max(1);
+    let mut http = http1::Builder::new();
+    http.keep_alive(false)
+        // A client may shut its sending side once its request is out; it still gets the
+        // answer (within `response_timeout`).
+        .half_close(true)
+        .max_header_size(MAX_REQUEST_HEAD)
+        .max_buf_size(MAX_BUF)
+        // The request timeout is the connection task's (below), which also evicts.
+        .header_read_timeout(None);
     let c = counters.clone();
     let task = tokio::spawn(async move {
         let log = options.logger.clone();
@@ -185,7 +208,7 @@ where
             };
             c.accepted.fetch_add(1, Ordering::Relaxed);
             // Room for it: below the cap, or by closing the oldest idle connection.
-            let token = tokio_util::sync::CancellationToken::new();
+            let token = CancellationToken::new();
             let id = {
                 let mut idle = idle.lock().unwrap_or_else(|e| e.into_inner());
                 if c.open.load(Ordering::Acquire) as usize >= max {
@@ -209,54 +232,17 @@ where
                 idle.waiting.push_back((id, token.clone()));
                 id
             };
-            let (render, c, idle) = (render.clone(), c.clone(), idle.clone());
-            let (request_timeout, response_timeout) =
-                (options.request_timeout, options.response_timeout);
-            tokio::spawn(async move {
-                let _open = OpenGuard(&c.open);
-                let head = tokio::select! {
-                    _ = token.cancelled() => None,
-                    h = tokio::time::timeout(request_timeout, read_head(sock)) => Some(h),
-                };
-                idle.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .waiting
-                    .retain(|(i, _)| *i != id);
-                let (mut sock, first) = match head {
-                    None => return, // evicted (counted by the accept loop)
-                    Some(Ok(Some(h))) => h,
-                    Some(_) => {
-                        c.timed_out.fetch_add(1, Ordering::Relaxed);
-                        return;
-                    }
-                };
-                let (status, ctype, body) =
-                    if first.starts_with("GET /metrics ") || first.starts_with("GET / ") {
-                        (
-                            "200 OK",
-                            "text/plain; version=0.0.4; charset=utf-8",
-                            render(),
-                        )
-                    } else {
-                        (
-                            "404 Not Found",
-                            "text/plain",
-                            "only GET /metrics is served\n".to_string(),
-                        )
-                    };
-                let resp = format!(
-                    "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let written = tokio::time::timeout(response_timeout, async {
-                    sock.write_all(resp.as_bytes()).await?;
-                    sock.shutdown().await
-                })
-                .await;
-                if matches!(written, Ok(Ok(()))) {
-                    c.answered.fetch_add(1, Ordering::Relaxed);
-                }
-            });
+            let conn = Connection {
+                http: http.clone(),
+                render: render.clone(),
+                counters: c.clone(),
+                idle: idle.clone(),
+                id,
+                evict: token,
+                request_timeout: options.request_timeout,
+                response_timeout: options.response_timeout,
+            };
+            tokio::spawn(conn.run(sock));
         }
     });
     Ok(MetricsServer {
@@ -266,6 +252,104 @@ where
     })
 }
 
+/// One accepted connection: waits for its request head (or eviction, or the request
+/// timeout), then gives hyper the response timeout to answer it.
+struct Connection {
+    http: http1::Builder,
+    render: Arc<dyn Fn() -> String + Send + Sync>,
+    counters: Arc<ServeCounters>,
+    idle: Arc<Mutex<Idle>>,
+    id: u64,
+    evict: CancellationToken,
+    request_timeout: Duration,
+    response_timeout: Duration,
+}
+
+/// How the wait for a connection's request head ended.
+enum Head {
+    /// hyper has it and is answering.
+    Received,
+    /// The connection ended first (closed, cut off, too long, malformed), or was
+    /// answered within the same poll (`true`: a request came in).
+    Ended {
+        answered: bool,
+    },
+    Evicted,
+    TimedOut,
+}
+
+impl Connection {
+    async fn run(self, sock: TcpStream) {
+        let c = &*self.counters;
+        let _open = OpenGuard(&c.open);
+        // Set when hyper hands the request to the service: the head is in.
+        let (head_tx, mut head_rx) = oneshot::channel::<()>();
+        let head_tx = Mutex::new(Some(head_tx));
+        let render = self.render.clone();
+        let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+            if let Some(tx) = head_tx.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                let _ = tx.send(());
+            }
+            let response = answer(&req, &*render);
+            async move { Ok::<_, Infallible>(response) }
+        });
+        let conn = self.http.serve_connection(TokioIo::new(sock), service);
+        tokio::pin!(conn);
+        let head = tokio::select! {
+            biased;
+            _ = self.evict.cancelled() => Head::Evicted,
+            _ = &mut head_rx => Head::Received,
+            done = &mut conn => Head::Ended {
+                answered: done.is_ok() && head_rx.try_recv().is_ok(),
+            },
+            _ = tokio::time::sleep(self.request_timeout) => Head::TimedOut,
+        };
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .waiting
+            .retain(|(i, _)| *i != self.id);
+        match head {
+            Head::Evicted => {} // counted by the accept loop
+            Head::Ended { answered: true } => {
+                c.answered.fetch_add(1, Ordering::Relaxed);
+            }
+            Head::Ended { answered: false } | Head::TimedOut => {
+                c.timed_out.fetch_add(1, Ordering::Relaxed);
+            }
+            Head::Received => {
+                if let Ok(Ok(())) = tokio::time::timeout(self.response_timeout, conn).await {
+                    c.answered.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        // Dropping the connection closes the socket.
+    }
+}
+
+/// 200 with `render()` for `GET /metrics` and `GET /`, 404 for anything else.
+fn answer(
+    req: &Request<hyper::body::Incoming>,
+    render: &dyn Fn() -> String,
+) -> Response<Full<Bytes>> {
+    let served = req.method() == Method::GET && matches!(req.uri().path(), "/metrics" | "/");
+    let (status, content_type, body) = if served {
+        (StatusCode::OK, prometheus_text::CONTENT_TYPE, render())
+    } else {
+        (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "only GET /metrics is served\n".to_string(),
+        )
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
 /// Takes one off the open-connection count when the connection's task ends.
 struct OpenGuard<'a>(&'a AtomicU64);
 
@@ -273,24 +357,4 @@ impl Drop for OpenGuard<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
-}
-
-/// Reads a request head (up to a blank line, at most [`MAX_REQUEST_HEAD`] bytes);
-/// returns the socket and the request line, or `None` for a head that was cut off or
-/// too long.
-async fn read_head(mut sock: tokio::net::TcpStream) -> Option<(tokio::net::TcpStream, String)> {
-    let mut buf = vec![0u8; MAX_REQUEST_HEAD];
-    let mut n = 0;
-    while n < buf.len() {
-        match sock.read(&mut buf[n..]).await {
-            Ok(0) | Err(_) => return None,
-            Ok(k) => n += k,
-        }
-        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-            let text = String::from_utf8_lossy(&buf[..n]);
-            let first = text.lines().next().unwrap_or("").to_string();
-            return Some((sock, first));
-        }
-    }
-    None
 }

@@ -1,5 +1,5 @@
 //! Metrics on [`prometheus_client`]: registered into the host's registry, or encoded as
-//! Prometheus text on their own; and a tiny HTTP endpoint.
+//! Prometheus text on their own; and (cargo feature `http`) a hardened HTTP endpoint.
 //!
 //! The driver updates this node's [`Metrics`] ([`Node::metrics`](crate::Node::metrics)).
 //! A host that exposes a [`Registry`] registers each node into it with
@@ -33,13 +33,15 @@
 //! metrics`) refuse; [`Node::metrics_text`](crate::Node::metrics_text) has one node and
 //! is valid.
 //!
-//! [`serve`] answers `GET /metrics` with any text (usually `Node::metrics_text`), and
-//! [`serve_with`] does so with a logger and other limits. The endpoint is
-//! unauthenticated, so it bounds what a client can hold ([`ServeOptions`]): at most 32
-//! connections (when all are taken, the oldest one that has not sent its request is
-//! closed to make room for the new one), 5 s to send the request and 5 s to take the
-//! answer; an accept error (`EMFILE`: out of file descriptors) pauses the loop, 10 ms
-//! doubling to 1 s, and is logged once a minute.
+//! With the cargo feature `http` (on by default), [`serve`] answers `GET /metrics` with
+//! any text (usually `Node::metrics_text`), and [`serve_with`] does so with a logger and
+//! other limits. It is kept in the library because its limits are what make an
+//! unauthenticated port safe to open, and each host would otherwise have to rebuild
+//! them ([`ServeOptions`]): at most 32 connections (when all are taken, the oldest one
+//! that has not sent its request is closed to make room for the new one), 5 s to send
+//! the request head and 5 s to take the answer; an accept error (`EMFILE`: out of file
+//! descriptors) pauses the accept loop, 10 ms doubling to 1 s, and is logged once a
+//! minute. HTTP itself is hyper's.
 //!
 //! | metric | type | meaning |
 //! |---|---|---|
@@ -64,6 +66,7 @@
 //! Every series carries the label `node` (this node's id), except the two histograms and
 //! the fence counters.
 
+#[cfg(feature = "http")]
 mod http;
 
 use std::borrow::Cow;
@@ -81,6 +84,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Metric, Registry};
 
+#[cfg(feature = "http")]
 pub use http::{
     serve, serve_with, MetricsServer, ServeOptions, ServeStats, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
