@@ -409,10 +409,38 @@ impl Node {
         self.metrics.clone()
     }
 
-    /// The Prometheus text exposition of this node's metrics, transport counters included.
+    /// Registers this node's metrics, transport counters included, into the host's
+    /// `registry` (names `tenure_*`, each with the label `node` but for the histograms
+    /// and fence counters; see [`crate::metrics`]). The registry holds handles to the
+    /// live values: it shows them as they are whenever it is encoded, and it does not
+    /// keep the node's transport alive (its counters leave the exposition with it).
+    ///
+    /// Register each node once; several nodes in one registry go into sub-registries
+    /// with a label that tells them apart (such as the group):
+    ///
+    /// ```
+    /// # async fn example(node: tenure::Node) {
+    /// use tenure::metrics::prometheus_client::registry::Registry;
+    ///
+    /// let mut registry = Registry::default();
+    /// node.register_metrics(registry.sub_registry_with_label(("group".into(), "billing".into())));
+    /// # }
+    /// ```
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        let transport = Arc::downgrade(&self.transport);
+        self.metrics.register_with_transport(
+            registry,
+            Some(move || transport.upgrade().map(|t| t.stats())),
+        );
+    }
+
+    /// The Prometheus text exposition (format 0.0.4) of this node's metrics, transport
+    /// counters included: a registry that holds only this node's
+    /// ([`register_metrics`](Node::register_metrics)), encoded.
     pub fn metrics_text(&self) -> String {
-        self.metrics.set_transport(self.transport.stats());
-        self.metrics.render()
+        let mut registry = prometheus_client::registry::Registry::default();
+        self.register_metrics(&mut registry);
+        crate::metrics::encode(&registry)
     }
 
     /// Transport counters (messages sent, dropped, frames rejected, …).

@@ -1,14 +1,16 @@
 //! The sample alert rules (`deploy/alerts.yml`) are valid Prometheus rules, fire on the
 //! series they are meant for (`deploy/alerts.test.yml`, run with `promtool test rules`),
-//! and name only metrics tenure exports.
+//! and name only metrics tenure exports; the exposition itself passes
+//! `promtool check metrics` (parsed and linted as Prometheus parses text format 0.0.4).
 //!
 //! `promtool` comes with Prometheus (`apt-get install prometheus`; `.ci/run` installs it
 //! through `scripts/bootstrap.sh --with-promtool`). Without it the promtool checks print
 //! why they did not run and pass, unless `TENURE_PROMTOOL_REQUIRE=1` (set by `.ci/run`),
 //! which makes a missing promtool a failure. The metric-name check always runs.
 
+use std::io::Write;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 fn deploy() -> &'static Path {
@@ -18,12 +20,27 @@ fn deploy() -> &'static Path {
 /// Runs `promtool ARGS` in `deploy/`; `None` when promtool is not installed (and not
 /// required).
 fn promtool(args: &[&str]) -> Option<std::process::Output> {
-    match Command::new("promtool")
+    promtool_with_input(args, "")
+}
+
+/// [`promtool`] with `input` on its standard input.
+fn promtool_with_input(args: &[&str], input: &str) -> Option<std::process::Output> {
+    let child = Command::new("promtool")
         .args(args)
         .current_dir(deploy())
-        .output()
-    {
-        Ok(out) => Some(out),
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    match child {
+        Ok(mut child) => {
+            let mut stdin = child.stdin.take().expect("promtool stdin");
+            stdin
+                .write_all(input.as_bytes())
+                .expect("write to promtool");
+            drop(stdin);
+            Some(child.wait_with_output().expect("promtool output"))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if std::env::var("TENURE_PROMTOOL_REQUIRE").is_ok_and(|v| v == "1") {
                 panic!("promtool is required (TENURE_PROMTOOL_REQUIRE=1) but not installed");
@@ -58,6 +75,16 @@ fn alert_rules_are_valid() {
 fn alerts_fire_on_the_series_they_are_meant_for() {
     if let Some(out) = promtool(&["test", "rules", "alerts.test.yml"]) {
         assert_ok("promtool test rules deploy/alerts.test.yml", out);
+    }
+}
+
+#[test]
+fn exposition_passes_promtool_check_metrics() {
+    let metrics = tenure::metrics::Metrics::new(1);
+    metrics.register_fence("ledger", Arc::new(tenure::fence::FenceStats::default()));
+    let text = metrics.render();
+    if let Some(out) = promtool_with_input(&["check", "metrics"], &text) {
+        assert_ok(&format!("promtool check metrics of\n{text}\n"), out);
     }
 }
 

@@ -1,0 +1,624 @@
+//! Metrics on [`prometheus_client`]: registered into the host's registry, or encoded as
+//! Prometheus text on their own; and (cargo feature `http`) a hardened HTTP endpoint.
+//!
+//! The driver updates this node's [`Metrics`] ([`Node::metrics`](crate::Node::metrics)).
+//! A host that exposes a [`Registry`] registers each node into it with
+//! [`Node::register_metrics`](crate::Node::register_metrics); nothing in tenure opens a
+//! port for that. [`Node::metrics_text`](crate::Node::metrics_text) encodes a registry
+//! that holds only this node's metrics, in the Prometheus text format 0.0.4. Values are
+//! the latest state, not every change; the transport and fence counters are read when
+//! the registry is encoded (collectors), so every scrape sees them as they are.
+//!
+//! ```
+//! use tenure::metrics::prometheus_client::encoding::prometheus_text;
+//! use tenure::metrics::prometheus_client::registry::Registry;
+//!
+//! let mut registry = Registry::default(); // the host's, with its own metrics
+//! // A host registers a node with `node.register_metrics(…)`; its `Metrics` alone
+//! // (no transport counters) register the same way:
+//! let metrics = tenure::metrics::Metrics::new(1);
+//! // One sub-registry per group, so that two groups' series differ by a label.
+//! metrics.register(registry.sub_registry_with_label(("group".into(), "billing".into())));
+//!
+//! let mut text = String::new();
+//! prometheus_text::encode(&mut text, &registry).unwrap();
+//! assert!(text.contains("tenure_term{group=\"billing\",node=\"1\"} 0\n"));
+//! ```
+//!
+//! Register each node once, and several nodes into sub-registries with a label that
+//! tells them apart: the histograms and fence counters carry no `node` label, so two
+//! nodes side by side would export the same series twice. Each registration also
+//! writes its own `# HELP` and `# TYPE` lines, so several nodes in one registry repeat
+//! them, which the text format does not allow and strict parsers (`promtool check
+//! metrics`) refuse; [`Node::metrics_text`](crate::Node::metrics_text) has one node and
+//! is valid.
+//!
+//! With the cargo feature `http` (on by default), [`serve`] answers `GET /metrics` with
+//! any text (usually `Node::metrics_text`), and [`serve_with`] does so with a logger and
+//! other limits. It is kept in the library because its limits are what make an
+//! unauthenticated port safe to open, and each host would otherwise have to rebuild
+//! them ([`ServeOptions`]): at most 32 connections (when all are taken, the oldest one
+//! that has not sent its request is closed to make room for the new one), 5 s to send
+//! the request head and 5 s to take the answer; an accept error (`EMFILE`: out of file
+//! descriptors) pauses the accept loop, 10 ms doubling to 1 s, and is logged once a
+//! minute. HTTP itself is hyper's.
+//!
+//! | metric | type | meaning |
+//! |---|---|---|
+//! | `tenure_term` | gauge | current Raft term at this node |
+//! | `tenure_role` | gauge | 0 follower, 1 pre-candidate, 2 candidate, 3 leader, 4 stopped, 5 learner, 6 removed, 7 joining |
+//! | `tenure_leader_id` | gauge | leader this node knows of (0: none) |
+//! | `tenure_lease_held` | gauge | 1 while this node holds a confirmed lease |
+//! | `tenure_members` | gauge | voters in the group |
+//! | `tenure_peers_reachable` | gauge | voters heard from recently (leader: itself and the voters heard from within an election timeout; follower: 1 + leader) |
+//! | `tenure_quorum_healthy` | gauge | leader: holds its lease; follower: hears from a leader |
+//! | `tenure_lease_renew_seconds` | histogram | round trip of quorum-acknowledged ReadIndex rounds |
+//! | `tenure_failover_seconds` | histogram | time this node spent without a known leader, per episode |
+//! | `tenure_elections_started_total` | counter | campaigns this node started (became candidate) |
+//! | `tenure_elections_won_total` | counter | times this node became leader |
+//! | `tenure_leases_acquired_total` | counter | leases granted |
+//! | `tenure_lease_expiries_total` | counter | leases that ran out unrenewed |
+//! | `tenure_lease_revocations_total{reason}` | counter | leases revoked, by reason |
+//! | `tenure_fence_accepted_total{fence}` / `tenure_fence_rejections_total{fence}` | counter | registered fences |
+//! | `tenure_transport_*_total` | counter | messages sent/received/dropped, frames rejected, connections |
+//! | `tenure_peer_messages_refused_total{reason}` | counter | authenticated peer messages dropped before raft-rs, by [`Refusal`] (a correct peer sends none) |
+//!
+//! Every series carries the label `node` (this node's id), except the two histograms and
+//! the fence counters.
+
+#[cfg(feature = "http")]
+mod http;
+
+use std::borrow::Cow;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub use prometheus_client;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{prometheus_text, DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Metric, Registry};
+
+#[cfg(feature = "http")]
+pub use http::{
+    serve, serve_with, MetricsServer, ServeOptions, ServeStats, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
+};
+
+use crate::error::LostReason;
+use crate::fence::{FenceStats, FenceStatsSnapshot};
+use crate::peer_input::Refusal;
+use crate::transport::TransportStatsSnapshot;
+
+const RENEW_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+const FAILOVER_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0,
+];
+
+const REASONS: [LostReason; 6] = [
+    LostReason::Expired,
+    LostReason::TermChanged,
+    LostReason::SteppedDown,
+    LostReason::HandedOver,
+    LostReason::Shutdown,
+    LostReason::Failed,
+];
+
+/// A gauge of a count (never negative).
+type CountGauge = Gauge<u64, AtomicU64>;
+/// `reason="…"`.
+type ReasonLabel = [(&'static str, &'static str); 1];
+
+/// This node's metrics: prometheus-client gauges, counters and histograms that the driver
+/// updates. Shared (`Arc`) between the driver and the node handle; a registry they are
+/// registered into ([`Metrics::register`]) holds its own handles to the same values.
+#[derive(Debug)]
+pub struct Metrics {
+    node: u64,
+    term: CountGauge,
+    role: CountGauge,
+    leader: CountGauge,
+    lease_held: CountGauge,
+    members: CountGauge,
+    peers_reachable: CountGauge,
+    quorum_healthy: CountGauge,
+    elections_started: Counter,
+    elections_won: Counter,
+    leases_acquired: Counter,
+    revocations: Family<ReasonLabel, Counter>,
+    /// `revocations`' counters, in [`REASONS`] order.
+    revoked: [Counter; REASONS.len()],
+    peer_refusals: Family<ReasonLabel, Counter>,
+    /// `peer_refusals`' counters, by [`Refusal::index`].
+    refused: [Counter; Refusal::ALL.len()],
+    renew: Histogram,
+    failover: Histogram,
+    fences: Fences,
+}
+
+impl Metrics {
+    /// Empty metrics for node `node`.
+    pub fn new(node: u64) -> Arc<Metrics> {
+        let revocations = Family::<ReasonLabel, Counter>::default();
+        let revoked = REASONS.map(|r| revocations.get_or_create_owned(&[("reason", r.as_str())]));
+        let peer_refusals = Family::<ReasonLabel, Counter>::default();
+        let refused =
+            Refusal::ALL.map(|r| peer_refusals.get_or_create_owned(&[("reason", r.as_str())]));
+        Arc::new(Metrics {
+            node,
+            term: CountGauge::default(),
+            role: CountGauge::default(),
+            leader: CountGauge::default(),
+            lease_held: CountGauge::default(),
+            members: CountGauge::default(),
+            peers_reachable: CountGauge::default(),
+            quorum_healthy: CountGauge::default(),
+            elections_started: Counter::default(),
+            elections_won: Counter::default(),
+            leases_acquired: Counter::default(),
+            revocations,
+            revoked,
+            peer_refusals,
+            refused,
+            renew: Histogram::new(RENEW_BUCKETS.iter().copied()),
+            failover: Histogram::new(FAILOVER_BUCKETS.iter().copied()),
+            fences: Fences::default(),
+        })
+    }
+
+    /// Adds a fence's counters to the exposition (`tenure_fence_*{fence="name"}`), in
+    /// every registry these metrics are registered into, before or after.
+    pub fn register_fence(&self, name: &str, stats: Arc<FenceStats>) {
+        self.fences
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((name.to_string(), stats));
+    }
+
+    /// Registers these metrics into `registry` (under the prefix `tenure`), without the
+    /// transport counters: [`Node::register_metrics`](crate::Node::register_metrics)
+    /// adds those.
+    pub fn register(&self, registry: &mut Registry) {
+        self.register_with_transport(registry, None::<fn() -> Option<TransportStatsSnapshot>>);
+    }
+
+    /// [`Metrics::register`], and the transport counters that `transport` reads at every
+    /// encoding (none while it returns `None`).
+    pub(crate) fn register_with_transport<F>(&self, registry: &mut Registry, transport: Option<F>)
+    where
+        F: Fn() -> Option<TransportStatsSnapshot> + Send + Sync + 'static,
+    {
+        let tenure = registry.sub_registry_with_prefix("tenure");
+        register(
+            tenure,
+            "lease_renew_seconds",
+            "Round trip of quorum-acknowledged ReadIndex rounds.",
+            self.renew.clone(),
+        );
+        register(
+            tenure,
+            "failover_seconds",
+            "Time this node spent without a known leader, per episode.",
+            self.failover.clone(),
+        );
+        tenure.register_collector(Box::new(self.fences.clone()));
+
+        let node =
+            tenure.sub_registry_with_label((Cow::Borrowed("node"), self.node.to_string().into()));
+        let gauges = [
+            ("term", "Current Raft term at this node.", &self.term),
+            (
+                "role",
+                "0 follower, 1 pre-candidate, 2 candidate, 3 leader, 4 stopped, 5 learner, 6 removed, 7 joining.",
+                &self.role,
+            ),
+            ("leader_id", "Leader known to this node (0: none).", &self.leader),
+            ("lease_held", "1 while this node holds a confirmed lease.", &self.lease_held),
+            ("members", "Voters in the group.", &self.members),
+            (
+                "peers_reachable",
+                "Voters heard from recently, this node included.",
+                &self.peers_reachable,
+            ),
+            (
+                "quorum_healthy",
+                "Leader: holds its lease. Follower: hears from a leader.",
+                &self.quorum_healthy,
+            ),
+        ];
+        for (name, help, gauge) in gauges {
+            register(node, name, help, gauge.clone());
+        }
+        let counters = [
+            (
+                "elections_started",
+                "Campaigns this node started.",
+                &self.elections_started,
+            ),
+            (
+                "elections_won",
+                "Times this node became leader.",
+                &self.elections_won,
+            ),
+            ("leases_acquired", "Leases granted.", &self.leases_acquired),
+            (
+                "lease_expiries",
+                "Leases that ran out unrenewed.",
+                &self.revoked[reason_index(LostReason::Expired)],
+            ),
+        ];
+        for (name, help, counter) in counters {
+            register(node, name, help, counter.clone());
+        }
+        register(
+            node,
+            "lease_revocations",
+            "Leases revoked, by reason.",
+            self.revocations.clone(),
+        );
+        register(
+            node,
+            "peer_messages_refused",
+            "Peer messages dropped before raft-rs, by reason.",
+            self.peer_refusals.clone(),
+        );
+        if let Some(read) = transport {
+            node.register_collector(Box::new(TransportCollector(read)));
+        }
+    }
+
+    pub(crate) fn set_state(&self, term: u64, role: u64, leader: u64, lease_held: bool) {
+        self.term.set(term);
+        self.role.set(role);
+        self.leader.set(leader);
+        self.lease_held.set(lease_held as u64);
+    }
+
+    pub(crate) fn set_health(&self, members: u64, reachable: u64, quorum_healthy: bool) {
+        self.members.set(members);
+        self.peers_reachable.set(reachable);
+        self.quorum_healthy.set(quorum_healthy as u64);
+    }
+
+    pub(crate) fn election_started(&self) {
+        self.elections_started.inc();
+    }
+
+    pub(crate) fn election_won(&self) {
+        self.elections_won.inc();
+    }
+
+    pub(crate) fn lease_acquired(&self) {
+        self.leases_acquired.inc();
+    }
+
+    pub(crate) fn lease_revoked(&self, reason: LostReason) {
+        self.revoked[reason_index(reason)].inc();
+    }
+
+    pub(crate) fn renew_round_trip(&self, d: Duration) {
+        self.renew.observe(d.as_secs_f64());
+    }
+
+    pub(crate) fn leaderless_for(&self, d: Duration) {
+        self.failover.observe(d.as_secs_f64());
+    }
+
+    pub(crate) fn peer_refused_one(&self, r: Refusal) {
+        self.refused[r.index()].inc();
+    }
+
+    /// Peer messages refused so far for `reason` (dropped before raft-rs saw them).
+    pub fn peer_refused(&self, reason: Refusal) -> u64 {
+        self.refused[reason.index()].get()
+    }
+
+    /// Lease revocations so far for `reason`.
+    pub fn revocations(&self, reason: LostReason) -> u64 {
+        self.revoked[reason_index(reason)].get()
+    }
+
+    /// The Prometheus text exposition (format 0.0.4) of a registry that holds only these
+    /// metrics (no transport counters: see [`Node::metrics_text`](crate::Node::metrics_text)).
+    pub fn render(&self) -> String {
+        let mut registry = Registry::default();
+        self.register(&mut registry);
+        encode(&registry)
+    }
+}
+
+/// `registry` in the Prometheus text format 0.0.4.
+pub(crate) fn encode(registry: &Registry) -> String {
+    let mut out = String::with_capacity(8192);
+    // Writing to a String cannot fail, and neither can tenure's collectors.
+    let _ = prometheus_text::encode(&mut out, registry);
+    out
+}
+
+/// Registers `metric` with `help` as it is exported: prometheus-client adds the full
+/// stop (and a counter's `_total`) itself.
+fn register(registry: &mut Registry, name: &str, help: &str, metric: impl Metric) {
+    registry.register(name, help.strip_suffix('.').unwrap_or(help), metric);
+}
+
+fn reason_index(reason: LostReason) -> usize {
+    match reason {
+        LostReason::Expired => 0,
+        LostReason::TermChanged => 1,
+        LostReason::SteppedDown => 2,
+        LostReason::HandedOver => 3,
+        LostReason::Shutdown => 4,
+        LostReason::Failed => 5,
+    }
+}
+
+/// The registered fences, read at every encoding: `tenure_fence_accepted_total{fence}`
+/// and `tenure_fence_rejections_total{fence}` (no family at all without a fence).
+#[derive(Debug, Clone, Default)]
+struct Fences(Arc<Mutex<Vec<Fence>>>);
+
+/// A registered fence: its label and its counters.
+type Fence = (String, Arc<FenceStats>);
+
+impl Collector for Fences {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let fences: Vec<(String, _)> = self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(name, stats)| (name.clone(), stats.snapshot()))
+            .collect();
+        if fences.is_empty() {
+            return Ok(());
+        }
+        type Read = fn(&FenceStatsSnapshot) -> u64;
+        let families: [(&str, &str, Read); 2] = [
+            ("fence_accepted", "Writes a fence accepted.", |s| s.accepted),
+            (
+                "fence_rejections",
+                "Writes a fence rejected (stale token).",
+                |s| s.rejected_stale,
+            ),
+        ];
+        for (name, help, value) in families {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (fence, s) in &fences {
+                let label = [("fence", fence.as_str())];
+                ConstCounter::new(value(s)).encode(family.encode_family(&label)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The transport's counters, read at every encoding: `tenure_transport_*_total`.
+struct TransportCollector<F>(F);
+
+impl<F> std::fmt::Debug for TransportCollector<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TransportCollector")
+    }
+}
+
+impl<F> Collector for TransportCollector<F>
+where
+    F: Fn() -> Option<TransportStatsSnapshot> + Send + Sync + 'static,
+{
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(t) = (self.0)() else {
+            return Ok(());
+        };
+        let rows: [(&str, &str, u64); 14] = [
+            ("sent", "Messages handed to a connection.", t.sent),
+            ("received", "Messages delivered to the driver.", t.received),
+            (
+                "dropped_queue_full",
+                "Messages dropped: peer queue full.",
+                t.dropped_queue_full,
+            ),
+            (
+                "dropped_unknown_peer",
+                "Messages dropped: unknown peer.",
+                t.dropped_unknown_peer,
+            ),
+            (
+                "dropped_inbound_full",
+                "Inbound messages dropped: driver busy.",
+                t.dropped_inbound_full,
+            ),
+            (
+                "from_mismatch",
+                "Messages dropped: sender differs from certificate.",
+                t.from_mismatch,
+            ),
+            (
+                "frames_oversized",
+                "Frames over the size limit.",
+                t.frames_oversized,
+            ),
+            (
+                "frames_malformed",
+                "Frames that did not decode.",
+                t.frames_malformed,
+            ),
+            (
+                "connections_refused",
+                "Incoming connections refused.",
+                t.connections_refused,
+            ),
+            (
+                "connect_failures",
+                "Outbound connection attempts that failed.",
+                t.connect_failures,
+            ),
+            (
+                "frames_too_many_entries",
+                "Frames with more entries than the limit.",
+                t.frames_too_many_entries,
+            ),
+            (
+                "frames_timed_out",
+                "Frames not received within the frame deadline.",
+                t.frames_timed_out,
+            ),
+            (
+                "frames_waited_for_budget",
+                "Frames that waited for the inbound byte budget.",
+                t.frames_waited_for_budget,
+            ),
+            (
+                "connections_over_limit",
+                "Incoming connections refused: the peer had too many.",
+                t.connections_over_limit,
+            ),
+        ];
+        for (name, help, value) in rows {
+            let name = format!("transport_{name}");
+            let counter = ConstCounter::new(value);
+            counter.encode(encoder.encode_descriptor(
+                &name,
+                help,
+                None,
+                counter.metric_type(),
+            )?)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    fn encoded(registry: &Registry) -> String {
+        encode(registry)
+    }
+
+    /// The value of the sample line that starts with `series` (name and labels).
+    fn value(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .map(|v| v.parse().expect("a number"))
+    }
+
+    #[test]
+    fn reasons_are_at_their_index() {
+        for (i, r) in REASONS.iter().enumerate() {
+            assert_eq!(reason_index(*r), i, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn a_registry_shows_what_happened_after_it_was_registered_into() {
+        let m = Metrics::new(4);
+        let sent = Arc::new(AtomicU64::new(3));
+        let mut registry = Registry::default();
+        let read = sent.clone();
+        m.register_with_transport(
+            &mut registry,
+            Some(move || {
+                let sent = read.load(Ordering::Relaxed);
+                (sent != 0).then(|| TransportStatsSnapshot {
+                    sent,
+                    ..Default::default()
+                })
+            }),
+        );
+        let before = encoded(&registry);
+        assert_eq!(value(&before, "tenure_term{node=\"4\"}"), Some(0.0));
+        assert_eq!(
+            value(&before, "tenure_transport_sent_total{node=\"4\"}"),
+            Some(3.0)
+        );
+        assert!(!before.contains("tenure_fence_"), "{before}");
+
+        m.set_state(9, 3, 4, true);
+        m.lease_revoked(LostReason::Expired);
+        m.lease_revoked(LostReason::Expired);
+        m.lease_revoked(LostReason::Shutdown);
+        m.peer_refused_one(Refusal::BadSender);
+        m.renew_round_trip(Duration::from_millis(3));
+        m.register_fence("ledger", Arc::new(FenceStats::default()));
+        sent.store(5, Ordering::Relaxed);
+
+        let after = encoded(&registry);
+        assert_eq!(value(&after, "tenure_term{node=\"4\"}"), Some(9.0));
+        assert_eq!(value(&after, "tenure_lease_held{node=\"4\"}"), Some(1.0));
+        // Expiries are the revocations of reason `expired`: one counter, two names.
+        assert_eq!(
+            value(&after, "tenure_lease_expiries_total{node=\"4\"}"),
+            Some(2.0)
+        );
+        let revoked = |reason: &str| {
+            value(
+                &after,
+                &format!("tenure_lease_revocations_total{{node=\"4\",reason=\"{reason}\"}}"),
+            )
+        };
+        assert_eq!(revoked("expired"), Some(2.0));
+        assert_eq!(revoked("shutdown"), Some(1.0));
+        assert_eq!(revoked("failed"), Some(0.0));
+        assert_eq!(m.revocations(LostReason::Expired), 2);
+        assert_eq!(
+            value(
+                &after,
+                "tenure_peer_messages_refused_total{node=\"4\",reason=\"bad_sender\"}"
+            ),
+            Some(1.0)
+        );
+        assert_eq!(m.peer_refused(Refusal::BadSender), 1);
+        assert_eq!(
+            value(&after, "tenure_lease_renew_seconds_bucket{le=\"0.005\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&after, "tenure_lease_renew_seconds_bucket{le=\"0.002\"}"),
+            Some(0.0)
+        );
+        assert_eq!(
+            value(&after, "tenure_fence_accepted_total{fence=\"ledger\"}"),
+            Some(0.0)
+        );
+        assert_eq!(
+            value(&after, "tenure_transport_sent_total{node=\"4\"}"),
+            Some(5.0)
+        );
+
+        // A transport that is gone takes its counters with it.
+        sent.store(0, Ordering::Relaxed);
+        let gone = encoded(&registry);
+        assert!(!gone.contains("tenure_transport_"), "{gone}");
+        assert_eq!(value(&gone, "tenure_term{node=\"4\"}"), Some(9.0));
+    }
+
+    #[test]
+    fn a_host_registry_keeps_its_prefix_and_labels() {
+        let m = Metrics::new(2);
+        let mut registry = Registry::with_prefix("host");
+        m.register(registry.sub_registry_with_label(("group".into(), "billing".into())));
+        let text = encoded(&registry);
+        assert_eq!(
+            value(&text, "host_tenure_term{group=\"billing\",node=\"2\"}"),
+            Some(0.0),
+            "{text}"
+        );
+        assert_eq!(
+            value(
+                &text,
+                "host_tenure_failover_seconds_count{group=\"billing\"}"
+            ),
+            Some(0.0),
+            "{text}"
+        );
+    }
+}
