@@ -240,19 +240,35 @@ pub struct Config {
     /// The group this node must belong to: a data directory of another group is
     /// refused. Defaults to `found`; `None` accepts the stored group.
     pub group: Option<GroupId>,
-    /// Test hook: this node's clock runs this many times as fast as real time (1.0).
-    /// Used by the clock-skew tests; leave it at 1.0.
-    #[doc(hidden)]
+    /// Test hooks (set them with the `testing` feature's [`Config::hooks_mut`]).
+    pub(crate) hooks: TestHooks,
+}
+
+/// Test hooks of a node: clock skew and clock faults, seeded election timeouts. Only
+/// the `testing` feature lets them be set ([`Config::hooks_mut`]); a node without them
+/// runs on the real clocks with raft-rs's own draws.
+#[derive(Clone, Debug)]
+#[cfg_attr(not(feature = "testing"), doc(hidden))]
+pub struct TestHooks {
+    /// This node's clock runs this many times as fast as real time (1.0), for the
+    /// clock-skew tests. Must be in [0.25, 4].
     pub clock_rate: f64,
-    /// Test hook: clock faults (forward steps, stalls) the simulation injects into this
-    /// node's clock. `None` (the default) in production.
-    #[doc(hidden)]
+    /// Clock faults (forward steps, stalls) the simulation injects into this node's
+    /// clock. `None` in production.
     pub clock_control: Option<crate::clock::ClockControl>,
-    /// Test hook: draw raft-rs's randomized election timeouts from an RNG seeded with
-    /// this (and the node id) instead of the OS-seeded thread RNG, so that a simulation
-    /// replays them. `None` (the default) leaves raft-rs's own draws.
-    #[doc(hidden)]
+    /// Draw raft-rs's randomized election timeouts from an RNG seeded with this (and the
+    /// node id) instead of the OS-seeded thread RNG, so that a simulation replays them.
     pub election_seed: Option<u64>,
+}
+
+impl Default for TestHooks {
+    fn default() -> Self {
+        TestHooks {
+            clock_rate: 1.0,
+            clock_control: None,
+            election_seed: None,
+        }
+    }
 }
 
 impl fmt::Debug for Config {
@@ -310,9 +326,7 @@ impl Config {
                 timing: Timing::default(),
                 read_mode: ReadMode::default(),
                 logger: None,
-                clock_rate: 1.0,
-                clock_control: None,
-                election_seed: None,
+                hooks: TestHooks::default(),
                 history_retention: 1000,
                 compact_after: 1024,
                 join: false,
@@ -349,10 +363,10 @@ impl Config {
                 return Err(ConfigError::GroupMismatch { found, group });
             }
         }
-        if !(0.25..=4.0).contains(&self.clock_rate) {
+        if !(0.25..=4.0).contains(&self.hooks.clock_rate) {
             return Err(ConfigError::Timing(format!(
                 "clock_rate {} is outside [0.25, 4]",
-                self.clock_rate
+                self.hooks.clock_rate
             )));
         }
         let mut warnings = Vec::new();
@@ -375,6 +389,12 @@ impl Config {
     /// Every member's id.
     pub fn member_ids(&self) -> Vec<NodeId> {
         self.peers.keys().copied().collect()
+    }
+
+    /// The test hooks, to set them (feature `testing`).
+    #[cfg(feature = "testing")]
+    pub fn hooks_mut(&mut self) -> &mut TestHooks {
+        &mut self.hooks
     }
 
     /// The group this node must belong to: [`group`](Self::group), else

@@ -322,8 +322,11 @@ pub mod lease;
 #[cfg(feature = "tracing")]
 pub mod logging;
 pub mod metrics;
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod mutation;
+#[cfg(not(feature = "testing"))]
+mod mutation;
 mod node;
 pub mod peer_input;
 pub mod runner;

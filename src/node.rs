@@ -26,7 +26,9 @@ use crate::storage::ReadyWrite;
 use crate::storage::{RaftStore, RocksStore};
 use crate::tls::TlsIdentity;
 use crate::transport::quic::{QuicConfig, QuicTransport};
-use crate::transport::{Faults, Inbound, NodeId, Transport, TransportStatsSnapshot};
+#[cfg(feature = "testing")]
+use crate::transport::Faults;
+use crate::transport::{Inbound, NodeId, Transport, TransportStatsSnapshot};
 
 /// A running election node. Cheap to clone; every clone talks to the same node.
 ///
@@ -350,7 +352,12 @@ impl Node {
         old: NodeId,
         new: NodeId,
     ) -> Result<Membership, MembershipError> {
-        self.change(MemberChange::Replace { old, new }).await
+        self.change(MemberChange::Replace {
+            old,
+            new,
+            explicit: false,
+        })
+        .await
     }
 
     /// Drains (`true`) or undrains member `id`. A drained node never campaigns and, if it
@@ -374,13 +381,18 @@ impl Node {
     /// A joint change with an explicit leave (the group stays joint until a leader leaves
     /// it): for tests of a crash in the middle of a joint change.
     #[doc(hidden)]
+    #[cfg(feature = "testing")]
     pub async fn replace_member_explicit(
         &self,
         old: NodeId,
         new: NodeId,
     ) -> Result<Membership, MembershipError> {
-        self.change(MemberChange::ReplaceExplicit { old, new })
-            .await
+        self.change(MemberChange::Replace {
+            old,
+            new,
+            explicit: true,
+        })
+        .await
     }
 
     async fn change(&self, change: MemberChange) -> Result<Membership, MembershipError> {
@@ -394,6 +406,7 @@ impl Node {
 
     /// The first and last index of this node's Raft log (for tests of compaction).
     #[doc(hidden)]
+    #[cfg(feature = "testing")]
     pub async fn log_span(&self) -> Result<(u64, u64), NodeStopped> {
         let (tx, rx) = oneshot::channel();
         self.commands
@@ -449,6 +462,7 @@ impl Node {
     }
 
     /// Fault-injection hooks of this node's transport, for tests: cut and heal links.
+    #[cfg(feature = "testing")]
     pub fn faults(&self) -> &Faults {
         self.transport.faults()
     }
@@ -661,9 +675,9 @@ impl<S: RaftStore> Setup<S> {
             timing: t,
             read_mode: config.read_mode,
             logger: self.logger,
-            clock: match &config.clock_control {
-                Some(c) => crate::clock::LocalClock::controlled(config.clock_rate, c.clone()),
-                None => crate::clock::LocalClock::with_rate(config.clock_rate),
+            clock: match &config.hooks.clock_control {
+                Some(c) => crate::clock::LocalClock::controlled(config.hooks.clock_rate, c.clone()),
+                None => crate::clock::LocalClock::with_rate(config.hooks.clock_rate),
             },
             metrics: self.metrics,
             state,
@@ -671,7 +685,7 @@ impl<S: RaftStore> Setup<S> {
             configured: config.peers.keys().copied().collect(),
             history_retention: config.history_retention,
             compact_after: config.compact_after,
-            election_seed: config.election_seed,
+            election_seed: config.hooks.election_seed,
         }))
     }
 }

@@ -56,7 +56,7 @@
 //! workload. The code under test draws from the OS in a few places, handled so:
 //!
 //! * raft-rs draws its randomized election timeouts from `rand::thread_rng()`. The
-//!   hidden `Config::election_seed` makes the driver replace every such draw with one
+//!   `testing` feature's `Config::hooks_mut().election_seed` makes the driver replace every such draw with one
 //!   from a seeded RNG (each host incarnation has its own seed).
 //! * quinn draws per-connection choices (skipped packet numbers, key-update intervals,
 //!   the greased transport parameter) from its endpoint RNG, and the transport draws

@@ -31,6 +31,7 @@ pub(crate) enum Command {
         reply: oneshot::Sender<Vec<TenureRecord>>,
     },
     /// The log's first and last index (for tests of compaction).
+    #[cfg(feature = "testing")]
     LogSpan { reply: oneshot::Sender<(u64, u64)> },
     /// Role, term, membership, health.
     Status { reply: oneshot::Sender<Status> },
@@ -50,11 +51,8 @@ pub(crate) enum MemberChange {
     Replace {
         old: NodeId,
         new: NodeId,
-    },
-    /// As `Replace`, but the group stays joint until a leader leaves explicitly (tests).
-    ReplaceExplicit {
-        old: NodeId,
-        new: NodeId,
+        /// The group stays joint until a leader leaves explicitly (a test hook).
+        explicit: bool,
     },
     Drain(NodeId, bool),
 }
@@ -109,6 +107,7 @@ impl<S: RaftStore> Driver<S> {
                     }
                 }
             }
+            #[cfg(feature = "testing")]
             Command::LogSpan { reply } => {
                 let first = self.store.first_index().unwrap_or(0);
                 let last = self.store.last_index().unwrap_or(0);

@@ -326,7 +326,7 @@ impl<S: RaftStore> Driver<S> {
                 cc.changes.push(single(id, ConfChangeType::RemoveNode));
                 what = format!("removing node {id}");
             }
-            MemberChange::Replace { old, new } | MemberChange::ReplaceExplicit { old, new } => {
+            MemberChange::Replace { old, new, explicit } => {
                 if !m.is_voter(old) {
                     return Err(MembershipError::UnknownNode(old));
                 }
@@ -353,7 +353,7 @@ impl<S: RaftStore> Driver<S> {
                 self.check_reachable_quorum(&rest)?;
                 cc.changes.push(single(new, ConfChangeType::AddNode));
                 cc.changes.push(single(old, ConfChangeType::RemoveNode));
-                if matches!(change, MemberChange::ReplaceExplicit { .. }) {
+                if explicit {
                     cc.set_transition(ConfChangeTransition::Explicit);
                     self.explicit_joint_term = Some(self.raw.raft.term);
                 } else {

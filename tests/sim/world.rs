@@ -369,11 +369,11 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
         .found(group)
         .build();
     if let Some(rate) = ctx.cfg.clock_rates.get(&id) {
-        config.clock_rate = *rate;
+        config.hooks_mut().clock_rate = *rate;
     }
-    config.clock_control = Some(ctx.clock.clone());
+    config.hooks_mut().clock_control = Some(ctx.clock.clone());
     // raft-rs's election timeouts, from the seed.
-    config.election_seed = Some(host_seed ^ 0xe1ec);
+    config.hooks_mut().election_seed = Some(host_seed ^ 0xe1ec);
     let dying = Arc::new(AtomicBool::new(false));
     // The node's store can be told to die in the middle of its next hard-state write, or
     // of its next write of a leadership record.
