@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, watch};
 use crate::driver::Command;
 use crate::group_id::GroupId;
 use crate::status::{Leadership, Role, Status};
-use crate::transport::{Hello, Inbound, NodeId, Standing, Transport};
+use crate::transport::{Hello, Inbound, Inbox, NodeId, Standing, Transport};
 
 /// What the hellos heard so far allow.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +86,7 @@ pub(crate) async fn wait_to_found(
     group: GroupId,
     members: &[NodeId],
     transport: &dyn Transport,
-    inbound: &mut mpsc::Receiver<Inbound>,
+    inbound: &mut Inbox,
     commands: &mut mpsc::Receiver<Command>,
     leadership: &watch::Sender<Leadership>,
     logger: &Logger,

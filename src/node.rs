@@ -28,7 +28,7 @@ use crate::tls::TlsIdentity;
 use crate::transport::quic::{QuicConfig, QuicTransport};
 #[cfg(feature = "testing")]
 use crate::transport::Faults;
-use crate::transport::{Inbound, NodeId, Transport, TransportStatsSnapshot};
+use crate::transport::{Inbox, NodeId, Transport, TransportStatsSnapshot};
 
 /// A running election node. Cheap to clone; every clone talks to the same node.
 ///
@@ -131,7 +131,7 @@ impl Node {
         config: Config,
         store: S,
         transport: Arc<dyn Transport>,
-        inbound: mpsc::Receiver<Inbound>,
+        inbound: Inbox,
     ) -> Result<Node, StartError> {
         let warnings = config.validate()?;
         let logger = config.logger.clone().unwrap_or_else(discard_logger);
@@ -569,7 +569,7 @@ struct Setup<S: RaftStore> {
     config: Config,
     store: S,
     transport: Arc<dyn Transport>,
-    inbound: mpsc::Receiver<Inbound>,
+    inbound: Inbox,
     commands: mpsc::Receiver<Command>,
     command_tx: mpsc::WeakSender<Command>,
     confirms: mpsc::Receiver<ConfirmRequest>,

@@ -30,9 +30,8 @@ use std::time::Duration;
 
 use tenure::storage::{MemDisk, MemStore};
 use tenure::transport::mem::MemNetwork;
-use tenure::transport::{Inbound, NodeId};
+use tenure::transport::{Inbound, Inbox, NodeId};
 use tenure::{Config, Node, Role, Timing};
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use checker::{check, Event, Kind, Options};
@@ -53,8 +52,8 @@ struct Valve {
 
 impl Valve {
     /// Forwards from `from` to the returned receiver while open; holds while closed.
-    fn fit(&self, mut from: mpsc::Receiver<Inbound>) -> mpsc::Receiver<Inbound> {
-        let (tx, rx) = mpsc::channel(4096);
+    fn fit(&self, mut from: Inbox) -> Inbox {
+        let (tx, rx) = Inbox::channel(4096);
         let me = self.clone();
         tokio::spawn(async move {
             loop {
@@ -70,7 +69,7 @@ impl Valve {
                     };
                     match next {
                         Some(item) => {
-                            if tx.send(item).await.is_err() {
+                            if !tx.deliver(item).await {
                                 return;
                             }
                         }

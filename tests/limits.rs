@@ -18,7 +18,6 @@ use tenure::transport::frame::{self, decode_bound};
 use tenure::transport::quic::{close_code, QuicConfig, QuicTransport};
 use tenure::transport::tls::{node_server_name, ClusterCa, TlsIdentity};
 use tenure::transport::{Hello, Inbound, NodeId, Transport};
-use tokio::sync::mpsc;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -74,7 +73,7 @@ fn node1(
     peers: &[NodeId],
     client: &quinn::Endpoint,
     adjust: impl FnOnce(&mut QuicConfig),
-) -> (QuicTransport, mpsc::Receiver<Inbound>) {
+) -> (QuicTransport, tenure::transport::Inbox) {
     let at = client.local_addr().unwrap();
     let peers: HashMap<NodeId, SocketAddr> = peers.iter().map(|id| (*id, at)).collect();
     let mut cfg = QuicConfig::new(1, loopback(), peers, identity(ca, 1));
@@ -154,8 +153,8 @@ fn append(from: NodeId, term: u64, data_len: usize) -> Vec<u8> {
 }
 
 /// Messages that reached the driver's channel so far.
-fn drain(rx: &mut mpsc::Receiver<Inbound>, into: &mut Vec<Message>) {
-    while let Ok(item) = rx.try_recv() {
+fn drain(rx: &mut tenure::transport::Inbox, into: &mut Vec<Message>) {
+    while let Some(item) = rx.try_recv() {
         if let Inbound::Message(m) = item {
             into.push(m);
         }

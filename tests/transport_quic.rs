@@ -17,7 +17,6 @@ use tenure::transport::quic::{close_code, QuicConfig, QuicTransport};
 use tenure::transport::tls::{node_server_name, ClusterCa, TlsIdentity};
 use tenure::transport::{Hello, Inbound, NodeId, Standing, Transport};
 use tenure::GroupId;
-use tokio::sync::mpsc;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -71,14 +70,14 @@ fn config(identity: TlsIdentity, listen: SocketAddr) -> QuicConfig {
 
 /// What one node received so far.
 struct Inbox {
-    rx: mpsc::Receiver<Inbound>,
+    rx: tenure::transport::Inbox,
     messages: Vec<Message>,
     unreachable: Vec<NodeId>,
     hellos: Vec<(NodeId, Hello)>,
 }
 
 impl Inbox {
-    fn new(rx: mpsc::Receiver<Inbound>) -> Self {
+    fn new(rx: tenure::transport::Inbox) -> Self {
         Inbox {
             rx,
             messages: Vec::new(),
@@ -89,7 +88,7 @@ impl Inbox {
 
     /// Moves everything that arrived into the lists.
     fn pump(&mut self) -> &mut Self {
-        while let Ok(item) = self.rx.try_recv() {
+        while let Some(item) = self.rx.try_recv() {
             match item {
                 Inbound::Message(m) => self.messages.push(m),
                 Inbound::Unreachable(id) => self.unreachable.push(id),
@@ -426,7 +425,9 @@ async fn oversized_and_garbage_frames_close_the_connection_and_the_endpoint_keep
     let conn = raw_connect(&client, &id2, addr1, 1).await;
     let mut s = open_stream(&conn).await;
     s.write_all(&(1u32 << 20).to_be_bytes()).await.unwrap();
-    s.write_all(&[0u8; 64]).await.unwrap();
+    // The node may close the connection as soon as it read the length: the rest of the
+    // frame need not get through (the close code below is what is checked).
+    let _ = s.write_all(&[0u8; 64]).await;
     assert_eq!(
         closed_with_code(&conn).await,
         Some(close_code::FRAME_TOO_LARGE.into())
@@ -457,7 +458,7 @@ async fn oversized_and_garbage_frames_close_the_connection_and_the_endpoint_keep
             x as u8
         })
         .collect();
-    s.write_all(&garbage).await.unwrap();
+    let _ = s.write_all(&garbage).await;
     let _ = s.finish();
     let code = closed_with_code(&conn).await;
     assert!(
@@ -887,7 +888,7 @@ async fn a_stream_without_a_hello_is_refused() {
     let frame = frame::encode(&msg(2, 1, 5), frame::DEFAULT_MAX_FRAME).unwrap();
     let mut bytes = frame.to_vec();
     bytes.resize(64, 0);
-    s.write_all(&bytes).await.unwrap();
+    let _ = s.write_all(&bytes).await;
     assert_eq!(
         closed_with_code(&conn).await,
         Some(close_code::WRONG_GROUP.into())

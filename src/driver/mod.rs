@@ -51,7 +51,7 @@ use crate::peer_input::RefusalLog;
 use crate::state::GroupState;
 use crate::status::{Leadership, Role};
 use crate::storage::RaftStore;
-use crate::transport::{Hello, Inbound, NodeId, Standing, Transport};
+use crate::transport::{Hello, Inbox, NodeId, Standing, Transport};
 use keeper::LeaseKeeper;
 use membership::{Farewell, PendingChange};
 use publish::role_code;
@@ -67,7 +67,7 @@ pub(crate) struct DriverParts<S: RaftStore> {
     pub raw: RawNode<S>,
     pub store: S,
     pub transport: Arc<dyn Transport>,
-    pub inbound: mpsc::Receiver<Inbound>,
+    pub inbound: Inbox,
     pub commands: mpsc::Receiver<Command>,
     /// Confirms from `Lease` handles. Every `Node` and `Lease` handle holds a sender:
     /// when the channel closes, every handle is gone.
@@ -95,7 +95,7 @@ pub(crate) struct Driver<S: RaftStore> {
     raw: RawNode<S>,
     store: S,
     transport: Arc<dyn Transport>,
-    inbound: mpsc::Receiver<Inbound>,
+    inbound: Inbox,
     commands: mpsc::Receiver<Command>,
     /// Every `Node` handle is gone (`Lease` handles may remain).
     commands_closed: bool,
@@ -304,8 +304,8 @@ impl<S: RaftStore> Driver<S> {
                                     break; // a fatal message or a panic: stop here
                                 }
                                 match self.inbound.try_recv() {
-                                    Ok(item) => self.on_inbound(item),
-                                    Err(_) => break,
+                                    Some(item) => self.on_inbound(item),
+                                    None => break,
                                 }
                             }
                         }

@@ -34,7 +34,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use raft::eraftpb::Message;
 use tokio::sync::mpsc::{self, error::TrySendError};
 
-use super::{Faults, Hello, Inbound, NodeId, Transport, TransportStats, TransportStatsSnapshot};
+use super::{
+    Faults, Hello, Inbound, Inbox, NodeId, Transport, TransportStats, TransportStatsSnapshot,
+};
 
 /// The default capacity of each endpoint's inbound channel.
 pub const DEFAULT_INBOUND_DEPTH: usize = 1024;
@@ -108,7 +110,7 @@ impl MemNetwork {
     /// Registers node `id` (again, after a crash) and returns its transport and inbound
     /// receiver. An endpoint of the same id that is still open is replaced: it stops
     /// sending and receiving.
-    pub fn endpoint(&self, id: NodeId) -> (MemTransport, mpsc::Receiver<Inbound>) {
+    pub fn endpoint(&self, id: NodeId) -> (MemTransport, Inbox) {
         let mut state = self.lock();
         let (tx, rx) = mpsc::channel(state.inbound_depth);
         // A new endpoint "connects" to every node that is up and hears its hello.
@@ -143,7 +145,7 @@ impl MemNetwork {
             faults,
             reported: Mutex::new(HashMap::new()),
         };
-        (transport, rx)
+        (transport, Inbox::from_receiver(rx))
     }
 
     /// True while node `id` has an open endpoint.
@@ -296,9 +298,9 @@ mod tests {
         }
     }
 
-    fn next_message(rx: &mut mpsc::Receiver<Inbound>) -> Option<Message> {
+    fn next_message(rx: &mut Inbox) -> Option<Message> {
         match rx.try_recv() {
-            Ok(Inbound::Message(m)) => Some(m),
+            Some(Inbound::Message(m)) => Some(m),
             _ => None,
         }
     }
@@ -333,7 +335,7 @@ mod tests {
         b.faults().block_inbound(1);
         a.send(msg(1, 2, 1));
         assert_eq!(b.stats().dropped_fault, 1);
-        assert!(rb.try_recv().is_err());
+        assert!(rb.try_recv().is_none());
     }
 
     #[test]
@@ -346,8 +348,8 @@ mod tests {
         assert!(!net.is_up(2));
         a.send(msg(1, 2, 1));
         a.send(msg(1, 2, 2));
-        assert!(matches!(ra.try_recv(), Ok(Inbound::Unreachable(2))));
-        assert!(ra.try_recv().is_err(), "one report per episode");
+        assert!(matches!(ra.try_recv(), Some(Inbound::Unreachable(2))));
+        assert!(ra.try_recv().is_none(), "one report per episode");
         assert_eq!(a.stats().dropped_disconnected, 2);
 
         let (_b2, mut rb2) = net.endpoint(2);
@@ -357,7 +359,7 @@ mod tests {
         b.send(msg(2, 1, 9));
         drop(b);
         assert!(net.is_up(2));
-        assert!(ra.try_recv().is_err());
+        assert!(ra.try_recv().is_none());
     }
 
     #[test]

@@ -24,6 +24,7 @@
 
 pub mod frame;
 pub mod hello;
+mod inbox;
 pub(crate) mod log_limit;
 pub mod mem;
 pub mod quic;
@@ -35,6 +36,7 @@ use std::sync::{Arc, RwLock};
 use raft::eraftpb::Message;
 
 pub use hello::{Hello, Standing};
+pub use inbox::{DeliverError, Inbox, InboxSender};
 
 /// The TLS layer's old home: [`crate::tls`] is where it lives now.
 pub use crate::tls;

@@ -111,9 +111,7 @@ use tokio_util::sync::CancellationToken;
 use crate::tls::TlsError;
 use crate::transport::hello::Hello;
 use crate::transport::log_limit::{self, LogLimit};
-use crate::transport::{
-    Faults, Inbound, NodeId, Transport, TransportStats, TransportStatsSnapshot,
-};
+use crate::transport::{Faults, Inbox, NodeId, Transport, TransportStats, TransportStatsSnapshot};
 
 pub use config::{
     QuicConfig, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_FRAME_TIMEOUT,
@@ -228,9 +226,7 @@ impl QuicTransport {
     /// Binds `cfg.listen`, starts accepting and starts one outbound task per peer.
     /// Returns the transport and the receiver of what arrives. Must be called inside a
     /// tokio runtime.
-    pub fn start(
-        cfg: QuicConfig,
-    ) -> Result<(QuicTransport, mpsc::Receiver<Inbound>), TransportError> {
+    pub fn start(cfg: QuicConfig) -> Result<(QuicTransport, Inbox), TransportError> {
         tokio::runtime::Handle::try_current().map_err(|_| TransportError::NoRuntime)?;
         cfg.validate()?;
         let socket =
@@ -247,7 +243,7 @@ impl QuicTransport {
     pub fn start_on(
         cfg: QuicConfig,
         socket: std::net::UdpSocket,
-    ) -> Result<(QuicTransport, mpsc::Receiver<Inbound>), TransportError> {
+    ) -> Result<(QuicTransport, Inbox), TransportError> {
         Self::start_inner(cfg, GivenSocket::Std(socket))
     }
 
@@ -260,14 +256,14 @@ impl QuicTransport {
         cfg: QuicConfig,
         socket: Arc<dyn quinn::AsyncUdpSocket>,
         runtime: Arc<dyn quinn::Runtime>,
-    ) -> Result<(QuicTransport, mpsc::Receiver<Inbound>), TransportError> {
+    ) -> Result<(QuicTransport, Inbox), TransportError> {
         Self::start_inner(cfg, GivenSocket::Abstract(socket, runtime))
     }
 
     fn start_inner(
         cfg: QuicConfig,
         socket: GivenSocket,
-    ) -> Result<(QuicTransport, mpsc::Receiver<Inbound>), TransportError> {
+    ) -> Result<(QuicTransport, Inbox), TransportError> {
         let runtime =
             tokio::runtime::Handle::try_current().map_err(|_| TransportError::NoRuntime)?;
         cfg.validate()?;
@@ -393,7 +389,10 @@ impl QuicTransport {
             shared.add_peer(id, addr);
         }
         shared.spawn(accept_loop(shared.clone()));
-        Ok((QuicTransport { shared, local_addr }, inbound_rx))
+        Ok((
+            QuicTransport { shared, local_addr },
+            Inbox::from_receiver(inbound_rx),
+        ))
     }
 
     /// The bound UDP address (useful after binding port 0).

@@ -1,0 +1,77 @@
+//! [`Inbox`]: what a transport delivers to its node, one [`Inbound`] item at a time.
+//!
+//! A transport hands its node an `Inbox` (see [`QuicTransport::start`] and
+//! [`MemNetwork::endpoint`]); [`Node::start_with`] takes it. A transport of your own
+//! makes one with [`Inbox::channel`] and delivers through the [`InboxSender`].
+//!
+//! [`QuicTransport::start`]: super::quic::QuicTransport::start
+//! [`MemNetwork::endpoint`]: super::mem::MemNetwork::endpoint
+//! [`Node::start_with`]: crate::Node::start_with
+
+use tokio::sync::mpsc;
+
+use super::Inbound;
+
+/// The receiving end of what a transport delivers (see the [module docs](self)).
+#[derive(Debug)]
+pub struct Inbox {
+    rx: mpsc::Receiver<Inbound>,
+}
+
+/// The delivering end of an [`Inbox`]. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct InboxSender {
+    tx: mpsc::Sender<Inbound>,
+}
+
+/// Why [`InboxSender::try_deliver`] could not deliver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliverError {
+    /// The inbox holds as many items as it may: the item was not delivered (count it).
+    Full,
+    /// The inbox is gone (its node stopped).
+    Closed,
+}
+
+impl Inbox {
+    /// An inbox that holds up to `capacity` items (at least 1), and its sender.
+    pub fn channel(capacity: usize) -> (InboxSender, Inbox) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        (InboxSender { tx }, Inbox { rx })
+    }
+
+    /// The inbox of a channel a transport of this crate feeds itself.
+    pub(crate) fn from_receiver(rx: mpsc::Receiver<Inbound>) -> Inbox {
+        Inbox { rx }
+    }
+
+    /// Waits for the next item; `None` once every sender is gone.
+    pub async fn recv(&mut self) -> Option<Inbound> {
+        self.rx.recv().await
+    }
+
+    /// The next item if one is there.
+    pub fn try_recv(&mut self) -> Option<Inbound> {
+        self.rx.try_recv().ok()
+    }
+}
+
+impl InboxSender {
+    /// Delivers `item` at once, or says why not (never waits).
+    pub fn try_deliver(&self, item: Inbound) -> Result<(), DeliverError> {
+        self.tx.try_send(item).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => DeliverError::Full,
+            mpsc::error::TrySendError::Closed(_) => DeliverError::Closed,
+        })
+    }
+
+    /// Delivers `item`, waiting for room; false if the inbox is gone.
+    pub async fn deliver(&self, item: Inbound) -> bool {
+        self.tx.send(item).await.is_ok()
+    }
+
+    /// Whether the inbox is gone.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
