@@ -220,12 +220,7 @@ impl Node {
     ///
     /// Wrap it in `tokio::time::timeout` to bound the wait.
     pub async fn lease(&self) -> Result<Lease, NodeStopped> {
-        let (tx, rx) = oneshot::channel();
-        self.commands
-            .send(Command::Lease { reply: tx })
-            .await
-            .map_err(|_| stopped())?;
-        rx.await.map_err(|_| stopped())
+        self.ask(|reply| Command::Lease { reply }).await
     }
 
     /// Hands leadership to `to`, or to the most up-to-date follower when `None`. This
@@ -233,12 +228,7 @@ impl Node {
     /// A handover that fails after the target was asked to campaign ends in a new
     /// election: this node steps down ([`TransferError::TimedOut`]).
     pub async fn transfer_leadership(&self, to: Option<NodeId>) -> Result<NodeId, TransferError> {
-        let (tx, rx) = oneshot::channel();
-        self.commands
-            .send(Command::Transfer { to, reply: tx })
-            .await
-            .map_err(|_| stopped())?;
-        rx.await.map_err(|_| stopped())?
+        self.ask(|reply| Command::Transfer { to, reply }).await?
     }
 
     /// Stops the node. If it leads, it first revokes its leases and hands leadership to
@@ -301,23 +291,13 @@ impl Node {
     /// first, bounded by [`Config::history_retention`]. Every node converges on the same
     /// history; a follower's may trail the leader's by the entries it has not applied.
     pub async fn history(&self) -> Result<Vec<TenureRecord>, NodeStopped> {
-        let (tx, rx) = oneshot::channel();
-        self.commands
-            .send(Command::History { reply: tx })
-            .await
-            .map_err(|_| stopped())?;
-        rx.await.map_err(|_| stopped())
+        self.ask(|reply| Command::History { reply }).await
     }
 
     /// What this node knows about itself and the group: role, term, leader, lease,
     /// membership, quorum health.
     pub async fn status(&self) -> Result<Status, NodeStopped> {
-        let (tx, rx) = oneshot::channel();
-        self.commands
-            .send(Command::Status { reply: tx })
-            .await
-            .map_err(|_| stopped())?;
-        rx.await.map_err(|_| stopped())
+        self.ask(|reply| Command::Status { reply }).await
     }
 
     /// Adds node `id`, listening at `addr`, as a learner: it receives the log (first a
@@ -395,25 +375,27 @@ impl Node {
         .await
     }
 
-    async fn change(&self, change: MemberChange) -> Result<Membership, MembershipError> {
+    /// Sends the driver the command `make` builds around a reply channel, and waits for
+    /// the answer.
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, NodeStopped> {
         let (tx, rx) = oneshot::channel();
-        self.commands
-            .send(Command::ChangeMembers { change, reply: tx })
-            .await
-            .map_err(|_| stopped())?;
-        rx.await.map_err(|_| stopped())?
+        self.commands.send(make(tx)).await.map_err(|_| stopped())?;
+        rx.await.map_err(|_| stopped())
+    }
+
+    async fn change(&self, change: MemberChange) -> Result<Membership, MembershipError> {
+        self.ask(|reply| Command::ChangeMembers { change, reply })
+            .await?
     }
 
     /// The first and last index of this node's Raft log (for tests of compaction).
     #[doc(hidden)]
     #[cfg(feature = "testing")]
     pub async fn log_span(&self) -> Result<(u64, u64), NodeStopped> {
-        let (tx, rx) = oneshot::channel();
-        self.commands
-            .send(Command::LogSpan { reply: tx })
-            .await
-            .map_err(|_| stopped())?;
-        rx.await.map_err(|_| stopped())
+        self.ask(|reply| Command::LogSpan { reply }).await
     }
 
     /// This node's metrics (register fences on it with

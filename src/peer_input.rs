@@ -141,6 +141,25 @@ pub(crate) struct Local {
     pub sender_tracked: bool,
 }
 
+impl Local {
+    /// What `raft` knows, for a message from `from`.
+    pub(crate) fn of<T: raft::Storage>(raft: &raft::Raft<T>, from: NodeId) -> Local {
+        Local {
+            id: raft.id,
+            term: raft.term,
+            role: raft.state,
+            leader: raft.leader_id,
+            last_index: raft.raft_log.last_index(),
+            committed: {
+                let c = raft.raft_log.committed;
+                (c, raft.raft_log.term(c).unwrap_or(0))
+            },
+            has_membership: raft.prs().iter().len() > 0,
+            sender_tracked: raft.prs().get(from).is_some(),
+        }
+    }
+}
+
 /// What to do with a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Verdict {
@@ -846,20 +865,7 @@ mod against_raft_rs {
     }
 
     fn view(n: &RawNode<MemStorage>, from: u64) -> Local {
-        let raft = &n.raft;
-        Local {
-            id: raft.id,
-            term: raft.term,
-            role: raft.state,
-            leader: raft.leader_id,
-            last_index: raft.raft_log.last_index(),
-            committed: {
-                let c = raft.raft_log.committed;
-                (c, raft.raft_log.term(c).unwrap_or(0))
-            },
-            has_membership: raft.prs().iter().len() > 0,
-            sender_tracked: raft.prs().get(from).is_some(),
-        }
+        Local::of(&n.raft, from)
     }
 
     /// A message in the shape a correct peer would send to `n`, often with one or two

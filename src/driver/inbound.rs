@@ -92,20 +92,7 @@ impl<S: RaftStore> Driver<S> {
 
     /// What [`peer_input::admit`] needs to know of this node, for a message from `from`.
     pub(super) fn local_view(&self, from: NodeId) -> Local {
-        let raft = &self.raw.raft;
-        Local {
-            id: self.id,
-            term: raft.term,
-            role: raft.state,
-            leader: raft.leader_id,
-            last_index: raft.raft_log.last_index(),
-            committed: {
-                let c = raft.raft_log.committed;
-                (c, raft.raft_log.term(c).unwrap_or(0))
-            },
-            has_membership: raft.prs().iter().len() > 0,
-            sender_tracked: raft.prs().get(from).is_some(),
-        }
+        Local::of(&self.raw.raft, from)
     }
 
     /// Counts a refused peer message; warns about it at most once per reason every 10 s.
