@@ -628,7 +628,9 @@ impl<S: RaftStore> Setup<S> {
         let t = config.timing;
         let raft_config = raft::Config {
             id: config.id,
-            election_tick: t.election_ticks,
+            // The refusal window, one tick shorter than any campaign's wait
+            // (docs/design.md, section 2).
+            election_tick: t.refusal_ticks(),
             heartbeat_tick: t.heartbeat_ticks,
             min_election_tick: t.election_ticks,
             max_election_tick: t.election_ticks_max,
@@ -668,6 +670,7 @@ impl<S: RaftStore> Setup<S> {
             history_retention: config.history_retention,
             compact_after: config.compact_after,
             election_seed: config.hooks.election_seed,
+            election_timeouts_at_minimum: config.hooks.election_timeouts_at_minimum,
         }))
     }
 }

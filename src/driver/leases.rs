@@ -98,7 +98,15 @@ impl<S: RaftStore> Driver<S> {
                 l.extend(at.add(self.timing.lease_duration()));
             }
         }
-        if handing_over || !self.may_hold_lease_in(term) || !self.raw.raft.commit_to_current_term()
+        // The commit of the term's first entry earns the first lease, a round sooner
+        // (docs/design.md, section 2).
+        let committed = self.raw.raft.commit_to_current_term();
+        if committed || mutation::active("lease-at-election") {
+            self.keeper.first_entry_committed(term);
+        }
+        if handing_over
+            || !self.may_hold_lease_in(term)
+            || !(committed || mutation::active("lease-at-election"))
         {
             self.keeper.refuse_pending(LostReason::HandedOver);
             return;

@@ -86,8 +86,10 @@ pub(crate) struct DriverParts<S: RaftStore> {
     pub configured: BTreeSet<NodeId>,
     pub history_retention: usize,
     pub compact_after: u64,
-    /// Seed for the election timeouts (`Config::election_seed`, a test hook).
+    /// Seed for the election timeouts (a test hook, `TestHooks::election_seed`).
     pub election_seed: Option<u64>,
+    /// Every election timeout at its minimum (a test hook).
+    pub election_timeouts_at_minimum: bool,
 }
 
 pub(crate) struct Driver<S: RaftStore> {
@@ -236,10 +238,21 @@ impl<S: RaftStore> Driver<S> {
             shutdown: None,
             stop: None,
             last_published: initial,
-            election_timeouts: parts.election_seed.map(|seed| {
+            election_timeouts: {
                 let t = &parts.timing;
-                ElectionTimeouts::new(seed, id, t.election_ticks, t.election_ticks_max)
-            }),
+                if parts.election_timeouts_at_minimum {
+                    Some(ElectionTimeouts::new(
+                        0,
+                        id,
+                        t.election_ticks,
+                        t.election_ticks,
+                    ))
+                } else {
+                    parts.election_seed.map(|seed| {
+                        ElectionTimeouts::new(seed, id, t.election_ticks, t.election_ticks_max)
+                    })
+                }
+            },
             hello: None,
         }
     }

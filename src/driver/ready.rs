@@ -34,6 +34,11 @@ impl<S: RaftStore> Driver<S> {
             return Ok(());
         }
         let mut rd = self.raw.ready();
+        if self.raw.raft.state == raft::StateRole::Leader {
+            // Before this Ready's messages leave: a new leader's first appends are in it.
+            let now = self.clock.stamp();
+            self.keeper.began_leading(self.raw.raft.term, now);
+        }
         // 1. A leader's messages may leave before its own log is persisted.
         if !rd.messages().is_empty() {
             self.send(rd.take_messages());
@@ -153,7 +158,18 @@ impl<S: RaftStore> Driver<S> {
 
     pub(super) fn send(&mut self, msgs: Vec<Message>) {
         let drained = self.state.is_drained(self.id);
+        // A leader renewing its lease every heartbeat sends its rounds' heartbeats; raft-rs's
+        // own ones would only repeat them (docs/design.md, section 2).
+        let rounds_beat = self.raw.raft.state == raft::StateRole::Leader
+            && self
+                .keeper
+                .round_within(self.clock.now(), self.timing.heartbeat_interval());
         for m in msgs {
+            if rounds_beat && m.get_msg_type() == MessageType::MsgHeartbeat && m.context.is_empty()
+            {
+                self.metrics.heartbeat_merged();
+                continue;
+            }
             if m.get_msg_type() == MessageType::MsgTimeoutNow {
                 // From now on this term's leases are over for this node (section 4).
                 self.timeout_now_sent = Some(m.term);

@@ -57,6 +57,7 @@
 //! | `tenure_elections_started_total` | counter | campaigns this node started (became candidate) |
 //! | `tenure_elections_won_total` | counter | times this node became leader |
 //! | `tenure_leases_acquired_total` | counter | leases granted |
+//! | `tenure_heartbeats_merged_total` | counter | raft-rs heartbeats not sent because a lease round's heartbeats had just gone to every peer |
 //! | `tenure_lease_expiries_total` | counter | leases that ran out unrenewed |
 //! | `tenure_lease_revocations_total{reason}` | counter | leases revoked, by reason |
 //! | `tenure_fence_accepted_total{fence}` / `tenure_fence_rejections_total{fence}` | counter | registered fences |
@@ -132,6 +133,7 @@ pub struct Metrics {
     elections_started: Counter,
     elections_won: Counter,
     leases_acquired: Counter,
+    heartbeats_merged: Counter,
     revocations: Family<ReasonLabel, Counter>,
     /// `revocations`' counters, in [`REASONS`] order.
     revoked: [Counter; REASONS.len()],
@@ -163,6 +165,7 @@ impl Metrics {
             elections_started: Counter::default(),
             elections_won: Counter::default(),
             leases_acquired: Counter::default(),
+            heartbeats_merged: Counter::default(),
             revocations,
             revoked,
             peer_refusals,
@@ -250,6 +253,11 @@ impl Metrics {
             ),
             ("leases_acquired", "Leases granted.", &self.leases_acquired),
             (
+                "heartbeats_merged",
+                "raft-rs heartbeats not sent: a lease round's heartbeats had just gone to every peer.",
+                &self.heartbeats_merged,
+            ),
+            (
                 "lease_expiries",
                 "Leases that ran out unrenewed.",
                 &self.revoked[reason_index(LostReason::Expired)],
@@ -298,6 +306,10 @@ impl Metrics {
 
     pub(crate) fn lease_acquired(&self) {
         self.leases_acquired.inc();
+    }
+
+    pub(crate) fn heartbeat_merged(&self) {
+        self.heartbeats_merged.inc();
     }
 
     pub(crate) fn lease_revoked(&self, reason: LostReason) {
