@@ -26,121 +26,84 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use clap::{CommandFactory, Parser};
 use serde_json::{json, Value};
 use tenure::clock::monotonic_ns;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
-const USAGE: &str = "\
-usage: local_group [--nodes N] [--spares N] [--duration SECS] [--chaos kill|pause]
-                   [--events FILE] [--ledger FILE] [--timing lan|fast|wan] [--base-port PORT]
-
-Spawns N tenure workers (default 5) on 127.0.0.1 with their certificates and data in a
-temporary folder, and shows a live status view. Each worker opens an admin endpoint; the
-`cargo run --example ctl -- ...` command line to drive the group from another terminal is
-printed at start. Ctrl-C (or --duration) stops them all and removes the folder.
-
-  --base-port P   raft ports P, P+1, ...; admin ports P+100, P+101, ... (default: free ports)
-  --spares N      also start N workers (ids after the group's) that wait to join
-                  (--join): add them with `ctl members add ID ADDR`, then `members promote ID`
-
-  --chaos kill    SIGKILL the leader every few seconds, restart it a little later
-  --chaos pause   SIGSTOP the leader, SIGCONT it a few seconds later
-  --events FILE   append every worker event and every chaos event (JSON lines) to FILE
-  --ledger FILE   create an SQLite ledger at FILE, seed payments to settle, and have the
-                  leader settle them with fenced, idempotent writes; the summary checks
-                  that every seeded batch was settled exactly once";
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Chaos {
-    None,
-    Kill,
-    Pause,
-}
-
+/// Runs a local group of tenure workers and shows who leads, live.
+///
+/// Spawns N tenure workers (default 5) on 127.0.0.1 with their certificates and data in
+/// a temporary folder, and shows a live status view. Each worker opens an admin endpoint;
+/// the `cargo run --example ctl -- ...` command line to drive the group from another
+/// terminal is printed at start. Ctrl-C (or --duration) stops them all and removes the
+/// folder.
+#[derive(Debug, Parser)]
+#[command(
+    name = "local_group",
+    bin_name = "local_group",
+    after_help = "Exit codes: 0 done, every check passed; 1 the group could not be started; \
+                  2 bad arguments; 3 a check failed (leases, or the ledger's exactly-once).",
+    // As before clap: a flag given twice takes its last value.
+    args_override_self = true
+)]
 struct Options {
+    /// Group size
+    #[arg(long, value_name = "N", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(1..=9))]
     nodes: u64,
+
+    /// Also start N workers (ids after the group's) that wait to join (--join)
+    ///
+    /// Add them with `ctl members add ID ADDR`, then `members promote ID`.
+    #[arg(long, value_name = "N", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=4))]
     spares: u64,
+
+    /// Stop by itself after SECS seconds
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
     duration: Option<Duration>,
+
+    /// What to do to the leader, again and again
+    #[arg(long, value_name = "MODE", default_value = "none")]
     chaos: Chaos,
+
+    /// Append every worker event and every chaos event (JSON lines) to FILE
+    #[arg(long, value_name = "FILE")]
     events: Option<PathBuf>,
-    timing: String,
+
+    /// The workers' timing preset
+    #[arg(long, value_name = "PRESET", default_value = "lan")]
+    timing: worker::TimingPreset,
+
+    /// Raft ports P, P+1, ...; admin ports P+100, P+101, ... (default: free ports)
+    #[arg(long, value_name = "P")]
     base_port: Option<u16>,
+
+    /// Create an SQLite ledger at FILE, seed payments to settle, and have the leader
+    /// settle them with fenced, idempotent writes; the summary checks that every seeded
+    /// batch was settled exactly once
+    #[arg(long, value_name = "FILE")]
     ledger: Option<PathBuf>,
 }
 
-fn parse(args: &[String]) -> Result<Options, String> {
-    let mut o = Options {
-        nodes: 5,
-        spares: 0,
-        duration: None,
-        chaos: Chaos::None,
-        events: None,
-        timing: "lan".into(),
-        base_port: None,
-        ledger: None,
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = || {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{a} needs a value"))
-        };
-        match a.as_str() {
-            "--nodes" => {
-                let v = val()?;
-                o.nodes = v
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=9).contains(n))
-                    .ok_or_else(|| format!("--nodes: {v:?} is not a number from 1 to 9"))?;
-            }
-            "--spares" => {
-                let v = val()?;
-                o.spares = v
-                    .parse()
-                    .ok()
-                    .filter(|n| *n <= 4)
-                    .ok_or_else(|| format!("--spares: {v:?} is not a number from 0 to 4"))?;
-            }
-            "--duration" => {
-                let v = val()?;
-                let secs: f64 = v.parse().ok().filter(|s: &f64| *s > 0.0).ok_or_else(|| {
-                    format!("--duration: {v:?} is not a positive number of seconds")
-                })?;
-                o.duration = Some(Duration::from_secs_f64(secs));
-            }
-            "--chaos" => {
-                o.chaos = match val()?.as_str() {
-                    "kill" => Chaos::Kill,
-                    "pause" => Chaos::Pause,
-                    "none" => Chaos::None,
-                    other => return Err(format!("--chaos: {other:?} is not kill or pause")),
-                }
-            }
-            "--events" => o.events = Some(PathBuf::from(val()?)),
-            "--timing" => o.timing = val()?,
-            "--ledger" => o.ledger = Some(PathBuf::from(val()?)),
-            "--base-port" => {
-                let v = val()?;
-                o.base_port = Some(
-                    v.parse()
-                        .map_err(|_| format!("--base-port: {v:?} is not a port"))?,
-                );
-            }
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
+#[derive(Debug, Clone, Copy, PartialEq, clap::ValueEnum)]
+enum Chaos {
+    /// No faults
+    None,
+    /// SIGKILL the leader every few seconds, restart it a little later
+    Kill,
+    /// SIGSTOP the leader, SIGCONT it a few seconds later
+    Pause,
+}
+
+fn parse_secs(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(secs) if secs > 0.0 && secs.is_finite() => Ok(Duration::from_secs_f64(secs)),
+        _ => Err(format!("{s:?} is not a positive number of seconds")),
     }
-    if o.nodes + o.spares > 9 {
-        return Err(format!(
-            "--nodes {} and --spares {}: at most 9 workers in all",
-            o.nodes, o.spares
-        ));
-    }
-    Ok(o)
 }
 
 fn main() {
@@ -153,27 +116,34 @@ fn main() {
             eprintln!("local_group: cannot start the tokio runtime: {e}");
             std::process::exit(1)
         });
-    // Worker mode: this same binary is each worker of the group.
+    // Worker mode: this same binary is each worker of the group (the worker's command
+    // line, and its usage errors, exit code 2).
     if args.first().map(String::as_str) == Some("__worker") {
-        let code = match worker::parse_args(&args[1..]) {
-            Ok(w) => rt.block_on(worker::run(w)),
-            Err(e) => {
-                eprintln!("worker: {e}");
-                2
+        let cli = worker::WorkerCli::parse_from(
+            std::iter::once("worker".to_string()).chain(args[1..].iter().cloned()),
+        );
+        let code = match cli.mode() {
+            worker::Mode::NewGroupId => {
+                println!("{}", tenure::GroupId::random());
+                0
             }
+            worker::Mode::Run(w) => rt.block_on(worker::run(*w)),
         };
         std::process::exit(code);
     }
-    let opts = match parse(&args) {
-        Ok(o) => o,
-        Err(msg) => {
-            if !msg.is_empty() {
-                eprintln!("local_group: {msg}\n");
-            }
-            eprintln!("{USAGE}");
-            std::process::exit(if msg.is_empty() { 0 } else { 2 });
-        }
-    };
+    // Help goes to stdout with exit code 0; a usage error to stderr with exit code 2.
+    let opts = Options::parse();
+    if opts.nodes + opts.spares > 9 {
+        Options::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!(
+                    "--nodes {} and --spares {}: at most 9 workers in all",
+                    opts.nodes, opts.spares
+                ),
+            )
+            .exit()
+    }
     let code = rt.block_on(run(opts));
     std::process::exit(code);
 }
@@ -445,7 +415,7 @@ async fn run(o: Options) -> i32 {
         admin_addrs,
         spares: spares.clone(),
         children: BTreeMap::new(),
-        timing: o.timing.clone(),
+        timing: o.timing.name().to_string(),
         ledger: o.ledger.clone(),
         tx,
         group_id: tenure::GroupId::random().to_string(),
