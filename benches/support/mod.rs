@@ -17,11 +17,12 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub use kit::binary::target_dir;
+use kit::children::Children;
 pub use kit::command::WorkerCommand;
 pub use kit::event::Event;
 use tenure::clock::monotonic_ns;
@@ -99,7 +100,7 @@ pub struct Group {
     /// Member ids, 1..=n.
     pub ids: Vec<u64>,
     addrs: BTreeMap<u64, String>,
-    children: BTreeMap<u64, Child>,
+    children: Children,
     shared: Shared,
     /// Every worker's command line but for its id, address and data folder: the group's
     /// peers, certificates and id (`--found` on every start, as a unit file would), and
@@ -140,7 +141,7 @@ impl Group {
             dir,
             ids: ids.clone(),
             addrs,
-            children: BTreeMap::new(),
+            children: Children::new(),
             shared: Arc::new((Mutex::new(State::default()), Condvar::new())),
             template,
         };
@@ -258,48 +259,28 @@ impl Group {
 
     /// The PID of worker `id`, if it runs.
     pub fn pid(&self, id: u64) -> Option<u32> {
-        self.children.get(&id).map(Child::id)
+        self.children.pid(id)
     }
 
     /// Sends `sig` to worker `id`; returns `CLOCK_MONOTONIC` just before the signal.
     pub fn signal(&self, id: u64, sig: i32) -> u64 {
-        let pid = self.pid(id).expect("worker is running") as i32;
+        let pid = self.pid(id).expect("worker is running");
         let at = monotonic_ns();
-        // SAFETY: kill(2) on a child we spawned and have not reaped yet.
-        let rc = unsafe { libc::kill(pid, sig) };
-        assert_eq!(rc, 0, "kill({pid}, {sig})");
+        assert!(self.children.signal(id, sig), "kill({pid}, {sig})");
         at
     }
 
     /// SIGKILLs worker `id` and reaps it; returns `CLOCK_MONOTONIC` just before the kill.
     pub fn kill(&mut self, id: u64) -> u64 {
         let at = self.signal(id, libc::SIGKILL);
-        if let Some(mut c) = self.children.remove(&id) {
-            let _ = c.wait();
-        }
+        self.children.kill(id);
         at
     }
 
     /// Waits up to `timeout` for worker `id` to exit by itself, then SIGKILLs it. True
     /// when it exited by itself.
     pub fn reap(&mut self, id: u64, timeout: Duration) -> bool {
-        let Some(mut c) = self.children.remove(&id) else {
-            return true;
-        };
-        let deadline = Instant::now() + timeout;
-        loop {
-            match c.try_wait() {
-                Ok(Some(_)) => return true,
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(2))
-                }
-                _ => {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    return false;
-                }
-            }
-        }
+        self.children.reap(id, timeout)
     }
 
     /// The last lines a worker wrote on stderr (for failure reports).
@@ -322,22 +303,14 @@ impl Group {
 
     /// SIGTERMs every worker and waits for them (SIGKILL after 3 s).
     pub fn stop(&mut self) {
-        let ids: Vec<u64> = self.children.keys().copied().collect();
-        for id in &ids {
-            self.signal(*id, libc::SIGTERM);
-        }
-        for id in ids {
-            self.reap(id, Duration::from_secs(3));
-        }
+        self.children.stop_all(Duration::from_secs(3));
     }
 }
 
 impl Drop for Group {
     fn drop(&mut self) {
-        for (_, mut c) in std::mem::take(&mut self.children) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        // Before the temporary folder (a field) goes.
+        self.children.kill_all();
     }
 }
 

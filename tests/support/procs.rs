@@ -6,11 +6,12 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use super::kit::binary::nested_cargo;
+use super::kit::children::Children;
 use super::kit::command::WorkerCommand;
 use super::kit::event::{read_events, Event};
 
@@ -27,7 +28,8 @@ pub struct Group {
     pub dir: tempfile::TempDir,
     pub ids: Vec<u64>,
     pub addrs: BTreeMap<u64, String>,
-    pub children: BTreeMap<u64, Child>,
+    /// The running workers (killed when the group is dropped).
+    pub children: Children,
     pub events: Arc<Mutex<Vec<Ev>>>,
     pub ledger: Option<PathBuf>,
     pub extra: Vec<String>,
@@ -54,7 +56,7 @@ impl Group {
             dir,
             ids: ids.clone(),
             addrs,
-            children: BTreeMap::new(),
+            children: Children::new(),
             events: Arc::new(Mutex::new(Vec::new())),
             ledger,
             extra: extra.iter().map(|s| s.to_string()).collect(),
@@ -94,36 +96,23 @@ impl Group {
     }
 
     pub fn signal(&self, id: u64, sig: i32) {
-        let pid = self.children[&id].id() as i32;
-        // SAFETY: kill(2) on a child we spawned and have not reaped.
-        let rc = unsafe { libc::kill(pid, sig) };
-        assert_eq!(rc, 0, "kill({pid}, {sig})");
+        let pid = self.children.pid(id).expect("a running worker");
+        assert!(self.children.signal(id, sig), "kill({pid}, {sig})");
     }
 
     /// Waits until worker `id` exits by itself; its exit code (`None`: killed by a
     /// signal). Panics after `timeout`.
     pub fn wait_exit(&mut self, id: u64, timeout: Duration) -> Option<i32> {
-        let deadline = Instant::now() + timeout;
-        let child = self.children.get_mut(&id).expect("a spawned worker");
-        loop {
-            if let Some(status) = child.try_wait().expect("wait for a worker") {
-                self.children.remove(&id);
-                return status.code();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "worker {id} did not exit within {timeout:?}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
+        assert!(self.children.contains(id), "worker {id} was not spawned");
+        match self.children.wait(id, timeout) {
+            Some(status) => status.code(),
+            None => panic!("worker {id} did not exit within {timeout:?}"),
         }
     }
 
     /// SIGKILL and reap.
     pub fn kill(&mut self, id: u64) {
-        if let Some(mut c) = self.children.remove(&id) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.children.kill(id);
     }
 
     pub fn events(&self) -> Vec<Ev> {
@@ -168,36 +157,15 @@ impl Group {
         (last.node, last.term().unwrap_or(0))
     }
 
+    /// SIGCONT and SIGTERM to every worker; SIGKILL what still runs after 5 s.
     pub fn stop(&mut self) {
-        let ids: Vec<u64> = self.children.keys().copied().collect();
-        for id in &ids {
-            self.signal(*id, libc::SIGCONT);
-            self.signal(*id, libc::SIGTERM);
-        }
-        for id in ids {
-            if let Some(mut c) = self.children.remove(&id) {
-                let deadline = Instant::now() + Duration::from_secs(5);
-                loop {
-                    match c.try_wait() {
-                        Ok(Some(_)) => break,
-                        _ if Instant::now() > deadline => {
-                            let _ = c.kill();
-                            let _ = c.wait();
-                            break;
-                        }
-                        _ => std::thread::sleep(Duration::from_millis(10)),
-                    }
-                }
-            }
-        }
+        self.children.stop_all(Duration::from_secs(5));
     }
 }
 
 impl Drop for Group {
     fn drop(&mut self) {
-        for (_, mut c) in std::mem::take(&mut self.children) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        // Before the temporary folder (a field) goes.
+        self.children.kill_all();
     }
 }

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | [`command`] | [`WorkerCommand`](command::WorkerCommand): the worker's command line, built (flags, founding or joining, certificates, data folder, timing, ledger, admin, metrics, extra arguments) |
 //! | [`event`] | [`Event`](event::Event): one JSON line a worker printed, parsed; [`read_events`](event::read_events) reads a worker's stdout into them |
+//! | [`children`] | [`Children`](children::Children): the worker processes by node id: signals, kills, reaping, a graceful stop; killed when dropped |
 //! | [`binary`] | the example binaries (the worker, `ctl`, ...): found beside the running test or bench, built with a nested `cargo build --example` when needed |
 //! | [`checker`] | the history checker (`tests/support/checker.rs`): judges a run's events against tenure's guarantees |
 //!
@@ -22,5 +23,6 @@
 pub mod binary;
 #[path = "../checker.rs"]
 pub mod checker;
+pub mod children;
 pub mod command;
 pub mod event;
