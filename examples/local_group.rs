@@ -15,22 +15,25 @@
 
 #[path = "support/history.rs"]
 mod history;
+#[path = "../tests/support/kit/mod.rs"]
+mod kit;
 #[path = "support/ledger.rs"]
 mod ledger;
 #[path = "support/worker.rs"]
 mod worker;
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Write};
+use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use clap::{CommandFactory, Parser};
-use serde_json::{json, Value};
+use kit::children::Children;
+use kit::command::WorkerCommand;
+use kit::event::Event;
+use serde_json::json;
 use tenure::clock::monotonic_ns;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 /// Runs a local group of tenure workers and shows who leads, live.
@@ -162,110 +165,102 @@ struct WorkerView {
     last_event: String,
 }
 
+/// A line a worker printed.
+enum Line {
+    /// On stdout: an event.
+    Out(String),
+    /// On stderr.
+    Err(String),
+}
+
 struct Group {
     dir: tempfile::TempDir,
-    exe: PathBuf,
-    /// The founders' `--peers` list.
-    peers: String,
+    /// Every worker's command line but for its id, addresses, peers, data folder and
+    /// whether it founds or joins: `__worker` mode of this binary, the certificates,
+    /// timing, log level and ledger.
+    template: WorkerCommand,
     addrs: BTreeMap<u64, String>,
     /// Workers started with `--join` (their `--peers`: the founders and themselves).
     spares: Vec<u64>,
     /// Each worker's admin endpoint (`--admin`), for `cargo run --example ctl`.
     admin_addrs: BTreeMap<u64, String>,
-    children: BTreeMap<u64, Child>,
-    timing: String,
+    /// The running workers (killed when the group is dropped).
+    children: Children,
     ledger: Option<PathBuf>,
-    tx: mpsc::UnboundedSender<(u64, String)>,
+    tx: mpsc::UnboundedSender<(u64, Line)>,
     /// The group the first workers found (`--found` on every start, also after a chaos
     /// kill: once the group exists it only checks the stored id).
     group_id: String,
 }
 
 impl Group {
-    fn peers_for(&self, id: u64) -> String {
-        if self.spares.contains(&id) {
-            format!("{},{id}={}", self.peers, self.addrs[&id])
-        } else {
-            self.peers.clone()
-        }
-    }
-
     fn spawn(&mut self, id: u64) -> std::io::Result<u32> {
-        let data = self.dir.path().join(format!("data-{id}"));
-        let mut cmd = Command::new(&self.exe);
-        cmd.arg("__worker")
-            .args(["--id", &id.to_string()])
-            .args(["--listen", &self.addrs[&id]])
-            .args(["--admin", &self.admin_addrs[&id]])
-            .args(["--peers", &self.peers_for(id)])
-            .arg("--data-dir")
-            .arg(&data)
-            .arg("--certs")
-            .arg(self.dir.path().join("certs"))
-            .args(["--timing", &self.timing])
-            .args(["--log-level", "off"]);
-        if let Some(l) = &self.ledger {
-            cmd.arg("--ledger").arg(l);
-        }
-        if self.spares.contains(&id) {
-            cmd.arg("--join");
+        let spare = self.spares.contains(&id);
+        // The founders' list; a spare also names itself.
+        let peers = self
+            .addrs
+            .iter()
+            .filter(|(p, _)| !self.spares.contains(p) || (spare && **p == id));
+        let cmd = self
+            .template
+            .clone()
+            .id(id)
+            .listen(&self.addrs[&id])
+            .admin(&self.admin_addrs[&id])
+            .peers(peers)
+            .data_dir(self.dir.path().join(format!("data-{id}")));
+        let cmd = if spare {
+            cmd.join()
         } else {
-            cmd.args(["--found", &self.group_id]);
-        }
-        cmd.stdin(Stdio::null())
+            cmd.found(&self.group_id)
+        };
+        let mut child = cmd
+            .command()
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn()?;
-        let pid = child.id().unwrap_or(0);
+            .spawn()?;
+        let pid = child.id();
         if let Some(out) = child.stdout.take() {
-            let tx = self.tx.clone();
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(out).lines();
-                while let Ok(Some(l)) = lines.next_line().await {
-                    let _ = tx.send((id, l));
-                }
-            });
+            forward(out, id, self.tx.clone(), Line::Out);
         }
         if let Some(err) = child.stderr.take() {
-            let tx = self.tx.clone();
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(err).lines();
-                while let Ok(Some(l)) = lines.next_line().await {
-                    let _ = tx.send((id, format!("{{\"stderr\":{}}}", Value::String(l))));
-                }
-            });
+            forward(err, id, self.tx.clone(), Line::Err);
         }
         self.children.insert(id, child);
         Ok(pid)
     }
 
     fn signal(&self, id: u64, sig: i32) -> bool {
-        match self.children.get(&id).and_then(|c| c.id()) {
-            // SAFETY: kill(2) on a PID we spawned and still own (not yet reaped).
-            Some(pid) => unsafe { libc::kill(pid as i32, sig) == 0 },
-            None => false,
-        }
+        self.children.signal(id, sig)
     }
 
-    async fn stop_all(&mut self) {
-        let ids: Vec<u64> = self.children.keys().copied().collect();
-        for id in &ids {
-            self.signal(*id, libc::SIGCONT);
-            self.signal(*id, libc::SIGTERM);
-        }
-        for id in ids {
-            if let Some(mut c) = self.children.remove(&id) {
-                if tokio::time::timeout(Duration::from_secs(3), c.wait())
-                    .await
-                    .is_err()
-                {
-                    let _ = c.start_kill();
-                    let _ = c.wait().await;
-                }
+    /// Stops every worker (SIGCONT, SIGTERM; SIGKILL after 3 s).
+    fn stop_all(&mut self) {
+        tokio::task::block_in_place(|| self.children.stop_all(Duration::from_secs(3)));
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // Before the temporary folder (a field) goes.
+        self.children.kill_all();
+    }
+}
+
+/// Sends each line a worker writes to `pipe` on, as `line`, from a thread of its own.
+fn forward(
+    pipe: impl std::io::Read + Send + 'static,
+    id: u64,
+    tx: mpsc::UnboundedSender<(u64, Line)>,
+    line: fn(String) -> Line,
+) {
+    std::thread::spawn(move || {
+        for l in BufReader::new(pipe).lines().map_while(Result::ok) {
+            if tx.send((id, line(l))).is_err() {
+                break;
             }
         }
-    }
+    });
 }
 
 /// `n` raft ports, then `n` admin ports.
@@ -295,17 +290,19 @@ fn free_ports(n: u64, base: Option<u16>) -> std::io::Result<Vec<u16>> {
 
 struct EventLog {
     file: Option<std::fs::File>,
-    all: Vec<history::Event>,
+    all: Vec<Event>,
 }
 
 impl EventLog {
-    fn record(&mut self, line: &str) {
+    /// Appends `line` to the events file and, if it is an event, to the history; the
+    /// event.
+    fn record(&mut self, line: &str) -> Option<Event> {
         if let Some(f) = &mut self.file {
             let _ = writeln!(f, "{line}");
         }
-        if let Some(e) = history::Event::parse(line) {
-            self.all.push(e);
-        }
+        let e = Event::parse(line)?;
+        self.all.push(e.clone());
+        Some(e)
     }
     fn chaos(&mut self, event: &str, node: u64, term: u64) -> u64 {
         let now = monotonic_ns();
@@ -357,12 +354,6 @@ async fn run(o: Options) -> i32 {
         dir.path().join("certs").display(),
         admin_addrs.values().cloned().collect::<Vec<_>>().join(",")
     );
-    let peers = addrs
-        .iter()
-        .filter(|(id, _)| !spares.contains(id))
-        .map(|(id, a)| format!("{id}={a}"))
-        .collect::<Vec<_>>()
-        .join(",");
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {
@@ -370,6 +361,14 @@ async fn run(o: Options) -> i32 {
             return 1;
         }
     };
+    let mut template = WorkerCommand::new(exe)
+        .mode("__worker")
+        .certs(dir.path().join("certs"))
+        .timing(o.timing.name())
+        .log_level("off");
+    if let Some(l) = &o.ledger {
+        template = template.ledger(l);
+    }
     let events_file = match &o.events {
         Some(p) => match std::fs::OpenOptions::new()
             .create(true)
@@ -409,13 +408,11 @@ async fn run(o: Options) -> i32 {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut group = Group {
         dir,
-        exe,
-        peers,
+        template,
         addrs,
         admin_addrs,
         spares: spares.clone(),
-        children: BTreeMap::new(),
-        timing: o.timing.name().to_string(),
+        children: Children::new(),
         ledger: o.ledger.clone(),
         tx,
         group_id: tenure::GroupId::random().to_string(),
@@ -436,7 +433,7 @@ async fn run(o: Options) -> i32 {
             }
             Err(e) => {
                 eprintln!("local_group: cannot start worker {id}: {e}");
-                group.stop_all().await;
+                group.stop_all();
                 return 1;
             }
         }
@@ -483,28 +480,29 @@ async fn run(o: Options) -> i32 {
             _ = &mut ctrl_c => break,
             _ = until_deadline => break,
             Some((id, line)) = rx.recv() => {
-                let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
-                if let Some(s) = v.get("stderr").and_then(Value::as_str) {
-                    notes.push(format!("worker {id}: {s}"));
-                    continue;
-                }
-                log.record(&line);
+                let line = match line {
+                    Line::Err(s) => {
+                        notes.push(format!("worker {id}: {s}"));
+                        continue;
+                    }
+                    Line::Out(line) => line,
+                };
+                let Some(e) = log.record(&line) else { continue };
                 let view = views.entry(id).or_default();
-                let ev = v.get("event").and_then(Value::as_str).unwrap_or("").to_string();
-                let term = v.get("term").and_then(Value::as_u64);
+                let ev = e.event.clone();
+                let term = e.term();
                 match ev.as_str() {
                     "started" => { view.alive = true; view.role = "follower".into(); }
                     "leader_changed" => {
                         view.term = term.unwrap_or(view.term);
-                        view.leader = v.get("leader").and_then(Value::as_u64);
-                        view.role = v.get("role").and_then(Value::as_str).unwrap_or("?").to_string();
+                        view.leader = e.u64("leader");
+                        view.role = e.str("role").unwrap_or("?").to_string();
                     }
                     "lease_acquired" => {
                         view.leased = term;
                         if let ChaosState::Waiting { victim, at_ns, .. } = &chaos {
                             if id != *victim {
-                                let mono = v.get("mono_ns").and_then(Value::as_u64).unwrap_or(0);
-                                let ms = mono.saturating_sub(*at_ns) as f64 / 1e6;
+                                let ms = e.mono_ns.saturating_sub(*at_ns) as f64 / 1e6;
                                 last_failover = Some((ms, Instant::now()));
                                 if !tty {
                                     println!("[{:>6.1}s] failover: node {} leads term {} after {:.1} ms", started.elapsed().as_secs_f64(), id, term.unwrap_or(0), ms);
@@ -519,7 +517,7 @@ async fn run(o: Options) -> i32 {
                     "fence_rejected" => {
                         stats.rejected += 1;
                         if !tty {
-                            println!("[{:>6.1}s] fence_rejected: node {id} token {} < highest {}", started.elapsed().as_secs_f64(), term.unwrap_or(0), v.get("highest").and_then(Value::as_u64).unwrap_or(0));
+                            println!("[{:>6.1}s] fence_rejected: node {id} token {} < highest {}", started.elapsed().as_secs_f64(), term.unwrap_or(0), e.u64("highest").unwrap_or(0));
                         }
                     }
                     "lease_lost" => view.leased = None,
@@ -529,7 +527,7 @@ async fn run(o: Options) -> i32 {
                 view.last_event = ev;
             }
             _ = chaos_tick.tick(), if o.chaos != Chaos::None => {
-                chaos = step_chaos(chaos, o.chaos, &mut group, &mut views, &mut log, Out { tty, started }, &stats).await;
+                chaos = step_chaos(chaos, o.chaos, &mut group, &mut views, &mut log, Out { tty, started }, &stats);
             }
             _ = seed_tick.tick(), if ledger.is_some() => {
                 // Keep work flowing, but stop seeding near the end so it can all settle.
@@ -581,16 +579,16 @@ async fn run(o: Options) -> i32 {
             }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-                Some((_, line)) = rx.recv() => {
-                    if !line.starts_with("{\"stderr\"") { log.record(&line); }
+                Some((_, Line::Out(line))) = rx.recv() => {
+                    log.record(&line);
                 }
             }
         }
     }
-    group.stop_all().await;
+    group.stop_all();
     let drain_until = tokio::time::Instant::now() + Duration::from_millis(300);
     while let Ok(Some((_, line))) = tokio::time::timeout_at(drain_until, rx.recv()).await {
-        if !line.starts_with("{\"stderr\"") {
+        if let Line::Out(line) = line {
             log.record(&line);
         }
     }
@@ -725,7 +723,7 @@ impl ChaosState {
     }
 }
 
-async fn step_chaos(
+fn step_chaos(
     state: ChaosState,
     mode: Chaos,
     group: &mut Group,
@@ -813,9 +811,8 @@ async fn step_chaos(
             }
             match mode {
                 Chaos::Kill => {
-                    if let Some(mut c) = group.children.remove(&victim) {
-                        let _ = c.wait().await;
-                    }
+                    // SIGKILLed already: reap it.
+                    group.children.kill(victim);
                     let term = views.get(&victim).map(|v| v.term).unwrap_or(0);
                     log.chaos("chaos_restart", victim, term);
                     match group.spawn(victim) {
