@@ -9,31 +9,16 @@ mod support;
 #[allow(dead_code)]
 mod worker;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use clap::Parser;
-use support::kit::binary::{build_example, example};
+use support::kit::binary::{example, output};
 use support::kit::command::WorkerCommand;
-
-/// Runs `bin` with `args`; (exit code, stdout, stderr).
-fn run(bin: &std::path::Path, args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(bin)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run the example");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 /// Each of `cases` exits 2 with nothing on stdout and a message naming its flag.
 fn assert_usage_errors(bin: &std::path::Path, cases: &[(&[&str], &str)]) {
     for (args, names) in cases {
-        let (code, out, err) = run(bin, args);
+        let (code, out, err) = output(bin, args);
         assert_eq!(code, 2, "{args:?}: {err}");
         assert!(out.is_empty(), "{args:?}: {out}");
         assert!(err.contains(names), "{args:?} should name {names}: {err}");
@@ -59,7 +44,7 @@ fn with<'a>(base: &[&'a str], more: &[&'a str]) -> Vec<&'a str> {
 #[test]
 fn the_worker_explains_itself_and_names_the_flag_it_refuses() {
     let worker = example("worker");
-    let (code, out, _) = run(&worker, &["--help"]);
+    let (code, out, _) = output(&worker, &["--help"]);
     assert_eq!(code, 0);
     for needle in [
         "Usage: worker --id N",
@@ -74,11 +59,11 @@ fn the_worker_explains_itself_and_names_the_flag_it_refuses() {
     ] {
         assert!(out.contains(needle), "--help lacks {needle:?}:\n{out}");
     }
-    let (code, out, _) = run(&worker, &["-h"]);
+    let (code, out, _) = output(&worker, &["-h"]);
     assert_eq!(code, 0);
     assert!(out.contains("Exit codes"), "{out}");
 
-    let (code, out, err) = run(&worker, &["--new-group-id"]);
+    let (code, out, err) = output(&worker, &["--new-group-id"]);
     assert_eq!(code, 0, "{err}");
     let id = out.trim();
     assert!(
@@ -113,8 +98,8 @@ fn the_worker_explains_itself_and_names_the_flag_it_refuses() {
 
 #[test]
 fn local_group_explains_itself_and_names_the_flag_it_refuses() {
-    let local_group = build_example("local_group");
-    let (code, out, _) = run(&local_group, &["--help"]);
+    let local_group = example("local_group");
+    let (code, out, _) = output(&local_group, &["--help"]);
     assert_eq!(code, 0);
     for needle in [
         "Usage: local_group",
@@ -142,7 +127,7 @@ fn local_group_explains_itself_and_names_the_flag_it_refuses() {
         ],
     );
     // Worker mode: the worker's own command line.
-    let (code, out, _) = run(&local_group, &["__worker", "--help"]);
+    let (code, out, _) = output(&local_group, &["__worker", "--help"]);
     assert_eq!(code, 0);
     assert!(out.contains("Usage: worker --id N"), "{out}");
     assert_usage_errors(
@@ -159,8 +144,8 @@ fn local_group_explains_itself_and_names_the_flag_it_refuses() {
 
 #[test]
 fn certs_explains_itself_and_names_the_flag_it_refuses() {
-    let certs = build_example("certs");
-    let (code, out, _) = run(&certs, &["--help"]);
+    let certs = example("certs");
+    let (code, out, _) = output(&certs, &["--help"]);
     assert_eq!(code, 0);
     for needle in [
         "Usage: certs",
@@ -198,7 +183,7 @@ fn certs_explains_itself_and_names_the_flag_it_refuses() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("c");
     let out_dir = out_dir.to_str().unwrap();
-    let (code, out, err) = run(&certs, &["--nodes", "2", "--out", out_dir, "--per-node"]);
+    let (code, out, err) = output(&certs, &["--nodes", "2", "--out", out_dir, "--per-node"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("one folder per holder"), "{out}");
     for f in [

@@ -126,3 +126,18 @@ fn newer_than_sources(bin: &Path) -> bool {
     newest(&root.join("tests").join("support"), &mut newest_src);
     built > newest_src
 }
+
+/// Runs `bin` with exactly `args`, stdin from `/dev/null`, and waits for it: (exit code,
+/// stdout, stderr); the exit code is -1 when a signal ended it.
+pub fn output(bin: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", bin.display()));
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
