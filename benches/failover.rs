@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use plotters::prelude::*;
 use rand::Rng;
 
-use support::{plot, summarize, table, Ev, Group, Progress, Summary};
+use support::{plot, summarize, table, Event, Group, Progress, Summary, WorkerCommand};
 
 const USAGE: &str = "\
 usage: cargo bench --bench failover -- [--trials N] [--config NAME[,NAME..]]
@@ -70,19 +70,11 @@ impl Conf {
     fn timer_floor(&self) -> f64 {
         self.ms()[2] as f64 - self.tick() - self.heartbeat() / 2.0
     }
-    fn args(&self) -> Vec<String> {
+    /// The worker's timing options for this configuration.
+    fn timing(&self, worker: WorkerCommand) -> WorkerCommand {
         match self.timing {
-            None => Vec::new(),
-            Some([t, h, e, m]) => vec![
-                "--tick-ms".into(),
-                t.to_string(),
-                "--heartbeat-ms".into(),
-                h.to_string(),
-                "--election-ms".into(),
-                e.to_string(),
-                "--election-max-ms".into(),
-                m.to_string(),
-            ],
+            None => worker,
+            Some([t, h, e, m]) => worker.timing_ms(t, h, e, m),
         }
     }
 }
@@ -286,10 +278,8 @@ fn main() {
 
 /// Runs `n` trials of `scenario` on a fresh group with timing `conf`.
 fn run(conf: &Conf, scenario: Scenario, n: usize) -> (Vec<Trial>, Vec<String>) {
-    let mut extra = conf.args();
     // No periodic confirms from the worker's own lease loop: only tenure's lease renewal.
-    extra.extend(["--confirm-ms".into(), "3600000".into()]);
-    let mut group = Group::start(5, &extra);
+    let mut group = Group::start(5, |w| conf.timing(w).args(["--confirm-ms", "3600000"]));
     let [_, hb, el, el_max] = conf.ms();
     // A restarted worker drops vote requests for one election timeout after it starts.
     let quiet = Duration::from_millis(el + 5);
@@ -317,7 +307,7 @@ fn run(conf: &Conf, scenario: Scenario, n: usize) -> (Vec<Trial>, Vec<String>) {
             Scenario::Handover => group.signal(leader, libc::SIGTERM),
         };
         let hit = group.wait_event(cursor, patience, |e| {
-            e.event == "lease_acquired" && e.node != leader && e.term() > term
+            e.event == "lease_acquired" && e.node != leader && e.term().unwrap_or(0) > term
         });
         let Some(new) = hit else {
             let why = format!("{label} trial {}: no new lease after {patience:?}", k + 1);
@@ -372,14 +362,14 @@ fn measure(
     leader: u64,
     term: u64,
     at: u64,
-    new: &Ev,
+    new: &Event,
     group: &Group,
     cursor: usize,
 ) -> Trial {
     let s = group.state();
     let after = &s.events[cursor.min(s.events.len())..];
     let ms = |ns: u64| ns.saturating_sub(at) as f64 / 1e6;
-    let campaigns: Vec<&Ev> = after
+    let campaigns: Vec<&Event> = after
         .iter()
         .filter(|e| e.node != leader && e.event == "leader_changed" && e.mono_ns <= new.mono_ns)
         .filter(|e| matches!(e.str("role"), Some("pre_candidate" | "candidate")))
@@ -405,7 +395,7 @@ fn measure(
         old_leader: leader,
         new_leader: new.node,
         old_term: term,
-        new_term: new.term(),
+        new_term: new.term().unwrap_or(0),
         first_campaigner: campaigns.first().map(|e| e.node),
         campaigners: campaigners.len(),
         detect_ms: campaign.map(ms),

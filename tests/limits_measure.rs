@@ -19,9 +19,10 @@ mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+use support::kit::command::WorkerCommand;
 use tenure::transport::tls::{node_server_name, write_cluster_certs, TlsIdentity};
 use tenure::transport::Hello;
 
@@ -74,26 +75,19 @@ impl Drop for Worker {
 }
 
 fn start_worker(dir: &std::path::Path, addrs: &[SocketAddr; 3]) -> Worker {
-    let peers = format!("1={},2={},3={}", addrs[0], addrs[1], addrs[2]);
-    let mut cmd = Command::new(support::procs::worker_binary());
-    cmd.args([
-        "--id",
-        "1",
-        "--listen",
-        &addrs[0].to_string(),
-        "--peers",
-        &peers,
-    ])
-    .arg("--data-dir")
-    .arg(dir.join("w1"))
-    .arg("--certs")
-    .arg(dir.join("certs"))
-    .args(["--metrics", "127.0.0.1:0", "--log-level", "off"])
-    // Founding waits for the other first members, who never come: the transport runs
-    // all the same, and it is what is measured.
-    .args(["--found", "7e4a11c0ffee00000000000000000001"])
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null());
+    let mut cmd = WorkerCommand::new(support::procs::worker_binary())
+        .id(1)
+        .listen(addrs[0])
+        .peers([(1, addrs[0]), (2, addrs[1]), (3, addrs[2])])
+        .data_dir(dir.join("w1"))
+        .certs(dir.join("certs"))
+        .metrics("127.0.0.1:0")
+        .log_level("off")
+        // Founding waits for the other first members, who never come: the transport runs
+        // all the same, and it is what is measured.
+        .found("7e4a11c0ffee00000000000000000001")
+        .command();
+    cmd.stdout(Stdio::piped()).stderr(Stdio::null());
     use std::os::unix::process::CommandExt;
     // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
     unsafe {

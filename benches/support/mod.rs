@@ -1,6 +1,7 @@
 //! What the process benchmarks share: a group of real worker processes
 //! (`examples/worker.rs`, release build), their JSON events, statistics, and where the
-//! results go (`<target dir>/tenure-bench/`).
+//! results go (`<target dir>/tenure-bench/`). The workers' command lines and events are
+//! the test kit's (`tests/support/kit/`).
 //!
 //! Every worker is a child process tracked by PID; its certificates and RocksDB folder
 //! live in a temporary folder removed when the [`Group`] is dropped. Nothing is ever
@@ -8,29 +9,23 @@
 
 #![allow(dead_code)] // each bench uses a different part of this module
 
+#[path = "../../tests/support/kit/mod.rs"]
+pub mod kit;
 pub mod plot;
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, IsTerminal, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::Stdio;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+pub use kit::binary::target_dir;
+use kit::children::Children;
+pub use kit::command::WorkerCommand;
+pub use kit::event::Event;
 use tenure::clock::monotonic_ns;
-
-/// The Cargo target folder this bench runs from: `<target>/<profile>/deps/<bench>`.
-/// Follows `CARGO_TARGET_DIR` because cargo put the bench binary there.
-pub fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("bench executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .and_then(Path::parent)
-        .expect("bench executable lies in <target>/<profile>/deps")
-        .to_path_buf()
-}
 
 /// `<target>/tenure-bench/`, created if needed: CSVs, tables and plots go here.
 pub fn out_dir() -> PathBuf {
@@ -52,81 +47,18 @@ pub fn worker_binary() -> PathBuf {
             if let Some(bin) = std::env::var_os(WORKER_ENV) {
                 return PathBuf::from(bin);
             }
-            let exe = std::env::current_exe().expect("bench executable path");
-            let profile_dir = exe
-                .parent()
-                .and_then(Path::parent)
-                .expect("profile dir")
-                .to_path_buf();
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut args = vec!["build", "--example", "worker"];
-            if profile_dir.file_name().is_some_and(|n| n == "release") {
-                args.push("--release");
-            }
+            let args = kit::binary::build_args("worker", &[]);
             eprintln!("building the worker: cargo {}", args.join(" "));
-            let mut cmd = Command::new(cargo);
-            cmd.args(&args)
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .stdout(Stdio::null());
-            // Cargo runs this bench with the package's variables set (CARGO_MANIFEST_DIR,
-            // CARGO_PKG_*, …). Some build scripts (ring's) rerun when those change, so a
-            // nested build that inherited them would rebuild ring, rustls, quinn and
-            // tenure, and the next `cargo bench` would rebuild them back.
-            for (key, _) in std::env::vars_os() {
-                let k = key.to_string_lossy();
-                if k.starts_with("CARGO_PKG_")
-                    || k.starts_with("CARGO_MANIFEST_")
-                    || k.starts_with("CARGO_BIN_")
-                    || k.starts_with("CARGO_CRATE_")
-                    || k == "CARGO_PRIMARY_PACKAGE"
-                    || k == "CARGO_TARGET_TMPDIR"
-                    || k == "OUT_DIR"
-                {
-                    cmd.env_remove(&key);
-                }
-            }
-            let status = cmd.status().expect("run cargo build --example worker");
-            assert!(status.success(), "cargo build --example worker failed");
-            let bin = profile_dir.join("examples").join("worker");
-            assert!(bin.exists(), "worker binary not found at {}", bin.display());
-            bin
+            kit::binary::build_example("worker")
         })
         .clone()
-}
-
-/// One JSON event line of a worker.
-#[derive(Debug, Clone)]
-pub struct Ev {
-    /// The worker that printed it.
-    pub node: u64,
-    /// `started`, `leader_changed`, `lease_acquired`, …
-    pub event: String,
-    /// `CLOCK_MONOTONIC` when the worker printed it.
-    pub mono_ns: u64,
-    /// The whole object.
-    pub v: Value,
-}
-
-impl Ev {
-    /// The `term` field, 0 if absent.
-    pub fn term(&self) -> u64 {
-        self.u64("term").unwrap_or(0)
-    }
-    /// An unsigned field.
-    pub fn u64(&self, key: &str) -> Option<u64> {
-        self.v.get(key).and_then(Value::as_u64)
-    }
-    /// A string field.
-    pub fn str(&self, key: &str) -> Option<&str> {
-        self.v.get(key).and_then(Value::as_str)
-    }
 }
 
 /// What the harness knows about the group, kept up to date by the reader threads.
 #[derive(Debug, Default)]
 pub struct State {
     /// Every event so far, in arrival order.
-    pub events: Vec<Ev>,
+    pub events: Vec<Event>,
     /// Each worker's latest view: (term, leader) from its last `leader_changed`.
     pub view: BTreeMap<u64, (u64, Option<u64>)>,
     /// Each worker's latest lease event: (term, held).
@@ -168,17 +100,18 @@ pub struct Group {
     /// Member ids, 1..=n.
     pub ids: Vec<u64>,
     addrs: BTreeMap<u64, String>,
-    children: BTreeMap<u64, Child>,
+    children: Children,
     shared: Shared,
-    /// Arguments given to every worker after the group's own.
-    extra: Vec<String>,
-    /// The group the workers found (`--found` on every start, as a unit file would).
-    group: String,
+    /// Every worker's command line but for its id, address and data folder: the group's
+    /// peers, certificates and id (`--found` on every start, as a unit file would), and
+    /// what the bench asked for.
+    template: WorkerCommand,
 }
 
 impl Group {
-    /// Starts `n` workers, each with `extra` arguments (timing, read mode, …).
-    pub fn start(n: u64, extra: &[String]) -> Group {
+    /// Starts `n` workers, each with what `configure` adds to the group's command line
+    /// (timing, read mode, …).
+    pub fn start(n: u64, configure: impl FnOnce(WorkerCommand) -> WorkerCommand) -> Group {
         let dir = tempfile::Builder::new()
             .prefix("tenure-bench-")
             .tempdir()
@@ -191,20 +124,26 @@ impl Group {
             .iter()
             .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").expect("free UDP port"))
             .collect();
-        let addrs = ids
+        let addrs: BTreeMap<u64, String> = ids
             .iter()
             .zip(&socks)
             .map(|(id, s)| (*id, s.local_addr().expect("local addr").to_string()))
             .collect();
         drop(socks);
+        let template = configure(
+            WorkerCommand::new(worker_binary())
+                .peers(&addrs)
+                .certs(dir.path().join("certs"))
+                .log_level("off")
+                .found(tenure::GroupId::random()),
+        );
         let mut g = Group {
             dir,
             ids: ids.clone(),
             addrs,
-            children: BTreeMap::new(),
+            children: Children::new(),
             shared: Arc::new((Mutex::new(State::default()), Condvar::new())),
-            extra: extra.to_vec(),
-            group: tenure::GroupId::random().to_string(),
+            template,
         };
         for id in ids {
             g.spawn(id);
@@ -221,71 +160,46 @@ impl Group {
             s.lease.remove(&id);
             s.started.remove(&id);
         }
-        let peers = self
-            .addrs
-            .iter()
-            .map(|(i, a)| format!("{i}={a}"))
-            .collect::<Vec<_>>()
-            .join(",");
         let stderr = File::options()
             .create(true)
             .append(true)
             .open(self.dir.path().join(format!("worker-{id}.stderr")))
             .expect("worker stderr log");
-        let mut child = Command::new(worker_binary())
-            .args(["--id", &id.to_string()])
-            .args(["--listen", &self.addrs[&id]])
-            .args(["--peers", &peers])
-            .arg("--data-dir")
-            .arg(self.dir.path().join(format!("data-{id}")))
-            .arg("--certs")
-            .arg(self.dir.path().join("certs"))
-            .args(["--log-level", "off"])
-            .args(["--found", &self.group])
-            .args(&self.extra)
-            .stdin(Stdio::null())
+        let mut child = self
+            .template
+            .clone()
+            .id(id)
+            .listen(&self.addrs[&id])
+            .data_dir(self.dir.path().join(format!("data-{id}")))
+            .command()
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()
             .expect("spawn worker");
         let out = child.stdout.take().expect("worker stdout");
         let shared = self.shared.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let Ok(v) = serde_json::from_str::<Value>(&line) else {
-                    continue;
-                };
-                let ev = Ev {
-                    node: v.get("node").and_then(Value::as_u64).unwrap_or(id),
-                    event: v
-                        .get("event")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string(),
-                    mono_ns: v.get("mono_ns").and_then(Value::as_u64).unwrap_or(0),
-                    v,
-                };
-                let (lock, cv) = &*shared;
-                let mut s = lock.lock().unwrap_or_else(|e| e.into_inner());
-                match ev.event.as_str() {
-                    "started" => {
-                        s.started.insert(ev.node, ev.mono_ns);
-                    }
-                    "leader_changed" => {
-                        let leader = ev.u64("leader");
-                        s.view.insert(ev.node, (ev.term(), leader));
-                    }
-                    "lease_acquired" => {
-                        s.lease.insert(ev.node, (ev.term(), true));
-                    }
-                    "lease_lost" | "stopped" => {
-                        s.lease.insert(ev.node, (ev.term(), false));
-                    }
-                    _ => {}
+        kit::event::read_events(out, move |ev| {
+            let (lock, cv) = &*shared;
+            let mut s = lock.lock().unwrap_or_else(|e| e.into_inner());
+            let term = ev.term().unwrap_or(0);
+            match ev.event.as_str() {
+                "started" => {
+                    s.started.insert(ev.node, ev.mono_ns);
                 }
-                s.events.push(ev);
-                cv.notify_all();
+                "leader_changed" => {
+                    let leader = ev.u64("leader");
+                    s.view.insert(ev.node, (term, leader));
+                }
+                "lease_acquired" => {
+                    s.lease.insert(ev.node, (term, true));
+                }
+                "lease_lost" | "stopped" => {
+                    s.lease.insert(ev.node, (term, false));
+                }
+                _ => {}
             }
+            s.events.push(ev);
+            cv.notify_all();
         });
         self.children.insert(id, child);
     }
@@ -327,8 +241,8 @@ impl Group {
         &self,
         from: usize,
         timeout: Duration,
-        f: impl Fn(&Ev) -> bool,
-    ) -> Option<Ev> {
+        f: impl Fn(&Event) -> bool,
+    ) -> Option<Event> {
         let mut seen = from;
         self.wait(timeout, |s| {
             let hit = s.events[seen.min(s.events.len())..].iter().find(|e| f(e));
@@ -345,48 +259,28 @@ impl Group {
 
     /// The PID of worker `id`, if it runs.
     pub fn pid(&self, id: u64) -> Option<u32> {
-        self.children.get(&id).map(Child::id)
+        self.children.pid(id)
     }
 
     /// Sends `sig` to worker `id`; returns `CLOCK_MONOTONIC` just before the signal.
     pub fn signal(&self, id: u64, sig: i32) -> u64 {
-        let pid = self.pid(id).expect("worker is running") as i32;
+        let pid = self.pid(id).expect("worker is running");
         let at = monotonic_ns();
-        // SAFETY: kill(2) on a child we spawned and have not reaped yet.
-        let rc = unsafe { libc::kill(pid, sig) };
-        assert_eq!(rc, 0, "kill({pid}, {sig})");
+        assert!(self.children.signal(id, sig), "kill({pid}, {sig})");
         at
     }
 
     /// SIGKILLs worker `id` and reaps it; returns `CLOCK_MONOTONIC` just before the kill.
     pub fn kill(&mut self, id: u64) -> u64 {
         let at = self.signal(id, libc::SIGKILL);
-        if let Some(mut c) = self.children.remove(&id) {
-            let _ = c.wait();
-        }
+        self.children.kill(id);
         at
     }
 
     /// Waits up to `timeout` for worker `id` to exit by itself, then SIGKILLs it. True
     /// when it exited by itself.
     pub fn reap(&mut self, id: u64, timeout: Duration) -> bool {
-        let Some(mut c) = self.children.remove(&id) else {
-            return true;
-        };
-        let deadline = Instant::now() + timeout;
-        loop {
-            match c.try_wait() {
-                Ok(Some(_)) => return true,
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(2))
-                }
-                _ => {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    return false;
-                }
-            }
-        }
+        self.children.reap(id, timeout)
     }
 
     /// The last lines a worker wrote on stderr (for failure reports).
@@ -409,22 +303,14 @@ impl Group {
 
     /// SIGTERMs every worker and waits for them (SIGKILL after 3 s).
     pub fn stop(&mut self) {
-        let ids: Vec<u64> = self.children.keys().copied().collect();
-        for id in &ids {
-            self.signal(*id, libc::SIGTERM);
-        }
-        for id in ids {
-            self.reap(id, Duration::from_secs(3));
-        }
+        self.children.stop_all(Duration::from_secs(3));
     }
 }
 
 impl Drop for Group {
     fn drop(&mut self) {
-        for (_, mut c) in std::mem::take(&mut self.children) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        // Before the temporary folder (a field) goes.
+        self.children.kill_all();
     }
 }
 
