@@ -65,6 +65,13 @@
 //!   sets a 1 µs backoff, which leaves nothing to draw.
 //! * tokio's `select!` picks a random ready branch unless `biased`: the driver's, the
 //!   transport's and `Lease::confirm`'s are biased.
+//! * tokio's `watch` channel puts each waiter in one of eight wait lists at random, and
+//!   wakes them list by list; tokio draws from its own thread RNG, which the OS seeds
+//!   (turmoil seeds it only in a build with `--cfg tokio_unstable`). The tasks of a
+//!   transport's peers wait on a `watch` for the node's first hello, so they would wake,
+//!   and dial, in a random order: the simulation adds the peers only once the hello is
+//!   said (`SimTransport` in `sim/world.rs`), and they dial in id order. Without that,
+//!   3 of 8 seeds replayed identically (2026-12-01).
 //! * What remains unseeded is the TLS handshake (rustls and ring draw the randoms, key
 //!   shares and ECDSA nonces from the OS): it changes bytes, not sizes (an ECDSA
 //!   signature's DER length can differ by a byte), and no replay has diverged from it
@@ -478,6 +485,9 @@ fn replay_fidelity_report() {
                 });
                 diverged_at.push(at_ms);
                 eprintln!("seed {seed}: first difference at event {i} (+{at_ms} ms)");
+                for j in i.saturating_sub(3)..(i + 2).min(a.len().min(b.len())) {
+                    eprintln!("  {j}: {}\n  {j}: {}", a[j], b[j]);
+                }
             }
         }
     }

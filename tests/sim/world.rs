@@ -208,14 +208,34 @@ fn sim_ns_of(at: Instant) -> u64 {
 const FSYNC_TIME: Duration = Duration::from_millis(2);
 
 /// The QUIC transport, except that closing it after the store died waits
-/// [`FSYNC_TIME`].
+/// [`FSYNC_TIME`], and that its peers are added once the node says its first hello (or
+/// sends its first message, if that comes first).
+///
+/// Why the peers wait: a peer's task waits for the hello on a tokio `watch` channel, and
+/// a `watch` puts each waiter in one of eight wait lists drawn from tokio's thread RNG,
+/// which the OS seeds (turmoil seeds it only under `--cfg tokio_unstable`): the peers'
+/// tasks would wake, and dial, in a random order. Added after the hello, they dial in id
+/// order, as they were added.
 struct SimTransport {
     inner: Arc<QuicTransport>,
     dying: Arc<AtomicBool>,
+    /// The peers to add, in id order; taken when they are added.
+    peers: Mutex<Option<Vec<(NodeId, SocketAddr)>>>,
+}
+
+impl SimTransport {
+    fn add_peers(&self) {
+        if let Some(peers) = lock(&self.peers).take() {
+            for (p, a) in peers {
+                self.inner.set_peer_addr(p, a);
+            }
+        }
+    }
 }
 
 impl tenure::transport::Transport for SimTransport {
     fn send(&self, msg: raft::eraftpb::Message) {
+        self.add_peers();
         self.inner.send(msg)
     }
     fn stats(&self) -> tenure::transport::TransportStatsSnapshot {
@@ -225,7 +245,8 @@ impl tenure::transport::Transport for SimTransport {
         self.inner.faults()
     }
     fn set_hello(&self, hello: tenure::transport::Hello) {
-        tenure::transport::Transport::set_hello(&*self.inner, hello)
+        tenure::transport::Transport::set_hello(&*self.inner, hello);
+        self.add_peers();
     }
     fn close(&self) {
         if self.dying.load(Ordering::SeqCst) {
@@ -355,10 +376,14 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
     let (transport, inbound) =
         QuicTransport::start_on_socket(qc, socket, Arc::new(quinn::TokioRuntime))?;
     // Peers in id order (a HashMap in the config would start their tasks in a random
-    // order, and the order of tasks is the order of packets).
-    for (p, a) in ctx.peers.iter().filter(|(p, _)| **p != id) {
-        transport.set_peer_addr(*p, *a);
-    }
+    // order, and the order of tasks is the order of packets), added with the first hello
+    // (see `SimTransport`).
+    let peers: Vec<(NodeId, SocketAddr)> = ctx
+        .peers
+        .iter()
+        .filter(|(p, _)| **p != id)
+        .map(|(p, a)| (*p, *a))
+        .collect();
     // Every start founds the group explicitly, as a worker's unit file would: a restart
     // on a disk that holds the group ignores it.
     let group = tenure::GroupId::from_u128(u128::from(ctx.cfg.seed) | 1 << 64).expect("not 0");
@@ -385,6 +410,7 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
     let transport = SimTransport {
         inner: Arc::new(transport),
         dying,
+        peers: Mutex::new(Some(peers)),
     };
     let node = Node::start_with(config, store, Arc::new(transport), inbound).await?;
 
