@@ -106,7 +106,7 @@ impl<S: RaftStore> Driver<S> {
         if !rd.persisted_messages().is_empty() {
             self.send(rd.take_persisted_messages());
         }
-        // 4. Apply.
+        // 4. An installed snapshot replaces the group state.
         if let Some((state, index)) = snapshot_state {
             self.joint = joint_config(&self.raw);
             info!(self.logger, "installed a snapshot of the group"; "index" => index);
@@ -114,12 +114,13 @@ impl<S: RaftStore> Driver<S> {
             self.state = state;
             self.applied = self.applied.max(index);
         }
+        // 5. Tell raft-rs what is persisted before applying what is committed: a leader
+        // that applies its own removal steps down then and there (`step_down_removed`),
+        // and must have heard of its persisted entries while it still led, with its own
+        // progress still tracked (raft-rs 0.7 unwraps it in `Raft::on_persist_entries`).
         let committed = rd.take_committed_entries();
-        self.apply(committed)?;
         let read_states = rd.take_read_states();
-        self.on_read_states(read_states);
-        // 5. Advance and the light ready.
-        let mut light = self.raw.advance(rd);
+        let mut light = self.raw.advance_append(rd);
         if let Some(commit) = light.commit_index() {
             self.store.write(ReadyWrite {
                 commit: Some(commit),
@@ -127,6 +128,9 @@ impl<S: RaftStore> Driver<S> {
             })?;
         }
         self.send(light.take_messages());
+        // 6. Apply, then say so (raft-rs leaves a joint configuration once it is applied).
+        self.apply(committed)?;
+        self.on_read_states(read_states);
         self.apply(light.take_committed_entries())?;
         self.raw.advance_apply();
         self.maybe_compact()?;
