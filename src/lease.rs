@@ -160,7 +160,7 @@ impl Lease {
         }
         let (tx, rx) = oneshot::channel();
         let request = ConfirmRequest {
-            term: self.shared.token.0,
+            term: self.shared.token.term(),
             reply: tx,
         };
         if self.confirms.send(request).await.is_err() {
@@ -238,7 +238,7 @@ mod tests {
         let clock = LocalClock::controlled(1.0, ctl.clone());
         let t0 = Instant::now();
         let sent = clock.stamp_at(t0);
-        let lease = LeaseShared::new(FencingToken(7), t0, sent.add(100 * MS), clock.clone());
+        let lease = LeaseShared::new(FencingToken::new(7), t0, sent.add(100 * MS), clock.clone());
         ctl.stall(counted_by_boottime);
         // A fault takes effect at the clock's next reading.
         assert!(lease.is_valid_at(clock.stamp_at(t0 + 10 * MS)));
@@ -276,7 +276,7 @@ mod tests {
             mono: t0,
             boot: 1000 * MS,
         };
-        let lease = LeaseShared::new(FencingToken(3), t0, s.add(100 * MS), clock);
+        let lease = LeaseShared::new(FencingToken::new(3), t0, s.add(100 * MS), clock);
         assert!(lease.is_valid_at(s.add(99 * MS)));
         assert!(!lease.is_valid_at(Stamp {
             mono: t0 + 10 * MS,

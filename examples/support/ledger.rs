@@ -163,13 +163,19 @@ impl Ledger {
             let n = tx.execute(
                 "UPDATE payments SET settled_token = ?1, settled_by = ?2, settled_ns = ?3
                  WHERE id = ?4 AND settled_token IS NULL",
-                params![token.0 as i64, node, now_ns(), payment as i64],
+                params![token.term() as i64, node, now_ns(), payment as i64],
             )?;
             if n == 1 {
                 tx.execute(
                     "INSERT INTO writes (token, kind, batch, payment, node, mono_ns)
                      VALUES (?1, 'payment', ?2, ?3, ?4, ?5)",
-                    params![token.0 as i64, batch as i64, payment as i64, node, now_ns()],
+                    params![
+                        token.term() as i64,
+                        batch as i64,
+                        payment as i64,
+                        node,
+                        now_ns()
+                    ],
                 )?;
             }
             Ok(n == 1)
@@ -197,13 +203,13 @@ impl Ledger {
             let n = tx.execute(
                 "INSERT OR IGNORE INTO batches (key, batch, token, rows, node, settled_ns)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![format!("batch-{batch}"), batch as i64, token.0 as i64, rows, node, now_ns()],
+                params![format!("batch-{batch}"), batch as i64, token.term() as i64, rows, node, now_ns()],
             )?;
             if n == 1 {
                 tx.execute(
                     "INSERT INTO writes (token, kind, batch, payment, node, mono_ns)
                      VALUES (?1, 'batch', ?2, NULL, ?3, ?4)",
-                    params![token.0 as i64, batch as i64, node, now_ns()],
+                    params![token.term() as i64, batch as i64, node, now_ns()],
                 )?;
                 Ok(Some(rows as u64))
             } else {

@@ -574,7 +574,7 @@ pub async fn run(args: WorkerArgs) -> i32 {
     let mut bench_confirms = args.bench_confirms;
     let lease_task = tokio::spawn(async move {
         while let Ok(lease) = lease_node.lease().await {
-            let token = lease.token().0;
+            let token = lease.token().term();
             emit(
                 id,
                 "lease_acquired",
@@ -597,7 +597,7 @@ pub async fn run(args: WorkerArgs) -> i32 {
                         let began_ns = monotonic_ns();
                         match lease.confirm().await {
                             Ok(tok) => emit(id, "lease_confirmed", json!({
-                                "term": tok.0, "token": tok.0,
+                                "term": tok.term(), "token": tok.term(),
                                 "began_ns": began_ns,
                                 "latency_us": t0.elapsed().as_secs_f64() * 1e6,
                                 "valid_until_ns": instant_to_monotonic_ns(lease.valid_until()),
@@ -727,7 +727,7 @@ fn stop_cause_name(cause: &StopCause) -> &'static str {
 /// `lease_lost`, with `ended_ns`: when the lease really ended (its revocation or the end of
 /// its validity, whichever came first), which can be earlier than the event's `mono_ns`.
 fn lost(id: u64, lease: &tenure::Lease, reason: tenure::LostReason) {
-    let token = lease.token().0;
+    let token = lease.token().term();
     let ended = lease.ended_at().map(instant_to_monotonic_ns);
     emit(
         id,
@@ -760,7 +760,7 @@ fn rejected(id: u64, err: &FenceError) -> bool {
             emit(
                 id,
                 "fence_rejected",
-                json!({"term": presented.0, "token": presented.0, "highest": highest.0}),
+                json!({"term": presented.term(), "token": presented.term(), "highest": highest.term()}),
             );
             true
         }
@@ -817,7 +817,7 @@ fn settle_batch(
     emit(
         id,
         "batch_started",
-        json!({"term": token.0, "token": token.0, "batch": batch, "rows": payments.len()}),
+        json!({"term": token.term(), "token": token.term(), "batch": batch, "rows": payments.len()}),
     );
     for p in payments {
         std::thread::sleep(row_delay.sample()); // the external call
@@ -831,7 +831,7 @@ fn settle_batch(
         Ok(Some(rows)) => emit(
             id,
             "settled",
-            json!({"term": token.0, "token": token.0, "batch": batch, "rows": rows}),
+            json!({"term": token.term(), "token": token.term(), "batch": batch, "rows": rows}),
         ),
         Ok(None) => {}
         Err(e) => return !rejected(id, &e),

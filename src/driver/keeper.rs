@@ -147,7 +147,7 @@ impl LeaseKeeper {
         };
         self.until = Some((term, until));
         for w in round.waiters {
-            let _ = w.send(Ok(FencingToken(term)));
+            let _ = w.send(Ok(FencingToken::new(term)));
         }
         Acked::Renewed {
             sent: round.sent,
@@ -329,7 +329,7 @@ mod tests {
                 until: stamp(t0, 110)
             }
         );
-        assert_eq!(rx.try_recv().unwrap(), Ok(FencingToken(5)));
+        assert_eq!(rx.try_recv().unwrap(), Ok(FencingToken::new(5)));
         assert_eq!(k.valid_until(5, stamp(t0, 109)), Some(stamp(t0, 110)));
         assert_eq!(
             k.valid_until(5, stamp(t0, 110)),
@@ -392,7 +392,7 @@ mod tests {
         let (w2, mut rx2) = waiter();
         k.queue_confirm(w2);
         k.follow(false, 5);
-        assert_eq!(rx.try_recv().unwrap(), Ok(FencingToken(5)));
+        assert_eq!(rx.try_recv().unwrap(), Ok(FencingToken::new(5)));
         assert_eq!(rx2.try_recv().unwrap(), Err(LostReason::SteppedDown));
         assert_eq!(
             k.valid_until(5, stamp(t0, 1)),
@@ -452,7 +452,7 @@ mod tests {
         assert_eq!(k.acknowledged(ctx, true, 2), Acked::Unknown);
         let again = k.start_round(stamp(t0, 260), 2);
         k.acknowledged(again, true, 2);
-        assert_eq!(rx.try_recv().unwrap(), Ok(FencingToken(2)));
+        assert_eq!(rx.try_recv().unwrap(), Ok(FencingToken::new(2)));
     }
 
     #[test]

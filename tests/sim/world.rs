@@ -169,19 +169,21 @@ impl Resource {
     /// Writes with `token`; `Ok(seq)` if accepted, `Err(highest)` if fenced off.
     fn write(&mut self, token: u64, node: NodeId) -> Result<u64, u64> {
         let seq = self.seq + 1;
-        let r = self.fence.write(&mut self.conn, FencingToken(token), |tx| {
-            tx.execute(
-                "INSERT INTO writes (seq, token, node) VALUES (?1, ?2, ?3)",
-                rusqlite::params![seq as i64, token as i64, node as i64],
-            )?;
-            Ok(())
-        });
+        let r = self
+            .fence
+            .write(&mut self.conn, FencingToken::new(token), |tx| {
+                tx.execute(
+                    "INSERT INTO writes (seq, token, node) VALUES (?1, ?2, ?3)",
+                    rusqlite::params![seq as i64, token as i64, node as i64],
+                )?;
+                Ok(())
+            });
         match r {
             Ok(()) => {
                 self.seq = seq;
                 Ok(seq)
             }
-            Err(tenure::FenceError::Stale { highest, .. }) => Err(highest.0),
+            Err(tenure::FenceError::Stale { highest, .. }) => Err(highest.term()),
             Err(e) => panic!("fence backend failed: {e}"),
         }
     }
@@ -702,7 +704,7 @@ async fn workload(ctx: Arc<HostCtx>, node: Node, mut rng: StdRng) {
     let id = ctx.id;
     let ev = |e: Event| lock(&ctx.rec).events.push(e);
     while let Ok(lease) = node.lease().await {
-        let token = lease.token().0;
+        let token = lease.token().term();
         ev(Event::acquired(
             id,
             sim_ns(),
@@ -744,7 +746,7 @@ async fn workload(ctx: Arc<HostCtx>, node: Node, mut rng: StdRng) {
                 id,
                 began,
                 sim_ns(),
-                tok.0,
+                tok.term(),
                 sim_ns_of(lease.valid_until()),
             ));
             if rng.gen_bool(ctx.cfg.stall_chance) {
@@ -753,23 +755,23 @@ async fn workload(ctx: Arc<HostCtx>, node: Node, mut rng: StdRng) {
                 let max = ctx.cfg.stall_max.as_millis() as u64;
                 tokio::time::sleep(Duration::from_millis(rng.gen_range(1..=max))).await;
             }
-            let r = lock(&ctx.resource).write(tok.0, id);
+            let r = lock(&ctx.resource).write(tok.term(), id);
             let now = sim_ns();
             match r {
                 Ok(seq) => {
                     let mut rec = lock(&ctx.rec);
                     rec.writes.push(Write {
                         seq,
-                        token: tok.0,
+                        token: tok.term(),
                         node: id,
                         at_ns: Some(now),
                     });
-                    let mut e = Event::new(id, now, Kind::Write).term(tok.0);
+                    let mut e = Event::new(id, now, Kind::Write).term(tok.term());
                     e.note = format!("seq {seq}");
                     rec.events.push(e);
                 }
                 Err(highest) => {
-                    let mut e = Event::new(id, now, Kind::FenceRejected).term(tok.0);
+                    let mut e = Event::new(id, now, Kind::FenceRejected).term(tok.term());
                     e.highest = Some(highest);
                     ev(e);
                 }

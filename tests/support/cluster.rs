@@ -168,7 +168,7 @@ impl Cluster {
                     let mut l = leases.lock().unwrap();
                     l.push(LeaseRecord {
                         node: id,
-                        term: lease.token().0,
+                        term: lease.token().term(),
                         acquired: Instant::now(),
                         valid_until: None,
                         ended: None,
