@@ -37,6 +37,9 @@ pub(crate) struct LeaseShared {
     ended: OnceLock<Instant>,
     /// The node's clock (local time; real time outside clock tests).
     clock: LocalClock,
+    /// When the driver granted the lease (real time, this process's `Instant` clock).
+    #[cfg(feature = "testing")]
+    granted: Instant,
 }
 
 impl LeaseShared {
@@ -55,6 +58,8 @@ impl LeaseShared {
             reason: OnceLock::new(),
             ended: OnceLock::new(),
             clock,
+            #[cfg(feature = "testing")]
+            granted: Instant::now(),
         });
         s.extend(valid_until);
         s
@@ -219,6 +224,18 @@ impl Lease {
     /// Why the lease was lost, or `None` while it holds.
     pub fn lost_reason(&self) -> Option<LostReason> {
         self.shared.lost_reason()
+    }
+
+    /// When the driver granted this lease, on this process's `Instant` clock (real time,
+    /// like [`valid_until`](Self::valid_until) and [`ended_at`](Self::ended_at)): the
+    /// moment it began to protect anything. Handles obtained later (another
+    /// [`Node::lease`](crate::Node::lease) call, a clone) report the same instant. For
+    /// tests (feature `testing`): `tests/lease_bound.rs` measures the gap between one
+    /// tenure's `ended_at` and the next one's `granted_at` with it, free of the delay
+    /// with which a task waiting on `Node::lease` wakes.
+    #[cfg(feature = "testing")]
+    pub fn granted_at(&self) -> Instant {
+        self.shared.granted
     }
 }
 
