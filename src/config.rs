@@ -122,9 +122,11 @@ impl Timing {
     }
 
     /// How long one quorum-acknowledged ReadIndex round keeps the lease, counted from the
-    /// round's send time: `(election_ticks − 2) × tick × (1 − max_clock_drift)` (the
-    /// voters' refusal window, `election_ticks − 1` ticks, less the tick that may be
-    /// partly gone when the round arrives, less the drift).
+    /// round's send time: `((election_ticks − 2) × tick − TICK_CATCH_UP) × (1 −
+    /// max_clock_drift)` (the voters' refusal window, `election_ticks − 1` ticks, less the
+    /// tick that may be partly gone when the round arrives, less what a tick timer may
+    /// catch up on after a late tick ([`crate::clock::TICK_CATCH_UP`], 1 ms), less the
+    /// drift).
     pub fn lease_duration(&self) -> Duration {
         // Broken on purpose (mutation testing): the lease as long as before the refusal
         // window was shortened by a tick.
@@ -133,7 +135,8 @@ impl Timing {
         } else {
             2
         };
-        let base = self.tick * (self.election_ticks.saturating_sub(spare)) as u32;
+        let base = (self.tick * (self.election_ticks.saturating_sub(spare)) as u32)
+            .saturating_sub(crate::clock::TICK_CATCH_UP);
         base.mul_f64((1.0 - self.max_clock_drift).clamp(0.0, 1.0))
     }
 
@@ -158,6 +161,13 @@ impl Timing {
                 "the heartbeat ({} ticks) must be well below the election timeout ({} ticks): \
                  election_ticks must be at least 3 × heartbeat_ticks",
                 self.heartbeat_ticks, self.election_ticks
+            )));
+        }
+        if self.tick * (self.election_ticks - 2) as u32 <= crate::clock::TICK_CATCH_UP * 2 {
+            return Err(ConfigError::Timing(format!(
+                "an election timeout of {} ticks of {:?} leaves no room for a lease: \
+                 (election_ticks − 2) × tick must be over 2 ms",
+                self.election_ticks, self.tick
             )));
         }
         if self.election_ticks_max <= self.election_ticks {

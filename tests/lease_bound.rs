@@ -259,7 +259,7 @@ impl Group {
         let ns = move |at: Instant| at.saturating_duration_since(t0).as_nanos() as u64;
         tokio::spawn(async move {
             while let Ok(lease) = node.lease().await {
-                let term = lease.token().0;
+                let term = lease.token().term();
                 events.lock().unwrap().push(Event::acquired(
                     id,
                     ns(lease.granted_at()),
@@ -398,7 +398,7 @@ async fn run_trial(g: &Group, k: usize, tick: Duration) -> Trial {
     let old = within("the leader's lease", g.node(l).lease())
         .await
         .unwrap();
-    assert_eq!(old.token().0, t);
+    assert_eq!(old.token().term(), t);
     g.settled(l).await;
 
     // 1. C hears L no more; wait until it campaigns (V ignores it: in lease).
@@ -442,7 +442,7 @@ async fn run_trial(g: &Group, k: usize, tick: Duration) -> Trial {
         Event::acquired(
             winner,
             g.ns(new.granted_at()),
-            new.token().0,
+            new.token().term(),
             g.ns(new.valid_until()),
         ),
     ];
