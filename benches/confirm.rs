@@ -170,7 +170,7 @@ fn measure(mode: &'static str, samples: usize) -> Result<Measured, String> {
         &samples.to_string(),
     ]
     .iter()
-    .map(|s| s.to_string())
+    .map(std::string::ToString::to_string)
     .collect();
     let mut group = Group::start(5, |w| w.args(&extra));
     // Safe confirms take well under a millisecond each; allow for a slow, busy machine.

@@ -182,7 +182,7 @@ fn parse() -> Result<Options, String> {
                     v.parse::<usize>()
                         .map_err(|_| format!("--trials: {v:?} is not a number"))?
                         .max(1),
-                )
+                );
             }
             "--config" => names.extend(val()?.split(',').map(|s| s.trim().to_string())),
             "--scenario" => {
@@ -569,7 +569,7 @@ fn plot(o: &Options, all: &[Trial], path: &std::path::Path) -> Result<(), String
         let xmax = o
             .confs
             .iter()
-            .flat_map(|c| of(c).last().copied())
+            .filter_map(|c| of(c).last().copied())
             .fold(1.0_f64, f64::max);
         let mut series = Vec::new();
         for (i, c) in o.confs.iter().enumerate() {

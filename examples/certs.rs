@@ -66,11 +66,8 @@ fn main() -> ExitCode {
     }
     let dir = &args.out;
     println!("wrote to {}:", dir.display());
-    println!("  {:<22} cluster CA certificate (every node)", CA_CERT_FILE);
-    println!(
-        "  {:<22} cluster CA private key, mode 0600 (keep it off the nodes)",
-        CA_KEY_FILE
-    );
+    println!("  {CA_CERT_FILE:<22} cluster CA certificate (every node)");
+    println!("  {CA_KEY_FILE:<22} cluster CA private key, mode 0600 (keep it off the nodes)");
     for id in 1..=args.nodes {
         println!(
             "  {:<22} node {id} certificate ({})",
@@ -83,13 +80,9 @@ fn main() -> ExitCode {
         );
     }
     println!(
-        "  {:<22} operator certificate ({OPERATOR_NAME}; the admin tool, not a node)",
-        OPERATOR_CERT_FILE
+        "  {OPERATOR_CERT_FILE:<22} operator certificate ({OPERATOR_NAME}; the admin tool, not a node)"
     );
-    println!(
-        "  {:<22} operator private key, mode 0600",
-        OPERATOR_KEY_FILE
-    );
+    println!("  {OPERATOR_KEY_FILE:<22} operator private key, mode 0600");
     ExitCode::SUCCESS
 }
 

@@ -400,7 +400,7 @@ async fn run(o: Options) -> i32 {
     let ledger_call = |f: Box<dyn FnOnce(&mut ledger::Ledger) + Send>| {
         if let Some(l) = ledger.clone() {
             tokio::task::spawn_blocking(move || {
-                f(&mut l.lock().unwrap_or_else(|e| e.into_inner()))
+                f(&mut l.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
             });
         }
     };
@@ -555,7 +555,9 @@ async fn run(o: Options) -> i32 {
             let l = l.clone();
             async move {
                 tokio::task::spawn_blocking(move || {
-                    l.lock().unwrap_or_else(|e| e.into_inner()).verify()
+                    l.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .verify()
                 })
                 .await
                 .unwrap_or_else(|e| Err(e.to_string()))
@@ -628,7 +630,10 @@ async fn run(o: Options) -> i32 {
     }
     let mut ok = report.violations.is_empty();
     if let Some(l) = &ledger {
-        let verified = l.lock().unwrap_or_else(|e| e.into_inner()).verify();
+        let verified = l
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .verify();
         match verified {
             Ok(r) => {
                 let rejected = log
@@ -813,7 +818,7 @@ fn step_chaos(
                 Chaos::Kill => {
                     // SIGKILLed already: reap it.
                     group.children.kill(victim);
-                    let term = views.get(&victim).map(|v| v.term).unwrap_or(0);
+                    let term = views.get(&victim).map_or(0, |v| v.term);
                     log.chaos("chaos_restart", victim, term);
                     match group.spawn(victim) {
                         Ok(pid) => {
@@ -825,7 +830,7 @@ fn step_chaos(
                     }
                 }
                 _ => {
-                    let term = views.get(&victim).map(|v| v.term).unwrap_or(0);
+                    let term = views.get(&victim).map_or(0, |v| v.term);
                     log.chaos("chaos_resume", victim, term);
                     group.signal(victim, libc::SIGCONT);
                     if let Some(v) = views.get_mut(&victim) {
@@ -906,15 +911,11 @@ fn render(
         out.push_str(&format!(
             " {:<4}  {:<7}  {:<13}  {:<4}  {:<6}  {:<6}  {:<8}  {}\n",
             id,
-            v.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            v.pid.map_or_else(|| "-".into(), |p| p.to_string()),
             v.role,
             v.term,
-            v.leader
-                .map(|l| l.to_string())
-                .unwrap_or_else(|| "-".into()),
-            v.leased
-                .map(|t| t.to_string())
-                .unwrap_or_else(|| "-".into()),
+            v.leader.map_or_else(|| "-".into(), |l| l.to_string()),
+            v.leased.map_or_else(|| "-".into(), |t| t.to_string()),
             v.confirms,
             v.last_event
         ));

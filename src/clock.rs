@@ -248,7 +248,10 @@ impl Controlled {
     /// The segment in force at `real`, after applying any fault that came since.
     fn segment_at(&self, real: Instant, rate: f64) -> Segment {
         let faults = *self.control.faults.borrow();
-        let mut seg = self.segment.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seg = self
+            .segment
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if faults.generation != seg.generation {
             let here = seg.at(real, rate);
             let step = faults.jumped.saturating_sub(seg.jumped);
@@ -540,8 +543,10 @@ impl LocalClock {
     }
 }
 
-/// How much of a late tick the next tick may catch up on (see [`Ticker`]): the lease is
-/// shorter by this much (`Timing::lease_duration`).
+/// How much of a late tick the driver's next tick may catch up on: each tick is due a
+/// period after the last was due, but never sooner than a period less this after the
+/// last one ran. The lease is shorter by this much ([`crate::Timing::lease_duration`];
+/// docs/design.md, section 2).
 pub const TICK_CATCH_UP: Duration = Duration::from_millis(1);
 
 /// The driver's tick timer, on its node's clock. The first tick completes at once. Each
@@ -782,11 +787,14 @@ mod tests {
     async fn a_late_tick_is_caught_up_on_by_at_most_the_catch_up() {
         assert_eq!(TICK_CATCH_UP, MS);
         let ctl = ClockControl::new();
-        for clock in [LocalClock::with_rate(1.0), LocalClock::controlled(1.0, ctl.clone())] {
+        for clock in [
+            LocalClock::with_rate(1.0),
+            LocalClock::controlled(1.0, ctl.clone()),
+        ] {
             let mut ticker = clock.ticker(10 * MS);
             ticker.tick().await; // at once
-            // The driver was busy: it comes back to the ticker 3 ms after the tick was due
-            // (under tokio's 5 ms catch-up threshold).
+                                 // The driver was busy: it comes back to the ticker 3 ms after the tick was due
+                                 // (under tokio's 5 ms catch-up threshold).
             tokio::time::sleep(13 * MS).await;
             ticker.tick().await; // due 3 ms ago: at once
             let ran = Instant::now();

@@ -314,7 +314,7 @@ fn the_lease_check_catches_an_overlap_and_two_holders_of_a_term() {
         let c = Cluster::unstarted(3, support::cluster::test_timing(), ReadMode::Safe);
         *c.leases.lock().unwrap() = leases;
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            c.assert_leases_never_overlap()
+            c.assert_leases_never_overlap();
         }))
         .is_ok()
     };

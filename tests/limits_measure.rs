@@ -48,15 +48,13 @@ fn rss_mb(pid: u32) -> f64 {
 }
 
 fn fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, std::iter::Iterator::count)
 }
 
 /// User + system CPU time of `pid` in clock ticks (usually 1/100 s).
 fn cpu_ticks(pid: u32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = s.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let after = s.rsplit_once(')').map_or("", |(_, r)| r);
     let f: Vec<&str> = after.split_whitespace().collect();
     let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     n(11) + n(12) // utime, stime (fields 14 and 15 of the whole line)
@@ -290,7 +288,7 @@ async fn measure_worker_under_resource_attacks() {
     let _ = cpu0;
     tokio::time::sleep(Duration::from_secs(8)).await;
     let mut still = 0;
-    for s in idle.iter_mut() {
+    for s in &mut idle {
         s.set_nonblocking(true).unwrap();
         let mut b = [0u8; 1];
         if !matches!(s.read(&mut b), Ok(0)) {

@@ -496,7 +496,10 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
     let mut out = Outcome::new(schedule.clone());
     // (when, leader, until the step healed) each time a fault took the leader out.
     let mut leader_out: Vec<(u64, u64, u64)> = Vec::new();
-    let mut args: Vec<String> = WORKER_ARGS.iter().map(|s| s.to_string()).collect();
+    let mut args: Vec<String> = WORKER_ARGS
+        .iter()
+        .map(std::string::ToString::to_string)
+        .collect();
     let ledger_dir = tempfile::tempdir().expect("temp dir");
     let ledger_path = ledger_dir.path().join("ledger.db");
     args.push("--ledger".into());
@@ -874,7 +877,9 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
                         "harness panicked: {}",
                         p.downcast_ref::<String>()
                             .cloned()
-                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .or_else(|| p
+                                .downcast_ref::<&str>()
+                                .map(std::string::ToString::to_string))
                             .unwrap_or_default()
                     )],
                     ..Outcome::new(schedule.clone())

@@ -286,7 +286,11 @@ fn run_seed(seed: u64) -> SeedResult {
             let msg = panic
                 .downcast_ref::<String>()
                 .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .or_else(|| {
+                    panic
+                        .downcast_ref::<&str>()
+                        .map(std::string::ToString::to_string)
+                })
                 .unwrap_or_default();
             (
                 Err(format!("the run panicked: {msg}")),
@@ -329,7 +333,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 /// handing out seeds once one violates.
 fn run_seeds(start: u64, count: u64, stop_at_violation: bool) -> Vec<SeedResult> {
     let threads = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
+        .map_or(2, std::num::NonZero::get)
         .min(count.max(1) as usize);
     let next = AtomicU64::new(start);
     let stop = AtomicBool::new(false);

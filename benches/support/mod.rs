@@ -10,8 +10,8 @@
 #![allow(dead_code)] // each bench uses a different part of this module
 
 #[path = "../../tests/support/kit/mod.rs"]
-pub mod kit;
-pub mod plot;
+pub(crate) mod kit;
+pub(crate) mod plot;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -21,26 +21,26 @@ use std::process::Stdio;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-pub use kit::binary::target_dir;
+pub(crate) use kit::binary::target_dir;
 use kit::children::Children;
-pub use kit::command::WorkerCommand;
-pub use kit::event::Event;
+pub(crate) use kit::command::WorkerCommand;
+pub(crate) use kit::event::Event;
 use tenure::clock::monotonic_ns;
 
 /// `<target>/tenure-bench/`, created if needed: CSVs, tables and plots go here.
-pub fn out_dir() -> PathBuf {
+pub(crate) fn out_dir() -> PathBuf {
     let d = target_dir().join("tenure-bench");
     std::fs::create_dir_all(&d).expect("create target/tenure-bench");
     d
 }
 
 /// An environment variable naming a worker binary to use instead of building one.
-pub const WORKER_ENV: &str = "TENURE_BENCH_WORKER";
+pub(crate) const WORKER_ENV: &str = "TENURE_BENCH_WORKER";
 
 /// The worker example binary of the same profile as this bench (release under
 /// `cargo bench`), built with a nested `cargo build --example worker` (a no-op when it
 /// is fresh), unless [`WORKER_ENV`] names one.
-pub fn worker_binary() -> PathBuf {
+pub(crate) fn worker_binary() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
@@ -56,7 +56,7 @@ pub fn worker_binary() -> PathBuf {
 
 /// What the harness knows about the group, kept up to date by the reader threads.
 #[derive(Debug, Default)]
-pub struct State {
+pub(crate) struct State {
     /// Every event so far, in arrival order.
     pub events: Vec<Event>,
     /// Each worker's latest view: (term, leader) from its last `leader_changed`.
@@ -72,7 +72,7 @@ impl State {
     /// acquisition in term T, while every one of `ids` sees (T, that node) and started
     /// at least `quiet` before now (a restarted node ignores vote requests for one
     /// election timeout after it starts; a trial must not begin inside that window).
-    pub fn steady(&self, ids: &[u64], quiet: Duration) -> Option<(u64, u64)> {
+    pub(crate) fn steady(&self, ids: &[u64], quiet: Duration) -> Option<(u64, u64)> {
         let now = monotonic_ns();
         let (leader, term) = self
             .lease
@@ -94,7 +94,7 @@ impl State {
 type Shared = Arc<(Mutex<State>, Condvar)>;
 
 /// A group of worker processes on 127.0.0.1.
-pub struct Group {
+pub(crate) struct Group {
     /// Certificates, data folders and worker stderr logs.
     pub dir: tempfile::TempDir,
     /// Member ids, 1..=n.
@@ -111,7 +111,7 @@ pub struct Group {
 impl Group {
     /// Starts `n` workers, each with what `configure` adds to the group's command line
     /// (timing, read mode, …).
-    pub fn start(n: u64, configure: impl FnOnce(WorkerCommand) -> WorkerCommand) -> Group {
+    pub(crate) fn start(n: u64, configure: impl FnOnce(WorkerCommand) -> WorkerCommand) -> Group {
         let dir = tempfile::Builder::new()
             .prefix("tenure-bench-")
             .tempdir()
@@ -152,7 +152,7 @@ impl Group {
     }
 
     /// Starts (or restarts, on the same data folder and port) worker `id`.
-    pub fn spawn(&mut self, id: u64) {
+    pub(crate) fn spawn(&mut self, id: u64) {
         {
             // Forget the previous incarnation's view: the new one reports its own.
             let mut s = self.state();
@@ -180,7 +180,9 @@ impl Group {
         let shared = self.shared.clone();
         kit::event::read_events(out, move |ev| {
             let (lock, cv) = &*shared;
-            let mut s = lock.lock().unwrap_or_else(|e| e.into_inner());
+            let mut s = lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let term = ev.term().unwrap_or(0);
             match ev.event.as_str() {
                 "started" => {
@@ -205,21 +207,30 @@ impl Group {
     }
 
     /// The shared state (locked).
-    pub fn state(&self) -> MutexGuard<'_, State> {
-        self.shared.0.lock().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        self.shared
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// How many events have arrived so far (an index for [`Group::wait`]).
-    pub fn cursor(&self) -> usize {
+    pub(crate) fn cursor(&self) -> usize {
         self.state().events.len()
     }
 
     /// Waits until `f` returns `Some` (called on the state after each event and every
     /// 5 ms), or `timeout`; `None` on timeout.
-    pub fn wait<T>(&self, timeout: Duration, mut f: impl FnMut(&State) -> Option<T>) -> Option<T> {
+    pub(crate) fn wait<T>(
+        &self,
+        timeout: Duration,
+        mut f: impl FnMut(&State) -> Option<T>,
+    ) -> Option<T> {
         let deadline = Instant::now() + timeout;
         let (lock, cv) = &*self.shared;
-        let mut s = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         loop {
             if let Some(t) = f(&s) {
                 return Some(t);
@@ -231,13 +242,13 @@ impl Group {
             let wait = (deadline - now).min(Duration::from_millis(5));
             s = cv
                 .wait_timeout(s, wait)
-                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
         }
     }
 
     /// Waits for the first event at or after index `from` that matches `f`.
-    pub fn wait_event(
+    pub(crate) fn wait_event(
         &self,
         from: usize,
         timeout: Duration,
@@ -252,18 +263,18 @@ impl Group {
     }
 
     /// Waits for a steady leader (see [`State::steady`]); `(leader, term)`.
-    pub fn wait_steady(&self, quiet: Duration, timeout: Duration) -> Option<(u64, u64)> {
+    pub(crate) fn wait_steady(&self, quiet: Duration, timeout: Duration) -> Option<(u64, u64)> {
         let ids = self.ids.clone();
         self.wait(timeout, |s| s.steady(&ids, quiet))
     }
 
     /// The PID of worker `id`, if it runs.
-    pub fn pid(&self, id: u64) -> Option<u32> {
+    pub(crate) fn pid(&self, id: u64) -> Option<u32> {
         self.children.pid(id)
     }
 
     /// Sends `sig` to worker `id`; returns `CLOCK_MONOTONIC` just before the signal.
-    pub fn signal(&self, id: u64, sig: i32) -> u64 {
+    pub(crate) fn signal(&self, id: u64, sig: i32) -> u64 {
         let pid = self.pid(id).expect("worker is running");
         let at = monotonic_ns();
         assert!(self.children.signal(id, sig), "kill({pid}, {sig})");
@@ -271,7 +282,7 @@ impl Group {
     }
 
     /// SIGKILLs worker `id` and reaps it; returns `CLOCK_MONOTONIC` just before the kill.
-    pub fn kill(&mut self, id: u64) -> u64 {
+    pub(crate) fn kill(&mut self, id: u64) -> u64 {
         let at = self.signal(id, libc::SIGKILL);
         self.children.kill(id);
         at
@@ -279,12 +290,12 @@ impl Group {
 
     /// Waits up to `timeout` for worker `id` to exit by itself, then SIGKILLs it. True
     /// when it exited by itself.
-    pub fn reap(&mut self, id: u64, timeout: Duration) -> bool {
+    pub(crate) fn reap(&mut self, id: u64, timeout: Duration) -> bool {
         self.children.reap(id, timeout)
     }
 
     /// The last lines a worker wrote on stderr (for failure reports).
-    pub fn stderr_tail(&self, id: u64, lines: usize) -> String {
+    pub(crate) fn stderr_tail(&self, id: u64, lines: usize) -> String {
         let text = std::fs::read_to_string(self.dir.path().join(format!("worker-{id}.stderr")))
             .unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
@@ -292,7 +303,7 @@ impl Group {
     }
 
     /// A short account of the latest events, for failure reports.
-    pub fn recent_events(&self, n: usize) -> String {
+    pub(crate) fn recent_events(&self, n: usize) -> String {
         let s = self.state();
         s.events[s.events.len().saturating_sub(n)..]
             .iter()
@@ -302,7 +313,7 @@ impl Group {
     }
 
     /// SIGTERMs every worker and waits for them (SIGKILL after 3 s).
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         self.children.stop_all(Duration::from_secs(3));
     }
 }
@@ -316,7 +327,7 @@ impl Drop for Group {
 
 /// Summary statistics of a sample.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// Sample size.
     pub n: usize,
     /// Smallest value.
@@ -337,7 +348,7 @@ pub struct Summary {
 
 /// The `p`-th percentile of sorted `v` by nearest rank (the smallest value with at least
 /// `p` % of the sample at or below it).
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
@@ -346,7 +357,7 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// Summarizes `v` (any order).
-pub fn summarize(v: &[f64]) -> Summary {
+pub(crate) fn summarize(v: &[f64]) -> Summary {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     if s.is_empty() {
@@ -365,7 +376,7 @@ pub fn summarize(v: &[f64]) -> Summary {
 }
 
 /// A text table with right-aligned columns after the first.
-pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut width: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
@@ -400,7 +411,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 
 /// A one-line progress display on stderr: rewritten in place on a terminal, one line
 /// every `every` updates otherwise (CI logs).
-pub struct Progress {
+pub(crate) struct Progress {
     tty: bool,
     every: usize,
     width: usize,
@@ -408,7 +419,7 @@ pub struct Progress {
 
 impl Progress {
     /// A progress display that prints every `every`-th update when not on a terminal.
-    pub fn new(every: usize) -> Self {
+    pub(crate) fn new(every: usize) -> Self {
         Progress {
             tty: std::io::stderr().is_terminal(),
             every: every.max(1),
@@ -417,7 +428,7 @@ impl Progress {
     }
 
     /// Shows update `k` of `n` with `text`.
-    pub fn update(&mut self, k: usize, n: usize, text: &str) {
+    pub(crate) fn update(&mut self, k: usize, n: usize, text: &str) {
         let mut err = std::io::stderr().lock();
         if self.tty {
             let line = format!("{k}/{n} {text}");
@@ -431,7 +442,7 @@ impl Progress {
     }
 
     /// Ends the line (on a terminal).
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if self.tty && self.width > 0 {
             let _ = writeln!(std::io::stderr());
         }
@@ -440,7 +451,7 @@ impl Progress {
 }
 
 /// The machine, for the record: CPU model, cores, kernel and load average.
-pub fn machine() -> String {
+pub(crate) fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -450,7 +461,7 @@ pub fn machine() -> String {
                 .map(|m| m.trim().to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
@@ -458,14 +469,14 @@ pub fn machine() -> String {
 }
 
 /// The 1-, 5- and 15-minute load averages.
-pub fn load() -> String {
+pub(crate) fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
 }
 
 /// Arguments after `--`, minus the `--bench` flag cargo adds for `harness = false`.
-pub fn args() -> Vec<String> {
+pub(crate) fn args() -> Vec<String> {
     std::env::args()
         .skip(1)
         .filter(|a| a != "--bench")
@@ -473,7 +484,7 @@ pub fn args() -> Vec<String> {
 }
 
 /// Writes `text` to `<out dir>/name` and says where.
-pub fn save(name: &str, text: &str) -> PathBuf {
+pub(crate) fn save(name: &str, text: &str) -> PathBuf {
     let path = out_dir().join(name);
     std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     path

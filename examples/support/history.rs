@@ -19,7 +19,7 @@ use super::kit::event::Event;
 
 /// A measured failover.
 #[derive(Debug, Clone)]
-pub struct Failover {
+pub(crate) struct Failover {
     pub cause: String,
     pub from_node: u64,
     pub to_node: u64,
@@ -29,7 +29,7 @@ pub struct Failover {
 
 /// What the checker found.
 #[derive(Debug, Default)]
-pub struct Report {
+pub(crate) struct Report {
     pub failovers: Vec<Failover>,
     /// Each broken rule: what is wrong, then the timeline around it.
     pub violations: Vec<String>,
@@ -38,7 +38,7 @@ pub struct Report {
 
 /// Checks a whole history (any order). The group's size, for the checker's majority
 /// rule (c), is the number of nodes that reported anything.
-pub fn check(events: &[Event]) -> Report {
+pub(crate) fn check(events: &[Event]) -> Report {
     let nodes: BTreeSet<u64> = events.iter().map(|e| e.node).filter(|n| *n != 0).collect();
     let judged: Vec<checker::Event> = events.iter().filter_map(Event::judged).collect();
     let opts = checker::Options::new(nodes.len().max(1));
@@ -79,12 +79,12 @@ pub fn check(events: &[Event]) -> Report {
 }
 
 /// min / median / max of a sample, in the sample's unit.
-pub fn summary(xs: &[f64]) -> Option<(f64, f64, f64)> {
+pub(crate) fn summary(xs: &[f64]) -> Option<(f64, f64, f64)> {
     if xs.is_empty() {
         return None;
     }
     let mut v = xs.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
+    v.sort_by(f64::total_cmp);
     let med = if v.len() % 2 == 1 {
         v[v.len() / 2]
     } else {

@@ -61,7 +61,7 @@ transport's fault hooks, no root needed) and SIGUSR2 heals it.";
     // As before clap: a flag given twice takes its last value.
     args_override_self = true
 )]
-pub struct WorkerCli {
+pub(crate) struct WorkerCli {
     /// This node's id
     #[arg(long, value_name = "N", required_unless_present = "new_group_id")]
     id: Option<u64>,
@@ -182,7 +182,7 @@ pub struct WorkerCli {
 
 /// `--timing`: the worker's timing presets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum TimingPreset {
+pub(crate) enum TimingPreset {
     /// 10 ms ticks, elections 200-300 ms
     Lan,
     /// 2 ms ticks, elections 12-24 ms
@@ -194,7 +194,7 @@ pub enum TimingPreset {
 impl TimingPreset {
     /// The preset's name on the command line.
     #[allow(dead_code)] // local_group passes it on to its workers; the worker does not
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             TimingPreset::Lan => "lan",
             TimingPreset::Fast => "fast",
@@ -203,7 +203,7 @@ impl TimingPreset {
     }
 
     /// The preset's timing.
-    pub fn timing(self) -> Timing {
+    pub(crate) fn timing(self) -> Timing {
         match self {
             TimingPreset::Lan => Timing::lan(),
             TimingPreset::Fast => Timing::fast(),
@@ -243,7 +243,7 @@ fn parse_peers(s: &str) -> Result<String, String> {
 }
 
 /// What a worker command line asks for.
-pub enum Mode {
+pub(crate) enum Mode {
     /// `--new-group-id`: print a fresh group id.
     NewGroupId,
     /// Run a worker.
@@ -252,7 +252,7 @@ pub enum Mode {
 
 impl WorkerCli {
     /// What the parsed command line asks for.
-    pub fn mode(self) -> Mode {
+    pub(crate) fn mode(self) -> Mode {
         if self.new_group_id {
             return Mode::NewGroupId;
         }
@@ -315,7 +315,7 @@ impl WorkerCli {
 
 /// Parsed command line.
 #[derive(Debug, Clone)]
-pub struct WorkerArgs {
+pub(crate) struct WorkerArgs {
     pub id: u64,
     pub listen: Option<SocketAddr>,
     pub peers: String,
@@ -339,7 +339,7 @@ pub struct WorkerArgs {
 
 /// How long settling one payment takes: `base` plus a uniformly random `0..=jitter`.
 #[derive(Debug, Clone, Copy)]
-pub struct RowDelay {
+pub(crate) struct RowDelay {
     pub base: Duration,
     pub jitter: Duration,
 }
@@ -353,7 +353,7 @@ impl RowDelay {
 }
 
 /// Exit code: the data folder was refused, and starting again on it will not help.
-pub const EXIT_STORE_REFUSED: i32 = 3;
+pub(crate) const EXIT_STORE_REFUSED: i32 = 3;
 
 /// Whether a start error is about the data folder (exit code 3) rather than the rest.
 fn store_refused(e: &tenure::StartError) -> Option<&'static str> {
@@ -372,7 +372,7 @@ fn store_refused(e: &tenure::StartError) -> Option<&'static str> {
 }
 
 /// Writes one event line to stdout and flushes it (so a SIGKILL loses nothing printed).
-pub fn emit(node: u64, event: &str, mut fields: Value) {
+pub(crate) fn emit(node: u64, event: &str, mut fields: Value) {
     let mut obj = json!({"event": event, "node": node, "mono_ns": monotonic_ns()});
     if let (Some(o), Some(f)) = (obj.as_object_mut(), fields.as_object_mut()) {
         o.append(f);
@@ -383,7 +383,7 @@ pub fn emit(node: u64, event: &str, mut fields: Value) {
 }
 
 /// Runs a worker until SIGTERM/SIGINT; returns the process exit code.
-pub async fn run(args: WorkerArgs) -> i32 {
+pub(crate) async fn run(args: WorkerArgs) -> i32 {
     let id = args.id;
     let peers = match tenure::config::parse_peers(&args.peers) {
         Ok(p) => p,
@@ -703,7 +703,7 @@ pub async fn run(args: WorkerArgs) -> i32 {
         id,
         "stopped",
         json!({
-            "error": error.as_ref().map(|e| e.to_string()),
+            "error": error.as_ref().map(std::string::ToString::to_string),
             "cause": error.as_ref().map(|e| stop_cause_name(&e.cause)),
         }),
     );
@@ -804,7 +804,11 @@ fn settle_batch(
     ledger: &std::sync::Mutex<Ledger>,
     row_delay: RowDelay,
 ) -> bool {
-    let lock = || ledger.lock().unwrap_or_else(|e| e.into_inner());
+    let lock = || {
+        ledger
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
     let next = lock().next_batch();
     let (batch, payments) = match next {
         Ok(Some(b)) => b,

@@ -118,7 +118,7 @@ impl<S: RaftStore> Driver<S> {
         let term = self.raw.raft.term;
         match self.start_transfer(None) {
             Ok(to) => {
-                info!(self.logger, "removed from the group: handed leadership over"; "to" => to, "term" => term)
+                info!(self.logger, "removed from the group: handed leadership over"; "to" => to, "term" => term);
             }
             Err(e) => {
                 warn!(self.logger, "removed from the group: stepping down without a handover"; "error" => %e);
@@ -211,7 +211,7 @@ impl<S: RaftStore> Driver<S> {
     /// Marks the pending changes whose entry is `index`: applied if the entry is theirs
     /// (same term), superseded otherwise (a new leader overwrote the proposal).
     pub(super) fn entry_applied(&mut self, index: u64, term: u64) {
-        for p in self.pending_changes.iter_mut() {
+        for p in &mut self.pending_changes {
             if p.index == index && !p.applied {
                 if p.term == term {
                     p.applied = true;

@@ -414,7 +414,11 @@ impl<S: RaftStore> Driver<S> {
                 let message = payload
                     .downcast_ref::<String>()
                     .cloned()
-                    .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .or_else(|| {
+                        payload
+                            .downcast_ref::<&str>()
+                            .map(std::string::ToString::to_string)
+                    })
                     .unwrap_or_else(|| "(no message)".into());
                 let during = during();
                 error!(self.logger, "raft-rs panicked; stopping this node (its raft state is not used again)";

@@ -15,7 +15,7 @@ impl<S: RaftStore> Driver<S> {
     /// One pass over raft-rs's Ready ([`Driver::ready_pass`]); a storage error or a panic
     /// stops the driver.
     pub(super) fn handle_ready(&mut self) {
-        match self.guarded(|| "handling a Ready".into(), |d| d.ready_pass()) {
+        match self.guarded(|| "handling a Ready".into(), super::Driver::ready_pass) {
             Some(Err(StorageError::LostData { detail })) => {
                 error!(self.logger, "this node lost its data; stopping"; "detail" => &detail);
                 self.fail(StopCause::LostData { detail });

@@ -182,7 +182,7 @@ impl Metrics {
         self.fences
             .0
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push((name.to_string(), stats));
     }
 
@@ -287,13 +287,13 @@ impl Metrics {
         self.term.set(term);
         self.role.set(role);
         self.leader.set(leader);
-        self.lease_held.set(lease_held as u64);
+        self.lease_held.set(u64::from(lease_held));
     }
 
     pub(crate) fn set_health(&self, members: u64, reachable: u64, quorum_healthy: bool) {
         self.members.set(members);
         self.peers_reachable.set(reachable);
-        self.quorum_healthy.set(quorum_healthy as u64);
+        self.quorum_healthy.set(u64::from(quorum_healthy));
     }
 
     pub(crate) fn election_started(&self) {
@@ -385,7 +385,7 @@ impl Collector for Fences {
         let fences: Vec<(String, _)> = self
             .0
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .iter()
             .map(|(name, stats)| (name.clone(), stats.snapshot()))
             .collect();

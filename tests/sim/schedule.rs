@@ -9,7 +9,7 @@ use tenure::NodeId;
 
 /// Whom a fault hits.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Target {
+pub(crate) enum Target {
     /// This node.
     Node(NodeId),
     /// Whoever leads when the fault starts (`or` if nobody does): the interesting victim.
@@ -30,7 +30,7 @@ impl Target {
 
 /// One kind of fault.
 #[derive(Debug, Clone, PartialEq)]
-pub enum FaultKind {
+pub(crate) enum FaultKind {
     /// A symmetric partition: `minority` cannot talk to the rest.
     Split {
         /// The smaller side.
@@ -111,7 +111,7 @@ pub enum FaultKind {
 
 /// A fault with its time.
 #[derive(Debug, Clone)]
-pub struct Fault {
+pub(crate) struct Fault {
     /// When it starts (simulated time from the start of the run).
     pub at: Duration,
     /// How long it lasts.
@@ -122,7 +122,7 @@ pub struct Fault {
 
 /// A run's faults; every one has ended by `heal_at`.
 #[derive(Debug, Clone, Default)]
-pub struct Schedule {
+pub(crate) struct Schedule {
     /// The faults, by start time.
     pub faults: Vec<Fault>,
     /// When the last fault ends (everything is healed and every node runs).
@@ -132,7 +132,7 @@ pub struct Schedule {
 impl FaultKind {
     /// The nodes the fault involves, resolved when it starts. For a bridge: one side,
     /// then the bridge last.
-    pub fn nodes(&self, _ids: &[NodeId], leader: Option<NodeId>) -> Vec<NodeId> {
+    pub(crate) fn nodes(&self, _ids: &[NodeId], leader: Option<NodeId>) -> Vec<NodeId> {
         match self {
             FaultKind::Split { minority } => minority.clone(),
             FaultKind::Isolate(t)
@@ -155,7 +155,7 @@ impl FaultKind {
     }
 
     /// Whether the fault is one of a node's clock (no network or process fault).
-    pub fn is_clock(&self) -> bool {
+    pub(crate) fn is_clock(&self) -> bool {
         matches!(
             self,
             FaultKind::ClockJump { .. } | FaultKind::ClockStall { .. }
@@ -163,7 +163,7 @@ impl FaultKind {
     }
 
     /// The directed links (from, to) the fault cuts, for the partition kinds.
-    pub fn cut_links(&self, ids: &[NodeId], nodes: &[NodeId]) -> Vec<(NodeId, NodeId)> {
+    pub(crate) fn cut_links(&self, ids: &[NodeId], nodes: &[NodeId]) -> Vec<(NodeId, NodeId)> {
         let both = |a: &[NodeId], b: &[NodeId]| {
             let mut v = Vec::new();
             for x in a {
@@ -198,7 +198,7 @@ impl FaultKind {
     }
 
     /// One line for the timeline.
-    pub fn describe(&self, nodes: &[NodeId], start: bool) -> String {
+    pub(crate) fn describe(&self, nodes: &[NodeId], start: bool) -> String {
         let list = |v: &[NodeId]| {
             v.iter()
                 .map(|n| format!("n{n}"))
@@ -261,7 +261,7 @@ impl FaultKind {
     }
 
     /// A short name, for statistics.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             FaultKind::Split { .. } => "partition",
             FaultKind::Isolate(_) => "isolate",
@@ -286,7 +286,7 @@ impl FaultKind {
 
 /// How random schedules are drawn.
 #[derive(Debug, Clone, Copy)]
-pub struct ScheduleShape {
+pub(crate) struct ScheduleShape {
     /// No fault before this (the first election).
     pub warmup: Duration,
     /// Faults start within this window after the warmup; all end by its end.
@@ -301,7 +301,7 @@ pub struct ScheduleShape {
 
 impl Schedule {
     /// A random schedule for the group `ids`.
-    pub fn random(rng: &mut StdRng, ids: &[NodeId], shape: ScheduleShape) -> Schedule {
+    pub(crate) fn random(rng: &mut StdRng, ids: &[NodeId], shape: ScheduleShape) -> Schedule {
         let heal_at = shape.warmup + shape.window;
         let count = rng.gen_range(shape.faults.0..=shape.faults.1);
         let mut faults: Vec<Fault> = (0..count)
@@ -471,7 +471,7 @@ fn random_kind(rng: &mut StdRng, ids: &[NodeId]) -> FaultKind {
 /// undrain. Drawn from an RNG of their own ([`random_ops`]), so that a seed's faults stay
 /// what they were without them.
 #[derive(Debug, Clone, PartialEq)]
-pub enum OpKind {
+pub(crate) enum OpKind {
     /// Whoever leads when the op starts hands over (`Node::transfer_leadership`).
     Transfer {
         /// To whom.
@@ -524,7 +524,7 @@ pub enum OpKind {
 
 /// Whom a membership change takes out of the group.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Voter {
+pub(crate) enum Voter {
     /// Whoever leads when the op starts (a leader that removes itself hands over once
     /// the change is applied).
     Leader,
@@ -538,7 +538,7 @@ pub enum Voter {
 /// Faults a membership op places itself, at its own steps (each one ends by the
 /// schedule's heal, and is left out if it would start after it).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct OpFaults {
+pub(crate) struct OpFaults {
     /// `.0` after the learner was added, its links are held for `.1` (a learner that
     /// stalls while it catches up: promoting or swapping it in is refused until it has).
     pub pause_learner: Option<(Duration, Duration)>,
@@ -550,7 +550,7 @@ pub struct OpFaults {
 
 /// The target of a transfer.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum TransferTo {
+pub(crate) enum TransferTo {
     /// The most up-to-date follower (`transfer_leadership(None)`).
     Best,
     /// This node (the next one if it leads).
@@ -563,7 +563,7 @@ pub enum TransferTo {
 
 /// An op with its time.
 #[derive(Debug, Clone)]
-pub struct Op {
+pub(crate) struct Op {
     /// When it starts (simulated time from the start of the run).
     pub at: Duration,
     /// How long a drain lasts (a transfer takes what it takes).
@@ -574,7 +574,7 @@ pub struct Op {
 
 impl OpKind {
     /// A short name, for statistics.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             OpKind::Transfer {
                 to: TransferTo::VictimOf(_),
@@ -588,7 +588,7 @@ impl OpKind {
     }
 
     /// Whether the op changes the membership.
-    pub fn is_membership(&self) -> bool {
+    pub(crate) fn is_membership(&self) -> bool {
         matches!(self, OpKind::Replace { .. } | OpKind::Rejoin { .. })
     }
 }
@@ -596,7 +596,7 @@ impl OpKind {
 /// Between `count.0` and `count.1` ops for a run of `schedule` on `ids`, in the window of
 /// `shape`, ending by the schedule's heal. Half of the transfers go to the victim of a
 /// fault that stalls a node (pause, isolation, crash, one-way cut), while it is stalled.
-pub fn random_ops(
+pub(crate) fn random_ops(
     rng: &mut StdRng,
     ids: &[NodeId],
     schedule: &Schedule,
@@ -672,7 +672,7 @@ pub fn random_ops(
 /// partition, crash or pause); a third pause the learner while it catches up, a third
 /// crash the leader in the middle of the change. Drawn after [`random_ops`] from the
 /// same RNG, so a seed's transfers and drains stay what they were.
-pub fn random_member_ops(
+pub(crate) fn random_member_ops(
     rng: &mut StdRng,
     ids: &[NodeId],
     schedule: &Schedule,

@@ -54,7 +54,7 @@ const HISTORY_EVERY: Duration = Duration::from_millis(10);
 
 /// Everything one run needs.
 #[derive(Clone)]
-pub struct RunConfig {
+pub(crate) struct RunConfig {
     /// The seed of everything random in the run.
     pub seed: u64,
     /// Group size.
@@ -84,7 +84,7 @@ pub struct RunConfig {
 }
 
 /// What a run produced.
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// Every recorded event, including the faults.
     pub events: Vec<Event>,
     /// The resource's accepted writes in commit order.
@@ -140,7 +140,7 @@ struct Record {
 type Rec = Arc<Mutex<Record>>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The fenced resource: a SQLite database in memory, guarded by tenure's own fence
@@ -317,7 +317,7 @@ impl SimTransport {
 impl tenure::transport::Transport for SimTransport {
     fn send(&self, msg: raft::eraftpb::Message) {
         self.add_peers();
-        self.inner.send(msg)
+        self.inner.send(msg);
     }
     fn stats(&self) -> tenure::transport::TransportStatsSnapshot {
         self.inner.stats()
@@ -330,7 +330,7 @@ impl tenure::transport::Transport for SimTransport {
         self.add_peers();
     }
     fn set_peer(&self, id: NodeId, addr: Option<SocketAddr>) {
-        tenure::transport::Transport::set_peer(&*self.inner, id, addr)
+        tenure::transport::Transport::set_peer(&*self.inner, id, addr);
     }
     fn close(&self) {
         if self.dying.load(Ordering::SeqCst) {
@@ -470,7 +470,9 @@ fn serve_ops(ctx: &HostCtx, node: &Node) {
                     HostOp::Drain(x, drained) => {
                         let what = if drained { "drain" } else { "undrain" };
                         let r = node.set_drained(x, drained).await;
-                        let said = r.as_ref().map_or_else(|e| e.to_string(), |_| "ok".into());
+                        let said = r
+                            .as_ref()
+                            .map_or_else(std::string::ToString::to_string, |_| "ok".into());
                         // An undrain of a node that left the group has nothing left to do.
                         let done = r.is_ok() || matches!(r, Err(MembershipError::UnknownNode(_)));
                         if !drained && done {
@@ -810,7 +812,7 @@ struct LinkState {
 
 /// Runs one simulation to the end and returns what happened.
 #[allow(dead_code)] // the clock tests' entry; the seeded runs add ops
-pub fn run(cfg: &RunConfig) -> Outcome {
+pub(crate) fn run(cfg: &RunConfig) -> Outcome {
     run_with_ops(cfg, &[])
 }
 
@@ -819,7 +821,7 @@ pub fn run(cfg: &RunConfig) -> Outcome {
 const MAX_ID: NodeId = 7;
 
 /// [`run`], with operator ops (transfers, drains, membership changes) among the faults.
-pub fn run_with_ops(cfg: &RunConfig, ops: &[Op]) -> Outcome {
+pub(crate) fn run_with_ops(cfg: &RunConfig, ops: &[Op]) -> Outcome {
     let n = cfg.nodes;
     // Every host of the run so far: the first members, then each spare once started.
     let mut ids: Vec<NodeId> = (1..=n).collect();

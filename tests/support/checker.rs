@@ -154,7 +154,7 @@ use serde_json::Value;
 
 /// What happened, as far as the checker cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A node (process) started.
     Started,
     /// A node's view of term and leader changed (`term`, `leader`, `role`).
@@ -237,7 +237,7 @@ impl Kind {
 
 /// One event of one node, in the history's time base.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
+pub(crate) struct Event {
     /// The reporting node (0 for events of the harness itself, like faults).
     pub node: u64,
     /// When it was reported.
@@ -277,7 +277,7 @@ pub struct Event {
 
 impl Event {
     /// An event with only the required fields set.
-    pub fn new(node: u64, at_ns: u64, kind: Kind) -> Event {
+    pub(crate) fn new(node: u64, at_ns: u64, kind: Kind) -> Event {
         Event {
             node,
             at_ns,
@@ -300,33 +300,33 @@ impl Event {
     }
 
     /// Sets `term` and `token` (a lease event).
-    pub fn term(mut self, t: u64) -> Event {
+    pub(crate) fn term(mut self, t: u64) -> Event {
         self.term = Some(t);
         self.token = Some(t);
         self
     }
 
     /// Sets `valid_until_ns`.
-    pub fn until(mut self, ns: u64) -> Event {
+    pub(crate) fn until(mut self, ns: u64) -> Event {
         self.valid_until_ns = Some(ns);
         self
     }
 
     /// Sets a free-text note.
-    pub fn note(mut self, s: impl Into<String>) -> Event {
+    pub(crate) fn note(mut self, s: impl Into<String>) -> Event {
         self.note = s.into();
         self
     }
 
     /// `lease_acquired` of term `t` by `node` at `at`, valid until `until`.
-    pub fn acquired(node: u64, at: u64, t: u64, until: u64) -> Event {
+    pub(crate) fn acquired(node: u64, at: u64, t: u64, until: u64) -> Event {
         Event::new(node, at, Kind::LeaseAcquired)
             .term(t)
             .until(until)
     }
 
     /// `lease_confirmed` of term `t`, the call having begun at `began`.
-    pub fn confirmed(node: u64, began: u64, at: u64, t: u64, until: u64) -> Event {
+    pub(crate) fn confirmed(node: u64, began: u64, at: u64, t: u64, until: u64) -> Event {
         let mut e = Event::new(node, at, Kind::LeaseConfirmed)
             .term(t)
             .until(until);
@@ -336,7 +336,7 @@ impl Event {
     }
 
     /// `lease_lost` of term `t`, the lease having ended at `ended`.
-    pub fn lost(node: u64, at: u64, t: u64, ended: u64, reason: &str) -> Event {
+    pub(crate) fn lost(node: u64, at: u64, t: u64, ended: u64, reason: &str) -> Event {
         let mut e = Event::new(node, at, Kind::LeaseLost).term(t);
         e.ended_ns = Some(ended);
         e.reason = Some(reason.to_string());
@@ -344,7 +344,13 @@ impl Event {
     }
 
     /// `leader_changed`: `node` is now in `term`, following `leader`.
-    pub fn term_changed(node: u64, at: u64, term: u64, leader: Option<u64>, role: &str) -> Event {
+    pub(crate) fn term_changed(
+        node: u64,
+        at: u64,
+        term: u64,
+        leader: Option<u64>,
+        role: &str,
+    ) -> Event {
         let mut e = Event::new(node, at, Kind::LeaderChanged);
         e.term = Some(term);
         e.leader = leader;
@@ -353,7 +359,7 @@ impl Event {
     }
 
     /// `history`: the records (term, leader) `node` had applied at `at`, oldest first.
-    pub fn history(node: u64, at: u64, records: Vec<(u64, u64)>) -> Event {
+    pub(crate) fn history(node: u64, at: u64, records: Vec<(u64, u64)>) -> Event {
         let mut e = Event::new(node, at, Kind::History);
         e.records = records;
         e
@@ -362,7 +368,12 @@ impl Event {
     /// `members`: the voters `node` had applied at `at` (`outgoing`: the outgoing
     /// configuration's, while joint; else empty). From node 0, the harness: a
     /// configuration that may be in force from `at` on (see rule (c)).
-    pub fn members(node: u64, at: u64, mut voters: Vec<u64>, mut outgoing: Vec<u64>) -> Event {
+    pub(crate) fn members(
+        node: u64,
+        at: u64,
+        mut voters: Vec<u64>,
+        mut outgoing: Vec<u64>,
+    ) -> Event {
         voters.sort_unstable();
         outgoing.sort_unstable();
         let mut e = Event::new(node, at, Kind::Members);
@@ -374,13 +385,13 @@ impl Event {
     /// Parses one worker JSON line (`{"event": .., "node": .., "mono_ns": .., ...}`);
     /// `None` for anything else. `latency_us` becomes `latency_ns`; an optional
     /// `began_ns` is taken as is; a `history` event's `records` is `[[term, leader], ...]`.
-    pub fn from_json_line(line: &str) -> Option<Event> {
+    pub(crate) fn from_json_line(line: &str) -> Option<Event> {
         let v: Value = serde_json::from_str(line.trim()).ok()?;
         Event::from_json(&v)
     }
 
     /// [`Event::from_json_line`] on a parsed value.
-    pub fn from_json(v: &Value) -> Option<Event> {
+    pub(crate) fn from_json(v: &Value) -> Option<Event> {
         let u = |k: &str| v.get(k).and_then(Value::as_u64);
         let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
         let mut e = Event::new(
@@ -428,20 +439,20 @@ impl Event {
     }
 
     /// When a confirm began (see rule (c)).
-    pub fn began(&self) -> u64 {
+    pub(crate) fn began(&self) -> u64 {
         self.began_ns
             .unwrap_or_else(|| self.at_ns.saturating_sub(self.latency_ns.unwrap_or(0)))
     }
 }
 
 /// Parses every event line of a worker's output (other lines are skipped).
-pub fn events_from_json(text: &str) -> Vec<Event> {
+pub(crate) fn events_from_json(text: &str) -> Vec<Event> {
     text.lines().filter_map(Event::from_json_line).collect()
 }
 
 /// A write the fenced resource accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Write {
+pub(crate) struct Write {
     /// Commit order at the resource (strictly increasing along the log).
     pub seq: u64,
     /// The token the write carried.
@@ -454,7 +465,7 @@ pub struct Write {
 
 /// Which rule a violation breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Rule {
+pub(crate) enum Rule {
     /// (a) at most one lease holder per term.
     OneHolderPerTerm,
     /// (b) accepted tokens never decrease; one tenure per token.
@@ -484,7 +495,7 @@ impl fmt::Display for Rule {
 
 /// One broken rule, with the timeline around it.
 #[derive(Debug, Clone)]
-pub struct Violation {
+pub(crate) struct Violation {
     /// The rule.
     pub rule: Rule,
     /// What exactly is wrong.
@@ -495,7 +506,7 @@ pub struct Violation {
 
 /// Liveness requirement: a lease within `bound_ns` after `healed_at_ns`.
 #[derive(Debug, Clone, Copy)]
-pub struct Liveness {
+pub(crate) struct Liveness {
     /// When the last fault was healed.
     pub healed_at_ns: u64,
     /// How long after that a lease must be acquired or confirmed.
@@ -504,7 +515,7 @@ pub struct Liveness {
 
 /// A fault injected into one node's clock, in the history's time base.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClockFault {
+pub(crate) struct ClockFault {
     /// Whose clock.
     pub node: u64,
     /// When it began.
@@ -517,7 +528,7 @@ pub struct ClockFault {
 
 /// What a [`ClockFault`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClockFaultKind {
+pub(crate) enum ClockFaultKind {
     /// The clock stepped forward at once.
     Jump,
     /// The clock stood still, then ran on without counting the stalled span.
@@ -529,7 +540,7 @@ pub enum ClockFaultKind {
 
 /// What to check.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     /// Number of voters (for the majority of rule (c)).
     pub group_size: usize,
     /// Rule (e), when set.
@@ -547,7 +558,7 @@ pub struct Options {
 
 impl Options {
     /// Rules (a)–(d) and (f) for a group of `group_size`, 12 events of context.
-    pub fn new(group_size: usize) -> Options {
+    pub(crate) fn new(group_size: usize) -> Options {
         Options {
             group_size,
             liveness: None,
@@ -561,14 +572,14 @@ impl Options {
     /// The run's clock faults, and whether its confirms were `LeaseBased`: rules that
     /// trust the clocks are judged only while every clock fault stayed inside what the
     /// lease assumes (see "Clock faults" in the module docs).
-    pub fn clock_faults(mut self, faults: Vec<ClockFault>, lease_based: bool) -> Options {
+    pub(crate) fn clock_faults(mut self, faults: Vec<ClockFault>, lease_based: bool) -> Options {
         self.clock_faults = faults;
         self.lease_based = lease_based;
         self
     }
 
     /// Also check liveness (e).
-    pub fn liveness(mut self, healed_at_ns: u64, bound_ns: u64) -> Options {
+    pub(crate) fn liveness(mut self, healed_at_ns: u64, bound_ns: u64) -> Options {
         self.liveness = Some(Liveness {
             healed_at_ns,
             bound_ns,
@@ -579,7 +590,7 @@ impl Options {
 
 /// What a passing history looked like.
 #[derive(Debug, Clone, Default)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// Events judged.
     pub events: usize,
     /// Distinct terms in which a lease was acquired.
@@ -599,7 +610,7 @@ pub struct Summary {
 
 /// Every violation of one history.
 #[derive(Debug, Clone)]
-pub struct Failure {
+pub(crate) struct Failure {
     /// The violations, in rule order.
     pub violations: Vec<Violation>,
     /// What the history looked like anyway.
@@ -618,7 +629,7 @@ impl fmt::Display for Failure {
 
 impl Failure {
     /// Whether `rule` is among the violations.
-    pub fn broke(&self, rule: Rule) -> bool {
+    pub(crate) fn broke(&self, rule: Rule) -> bool {
         self.violations.iter().any(|v| v.rule == rule)
     }
 }
@@ -648,7 +659,7 @@ struct History<'a> {
 
 impl History<'_> {
     fn rel(&self, ns: u64) -> String {
-        let d = ns as i128 - self.origin as i128;
+        let d = i128::from(ns) - i128::from(self.origin);
         format!("{:+.3}ms", d as f64 / 1e6)
     }
 
@@ -776,7 +787,7 @@ impl History<'_> {
 
 /// The whole history as the failure timelines show it, without lease confirms and
 /// writes (there are many), one event per line, times from the first event.
-pub fn timeline(events: &[Event]) -> String {
+pub(crate) fn timeline(events: &[Event]) -> String {
     let mut sorted: Vec<&Event> = events.iter().collect();
     sorted.sort_by_key(|e| e.at_ns);
     let h = History {
@@ -794,7 +805,11 @@ pub fn timeline(events: &[Event]) -> String {
 
 /// Checks a history: `events` in any order (sorted by `at_ns`, stable), `writes` in the
 /// resource's commit order.
-pub fn check(events: &[Event], writes: &[Write], opts: &Options) -> Result<Summary, Failure> {
+pub(crate) fn check(
+    events: &[Event],
+    writes: &[Write],
+    opts: &Options,
+) -> Result<Summary, Failure> {
     let mut sorted: Vec<&Event> = events.iter().collect();
     sorted.sort_by_key(|e| e.at_ns);
     let origin = sorted.first().map_or(0, |e| e.at_ns);

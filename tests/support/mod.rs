@@ -1,7 +1,7 @@
-pub mod cluster;
-pub mod kit;
-pub mod netns;
-pub mod procs;
+pub(crate) mod cluster;
+pub(crate) mod kit;
+pub(crate) mod netns;
+pub(crate) mod procs;
 
 /// The history checker, as the tests have always named it (it is the kit's).
-pub use kit::checker;
+pub(crate) use kit::checker;

@@ -29,15 +29,15 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// Every namespace this harness makes starts with this; [`Lab::new`] sweeps stale ones.
-pub const NS_PREFIX: &str = "tenure-netns-";
+pub(crate) const NS_PREFIX: &str = "tenure-netns-";
 /// The port every worker listens on (each has its own namespace, so they never clash).
-pub const PORT: u16 = 7000;
+pub(crate) const PORT: u16 = 7000;
 
 /// Why the suite cannot run here, if it cannot: `None` means go ahead.
 ///
 /// Forced with `TENURE_NETNS_SKIP=1`. Without root, `ip` or `nft`, or when this kernel
 /// or container refuses network namespaces, it is skipped too.
-pub fn skip_reason() -> Option<String> {
+pub(crate) fn skip_reason() -> Option<String> {
     if std::env::var("TENURE_NETNS_SKIP").is_ok_and(|v| !v.is_empty() && v != "0") {
         return Some("TENURE_NETNS_SKIP is set".into());
     }
@@ -73,7 +73,7 @@ pub fn skip_reason() -> Option<String> {
 }
 
 /// Runs a command, `Err` with its stderr when it fails.
-pub fn run(prog: &str, args: &[&str]) -> Result<String, String> {
+pub(crate) fn run(prog: &str, args: &[&str]) -> Result<String, String> {
     let out = Command::new(prog)
         .args(args)
         .stdin(Stdio::null())
@@ -148,13 +148,13 @@ fn sweep_stale() {
 }
 
 /// The address of worker `id` (1-based).
-pub fn addr_of(id: u64) -> String {
+pub(crate) fn addr_of(id: u64) -> String {
     format!("10.77.0.{id}")
 }
 
 /// What the network does now: one-way cuts and random loss. The default heals all.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NetState {
+pub(crate) struct NetState {
     /// `(from, to)`: packets from `from` to `to` are dropped (at both ends).
     pub cut: BTreeSet<(u64, u64)>,
     /// Node → percent of its packets dropped, inbound and outbound.
@@ -163,7 +163,7 @@ pub struct NetState {
 
 impl NetState {
     /// Cuts both directions between every node of `a` and every node of `b`.
-    pub fn cut_between(&mut self, a: &[u64], b: &[u64]) {
+    pub(crate) fn cut_between(&mut self, a: &[u64], b: &[u64]) {
         for &x in a {
             for &y in b {
                 if x != y {
@@ -175,7 +175,7 @@ impl NetState {
     }
 
     /// Drops what goes from `from` to each of `to` (one way).
-    pub fn cut_one_way(&mut self, from: u64, to: &[u64]) {
+    pub(crate) fn cut_one_way(&mut self, from: u64, to: &[u64]) {
         for &y in to {
             if y != from {
                 self.cut.insert((from, y));
@@ -185,7 +185,7 @@ impl NetState {
 
     /// Whether `id` can still exchange packets both ways with a majority of `ids`
     /// (itself included), loss aside.
-    pub fn reaches_majority(&self, id: u64, ids: &[u64]) -> bool {
+    pub(crate) fn reaches_majority(&self, id: u64, ids: &[u64]) -> bool {
         let both = ids
             .iter()
             .filter(|p| {
@@ -235,7 +235,7 @@ impl fmt::Display for NetState {
 
 /// One line a worker printed, with its `CLOCK_MONOTONIC` time.
 #[derive(Debug, Clone)]
-pub struct Line {
+pub(crate) struct Line {
     pub node: u64,
     pub event: String,
     pub mono_ns: u64,
@@ -244,14 +244,14 @@ pub struct Line {
 }
 
 impl Line {
-    pub fn term(&self) -> Option<u64> {
+    pub(crate) fn term(&self) -> Option<u64> {
         self.v.get("term").and_then(Value::as_u64)
     }
 }
 
 /// What kind of thing the harness did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ActionKind {
+pub(crate) enum ActionKind {
     /// A worker process was started.
     Start,
     /// A fault landed (rules, SIGSTOP).
@@ -266,7 +266,7 @@ pub enum ActionKind {
 
 /// Something the harness did, for the timeline.
 #[derive(Debug, Clone)]
-pub struct Action {
+pub(crate) struct Action {
     pub mono_ns: u64,
     pub kind: ActionKind,
     /// The worker it concerns; 0 for the whole network.
@@ -275,7 +275,7 @@ pub struct Action {
 }
 
 /// Five (or `n`) workers in their namespaces.
-pub struct Lab {
+pub(crate) struct Lab {
     pub name: String,
     pub ids: Vec<u64>,
     pub dir: tempfile::TempDir,
@@ -296,7 +296,7 @@ pub struct Lab {
 impl Lab {
     /// Makes the namespaces, the bridge and the certificates for `n` workers; `tag`
     /// tells labs of one harness process apart. Starts no worker.
-    pub fn new(tag: &str, n: u64, worker: PathBuf, args: &[String]) -> Result<Lab, String> {
+    pub(crate) fn new(tag: &str, n: u64, worker: PathBuf, args: &[String]) -> Result<Lab, String> {
         sweep_stale();
         let name = format!("{NS_PREFIX}{}-{tag}", std::process::id());
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
@@ -355,16 +355,16 @@ impl Lab {
     }
 
     /// The namespace of worker `id`.
-    pub fn ns(&self, id: u64) -> String {
+    pub(crate) fn ns(&self, id: u64) -> String {
         format!("{}-n{id}", self.name)
     }
 
-    pub fn data_dir(&self, id: u64) -> PathBuf {
+    pub(crate) fn data_dir(&self, id: u64) -> PathBuf {
         self.dir.path().join(format!("data-{id}"))
     }
 
     /// Records a harness action on the timeline.
-    pub fn note(&self, kind: ActionKind, node: u64, what: impl Into<String>) {
+    pub(crate) fn note(&self, kind: ActionKind, node: u64, what: impl Into<String>) {
         self.actions.lock().unwrap().push(Action {
             mono_ns: tenure::clock::monotonic_ns(),
             kind,
@@ -374,7 +374,7 @@ impl Lab {
     }
 
     /// Starts worker `id` in its namespace (again, after a kill: same data folder).
-    pub fn spawn(&mut self, id: u64) {
+    pub(crate) fn spawn(&mut self, id: u64) {
         let peers = self
             .ids
             .iter()
@@ -439,17 +439,17 @@ impl Lab {
         self.paused.remove(&id);
     }
 
-    pub fn start_all(&mut self) {
+    pub(crate) fn start_all(&mut self) {
         for id in self.ids.clone() {
             self.spawn(id);
         }
     }
 
-    pub fn is_running(&self, id: u64) -> bool {
+    pub(crate) fn is_running(&self, id: u64) -> bool {
         self.children.contains_key(&id)
     }
 
-    pub fn is_paused(&self, id: u64) -> bool {
+    pub(crate) fn is_paused(&self, id: u64) -> bool {
         self.paused.contains(&id)
     }
 
@@ -460,20 +460,20 @@ impl Lab {
         }
     }
 
-    pub fn pause(&mut self, id: u64) {
+    pub(crate) fn pause(&mut self, id: u64) {
         self.signal(id, libc::SIGSTOP);
         self.paused.insert(id);
         self.note(ActionKind::Fault, id, format!("SIGSTOP n{id}"));
     }
 
-    pub fn resume(&mut self, id: u64) {
+    pub(crate) fn resume(&mut self, id: u64) {
         self.signal(id, libc::SIGCONT);
         self.paused.remove(&id);
         self.note(ActionKind::Heal, id, format!("SIGCONT n{id}"));
     }
 
     /// SIGKILL and reap.
-    pub fn kill(&mut self, id: u64) {
+    pub(crate) fn kill(&mut self, id: u64) {
         if let Some(mut c) = self.children.remove(&id) {
             let _ = c.kill();
             let _ = c.wait();
@@ -484,7 +484,7 @@ impl Lab {
 
     /// Makes every namespace enforce `net`; `why` goes on the timeline. Only the
     /// namespaces whose rules change are touched.
-    pub fn set_net(&mut self, net: NetState, why: &str) -> Result<(), String> {
+    pub(crate) fn set_net(&mut self, net: NetState, why: &str) -> Result<(), String> {
         if net == self.net {
             return Ok(());
         }
@@ -504,12 +504,12 @@ impl Lab {
         Ok(())
     }
 
-    pub fn net(&self) -> &NetState {
+    pub(crate) fn net(&self) -> &NetState {
         &self.net
     }
 
     /// Heals everything: links up, no loss, every worker running and not paused.
-    pub fn heal_all(&mut self) -> Result<(), String> {
+    pub(crate) fn heal_all(&mut self) -> Result<(), String> {
         self.set_net(NetState::default(), "heal links")?;
         for id in self.paused.clone() {
             self.resume(id);
@@ -523,13 +523,13 @@ impl Lab {
     }
 
     /// The worker lines so far, in arrival order.
-    pub fn lines(&self) -> Vec<Line> {
+    pub(crate) fn lines(&self) -> Vec<Line> {
         self.lines.lock().unwrap().clone()
     }
 
     /// The node that holds the most recent lease (highest term acquired and not yet
     /// reported lost), else the leader of the highest term anyone reported.
-    pub fn current_leader(&self) -> Option<u64> {
+    pub(crate) fn current_leader(&self) -> Option<u64> {
         let lines = self.lines.lock().unwrap();
         let acquired = lines
             .iter()
@@ -552,7 +552,7 @@ impl Lab {
     }
 
     /// Waits until a line matching `f` arrived; `None` after `timeout`.
-    pub fn wait_line(&self, timeout: Duration, f: impl Fn(&Line) -> bool) -> Option<Line> {
+    pub(crate) fn wait_line(&self, timeout: Duration, f: impl Fn(&Line) -> bool) -> Option<Line> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(l) = self.lines.lock().unwrap().iter().find(|l| f(l)) {
@@ -566,7 +566,7 @@ impl Lab {
     }
 
     /// SIGCONT and SIGTERM to every worker, then waits (SIGKILL after `grace`).
-    pub fn stop_all(&mut self, grace: Duration) {
+    pub(crate) fn stop_all(&mut self, grace: Duration) {
         for id in self.children.keys().copied().collect::<Vec<_>>() {
             self.signal(id, libc::SIGCONT);
             self.signal(id, libc::SIGTERM);
@@ -591,7 +591,7 @@ impl Lab {
 
     /// Worker lines and harness actions merged in time order, times in ms since the lab
     /// was made; for failure reports.
-    pub fn timeline(&self) -> Vec<String> {
+    pub(crate) fn timeline(&self) -> Vec<String> {
         let mut all: Vec<(u64, String)> = self
             .lines()
             .into_iter()
@@ -634,7 +634,7 @@ impl Drop for Lab {
 ///
 /// `TENURE_NETNS_WORKER=PATH` runs that binary instead (no build: for long manual runs
 /// while the tree changes).
-pub fn worker_for_run() -> PathBuf {
+pub(crate) fn worker_for_run() -> PathBuf {
     let mutation = std::env::var("TENURE_MUTATION").unwrap_or_default();
     if let Some(p) = std::env::var_os("TENURE_NETNS_WORKER").filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);

@@ -10,21 +10,21 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub use super::kit::binary::nested_cargo;
+pub(crate) use super::kit::binary::nested_cargo;
 use super::kit::children::Children;
 use super::kit::command::WorkerCommand;
 use super::kit::event::{read_events, Event};
 
 /// One event line, with when the harness received it (`at`).
-pub type Ev = Event;
+pub(crate) type Ev = Event;
 
 /// Path of the worker example binary, building it if `cargo test` did not (it builds
 /// examples only when no test filter is given).
-pub fn worker_binary() -> PathBuf {
+pub(crate) fn worker_binary() -> PathBuf {
     super::kit::binary::example("worker")
 }
 
-pub struct Group {
+pub(crate) struct Group {
     pub dir: tempfile::TempDir,
     pub ids: Vec<u64>,
     pub addrs: BTreeMap<u64, String>,
@@ -40,7 +40,7 @@ pub struct Group {
 
 impl Group {
     /// Starts `n` workers; with `ledger`, they settle the ledger at that path.
-    pub fn start(n: u64, ledger: Option<PathBuf>, extra: &[&str]) -> Group {
+    pub(crate) fn start(n: u64, ledger: Option<PathBuf>, extra: &[&str]) -> Group {
         let dir = tempfile::tempdir().expect("temp dir");
         let ids: Vec<u64> = (1..=n).collect();
         tenure::transport::tls::write_cluster_certs(dir.path().join("certs"), ids.iter().copied())
@@ -59,7 +59,7 @@ impl Group {
             children: Children::new(),
             events: Arc::new(Mutex::new(Vec::new())),
             ledger,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
+            extra: extra.iter().map(std::string::ToString::to_string).collect(),
             group: tenure::GroupId::random().to_string(),
         };
         for id in ids {
@@ -68,7 +68,7 @@ impl Group {
         g
     }
 
-    pub fn spawn(&mut self, id: u64) {
+    pub(crate) fn spawn(&mut self, id: u64) {
         let mut cmd = WorkerCommand::new(worker_binary())
             .id(id)
             .listen(&self.addrs[&id])
@@ -95,14 +95,14 @@ impl Group {
         self.children.insert(id, child);
     }
 
-    pub fn signal(&self, id: u64, sig: i32) {
+    pub(crate) fn signal(&self, id: u64, sig: i32) {
         let pid = self.children.pid(id).expect("a running worker");
         assert!(self.children.signal(id, sig), "kill({pid}, {sig})");
     }
 
     /// Waits until worker `id` exits by itself; its exit code (`None`: killed by a
     /// signal). Panics after `timeout`.
-    pub fn wait_exit(&mut self, id: u64, timeout: Duration) -> Option<i32> {
+    pub(crate) fn wait_exit(&mut self, id: u64, timeout: Duration) -> Option<i32> {
         assert!(self.children.contains(id), "worker {id} was not spawned");
         match self.children.wait(id, timeout) {
             Some(status) => status.code(),
@@ -111,16 +111,16 @@ impl Group {
     }
 
     /// SIGKILL and reap.
-    pub fn kill(&mut self, id: u64) {
+    pub(crate) fn kill(&mut self, id: u64) {
         self.children.kill(id);
     }
 
-    pub fn events(&self) -> Vec<Ev> {
+    pub(crate) fn events(&self) -> Vec<Ev> {
         self.events.lock().unwrap().clone()
     }
 
     /// Waits until an event matching `f` arrived (among all so far); returns it.
-    pub fn wait_event(&self, what: &str, timeout: Duration, f: impl Fn(&Ev) -> bool) -> Ev {
+    pub(crate) fn wait_event(&self, what: &str, timeout: Duration, f: impl Fn(&Ev) -> bool) -> Ev {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(e) = self.events.lock().unwrap().iter().find(|e| f(e)) {
@@ -145,7 +145,7 @@ impl Group {
     }
 
     /// The node currently holding a lease (its last lease event is an acquisition).
-    pub fn leaseholder(&self, timeout: Duration) -> (u64, u64) {
+    pub(crate) fn leaseholder(&self, timeout: Duration) -> (u64, u64) {
         let e = self.wait_event("a lease holder", timeout, |e| e.event == "lease_acquired");
         let evs = self.events();
         // The most recent acquisition wins.
@@ -158,7 +158,7 @@ impl Group {
     }
 
     /// SIGCONT and SIGTERM to every worker; SIGKILL what still runs after 5 s.
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         self.children.stop_all(Duration::from_secs(5));
     }
 }

@@ -11,24 +11,24 @@ use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use tenure::storage::{MemStore, RaftStore, ReadyWrite, StorageError};
 
 /// Which write dies (the values of [`TornStore::tear`]).
-pub mod tear {
+pub(crate) mod tear {
     /// None.
-    pub const NONE: u8 = 0;
+    pub(crate) const NONE: u8 = 0;
     /// The next write with a hard state (term, vote).
-    pub const HARD_STATE: u8 = 1;
+    pub(crate) const HARD_STATE: u8 = 1;
     /// The next write with log entries carrying a leadership record.
-    pub const RECORD: u8 = 2;
+    pub(crate) const RECORD: u8 = 2;
 }
 
 /// Whether an entry carries a leadership record (tenure's history entries start with
 /// this tag byte).
-pub fn is_record(e: &Entry) -> bool {
+pub(crate) fn is_record(e: &Entry) -> bool {
     e.data.first() == Some(&b'H')
 }
 
 /// A [`MemStore`] whose next write of the armed kind dies.
 #[derive(Clone)]
-pub struct TornStore {
+pub(crate) struct TornStore {
     pub inner: MemStore,
     /// Which write dies: one of the [`tear`] values; reset when it happened. Shared across
     /// restarts of one node, so a fault can be armed before the node starts.

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 /// `<target>/<profile>`: a test or bench runs from `<target>/<profile>/deps/`.
-pub fn profile_dir() -> PathBuf {
+pub(crate) fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the running executable's path");
     exe.parent()
         .and_then(Path::parent)
@@ -19,7 +19,7 @@ pub fn profile_dir() -> PathBuf {
 
 /// The Cargo target folder this runs from (it follows `CARGO_TARGET_DIR`, because cargo
 /// put the running binary there).
-pub fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     profile_dir()
         .parent()
         .expect("<target>/<profile> has a parent")
@@ -32,7 +32,7 @@ pub fn target_dir() -> PathBuf {
 /// rerun when those change (CARGO_MANIFEST_DIR), so none of them is passed on, or the
 /// nested build rebuilds half the dependency tree and the next plain build rebuilds it
 /// back.
-pub fn nested_cargo() -> Command {
+pub(crate) fn nested_cargo() -> Command {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     for (k, _) in std::env::vars_os() {
@@ -54,7 +54,7 @@ pub fn nested_cargo() -> Command {
 
 /// The arguments of `cargo build` for example `name` in this profile (with `--release`
 /// under `cargo bench` or a release test run), then `more`.
-pub fn build_args<'a>(name: &'a str, more: &[&'a str]) -> Vec<&'a str> {
+pub(crate) fn build_args<'a>(name: &'a str, more: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["build", "--example", name];
     args.extend_from_slice(more);
     if profile_dir().file_name().is_some_and(|n| n == "release") {
@@ -65,7 +65,7 @@ pub fn build_args<'a>(name: &'a str, more: &[&'a str]) -> Vec<&'a str> {
 
 /// Builds example `name` in this profile (`cargo build --example NAME`, a no-op when it
 /// is fresh) and returns its path. Panics when cargo fails.
-pub fn build_example(name: &str) -> PathBuf {
+pub(crate) fn build_example(name: &str) -> PathBuf {
     let args = build_args(name, &[]);
     let status = nested_cargo()
         .args(&args)
@@ -82,9 +82,11 @@ pub fn build_example(name: &str) -> PathBuf {
 /// every source it is built from (a plain `cargo test` has just built the examples),
 /// built with [`build_example`] otherwise (a filtered run such as `cargo test --test
 /// settlement` builds no example).
-pub fn example(name: &str) -> PathBuf {
+pub(crate) fn example(name: &str) -> PathBuf {
     static BUILT: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut built = BUILT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(bin) = built.get(name) {
         return bin.clone();
     }
@@ -129,7 +131,7 @@ fn newer_than_sources(bin: &Path) -> bool {
 
 /// Runs `bin` with exactly `args`, stdin from `/dev/null`, and waits for it: (exit code,
 /// stdout, stderr); the exit code is -1 when a signal ended it.
-pub fn output(bin: &Path, args: &[&str]) -> (i32, String, String) {
+pub(crate) fn output(bin: &Path, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(bin)
         .args(args)
         .stdin(Stdio::null())

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 
 /// How a worker meets its data folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Start {
+pub(crate) enum Start {
     /// Neither `--found` nor `--join`: the folder must hold this node's store.
     Existing,
     /// `--found GROUP`: found the group with the first members if the folder is empty,
@@ -38,7 +38,7 @@ pub enum Start {
 ///     .spawn()?;
 /// ```
 #[derive(Debug, Clone)]
-pub struct WorkerCommand {
+pub(crate) struct WorkerCommand {
     program: PathBuf,
     mode: Option<String>,
     id: Option<u64>,
@@ -58,7 +58,7 @@ pub struct WorkerCommand {
 
 impl WorkerCommand {
     /// A command line for `program` (the worker binary) with no flags yet.
-    pub fn new(program: impl Into<PathBuf>) -> WorkerCommand {
+    pub(crate) fn new(program: impl Into<PathBuf>) -> WorkerCommand {
         WorkerCommand {
             program: program.into(),
             mode: None,
@@ -80,25 +80,25 @@ impl WorkerCommand {
 
     /// A first argument before the flags: `local_group`'s `__worker`, which runs the
     /// same binary as a worker.
-    pub fn mode(mut self, word: &str) -> Self {
+    pub(crate) fn mode(mut self, word: &str) -> Self {
         self.mode = Some(word.to_string());
         self
     }
 
     /// `--id N`.
-    pub fn id(mut self, id: u64) -> Self {
+    pub(crate) fn id(mut self, id: u64) -> Self {
         self.id = Some(id);
         self
     }
 
     /// `--listen ADDR`.
-    pub fn listen(mut self, addr: impl Display) -> Self {
+    pub(crate) fn listen(mut self, addr: impl Display) -> Self {
         self.listen = Some(addr.to_string());
         self
     }
 
     /// `--peers 1=ADDR,2=ADDR,...`, in the order given.
-    pub fn peers<I: Display, A: Display>(
+    pub(crate) fn peers<I: Display, A: Display>(
         mut self,
         peers: impl IntoIterator<Item = (I, A)>,
     ) -> Self {
@@ -111,96 +111,96 @@ impl WorkerCommand {
     }
 
     /// `--data-dir DIR`.
-    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+    pub(crate) fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.data_dir = Some(dir.into());
         self
     }
 
     /// `--certs DIR`.
-    pub fn certs(mut self, dir: impl Into<PathBuf>) -> Self {
+    pub(crate) fn certs(mut self, dir: impl Into<PathBuf>) -> Self {
         self.certs = Some(dir.into());
         self
     }
 
     /// `--found GROUP`.
-    pub fn found(mut self, group: impl Display) -> Self {
+    pub(crate) fn found(mut self, group: impl Display) -> Self {
         self.start = Start::Found(group.to_string());
         self
     }
 
     /// `--join`.
-    pub fn join(mut self) -> Self {
+    pub(crate) fn join(mut self) -> Self {
         self.start = Start::Join;
         self
     }
 
     /// Neither `--found` nor `--join`, or as `start` says.
-    pub fn start(mut self, start: Start) -> Self {
+    pub(crate) fn start(mut self, start: Start) -> Self {
         self.start = start;
         self
     }
 
     /// `--timing PRESET` (`lan`, `fast`, `wan`).
-    pub fn timing(mut self, preset: &str) -> Self {
+    pub(crate) fn timing(mut self, preset: &str) -> Self {
         self.timing = Some(preset.to_string());
         self
     }
 
     /// `--tick-ms`, `--heartbeat-ms`, `--election-ms` and `--election-max-ms`, all in ms
     /// (over the preset).
-    pub fn timing_ms(mut self, tick: u64, heartbeat: u64, election: u64, max: u64) -> Self {
+    pub(crate) fn timing_ms(mut self, tick: u64, heartbeat: u64, election: u64, max: u64) -> Self {
         self.timing_ms = Some([tick, heartbeat, election, max]);
         self
     }
 
     /// `--log-level LEVEL` (`off`, `error`, `warn`, `info`, `debug`).
-    pub fn log_level(mut self, level: &str) -> Self {
+    pub(crate) fn log_level(mut self, level: &str) -> Self {
         self.log_level = Some(level.to_string());
         self
     }
 
     /// `--ledger PATH`: settle this SQLite ledger while leading.
-    pub fn ledger(mut self, path: impl Into<PathBuf>) -> Self {
+    pub(crate) fn ledger(mut self, path: impl Into<PathBuf>) -> Self {
         self.ledger = Some(path.into());
         self
     }
 
     /// `--admin ADDR`: the admin endpoint (port 0: any).
-    pub fn admin(mut self, addr: impl Display) -> Self {
+    pub(crate) fn admin(mut self, addr: impl Display) -> Self {
         self.admin = Some(addr.to_string());
         self
     }
 
     /// `--metrics ADDR`: Prometheus metrics (port 0: any).
-    pub fn metrics(mut self, addr: impl Display) -> Self {
+    pub(crate) fn metrics(mut self, addr: impl Display) -> Self {
         self.metrics = Some(addr.to_string());
         self
     }
 
     /// One more argument after the worker's flags.
-    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+    pub(crate) fn arg(mut self, arg: impl Into<OsString>) -> Self {
         self.extra.push(arg.into());
         self
     }
 
     /// More arguments after the worker's flags (read mode, confirm interval, ...).
-    pub fn args<S: Into<OsString>>(mut self, args: impl IntoIterator<Item = S>) -> Self {
+    pub(crate) fn args<S: Into<OsString>>(mut self, args: impl IntoIterator<Item = S>) -> Self {
         self.extra.extend(args.into_iter().map(Into::into));
         self
     }
 
     /// The program.
-    pub fn program(&self) -> &PathBuf {
+    pub(crate) fn program(&self) -> &PathBuf {
         &self.program
     }
 
     /// How the worker meets its data folder.
-    pub fn start_mode(&self) -> &Start {
+    pub(crate) fn start_mode(&self) -> &Start {
         &self.start
     }
 
     /// Every argument after the program.
-    pub fn to_args(&self) -> Vec<OsString> {
+    pub(crate) fn to_args(&self) -> Vec<OsString> {
         let mut a: Vec<OsString> = self.mode.iter().map(OsString::from).collect();
         let text = |s: &String| OsString::from(s);
         let path = |p: &PathBuf| p.clone().into_os_string();
@@ -243,7 +243,7 @@ impl WorkerCommand {
 
     /// The command that runs the worker, stdin from `/dev/null` (stdout and stderr are
     /// the launcher's to set).
-    pub fn command(&self) -> Command {
+    pub(crate) fn command(&self) -> Command {
         let mut cmd = Command::new(&self.program);
         cmd.args(self.to_args()).stdin(Stdio::null());
         cmd
@@ -251,7 +251,7 @@ impl WorkerCommand {
 
     /// The command that runs the worker through `wrapper` (a program and its arguments,
     /// such as `ip netns exec NS`), stdin from `/dev/null`.
-    pub fn wrapped_in(&self, wrapper: &[&str]) -> Command {
+    pub(crate) fn wrapped_in(&self, wrapper: &[&str]) -> Command {
         let (program, args) = wrapper.split_first().expect("a wrapper program");
         let mut cmd = Command::new(program);
         cmd.args(args)

@@ -13,7 +13,7 @@ use super::checker;
 
 /// One event line of a worker, parsed.
 #[derive(Debug, Clone)]
-pub struct Event {
+pub(crate) struct Event {
     /// The worker that printed it.
     pub node: u64,
     /// `started`, `leader_changed`, `lease_acquired`, …
@@ -31,7 +31,7 @@ pub struct Event {
 impl Event {
     /// Parses one line; `None` unless it is a JSON object with a string `event`, and
     /// `node` and `mono_ns` numbers (as every line the worker prints is).
-    pub fn parse(line: &str) -> Option<Event> {
+    pub(crate) fn parse(line: &str) -> Option<Event> {
         let raw = line.trim();
         let v: Value = serde_json::from_str(raw).ok()?;
         Some(Event {
@@ -45,29 +45,29 @@ impl Event {
     }
 
     /// The `term` field.
-    pub fn term(&self) -> Option<u64> {
+    pub(crate) fn term(&self) -> Option<u64> {
         self.u64("term")
     }
 
     /// An unsigned field.
-    pub fn u64(&self, key: &str) -> Option<u64> {
+    pub(crate) fn u64(&self, key: &str) -> Option<u64> {
         self.v.get(key).and_then(Value::as_u64)
     }
 
     /// A string field.
-    pub fn str(&self, key: &str) -> Option<&str> {
+    pub(crate) fn str(&self, key: &str) -> Option<&str> {
         self.v.get(key).and_then(Value::as_str)
     }
 
     /// The event as the history checker takes it.
-    pub fn judged(&self) -> Option<checker::Event> {
+    pub(crate) fn judged(&self) -> Option<checker::Event> {
         checker::Event::from_json(&self.v)
     }
 }
 
 /// Reads a worker's stdout on a thread of its own until it closes, and hands every
 /// event line to `sink` in order (other lines are skipped).
-pub fn read_events(
+pub(crate) fn read_events(
     out: impl Read + Send + 'static,
     mut sink: impl FnMut(Event) + Send + 'static,
 ) -> JoinHandle<()> {

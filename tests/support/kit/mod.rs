@@ -20,9 +20,9 @@
 
 #![allow(dead_code)]
 
-pub mod binary;
+pub(crate) mod binary;
 #[path = "../checker.rs"]
-pub mod checker;
-pub mod children;
-pub mod command;
-pub mod event;
+pub(crate) mod checker;
+pub(crate) mod children;
+pub(crate) mod command;
+pub(crate) mod event;
