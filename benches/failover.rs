@@ -1,4 +1,4 @@
-//! Failover time of a group of five worker processes on loopback (QUIC + mutual TLS,
+//! Failover time of a group of worker processes (five; `--nodes 3|7`) on loopback (QUIC + mutual TLS,
 //! RocksDB with fsync), measured the way the Raft paper's Figure 14 was: crash the
 //! leader, time how long the group is without a confirmed leader.
 //!
@@ -6,6 +6,7 @@
 //! cargo bench --bench failover                            # 100 trials, every config, both scenarios
 //! cargo bench --bench failover -- --trials 20 --config paper-12-24,default --scenario kill
 //! cargo bench --bench failover -- --quick                 # a few trials each (CI)
+//! cargo bench --bench failover -- --nodes 7 --config default --scenario kill
 //! ```
 //!
 //! A **kill** trial waits for a steady leader (it holds a lease, every worker sees it,
@@ -34,12 +35,13 @@ use support::{plot, summarize, table, Event, Group, Progress, Summary, WorkerCom
 
 const USAGE: &str = "\
 usage: cargo bench --bench failover -- [--trials N] [--config NAME[,NAME..]]
-                                       [--scenario kill|handover|all] [--quick]
+                                       [--scenario kill|handover|all] [--nodes N] [--quick]
 
   --trials N      trials per configuration and scenario (default 100)
   --config NAMES  paper-150-300, paper-150-155, paper-12-24, etcd-10-100, default
                   (repeatable or comma-separated; default: all)
   --scenario S    kill (SIGKILL the leader), handover (SIGTERM: graceful handover), all
+  --nodes N       workers in the group: 3, 5 (default) or 7
   --quick         5 kill and 3 handover trials per configuration (CI)";
 
 /// One election timing, as worker arguments.
@@ -164,6 +166,8 @@ struct Options {
     handover_trials: usize,
     confs: Vec<Conf>,
     scenarios: Vec<Scenario>,
+    /// Workers in the group.
+    nodes: u64,
 }
 
 fn parse() -> Result<Options, String> {
@@ -171,6 +175,7 @@ fn parse() -> Result<Options, String> {
     let mut quick = false;
     let mut names: Vec<String> = Vec::new();
     let mut scenarios = vec![Scenario::Kill, Scenario::Handover];
+    let mut nodes = 5;
     let args = support::args();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -192,6 +197,13 @@ fn parse() -> Result<Options, String> {
                     "all" => vec![Scenario::Kill, Scenario::Handover],
                     other => return Err(format!("--scenario: {other:?} (kill, handover, all)")),
                 }
+            }
+            "--nodes" => {
+                let v = val()?;
+                nodes = match v.parse::<u64>() {
+                    Ok(n @ (3 | 5 | 7)) => n,
+                    _ => return Err(format!("--nodes: {v:?} (3, 5 or 7 workers)")),
+                };
             }
             "--quick" => quick = true,
             "-h" | "--help" => return Err(String::new()),
@@ -223,6 +235,7 @@ fn parse() -> Result<Options, String> {
         handover_trials,
         confs,
         scenarios,
+        nodes,
     })
 }
 
@@ -249,7 +262,7 @@ fn main() {
                 Scenario::Kill => o.trials,
                 Scenario::Handover => o.handover_trials,
             };
-            let (trials, failed) = run(conf, scenario, n);
+            let (trials, failed) = run(conf, scenario, n, o.nodes);
             all.extend(trials);
             failures.extend(failed);
         }
@@ -276,10 +289,10 @@ fn main() {
     }
 }
 
-/// Runs `n` trials of `scenario` on a fresh group with timing `conf`.
-fn run(conf: &Conf, scenario: Scenario, n: usize) -> (Vec<Trial>, Vec<String>) {
+/// Runs `n` trials of `scenario` on a fresh group of `nodes` workers with timing `conf`.
+fn run(conf: &Conf, scenario: Scenario, n: usize, nodes: u64) -> (Vec<Trial>, Vec<String>) {
     // No periodic confirms from the worker's own lease loop: only tenure's lease renewal.
-    let mut group = Group::start(5, |w| conf.timing(w).args(["--confirm-ms", "3600000"]));
+    let mut group = Group::start(nodes, |w| conf.timing(w).args(["--confirm-ms", "3600000"]));
     let [_, hb, el, el_max] = conf.ms();
     // A restarted worker drops vote requests for one election timeout after it starts.
     let quiet = Duration::from_millis(el + 5);
@@ -432,6 +445,7 @@ fn report(
         "\n# failover: downtime in ms, signal → new confirmed lease"
     );
     let _ = writeln!(out, "machine: {machine}");
+    let _ = writeln!(out, "group: {} worker processes", o.nodes);
     let _ = writeln!(
         out,
         "run: {:.0} s, load at end {}\n",
