@@ -262,24 +262,34 @@ impl Node {
         let _ = self.join().await;
     }
 
-    /// Waits until the driver has ended; its error if it stopped on a fatal error.
+    /// Waits until the driver has ended and its store is closed; its error if it stopped
+    /// on a fatal error. Cancel-safe: a `join` dropped before it completes (in a
+    /// `select!`, say) leaves the driver's task for the next `join` or `shutdown`.
     pub async fn join(&self) -> Result<(), NodeStopped> {
-        let task = self.task.lock().await.take();
-        let result = self.join_driver(task).await;
+        let result = self.join_driver().await;
         if let Some(q) = &self.quic {
             q.shutdown().await;
         }
         result
     }
 
-    async fn join_driver(&self, task: Option<DriverTask>) -> Result<(), NodeStopped> {
-        match task {
-            Some(t) => match t.await {
-                Ok(r) => r,
-                Err(e) => Err(NodeStopped::new(StopCause::DriverTask(e.to_string()))),
-            },
+    async fn join_driver(&self) -> Result<(), NodeStopped> {
+        // The task stays in its slot while it is awaited, so that a cancelled join does
+        // not take it away from the next one.
+        let mut slot = self.task.lock().await;
+        match slot.as_mut() {
+            Some(t) => {
+                let r = match t.await {
+                    Ok(r) => r,
+                    Err(e) => Err(NodeStopped::new(StopCause::DriverTask(e.to_string()))),
+                };
+                *slot = None;
+                r
+            }
             None => {
-                // Another handle joined already; wait for the published stop.
+                drop(slot);
+                // Another handle joined already; wait for the published stop, which the
+                // driver sends once its store is closed.
                 let mut rx = self.leadership.clone();
                 let _ = rx.wait_for(|l| l.role == Role::Stopped).await;
                 Ok(())

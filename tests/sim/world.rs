@@ -601,6 +601,7 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
         inner: MemStore::open(ctx.disk.clone()),
         tear: ctx.tear.clone(),
         died: dying.clone(),
+        closing: Arc::default(),
     };
     let transport = SimTransport {
         inner: Arc::new(transport),

@@ -6,6 +6,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use tenure::storage::{MemStore, RaftStore, ReadyWrite, StorageError};
@@ -35,6 +36,24 @@ pub(crate) struct TornStore {
     pub tear: Arc<AtomicU8>,
     /// Set when the store died.
     pub died: Arc<AtomicBool>,
+    /// Shared by every clone: when the last one is dropped, the store "closes".
+    pub closing: Arc<CloseProbe>,
+}
+
+/// What closing a store takes, made observable: dropping the last clone of a
+/// [`TornStore`] blocks for `delay` (as RocksDB's close does while it syncs and unlocks)
+/// and then sets `closed`.
+#[derive(Default)]
+pub(crate) struct CloseProbe {
+    pub delay: Duration,
+    pub closed: Arc<AtomicBool>,
+}
+
+impl Drop for CloseProbe {
+    fn drop(&mut self) {
+        std::thread::sleep(self.delay);
+        self.closed.store(true, Ordering::SeqCst);
+    }
 }
 
 impl raft::Storage for TornStore {
