@@ -8,11 +8,16 @@
 //! admin endpoints): in three steps of five it hands leadership over (to the most
 //! up-to-date follower, to a follower, or to the node the step's faults stall: paused,
 //! killed, cut off) or drains a node (the leader or a follower; undrained after the
-//! heal), and in two schedules of five it hands over to a follower it paused, which
-//! wakes with its packets to the old leader dropped (docs/design.md, section 4). After
-//! the last fault heals, a lease must be confirmed within a bound and every batch must be
-//! settled exactly once. The history checker (tests/support/checker.rs) judges every run;
-//! each op's command and answer are on its timeline and in the report.
+//! heal), in two schedules of five it hands over to a follower it paused, which wakes
+//! with its packets to the old leader dropped (docs/design.md, section 4), and in one
+//! schedule of three it replaces a machine: spare node 6 starts on an empty folder with
+//! `--join`, `ctl members add 6 ...` then `ctl members replace OLD 6` (OLD the leader or
+//! the node the step's faults stall), and OLD is stopped for good (later faults land on
+//! node 6 in its place). After the last fault heals, a lease must be confirmed within a
+//! bound and every batch must be settled exactly once. The history checker
+//! (tests/support/checker.rs) judges every run; each op's command and answer are on its
+//! timeline and in the report, and each schedule's line and the summary count the ops by
+//! kind as drawn / asked / carried out (`transfers 3/3/2, to stalled nodes ...`).
 //!
 //! Without root, `ip` or `nft` every test here prints why it skipped and passes.
 //!
@@ -639,6 +644,8 @@ struct Outcome {
     ops: Vec<CtlRun>,
     /// The operator's ops by kind: drawn, asked, carried out.
     counts: OpCounts,
+    /// Workers that did not exit with 0 at the final graceful stop: (node, signal).
+    unclean_stops: Vec<(u64, Option<i32>)>,
     /// Everything wrong, with timelines; empty when the run passed.
     problems: Vec<String>,
     took: Duration,
@@ -659,6 +666,7 @@ impl Outcome {
             restarts: Vec::new(),
             failovers: Vec::new(),
             ops: Vec::new(),
+            unclean_stops: Vec::new(),
             problems: Vec::new(),
             took: Duration::ZERO,
         }
@@ -808,7 +816,10 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path, ctl: &Path) -> Out
     };
     // A little more history, then a graceful stop.
     std::thread::sleep(Duration::from_millis(300));
-    lab.stop_all(Duration::from_secs(5));
+    // Not judged (yet): a worker that aborts at a graceful stop is a known library bug
+    // (`Node::join` is not cancel-safe; `shutdown` can return while the driver still
+    // closes the RocksDB store, and `process::exit` then aborts it). Counted, reported.
+    out.unclean_stops = lab.stop_all(Duration::from_secs(5));
 
     // Judge.
     let mut events: Vec<Event> = lab
@@ -1618,6 +1629,29 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
             failovers[failovers.len() / 2].as_millis()
         ));
     }
+    let unclean: Vec<String> = outcomes
+        .iter()
+        .flat_map(|o| {
+            o.unclean_stops.iter().map(|(n, sig)| {
+                let how = sig.map_or("exit code != 0 or killed".to_string(), |s| {
+                    format!("signal {s}")
+                });
+                format!("seed {} n{n} ({how})", o.schedule.seed)
+            })
+        })
+        .collect();
+    say(format!(
+        "netns: {} workers did not stop cleanly on SIGTERM at the end of a schedule{}",
+        unclean.len(),
+        if unclean.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ": {} (signal 6: the known abort at exit, see run_schedule)",
+                unclean.join(", ")
+            )
+        }
+    ));
     if let (Some(lo), Some(hi)) = (restarts.first(), restarts.last()) {
         say(format!(
             "netns: {} restarts after SIGKILL took {}–{} ms (median {} ms) from spawn to started",

@@ -667,8 +667,12 @@ impl Lab {
         }
     }
 
-    /// SIGCONT and SIGTERM to every worker, then waits (SIGKILL after `grace`).
-    pub fn stop_all(&mut self, grace: Duration) {
+    /// SIGCONT and SIGTERM to every worker, then waits (SIGKILL after `grace`). Returns
+    /// the workers that did not exit by themselves with code 0 (the signal that ended
+    /// them, `None` if they exited with another code or had to be killed).
+    pub fn stop_all(&mut self, grace: Duration) -> Vec<(u64, Option<i32>)> {
+        use std::os::unix::process::ExitStatusExt;
+        let mut unclean = Vec::new();
         for id in self.children.keys().copied().collect::<Vec<_>>() {
             self.signal(id, libc::SIGCONT);
             self.signal(id, libc::SIGTERM);
@@ -676,19 +680,26 @@ impl Lab {
         self.paused.clear();
         self.note(ActionKind::Stop, 0, "SIGTERM to all workers");
         let deadline = Instant::now() + grace;
-        for (_, mut c) in std::mem::take(&mut self.children) {
+        for (id, mut c) in std::mem::take(&mut self.children) {
             loop {
                 match c.try_wait() {
-                    Ok(Some(_)) => break,
+                    Ok(Some(status)) => {
+                        if !status.success() {
+                            unclean.push((id, status.signal()));
+                        }
+                        break;
+                    }
                     _ if Instant::now() >= deadline => {
                         let _ = c.kill();
                         let _ = c.wait();
+                        unclean.push((id, None));
                         break;
                     }
                     _ => std::thread::sleep(Duration::from_millis(10)),
                 }
             }
         }
+        unclean
     }
 
     /// Worker lines and harness actions merged in time order, times in ms since the lab
