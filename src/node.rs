@@ -342,12 +342,7 @@ impl Node {
         old: NodeId,
         new: NodeId,
     ) -> Result<Membership, MembershipError> {
-        self.change(MemberChange::Replace {
-            old,
-            new,
-            explicit: false,
-        })
-        .await
+        self.replace(old, new, false).await
     }
 
     /// Drains (`true`) or undrains member `id`. A drained node never campaigns and, if it
@@ -377,12 +372,17 @@ impl Node {
         old: NodeId,
         new: NodeId,
     ) -> Result<Membership, MembershipError> {
-        self.change(MemberChange::Replace {
-            old,
-            new,
-            explicit: true,
-        })
-        .await
+        self.replace(old, new, true).await
+    }
+
+    async fn replace(
+        &self,
+        old: NodeId,
+        new: NodeId,
+        explicit: bool,
+    ) -> Result<Membership, MembershipError> {
+        self.change(MemberChange::Replace { old, new, explicit })
+            .await
     }
 
     /// Sends the driver the command `make` builds around a reply channel, and waits for
