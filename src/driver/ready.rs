@@ -164,10 +164,13 @@ impl<S: RaftStore> Driver<S> {
         let drained = self.state.is_drained(self.id);
         // A leader renewing its lease every heartbeat sends its rounds' heartbeats; raft-rs's
         // own ones would only repeat them (docs/design.md, section 2).
+        // Within a heartbeat interval and a tick: rounds run by the clock, raft-rs's
+        // heartbeats by ticks, and at one interval exactly they met at its edge.
         let rounds_beat = self.raw.raft.state == raft::StateRole::Leader
-            && self
-                .keeper
-                .round_within(self.clock.now(), self.timing.heartbeat_interval());
+            && self.keeper.round_within(
+                self.clock.now(),
+                self.timing.heartbeat_interval() + self.timing.tick,
+            );
         for m in msgs {
             if rounds_beat && m.get_msg_type() == MessageType::MsgHeartbeat && m.context.is_empty()
             {
