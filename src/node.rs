@@ -350,11 +350,11 @@ impl Node {
     /// so it holds on every node and survives restarts.
     ///
     /// Resolves once the leader has applied it; the other nodes apply it with the next
-    /// heartbeat. Draining the last voter that may lead is refused. A drained node never
-    /// campaigns, so if every voter that may lead is lost (or the group loses its leader
-    /// before an undrained node has applied its undrain), the group stays leaderless
-    /// until one of them is back or an operator undrains a node through a quorum.
-    /// Keep at least two voters undrained.
+    /// heartbeat. Draining the last voter that may lead is refused. A drained node does
+    /// not campaign while a leader may come from elsewhere; once it has known no leader
+    /// for twice the longest election timeout it campaigns as a last resort (its log may
+    /// be the only up-to-date one left, and an undrain needs a leader) and hands over as
+    /// soon as it wins. Keep at least two voters undrained.
     pub async fn set_drained(
         &self,
         id: NodeId,

@@ -90,6 +90,15 @@ impl<S: RaftStore> Driver<S> {
         self.stop = Some(StopKind::Graceful(reply));
     }
 
+    /// Whether a drained node may campaign: only as a last resort, once it has known no
+    /// leader for twice the longest election timeout (docs/design.md, section 4). Its
+    /// log may be the only up-to-date one left, and an undrain needs a leader.
+    pub(super) fn drained_may_campaign(&self, now: Instant) -> bool {
+        let longest = self.timing.tick * self.timing.election_ticks_max as u32;
+        self.leaderless_since
+            .is_some_and(|t| now.saturating_duration_since(t) >= longest * 2)
+    }
+
     /// What a leader owes the group beyond raft-rs: hand over when drained,
     /// and finish a joint configuration a previous leader left behind.
     pub(super) fn leader_duties(&mut self, now: Instant) {

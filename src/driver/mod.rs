@@ -110,7 +110,8 @@ pub(crate) struct Driver<S: RaftStore> {
     /// This node's clock: real time, except in clock-skew tests.
     clock: LocalClock,
     metrics: Arc<Metrics>,
-    /// Since when this node has known no leader (for the failover histogram).
+    /// Since when this node has known no leader, as last published (for the failover
+    /// histogram, and a drained node's last-resort campaign).
     leaderless_since: Option<Instant>,
     /// The replicated state the log builds: history, drained nodes, addresses.
     state: GroupState,

@@ -161,7 +161,8 @@ impl<S: RaftStore> Driver<S> {
     }
 
     pub(super) fn send(&mut self, msgs: Vec<Message>) {
-        let drained = self.state.is_drained(self.id);
+        let drained =
+            self.state.is_drained(self.id) && !self.drained_may_campaign(self.clock.now());
         // A leader renewing its lease every heartbeat sends its rounds' heartbeats; raft-rs's
         // own ones would only repeat them (docs/design.md, section 2).
         // Within a heartbeat interval and a tick: rounds run by the clock, raft-rs's
@@ -187,7 +188,8 @@ impl<S: RaftStore> Driver<S> {
                     MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
                 )
             {
-                // A drained node never campaigns: its (pre-)vote requests stay here.
+                // A drained node does not campaign while a leader may come from elsewhere:
+                // its (pre-)vote requests stay here (docs/design.md, section 4).
                 debug!(self.logger, "drained: not campaigning"; "to" => m.to);
                 continue;
             }
