@@ -170,9 +170,9 @@ fn measure(mode: &'static str, samples: usize) -> Result<Measured, String> {
         &samples.to_string(),
     ]
     .iter()
-    .map(|s| s.to_string())
+    .map(std::string::ToString::to_string)
     .collect();
-    let mut group = Group::start(5, &extra);
+    let mut group = Group::start(5, |w| w.args(&extra));
     // Safe confirms take well under a millisecond each; allow for a slow, busy machine.
     let timeout = Duration::from_secs(30 + samples as u64 / 100);
     let ev = group.wait_event(0, timeout, |e| e.event == "confirm_stats");

@@ -305,6 +305,8 @@ impl Group {
             .map(|(id, s)| (*id, s.local_addr().expect("local addr")))
             .collect();
         drop(socks);
+        // A new group each run, founded explicitly by all of its first members.
+        let group = tenure::GroupId::random();
         let mut nodes = Vec::new();
         for id in ids {
             let config = Config::builder(id)
@@ -313,6 +315,7 @@ impl Group {
                 .tls_dir(root.join("certs"))
                 .timing(Timing::fast())
                 .compact_after(compact_after)
+                .found(group)
                 .build();
             let node = Node::start(config)
                 .await

@@ -1,4 +1,4 @@
-//! Failover time of a group of five worker processes on loopback (QUIC + mutual TLS,
+//! Failover time of a group of worker processes (five; `--nodes 3|7`) on loopback (QUIC + mutual TLS,
 //! RocksDB with fsync), measured the way the Raft paper's Figure 14 was: crash the
 //! leader, time how long the group is without a confirmed leader.
 //!
@@ -6,6 +6,7 @@
 //! cargo bench --bench failover                            # 100 trials, every config, both scenarios
 //! cargo bench --bench failover -- --trials 20 --config paper-12-24,default --scenario kill
 //! cargo bench --bench failover -- --quick                 # a few trials each (CI)
+//! cargo bench --bench failover -- --nodes 7 --config default --scenario kill
 //! ```
 //!
 //! A **kill** trial waits for a steady leader (it holds a lease, every worker sees it,
@@ -30,16 +31,17 @@ use std::time::{Duration, Instant};
 use plotters::prelude::*;
 use rand::Rng;
 
-use support::{plot, summarize, table, Ev, Group, Progress, Summary};
+use support::{plot, summarize, table, Event, Group, Progress, Summary, WorkerCommand};
 
 const USAGE: &str = "\
 usage: cargo bench --bench failover -- [--trials N] [--config NAME[,NAME..]]
-                                       [--scenario kill|handover|all] [--quick]
+                                       [--scenario kill|handover|all] [--nodes N] [--quick]
 
   --trials N      trials per configuration and scenario (default 100)
   --config NAMES  paper-150-300, paper-150-155, paper-12-24, etcd-10-100, default
                   (repeatable or comma-separated; default: all)
   --scenario S    kill (SIGKILL the leader), handover (SIGTERM: graceful handover), all
+  --nodes N       workers in the group: 3, 5 (default) or 7
   --quick         5 kill and 3 handover trials per configuration (CI)";
 
 /// One election timing, as worker arguments.
@@ -70,19 +72,11 @@ impl Conf {
     fn timer_floor(&self) -> f64 {
         self.ms()[2] as f64 - self.tick() - self.heartbeat() / 2.0
     }
-    fn args(&self) -> Vec<String> {
+    /// The worker's timing options for this configuration.
+    fn timing(&self, worker: WorkerCommand) -> WorkerCommand {
         match self.timing {
-            None => Vec::new(),
-            Some([t, h, e, m]) => vec![
-                "--tick-ms".into(),
-                t.to_string(),
-                "--heartbeat-ms".into(),
-                h.to_string(),
-                "--election-ms".into(),
-                e.to_string(),
-                "--election-max-ms".into(),
-                m.to_string(),
-            ],
+            None => worker,
+            Some([t, h, e, m]) => worker.timing_ms(t, h, e, m),
         }
     }
 }
@@ -172,6 +166,8 @@ struct Options {
     handover_trials: usize,
     confs: Vec<Conf>,
     scenarios: Vec<Scenario>,
+    /// Workers in the group.
+    nodes: u64,
 }
 
 fn parse() -> Result<Options, String> {
@@ -179,6 +175,7 @@ fn parse() -> Result<Options, String> {
     let mut quick = false;
     let mut names: Vec<String> = Vec::new();
     let mut scenarios = vec![Scenario::Kill, Scenario::Handover];
+    let mut nodes = 5;
     let args = support::args();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -190,7 +187,7 @@ fn parse() -> Result<Options, String> {
                     v.parse::<usize>()
                         .map_err(|_| format!("--trials: {v:?} is not a number"))?
                         .max(1),
-                )
+                );
             }
             "--config" => names.extend(val()?.split(',').map(|s| s.trim().to_string())),
             "--scenario" => {
@@ -200,6 +197,13 @@ fn parse() -> Result<Options, String> {
                     "all" => vec![Scenario::Kill, Scenario::Handover],
                     other => return Err(format!("--scenario: {other:?} (kill, handover, all)")),
                 }
+            }
+            "--nodes" => {
+                let v = val()?;
+                nodes = match v.parse::<u64>() {
+                    Ok(n @ (3 | 5 | 7)) => n,
+                    _ => return Err(format!("--nodes: {v:?} (3, 5 or 7 workers)")),
+                };
             }
             "--quick" => quick = true,
             "-h" | "--help" => return Err(String::new()),
@@ -231,6 +235,7 @@ fn parse() -> Result<Options, String> {
         handover_trials,
         confs,
         scenarios,
+        nodes,
     })
 }
 
@@ -257,7 +262,7 @@ fn main() {
                 Scenario::Kill => o.trials,
                 Scenario::Handover => o.handover_trials,
             };
-            let (trials, failed) = run(conf, scenario, n);
+            let (trials, failed) = run(conf, scenario, n, o.nodes);
             all.extend(trials);
             failures.extend(failed);
         }
@@ -284,12 +289,10 @@ fn main() {
     }
 }
 
-/// Runs `n` trials of `scenario` on a fresh group with timing `conf`.
-fn run(conf: &Conf, scenario: Scenario, n: usize) -> (Vec<Trial>, Vec<String>) {
-    let mut extra = conf.args();
+/// Runs `n` trials of `scenario` on a fresh group of `nodes` workers with timing `conf`.
+fn run(conf: &Conf, scenario: Scenario, n: usize, nodes: u64) -> (Vec<Trial>, Vec<String>) {
     // No periodic confirms from the worker's own lease loop: only tenure's lease renewal.
-    extra.extend(["--confirm-ms".into(), "3600000".into()]);
-    let mut group = Group::start(5, &extra);
+    let mut group = Group::start(nodes, |w| conf.timing(w).args(["--confirm-ms", "3600000"]));
     let [_, hb, el, el_max] = conf.ms();
     // A restarted worker drops vote requests for one election timeout after it starts.
     let quiet = Duration::from_millis(el + 5);
@@ -317,7 +320,7 @@ fn run(conf: &Conf, scenario: Scenario, n: usize) -> (Vec<Trial>, Vec<String>) {
             Scenario::Handover => group.signal(leader, libc::SIGTERM),
         };
         let hit = group.wait_event(cursor, patience, |e| {
-            e.event == "lease_acquired" && e.node != leader && e.term() > term
+            e.event == "lease_acquired" && e.node != leader && e.term().unwrap_or(0) > term
         });
         let Some(new) = hit else {
             let why = format!("{label} trial {}: no new lease after {patience:?}", k + 1);
@@ -372,14 +375,14 @@ fn measure(
     leader: u64,
     term: u64,
     at: u64,
-    new: &Ev,
+    new: &Event,
     group: &Group,
     cursor: usize,
 ) -> Trial {
     let s = group.state();
     let after = &s.events[cursor.min(s.events.len())..];
     let ms = |ns: u64| ns.saturating_sub(at) as f64 / 1e6;
-    let campaigns: Vec<&Ev> = after
+    let campaigns: Vec<&Event> = after
         .iter()
         .filter(|e| e.node != leader && e.event == "leader_changed" && e.mono_ns <= new.mono_ns)
         .filter(|e| matches!(e.str("role"), Some("pre_candidate" | "candidate")))
@@ -405,7 +408,7 @@ fn measure(
         old_leader: leader,
         new_leader: new.node,
         old_term: term,
-        new_term: new.term(),
+        new_term: new.term().unwrap_or(0),
         first_campaigner: campaigns.first().map(|e| e.node),
         campaigners: campaigners.len(),
         detect_ms: campaign.map(ms),
@@ -442,6 +445,7 @@ fn report(
         "\n# failover: downtime in ms, signal → new confirmed lease"
     );
     let _ = writeln!(out, "machine: {machine}");
+    let _ = writeln!(out, "group: {} worker processes", o.nodes);
     let _ = writeln!(
         out,
         "run: {:.0} s, load at end {}\n",
@@ -579,7 +583,7 @@ fn plot(o: &Options, all: &[Trial], path: &std::path::Path) -> Result<(), String
         let xmax = o
             .confs
             .iter()
-            .flat_map(|c| of(c).last().copied())
+            .filter_map(|c| of(c).last().copied())
             .fold(1.0_f64, f64::max);
         let mut series = Vec::new();
         for (i, c) in o.confs.iter().enumerate() {

@@ -164,10 +164,10 @@ fn run(secs: f64, worker_args: &[String], in_netns: bool) {
     eprintln!("idle: {machine}");
     let mut extra: Vec<String> = ["--confirm-ms", "3600000", "--stats-ms", "500"]
         .iter()
-        .map(|s| s.to_string())
+        .map(std::string::ToString::to_string)
         .collect();
     extra.extend(worker_args.iter().cloned());
-    let mut group = Group::start(5, &extra);
+    let mut group = Group::start(5, |w| w.args(&extra));
     let Some((leader, term)) = group.wait_steady(Duration::from_secs(1), Duration::from_secs(30))
     else {
         eprintln!(

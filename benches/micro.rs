@@ -60,10 +60,10 @@ fn frames(c: &mut Criterion) {
         let frame = encode(&msg, DEFAULT_MAX_FRAME).expect("encode");
         g.throughput(Throughput::Bytes(frame.len() as u64));
         g.bench_function(format!("encode/{name}"), |b| {
-            b.iter(|| encode(black_box(&msg), DEFAULT_MAX_FRAME).expect("encode"))
+            b.iter(|| encode(black_box(&msg), DEFAULT_MAX_FRAME).expect("encode"));
         });
         g.bench_function(format!("decode/{name}"), |b| {
-            b.iter(|| decode(black_box(&frame), DEFAULT_MAX_FRAME).expect("decode"))
+            b.iter(|| decode(black_box(&frame), DEFAULT_MAX_FRAME).expect("decode"));
         });
     }
     g.finish();
@@ -112,12 +112,12 @@ fn ready(c: &mut Criterion) {
     let rocks = RocksStore::create(dir.path().join("rocks"), 1, conf.clone()).expect("rocks");
     let mut next = 0;
     g.bench_function("rocksdb_fsync/hard_state+1_entry", |b| {
-        b.iter_custom(|iters| write_ready(&rocks, &mut next, iters))
+        b.iter_custom(|iters| write_ready(&rocks, &mut next, iters));
     });
     let mem = MemStore::new(conf);
     let mut next = 0;
     g.bench_function("mem/hard_state+1_entry", |b| {
-        b.iter_custom(|iters| write_ready(&mem, &mut next, iters))
+        b.iter_custom(|iters| write_ready(&mem, &mut next, iters));
     });
     g.finish();
 }

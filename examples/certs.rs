@@ -16,96 +16,47 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::Parser;
 use tenure::transport::tls::{
     node_cert_file, node_dir, node_key_file, node_server_name, write_cluster_certs,
     write_cluster_certs_per_node, CA_CERT_FILE, CA_DIR, CA_KEY_FILE, OPERATOR_CERT_FILE,
     OPERATOR_DIR, OPERATOR_KEY_FILE, OPERATOR_NAME,
 };
 
-const USAGE: &str = "\
-usage: certs --nodes N --out DIR [--per-node]
-
-  --nodes N    how many nodes: certificates for ids 1..=N (1 <= N <= 1000)
-  --out DIR    directory to write into (created if missing; existing certificate
-               files are never overwritten)
-  --per-node   one folder per holder, so that no node holds the CA key:
-                 DIR/ca/         ca.pem ca-key.pem   (keep apart: it mints node ids)
-                 DIR/node-<id>/  ca.pem node-<id>.pem node-<id>-key.pem
-                 DIR/operator/   ca.pem operator.pem operator-key.pem
-               copy DIR/node-<id> to node <id> and start it with --certs on that folder
-  -h, --help   this text";
-
 /// The largest group worth making certificates for in one go (raft groups are 3..7).
 const MAX_NODES: u64 = 1000;
 
+const EXIT_CODES: &str = "\
+Exit codes: 0 done; 1 the files could not be written; 2 bad arguments.";
+
+/// Writes a cluster CA, a certificate for each of the nodes 1..=N and an operator
+/// certificate for the admin tool (ctl).
+#[derive(Debug, Parser)]
+#[command(name = "certs", bin_name = "certs", after_help = EXIT_CODES)]
 struct Args {
+    /// How many nodes: certificates for ids 1..=N
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_NODES))]
     nodes: u64,
+
+    /// Directory to write into (created if missing; existing certificate files are never
+    /// overwritten)
+    #[arg(long, value_name = "DIR")]
     out: PathBuf,
+
+    /// One folder per holder, so that no node holds the CA key
+    ///
+    ///   DIR/ca/         ca.pem ca-key.pem   (keep apart: it mints node ids)
+    ///   DIR/node-<id>/  ca.pem node-<id>.pem node-<id>-key.pem
+    ///   DIR/operator/   ca.pem operator.pem operator-key.pem
+    ///
+    /// Copy DIR/node-<id> to node <id> and start it with --certs on that folder.
+    #[arg(long, verbatim_doc_comment)]
     per_node: bool,
 }
 
-/// Parses the arguments; `Err(None)` means help was asked for.
-fn parse(args: &[String]) -> Result<Args, Option<String>> {
-    let mut nodes: Option<u64> = None;
-    let mut out: Option<PathBuf> = None;
-    let mut per_node = false;
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (arg.as_str(), None),
-        };
-        let mut value = |name: &str| -> Result<String, Option<String>> {
-            match inline.clone().or_else(|| it.next().cloned()) {
-                Some(v) if !v.is_empty() => Ok(v),
-                _ => Err(Some(format!("{name} needs a value"))),
-            }
-        };
-        match flag {
-            "-h" | "--help" => return Err(None),
-            "--per-node" if inline.is_none() => per_node = true,
-            "--nodes" => {
-                if nodes.is_some() {
-                    return Err(Some("--nodes given twice".into()));
-                }
-                let v = value("--nodes")?;
-                let n: u64 = v
-                    .parse()
-                    .map_err(|_| Some(format!("--nodes: {v:?} is not a whole number")))?;
-                if !(1..=MAX_NODES).contains(&n) {
-                    return Err(Some(format!("--nodes: {n} is not in 1..={MAX_NODES}")));
-                }
-                nodes = Some(n);
-            }
-            "--out" => {
-                if out.is_some() {
-                    return Err(Some("--out given twice".into()));
-                }
-                out = Some(PathBuf::from(value("--out")?));
-            }
-            other => return Err(Some(format!("unknown argument {other:?}"))),
-        }
-    }
-    Ok(Args {
-        nodes: nodes.ok_or_else(|| Some("--nodes is required".to_string()))?,
-        out: out.ok_or_else(|| Some("--out is required".to_string()))?,
-        per_node,
-    })
-}
-
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let args = match parse(&args) {
-        Ok(a) => a,
-        Err(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(Some(msg)) => {
-            eprintln!("certs: {msg}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    // Help goes to stdout with exit code 0; a usage error to stderr with exit code 2.
+    let args = Args::parse();
     if args.per_node {
         return write_per_node(&args);
     }
@@ -115,11 +66,8 @@ fn main() -> ExitCode {
     }
     let dir = &args.out;
     println!("wrote to {}:", dir.display());
-    println!("  {:<22} cluster CA certificate (every node)", CA_CERT_FILE);
-    println!(
-        "  {:<22} cluster CA private key, mode 0600 (keep it off the nodes)",
-        CA_KEY_FILE
-    );
+    println!("  {CA_CERT_FILE:<22} cluster CA certificate (every node)");
+    println!("  {CA_KEY_FILE:<22} cluster CA private key, mode 0600 (keep it off the nodes)");
     for id in 1..=args.nodes {
         println!(
             "  {:<22} node {id} certificate ({})",
@@ -132,13 +80,9 @@ fn main() -> ExitCode {
         );
     }
     println!(
-        "  {:<22} operator certificate ({OPERATOR_NAME}; the admin tool, not a node)",
-        OPERATOR_CERT_FILE
+        "  {OPERATOR_CERT_FILE:<22} operator certificate ({OPERATOR_NAME}; the admin tool, not a node)"
     );
-    println!(
-        "  {:<22} operator private key, mode 0600",
-        OPERATOR_KEY_FILE
-    );
+    println!("  {OPERATOR_KEY_FILE:<22} operator private key, mode 0600");
     ExitCode::SUCCESS
 }
 

@@ -15,132 +15,98 @@
 
 #[path = "support/history.rs"]
 mod history;
+#[path = "../tests/support/kit/mod.rs"]
+mod kit;
 #[path = "support/ledger.rs"]
 mod ledger;
 #[path = "support/worker.rs"]
 mod worker;
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Write};
+use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use clap::{CommandFactory, Parser};
+use kit::children::Children;
+use kit::command::WorkerCommand;
+use kit::event::Event;
+use serde_json::json;
 use tenure::clock::monotonic_ns;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
-const USAGE: &str = "\
-usage: local_group [--nodes N] [--spares N] [--duration SECS] [--chaos kill|pause]
-                   [--events FILE] [--ledger FILE] [--timing lan|fast|wan] [--base-port PORT]
-
-Spawns N tenure workers (default 5) on 127.0.0.1 with their certificates and data in a
-temporary folder, and shows a live status view. Each worker opens an admin endpoint; the
-`cargo run --example ctl -- ...` command line to drive the group from another terminal is
-printed at start. Ctrl-C (or --duration) stops them all and removes the folder.
-
-  --base-port P   raft ports P, P+1, ...; admin ports P+100, P+101, ... (default: free ports)
-  --spares N      also start N workers (ids after the group's) that wait to join
-                  (--join): add them with `ctl members add ID ADDR`, then `members promote ID`
-
-  --chaos kill    SIGKILL the leader every few seconds, restart it a little later
-  --chaos pause   SIGSTOP the leader, SIGCONT it a few seconds later
-  --events FILE   append every worker event and every chaos event (JSON lines) to FILE
-  --ledger FILE   create an SQLite ledger at FILE, seed payments to settle, and have the
-                  leader settle them with fenced, idempotent writes; the summary checks
-                  that every seeded batch was settled exactly once";
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Chaos {
-    None,
-    Kill,
-    Pause,
-}
-
+/// Runs a local group of tenure workers and shows who leads, live.
+///
+/// Spawns N tenure workers (default 5) on 127.0.0.1 with their certificates and data in
+/// a temporary folder, and shows a live status view. Each worker opens an admin endpoint;
+/// the `cargo run --example ctl -- ...` command line to drive the group from another
+/// terminal is printed at start. Ctrl-C (or --duration) stops them all and removes the
+/// folder.
+#[derive(Debug, Parser)]
+#[command(
+    name = "local_group",
+    bin_name = "local_group",
+    after_help = "Exit codes: 0 done, every check passed; 1 the group could not be started; \
+                  2 bad arguments; 3 a check failed (leases, or the ledger's exactly-once).",
+    // As before clap: a flag given twice takes its last value.
+    args_override_self = true
+)]
 struct Options {
+    /// Group size
+    #[arg(long, value_name = "N", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(1..=9))]
     nodes: u64,
+
+    /// Also start N workers (ids after the group's) that wait to join (--join)
+    ///
+    /// Add them with `ctl members add ID ADDR`, then `members promote ID`.
+    #[arg(long, value_name = "N", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=4))]
     spares: u64,
+
+    /// Stop by itself after SECS seconds
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
     duration: Option<Duration>,
+
+    /// What to do to the leader, again and again
+    #[arg(long, value_name = "MODE", default_value = "none")]
     chaos: Chaos,
+
+    /// Append every worker event and every chaos event (JSON lines) to FILE
+    #[arg(long, value_name = "FILE")]
     events: Option<PathBuf>,
-    timing: String,
+
+    /// The workers' timing preset
+    #[arg(long, value_name = "PRESET", default_value = "lan")]
+    timing: worker::TimingPreset,
+
+    /// Raft ports P, P+1, ...; admin ports P+100, P+101, ... (default: free ports)
+    #[arg(long, value_name = "P")]
     base_port: Option<u16>,
+
+    /// Create an SQLite ledger at FILE, seed payments to settle, and have the leader
+    /// settle them with fenced, idempotent writes; the summary checks that every seeded
+    /// batch was settled exactly once
+    #[arg(long, value_name = "FILE")]
     ledger: Option<PathBuf>,
 }
 
-fn parse(args: &[String]) -> Result<Options, String> {
-    let mut o = Options {
-        nodes: 5,
-        spares: 0,
-        duration: None,
-        chaos: Chaos::None,
-        events: None,
-        timing: "lan".into(),
-        base_port: None,
-        ledger: None,
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = || {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{a} needs a value"))
-        };
-        match a.as_str() {
-            "--nodes" => {
-                let v = val()?;
-                o.nodes = v
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=9).contains(n))
-                    .ok_or_else(|| format!("--nodes: {v:?} is not a number from 1 to 9"))?;
-            }
-            "--spares" => {
-                let v = val()?;
-                o.spares = v
-                    .parse()
-                    .ok()
-                    .filter(|n| *n <= 4)
-                    .ok_or_else(|| format!("--spares: {v:?} is not a number from 0 to 4"))?;
-            }
-            "--duration" => {
-                let v = val()?;
-                let secs: f64 = v.parse().ok().filter(|s: &f64| *s > 0.0).ok_or_else(|| {
-                    format!("--duration: {v:?} is not a positive number of seconds")
-                })?;
-                o.duration = Some(Duration::from_secs_f64(secs));
-            }
-            "--chaos" => {
-                o.chaos = match val()?.as_str() {
-                    "kill" => Chaos::Kill,
-                    "pause" => Chaos::Pause,
-                    "none" => Chaos::None,
-                    other => return Err(format!("--chaos: {other:?} is not kill or pause")),
-                }
-            }
-            "--events" => o.events = Some(PathBuf::from(val()?)),
-            "--timing" => o.timing = val()?,
-            "--ledger" => o.ledger = Some(PathBuf::from(val()?)),
-            "--base-port" => {
-                let v = val()?;
-                o.base_port = Some(
-                    v.parse()
-                        .map_err(|_| format!("--base-port: {v:?} is not a port"))?,
-                );
-            }
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
+#[derive(Debug, Clone, Copy, PartialEq, clap::ValueEnum)]
+enum Chaos {
+    /// No faults
+    None,
+    /// SIGKILL the leader every few seconds, restart it a little later
+    Kill,
+    /// SIGSTOP the leader, SIGCONT it a few seconds later
+    Pause,
+}
+
+fn parse_secs(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(secs) if secs > 0.0 && secs.is_finite() => Ok(Duration::from_secs_f64(secs)),
+        _ => Err(format!("{s:?} is not a positive number of seconds")),
     }
-    if o.nodes + o.spares > 9 {
-        return Err(format!(
-            "--nodes {} and --spares {}: at most 9 workers in all",
-            o.nodes, o.spares
-        ));
-    }
-    Ok(o)
 }
 
 fn main() {
@@ -153,27 +119,34 @@ fn main() {
             eprintln!("local_group: cannot start the tokio runtime: {e}");
             std::process::exit(1)
         });
-    // Worker mode: this same binary is each worker of the group.
+    // Worker mode: this same binary is each worker of the group (the worker's command
+    // line, and its usage errors, exit code 2).
     if args.first().map(String::as_str) == Some("__worker") {
-        let code = match worker::parse_args(&args[1..]) {
-            Ok(w) => rt.block_on(worker::run(w)),
-            Err(e) => {
-                eprintln!("worker: {e}");
-                2
+        let cli = worker::WorkerCli::parse_from(
+            std::iter::once("worker".to_string()).chain(args[1..].iter().cloned()),
+        );
+        let code = match cli.mode() {
+            worker::Mode::NewGroupId => {
+                println!("{}", tenure::GroupId::random());
+                0
             }
+            worker::Mode::Run(w) => rt.block_on(worker::run(*w)),
         };
         std::process::exit(code);
     }
-    let opts = match parse(&args) {
-        Ok(o) => o,
-        Err(msg) => {
-            if !msg.is_empty() {
-                eprintln!("local_group: {msg}\n");
-            }
-            eprintln!("{USAGE}");
-            std::process::exit(if msg.is_empty() { 0 } else { 2 });
-        }
-    };
+    // Help goes to stdout with exit code 0; a usage error to stderr with exit code 2.
+    let opts = Options::parse();
+    if opts.nodes + opts.spares > 9 {
+        Options::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!(
+                    "--nodes {} and --spares {}: at most 9 workers in all",
+                    opts.nodes, opts.spares
+                ),
+            )
+            .exit()
+    }
     let code = rt.block_on(run(opts));
     std::process::exit(code);
 }
@@ -192,110 +165,102 @@ struct WorkerView {
     last_event: String,
 }
 
+/// A line a worker printed.
+enum Line {
+    /// On stdout: an event.
+    Out(String),
+    /// On stderr.
+    Err(String),
+}
+
 struct Group {
     dir: tempfile::TempDir,
-    exe: PathBuf,
-    /// The founders' `--peers` list.
-    peers: String,
+    /// Every worker's command line but for its id, addresses, peers, data folder and
+    /// whether it founds or joins: `__worker` mode of this binary, the certificates,
+    /// timing, log level and ledger.
+    template: WorkerCommand,
     addrs: BTreeMap<u64, String>,
     /// Workers started with `--join` (their `--peers`: the founders and themselves).
     spares: Vec<u64>,
     /// Each worker's admin endpoint (`--admin`), for `cargo run --example ctl`.
     admin_addrs: BTreeMap<u64, String>,
-    children: BTreeMap<u64, Child>,
-    timing: String,
+    /// The running workers (killed when the group is dropped).
+    children: Children,
     ledger: Option<PathBuf>,
-    tx: mpsc::UnboundedSender<(u64, String)>,
+    tx: mpsc::UnboundedSender<(u64, Line)>,
     /// The group the first workers found (`--found` on every start, also after a chaos
     /// kill: once the group exists it only checks the stored id).
     group_id: String,
 }
 
 impl Group {
-    fn peers_for(&self, id: u64) -> String {
-        if self.spares.contains(&id) {
-            format!("{},{id}={}", self.peers, self.addrs[&id])
-        } else {
-            self.peers.clone()
-        }
-    }
-
     fn spawn(&mut self, id: u64) -> std::io::Result<u32> {
-        let data = self.dir.path().join(format!("data-{id}"));
-        let mut cmd = Command::new(&self.exe);
-        cmd.arg("__worker")
-            .args(["--id", &id.to_string()])
-            .args(["--listen", &self.addrs[&id]])
-            .args(["--admin", &self.admin_addrs[&id]])
-            .args(["--peers", &self.peers_for(id)])
-            .arg("--data-dir")
-            .arg(&data)
-            .arg("--certs")
-            .arg(self.dir.path().join("certs"))
-            .args(["--timing", &self.timing])
-            .args(["--log-level", "off"]);
-        if let Some(l) = &self.ledger {
-            cmd.arg("--ledger").arg(l);
-        }
-        if self.spares.contains(&id) {
-            cmd.arg("--join");
+        let spare = self.spares.contains(&id);
+        // The founders' list; a spare also names itself.
+        let peers = self
+            .addrs
+            .iter()
+            .filter(|(p, _)| !self.spares.contains(p) || (spare && **p == id));
+        let cmd = self
+            .template
+            .clone()
+            .id(id)
+            .listen(&self.addrs[&id])
+            .admin(&self.admin_addrs[&id])
+            .peers(peers)
+            .data_dir(self.dir.path().join(format!("data-{id}")));
+        let cmd = if spare {
+            cmd.join()
         } else {
-            cmd.args(["--found", &self.group_id]);
-        }
-        cmd.stdin(Stdio::null())
+            cmd.found(&self.group_id)
+        };
+        let mut child = cmd
+            .command()
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn()?;
-        let pid = child.id().unwrap_or(0);
+            .spawn()?;
+        let pid = child.id();
         if let Some(out) = child.stdout.take() {
-            let tx = self.tx.clone();
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(out).lines();
-                while let Ok(Some(l)) = lines.next_line().await {
-                    let _ = tx.send((id, l));
-                }
-            });
+            forward(out, id, self.tx.clone(), Line::Out);
         }
         if let Some(err) = child.stderr.take() {
-            let tx = self.tx.clone();
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(err).lines();
-                while let Ok(Some(l)) = lines.next_line().await {
-                    let _ = tx.send((id, format!("{{\"stderr\":{}}}", Value::String(l))));
-                }
-            });
+            forward(err, id, self.tx.clone(), Line::Err);
         }
         self.children.insert(id, child);
         Ok(pid)
     }
 
     fn signal(&self, id: u64, sig: i32) -> bool {
-        match self.children.get(&id).and_then(|c| c.id()) {
-            // SAFETY: kill(2) on a PID we spawned and still own (not yet reaped).
-            Some(pid) => unsafe { libc::kill(pid as i32, sig) == 0 },
-            None => false,
-        }
+        self.children.signal(id, sig)
     }
 
-    async fn stop_all(&mut self) {
-        let ids: Vec<u64> = self.children.keys().copied().collect();
-        for id in &ids {
-            self.signal(*id, libc::SIGCONT);
-            self.signal(*id, libc::SIGTERM);
-        }
-        for id in ids {
-            if let Some(mut c) = self.children.remove(&id) {
-                if tokio::time::timeout(Duration::from_secs(3), c.wait())
-                    .await
-                    .is_err()
-                {
-                    let _ = c.start_kill();
-                    let _ = c.wait().await;
-                }
+    /// Stops every worker (SIGCONT, SIGTERM; SIGKILL after 3 s).
+    fn stop_all(&mut self) {
+        tokio::task::block_in_place(|| self.children.stop_all(Duration::from_secs(3)));
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // Before the temporary folder (a field) goes.
+        self.children.kill_all();
+    }
+}
+
+/// Sends each line a worker writes to `pipe` on, as `line`, from a thread of its own.
+fn forward(
+    pipe: impl std::io::Read + Send + 'static,
+    id: u64,
+    tx: mpsc::UnboundedSender<(u64, Line)>,
+    line: fn(String) -> Line,
+) {
+    std::thread::spawn(move || {
+        for l in BufReader::new(pipe).lines().map_while(Result::ok) {
+            if tx.send((id, line(l))).is_err() {
+                break;
             }
         }
-    }
+    });
 }
 
 /// `n` raft ports, then `n` admin ports.
@@ -325,17 +290,19 @@ fn free_ports(n: u64, base: Option<u16>) -> std::io::Result<Vec<u16>> {
 
 struct EventLog {
     file: Option<std::fs::File>,
-    all: Vec<history::Event>,
+    all: Vec<Event>,
 }
 
 impl EventLog {
-    fn record(&mut self, line: &str) {
+    /// Appends `line` to the events file and, if it is an event, to the history; the
+    /// event.
+    fn record(&mut self, line: &str) -> Option<Event> {
         if let Some(f) = &mut self.file {
             let _ = writeln!(f, "{line}");
         }
-        if let Some(e) = history::Event::parse(line) {
-            self.all.push(e);
-        }
+        let e = Event::parse(line)?;
+        self.all.push(e.clone());
+        Some(e)
     }
     fn chaos(&mut self, event: &str, node: u64, term: u64) -> u64 {
         let now = monotonic_ns();
@@ -387,12 +354,6 @@ async fn run(o: Options) -> i32 {
         dir.path().join("certs").display(),
         admin_addrs.values().cloned().collect::<Vec<_>>().join(",")
     );
-    let peers = addrs
-        .iter()
-        .filter(|(id, _)| !spares.contains(id))
-        .map(|(id, a)| format!("{id}={a}"))
-        .collect::<Vec<_>>()
-        .join(",");
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {
@@ -400,6 +361,14 @@ async fn run(o: Options) -> i32 {
             return 1;
         }
     };
+    let mut template = WorkerCommand::new(exe)
+        .mode("__worker")
+        .certs(dir.path().join("certs"))
+        .timing(o.timing.name())
+        .log_level("off");
+    if let Some(l) = &o.ledger {
+        template = template.ledger(l);
+    }
     let events_file = match &o.events {
         Some(p) => match std::fs::OpenOptions::new()
             .create(true)
@@ -431,7 +400,7 @@ async fn run(o: Options) -> i32 {
     let ledger_call = |f: Box<dyn FnOnce(&mut ledger::Ledger) + Send>| {
         if let Some(l) = ledger.clone() {
             tokio::task::spawn_blocking(move || {
-                f(&mut l.lock().unwrap_or_else(|e| e.into_inner()))
+                f(&mut l.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
             });
         }
     };
@@ -439,13 +408,11 @@ async fn run(o: Options) -> i32 {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut group = Group {
         dir,
-        exe,
-        peers,
+        template,
         addrs,
         admin_addrs,
         spares: spares.clone(),
-        children: BTreeMap::new(),
-        timing: o.timing.clone(),
+        children: Children::new(),
         ledger: o.ledger.clone(),
         tx,
         group_id: tenure::GroupId::random().to_string(),
@@ -466,7 +433,7 @@ async fn run(o: Options) -> i32 {
             }
             Err(e) => {
                 eprintln!("local_group: cannot start worker {id}: {e}");
-                group.stop_all().await;
+                group.stop_all();
                 return 1;
             }
         }
@@ -513,28 +480,29 @@ async fn run(o: Options) -> i32 {
             _ = &mut ctrl_c => break,
             _ = until_deadline => break,
             Some((id, line)) = rx.recv() => {
-                let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
-                if let Some(s) = v.get("stderr").and_then(Value::as_str) {
-                    notes.push(format!("worker {id}: {s}"));
-                    continue;
-                }
-                log.record(&line);
+                let line = match line {
+                    Line::Err(s) => {
+                        notes.push(format!("worker {id}: {s}"));
+                        continue;
+                    }
+                    Line::Out(line) => line,
+                };
+                let Some(e) = log.record(&line) else { continue };
                 let view = views.entry(id).or_default();
-                let ev = v.get("event").and_then(Value::as_str).unwrap_or("").to_string();
-                let term = v.get("term").and_then(Value::as_u64);
+                let ev = e.event.clone();
+                let term = e.term();
                 match ev.as_str() {
                     "started" => { view.alive = true; view.role = "follower".into(); }
                     "leader_changed" => {
                         view.term = term.unwrap_or(view.term);
-                        view.leader = v.get("leader").and_then(Value::as_u64);
-                        view.role = v.get("role").and_then(Value::as_str).unwrap_or("?").to_string();
+                        view.leader = e.u64("leader");
+                        view.role = e.str("role").unwrap_or("?").to_string();
                     }
                     "lease_acquired" => {
                         view.leased = term;
                         if let ChaosState::Waiting { victim, at_ns, .. } = &chaos {
                             if id != *victim {
-                                let mono = v.get("mono_ns").and_then(Value::as_u64).unwrap_or(0);
-                                let ms = mono.saturating_sub(*at_ns) as f64 / 1e6;
+                                let ms = e.mono_ns.saturating_sub(*at_ns) as f64 / 1e6;
                                 last_failover = Some((ms, Instant::now()));
                                 if !tty {
                                     println!("[{:>6.1}s] failover: node {} leads term {} after {:.1} ms", started.elapsed().as_secs_f64(), id, term.unwrap_or(0), ms);
@@ -549,7 +517,7 @@ async fn run(o: Options) -> i32 {
                     "fence_rejected" => {
                         stats.rejected += 1;
                         if !tty {
-                            println!("[{:>6.1}s] fence_rejected: node {id} token {} < highest {}", started.elapsed().as_secs_f64(), term.unwrap_or(0), v.get("highest").and_then(Value::as_u64).unwrap_or(0));
+                            println!("[{:>6.1}s] fence_rejected: node {id} token {} < highest {}", started.elapsed().as_secs_f64(), term.unwrap_or(0), e.u64("highest").unwrap_or(0));
                         }
                     }
                     "lease_lost" => view.leased = None,
@@ -559,7 +527,7 @@ async fn run(o: Options) -> i32 {
                 view.last_event = ev;
             }
             _ = chaos_tick.tick(), if o.chaos != Chaos::None => {
-                chaos = step_chaos(chaos, o.chaos, &mut group, &mut views, &mut log, Out { tty, started }, &stats).await;
+                chaos = step_chaos(chaos, o.chaos, &mut group, &mut views, &mut log, Out { tty, started }, &stats);
             }
             _ = seed_tick.tick(), if ledger.is_some() => {
                 // Keep work flowing, but stop seeding near the end so it can all settle.
@@ -587,7 +555,9 @@ async fn run(o: Options) -> i32 {
             let l = l.clone();
             async move {
                 tokio::task::spawn_blocking(move || {
-                    l.lock().unwrap_or_else(|e| e.into_inner()).verify()
+                    l.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .verify()
                 })
                 .await
                 .unwrap_or_else(|e| Err(e.to_string()))
@@ -611,16 +581,16 @@ async fn run(o: Options) -> i32 {
             }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-                Some((_, line)) = rx.recv() => {
-                    if !line.starts_with("{\"stderr\"") { log.record(&line); }
+                Some((_, Line::Out(line))) = rx.recv() => {
+                    log.record(&line);
                 }
             }
         }
     }
-    group.stop_all().await;
+    group.stop_all();
     let drain_until = tokio::time::Instant::now() + Duration::from_millis(300);
     while let Ok(Some((_, line))) = tokio::time::timeout_at(drain_until, rx.recv()).await {
-        if !line.starts_with("{\"stderr\"") {
+        if let Line::Out(line) = line {
             log.record(&line);
         }
     }
@@ -660,7 +630,10 @@ async fn run(o: Options) -> i32 {
     }
     let mut ok = report.violations.is_empty();
     if let Some(l) = &ledger {
-        let verified = l.lock().unwrap_or_else(|e| e.into_inner()).verify();
+        let verified = l
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .verify();
         match verified {
             Ok(r) => {
                 let rejected = log
@@ -755,7 +728,7 @@ impl ChaosState {
     }
 }
 
-async fn step_chaos(
+fn step_chaos(
     state: ChaosState,
     mode: Chaos,
     group: &mut Group,
@@ -843,10 +816,9 @@ async fn step_chaos(
             }
             match mode {
                 Chaos::Kill => {
-                    if let Some(mut c) = group.children.remove(&victim) {
-                        let _ = c.wait().await;
-                    }
-                    let term = views.get(&victim).map(|v| v.term).unwrap_or(0);
+                    // SIGKILLed already: reap it.
+                    group.children.kill(victim);
+                    let term = views.get(&victim).map_or(0, |v| v.term);
                     log.chaos("chaos_restart", victim, term);
                     match group.spawn(victim) {
                         Ok(pid) => {
@@ -858,7 +830,7 @@ async fn step_chaos(
                     }
                 }
                 _ => {
-                    let term = views.get(&victim).map(|v| v.term).unwrap_or(0);
+                    let term = views.get(&victim).map_or(0, |v| v.term);
                     log.chaos("chaos_resume", victim, term);
                     group.signal(victim, libc::SIGCONT);
                     if let Some(v) = views.get_mut(&victim) {
@@ -939,15 +911,11 @@ fn render(
         out.push_str(&format!(
             " {:<4}  {:<7}  {:<13}  {:<4}  {:<6}  {:<6}  {:<8}  {}\n",
             id,
-            v.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            v.pid.map_or_else(|| "-".into(), |p| p.to_string()),
             v.role,
             v.term,
-            v.leader
-                .map(|l| l.to_string())
-                .unwrap_or_else(|| "-".into()),
-            v.leased
-                .map(|t| t.to_string())
-                .unwrap_or_else(|| "-".into()),
+            v.leader.map_or_else(|| "-".into(), |l| l.to_string()),
+            v.leased.map_or_else(|| "-".into(), |t| t.to_string()),
             v.confirms,
             v.last_event
         ));

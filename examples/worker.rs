@@ -20,21 +20,16 @@ mod ledger;
 #[path = "support/worker.rs"]
 mod worker;
 
+use clap::Parser;
+
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args == ["--new-group-id"] {
-        println!("{}", tenure::GroupId::random());
-        return;
-    }
-    let parsed = match worker::parse_args(&args) {
-        Ok(a) => a,
-        Err(msg) => {
-            if !msg.is_empty() {
-                eprintln!("worker: {msg}\n");
-            }
-            eprintln!("{}", worker::USAGE);
-            std::process::exit(if msg.is_empty() { 0 } else { 2 });
+    // Help goes to stdout with exit code 0; a usage error to stderr with exit code 2.
+    let parsed = match worker::WorkerCli::parse().mode() {
+        worker::Mode::NewGroupId => {
+            println!("{}", tenure::GroupId::random());
+            return;
         }
+        worker::Mode::Run(args) => *args,
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -248,7 +248,10 @@ impl Controlled {
     /// The segment in force at `real`, after applying any fault that came since.
     fn segment_at(&self, real: Instant, rate: f64) -> Segment {
         let faults = *self.control.faults.borrow();
-        let mut seg = self.segment.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seg = self
+            .segment
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if faults.generation != seg.generation {
             let here = seg.at(real, rate);
             let step = faults.jumped.saturating_sub(seg.jumped);
@@ -527,9 +530,11 @@ impl LocalClock {
                 period,
             }
         } else {
-            let mut i = tokio::time::interval(self.real_duration(period));
-            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            TickerInner::Tokio(i)
+            TickerInner::Tokio {
+                next: tokio::time::Instant::now(),
+                period: self.real_duration(period),
+                catch_up: self.real_duration(TICK_CATCH_UP),
+            }
         };
         Ticker {
             clock: self.clone(),
@@ -538,18 +543,33 @@ impl LocalClock {
     }
 }
 
-/// The driver's tick timer, on its node's clock. The first tick completes at once; a
-/// tick that comes more than 5 ms late (tokio's own threshold) is followed by the next
-/// one a whole period later (tokio's `MissedTickBehavior::Delay`): however far the clock
-/// steps forward, it fires once, not a burst. A stalled clock stalls the ticks.
+/// How much of a late tick the driver's next tick may catch up on: each tick is due a
+/// period after the last was due, but never sooner than a period less this after the
+/// last one ran. The lease is shorter by this much ([`crate::Timing::lease_duration`];
+/// docs/design.md, section 2).
+pub const TICK_CATCH_UP: Duration = Duration::from_millis(1);
+
+/// The driver's tick timer, on its node's clock. The first tick completes at once. Each
+/// next one is due a period after the previous one was due, so a tick run a little late
+/// is caught up on and the ticks keep their rate; but never earlier than a period less
+/// [`TICK_CATCH_UP`] after the previous one *ran*. So however late the driver runs them,
+/// any `k` consecutive ticks after the first span at least `k × period − TICK_CATCH_UP`,
+/// which the lease bound counts on (docs/design.md, section 2), and a tick that ran very
+/// late, or a clock that stepped far forward, is followed by one tick, not a burst.
+/// (tokio's `Interval` catches up on ticks up to 5 ms late, which a refusal window of
+/// 2 ms ticks could lose several ticks to.) A stalled clock stalls the ticks.
 pub(crate) struct Ticker {
     clock: LocalClock,
     inner: TickerInner,
 }
 
 enum TickerInner {
-    /// Real (or only rate-skewed) clocks: tokio's interval.
-    Tokio(tokio::time::Interval),
+    /// Real (or only rate-skewed) clocks: tokio's timer, `period` in real time.
+    Tokio {
+        next: tokio::time::Instant,
+        period: Duration,
+        catch_up: Duration,
+    },
     /// Controlled clocks: the next tick's local time.
     Clocked { next: Instant, period: Duration },
 }
@@ -558,8 +578,14 @@ impl Ticker {
     /// Completes at the next tick. Cancel-safe.
     pub(crate) async fn tick(&mut self) {
         match &mut self.inner {
-            TickerInner::Tokio(i) => {
-                i.tick().await;
+            TickerInner::Tokio {
+                next,
+                period,
+                catch_up,
+            } => {
+                tokio::time::sleep_until(*next).await;
+                let ran = tokio::time::Instant::now();
+                *next = (*next + *period).max(ran + period.saturating_sub(*catch_up));
             }
             TickerInner::Clocked { next, period } => loop {
                 let due = *next;
@@ -571,11 +597,7 @@ impl Ticker {
                     .await;
                 let now = self.clock.now();
                 if now >= due {
-                    *next = if now > due + Duration::from_millis(5) {
-                        now + *period
-                    } else {
-                        due + *period
-                    };
+                    *next = (due + *period).max(now + period.saturating_sub(TICK_CATCH_UP));
                     return;
                 }
             },
@@ -748,12 +770,43 @@ mod tests {
         let before = Instant::now();
         ticker.tick().await;
         assert_eq!(Instant::now() - before, 85 * MS);
-        // A step of 10 periods: one tick at once, the next a period later.
+        // A step of 10 periods: one tick at once, the next a period (less the catch-up)
+        // later.
         ctl.jump(100 * MS);
         let before = Instant::now();
         ticker.tick().await;
         assert!(Instant::now() - before < MS);
         ticker.tick().await;
-        assert_eq!(Instant::now() - before, 10 * MS);
+        assert_eq!(Instant::now() - before, 10 * MS - TICK_CATCH_UP);
+    }
+
+    /// The lease bound's premise (docs/design.md, section 2): a tick is never followed by
+    /// the next one sooner than a period less `TICK_CATCH_UP` after it ran, on real
+    /// (tokio) and on controlled clocks alike; a little lateness is caught up on.
+    #[tokio::test(start_paused = true)]
+    async fn a_late_tick_is_caught_up_on_by_at_most_the_catch_up() {
+        assert_eq!(TICK_CATCH_UP, MS);
+        let ctl = ClockControl::new();
+        for clock in [
+            LocalClock::with_rate(1.0),
+            LocalClock::controlled(1.0, ctl.clone()),
+        ] {
+            let mut ticker = clock.ticker(10 * MS);
+            ticker.tick().await; // at once
+                                 // The driver was busy: it comes back to the ticker 3 ms after the tick was due
+                                 // (under tokio's 5 ms catch-up threshold).
+            tokio::time::sleep(13 * MS).await;
+            ticker.tick().await; // due 3 ms ago: at once
+            let ran = Instant::now();
+            ticker.tick().await;
+            assert_eq!(Instant::now() - ran, 9 * MS, "a period less the catch-up");
+            // The catch-up's worth late (tokio's timers count whole milliseconds): caught
+            // up on, the ticks keep their rate.
+            tokio::time::sleep(11 * MS).await;
+            let due = Instant::now() - MS;
+            ticker.tick().await;
+            ticker.tick().await;
+            assert_eq!(Instant::now() - due, 10 * MS, "on the old schedule");
+        }
     }
 }

@@ -42,10 +42,12 @@ pub enum ReadMode {
 ///
 /// raft-rs picks each election timeout uniformly in
 /// `[election_ticks, election_ticks_max)`; a follower that has heard from its leader
-/// within `election_ticks` refuses to vote for anyone else. The leader's lease lasts
-/// `(election_ticks − 1) × tick × (1 − max_clock_drift)` from the send time of the last
-/// ReadIndex round a quorum acknowledged, which is shorter than any voter's refusal, so
-/// a new leader can exist only after the old lease ended.
+/// within `election_ticks − 1` ticks refuses to vote for anyone else (one tick less than
+/// any campaign waits, so that no pre-vote is refused only because the receiver's ticks
+/// lag). The leader's lease lasts `(election_ticks − 2) × tick × (1 − max_clock_drift)`
+/// from the send time of the last ReadIndex round (or first append of its term) a quorum
+/// acknowledged, which is shorter than any voter's refusal, so a new leader can exist
+/// only after the old lease ended (`docs/design.md`, section 2).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timing {
     /// Length of one tick.
@@ -120,10 +122,28 @@ impl Timing {
     }
 
     /// How long one quorum-acknowledged ReadIndex round keeps the lease, counted from the
-    /// round's send time: `(election_ticks − 1) × tick × (1 − max_clock_drift)`.
+    /// round's send time: `((election_ticks − 2) × tick − TICK_CATCH_UP) × (1 −
+    /// max_clock_drift)` (the voters' refusal window, `election_ticks − 1` ticks, less the
+    /// tick that may be partly gone when the round arrives, less what a tick timer may
+    /// catch up on after a late tick ([`crate::clock::TICK_CATCH_UP`], 1 ms), less the
+    /// drift).
     pub fn lease_duration(&self) -> Duration {
-        let base = self.tick * (self.election_ticks.saturating_sub(1)) as u32;
+        // Broken on purpose (mutation testing): the lease as long as before the refusal
+        // window was shortened by a tick.
+        let spare = if crate::mutation::active("lease-one-tick-long") {
+            1
+        } else {
+            2
+        };
+        let base = (self.tick * (self.election_ticks.saturating_sub(spare)) as u32)
+            .saturating_sub(crate::clock::TICK_CATCH_UP);
         base.mul_f64((1.0 - self.max_clock_drift).clamp(0.0, 1.0))
+    }
+
+    /// The voters' refusal window in ticks (raft-rs's `election_tick`): one tick less
+    /// than the shortest election timeout.
+    pub(crate) fn refusal_ticks(&self) -> usize {
+        self.election_ticks.saturating_sub(1).max(1)
     }
 
     /// Checks the timing on its own.
@@ -141,6 +161,13 @@ impl Timing {
                 "the heartbeat ({} ticks) must be well below the election timeout ({} ticks): \
                  election_ticks must be at least 3 × heartbeat_ticks",
                 self.heartbeat_ticks, self.election_ticks
+            )));
+        }
+        if self.tick * (self.election_ticks - 2) as u32 <= crate::clock::TICK_CATCH_UP * 2 {
+            return Err(ConfigError::Timing(format!(
+                "an election timeout of {} ticks of {:?} leaves no room for a lease: \
+                 (election_ticks − 2) × tick must be over 2 ms",
+                self.election_ticks, self.tick
             )));
         }
         if self.election_ticks_max <= self.election_ticks {
@@ -259,6 +286,9 @@ pub struct TestHooks {
     /// Draw raft-rs's randomized election timeouts from an RNG seeded with this (and the
     /// node id) instead of the OS-seeded thread RNG, so that a simulation replays them.
     pub election_seed: Option<u64>,
+    /// Every election timeout at its minimum, `election_ticks` (the boundary tests: the
+    /// fastest election the timing allows).
+    pub election_timeouts_at_minimum: bool,
 }
 
 impl Default for TestHooks {
@@ -267,6 +297,7 @@ impl Default for TestHooks {
             clock_rate: 1.0,
             clock_control: None,
             election_seed: None,
+            election_timeouts_at_minimum: false,
         }
     }
 }
@@ -559,9 +590,12 @@ mod tests {
     }
 
     #[test]
-    fn lease_is_shorter_than_election_timeout() {
-        let t = Timing::lan();
-        assert!(t.lease_duration() < t.election_timeout() - t.tick);
+    fn lease_is_shorter_than_the_refusal_window_less_a_tick() {
+        for t in [Timing::lan(), Timing::fast(), Timing::wan()] {
+            let refusal = t.tick * t.refusal_ticks() as u32;
+            assert!(t.lease_duration() <= refusal - t.tick, "{t:?}");
+            assert!(t.refusal_ticks() < t.election_ticks, "{t:?}");
+        }
     }
 
     #[test]

@@ -43,7 +43,10 @@ impl ElectionTimeouts {
             return;
         }
         self.seen = Some(now);
-        if self.max > self.min + 1 {
+        if self.max <= self.min + 1 {
+            // One possible draw (a fixed timeout, or the boundary tests' minimum).
+            raft.set_randomized_election_timeout(self.min);
+        } else {
             raft.set_randomized_election_timeout(self.rng.gen_range(self.min..self.max));
         }
     }

@@ -62,8 +62,7 @@ impl History {
     pub(crate) fn entry(term: u64, leader: NodeId, started_by: TenureStart) -> Vec<u8> {
         let began_unix_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
+            .map_or(0, |d| d.as_millis() as u64);
         let rec = TenureRecord {
             term,
             leader,

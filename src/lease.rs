@@ -37,6 +37,9 @@ pub(crate) struct LeaseShared {
     ended: OnceLock<Instant>,
     /// The node's clock (local time; real time outside clock tests).
     clock: LocalClock,
+    /// When the driver granted the lease (real time, this process's `Instant` clock).
+    #[cfg(feature = "testing")]
+    granted: Instant,
 }
 
 impl LeaseShared {
@@ -55,6 +58,8 @@ impl LeaseShared {
             reason: OnceLock::new(),
             ended: OnceLock::new(),
             clock,
+            #[cfg(feature = "testing")]
+            granted: Instant::now(),
         });
         s.extend(valid_until);
         s
@@ -160,7 +165,7 @@ impl Lease {
         }
         let (tx, rx) = oneshot::channel();
         let request = ConfirmRequest {
-            term: self.shared.token.0,
+            term: self.shared.token.term(),
             reply: tx,
         };
         if self.confirms.send(request).await.is_err() {
@@ -220,6 +225,18 @@ impl Lease {
     pub fn lost_reason(&self) -> Option<LostReason> {
         self.shared.lost_reason()
     }
+
+    /// When the driver granted this lease, on this process's `Instant` clock (real time,
+    /// like [`valid_until`](Self::valid_until) and [`ended_at`](Self::ended_at)): the
+    /// moment it began to protect anything. Handles obtained later (another
+    /// [`Node::lease`](crate::Node::lease) call, a clone) report the same instant. For
+    /// tests (feature `testing`): `tests/lease_bound.rs` measures the gap between one
+    /// tenure's `ended_at` and the next one's `granted_at` with it, free of the delay
+    /// with which a task waiting on `Node::lease` wakes.
+    #[cfg(feature = "testing")]
+    pub fn granted_at(&self) -> Instant {
+        self.shared.granted
+    }
 }
 
 #[cfg(test)]
@@ -238,7 +255,7 @@ mod tests {
         let clock = LocalClock::controlled(1.0, ctl.clone());
         let t0 = Instant::now();
         let sent = clock.stamp_at(t0);
-        let lease = LeaseShared::new(FencingToken(7), t0, sent.add(100 * MS), clock.clone());
+        let lease = LeaseShared::new(FencingToken::new(7), t0, sent.add(100 * MS), clock.clone());
         ctl.stall(counted_by_boottime);
         // A fault takes effect at the clock's next reading.
         assert!(lease.is_valid_at(clock.stamp_at(t0 + 10 * MS)));
@@ -276,7 +293,7 @@ mod tests {
             mono: t0,
             boot: 1000 * MS,
         };
-        let lease = LeaseShared::new(FencingToken(3), t0, s.add(100 * MS), clock);
+        let lease = LeaseShared::new(FencingToken::new(3), t0, s.add(100 * MS), clock);
         assert!(lease.is_valid_at(s.add(99 * MS)));
         assert!(!lease.is_valid_at(Stamp {
             mono: t0 + 10 * MS,

@@ -207,10 +207,16 @@ impl Site {
             line: record.line(),
             names,
         };
-        if let Some(site) = SITES.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        if let Some(site) = SITES
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&key)
+        {
             return Some(site);
         }
-        let mut sites = SITES.write().unwrap_or_else(|e| e.into_inner());
+        let mut sites = SITES
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(site) = sites.get(&key) {
             return Some(site);
         }
@@ -281,10 +287,16 @@ fn padding() -> &'static Field {
 /// `name` as a `&'static str`, kept once; `None` once there are [`MAX_KEYS`].
 fn intern(name: &str) -> Option<&'static str> {
     static NAMES: RwLock<BTreeSet<&'static str>> = RwLock::new(BTreeSet::new());
-    if let Some(n) = NAMES.read().unwrap_or_else(|e| e.into_inner()).get(name) {
+    if let Some(n) = NAMES
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(name)
+    {
         return Some(n);
     }
-    let mut names = NAMES.write().unwrap_or_else(|e| e.into_inner());
+    let mut names = NAMES
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(n) = names.get(name) {
         return Some(n);
     }

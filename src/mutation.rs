@@ -11,6 +11,8 @@
 //! | `no-restart-quiet` | a restarted node votes at once |
 //! | `lease-ignores-boottime` | the lease's period is counted on `CLOCK_MONOTONIC` alone: time suspended (or stalled but counted by `CLOCK_BOOTTIME`) does not end it |
 //! | `lease-after-failed-transfer` | a leader whose handover failed keeps leading and takes a lease again in the term it sent `MsgTimeoutNow` in (a delayed `MsgTimeoutNow` then starts a forced election under that lease) |
+//! | `lease-at-election` | a new leader's first lease counts from its election, not from the commit of its term's first entry (voters that voted but have not heard its append do not refuse a pre-vote yet) |
+//! | `lease-one-tick-long` | the lease as long as before the voters' refusal window was shortened by a tick: `(election_ticks − 1)` ticks |
 //! | `fence-accepts-any` | the SQLite fence accepts every token |
 //!
 //! Without the feature, [`active`] is a constant `false` and the checks compile away.

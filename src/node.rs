@@ -262,24 +262,34 @@ impl Node {
         let _ = self.join().await;
     }
 
-    /// Waits until the driver has ended; its error if it stopped on a fatal error.
+    /// Waits until the driver has ended and its store is closed; its error if it stopped
+    /// on a fatal error. Cancel-safe: a `join` dropped before it completes (in a
+    /// `select!`, say) leaves the driver's task for the next `join` or `shutdown`.
     pub async fn join(&self) -> Result<(), NodeStopped> {
-        let task = self.task.lock().await.take();
-        let result = self.join_driver(task).await;
+        let result = self.join_driver().await;
         if let Some(q) = &self.quic {
             q.shutdown().await;
         }
         result
     }
 
-    async fn join_driver(&self, task: Option<DriverTask>) -> Result<(), NodeStopped> {
-        match task {
-            Some(t) => match t.await {
-                Ok(r) => r,
-                Err(e) => Err(NodeStopped::new(StopCause::DriverTask(e.to_string()))),
-            },
+    async fn join_driver(&self) -> Result<(), NodeStopped> {
+        // The task stays in its slot while it is awaited, so that a cancelled join does
+        // not take it away from the next one.
+        let mut slot = self.task.lock().await;
+        match slot.as_mut() {
+            Some(t) => {
+                let r = match t.await {
+                    Ok(r) => r,
+                    Err(e) => Err(NodeStopped::new(StopCause::DriverTask(e.to_string()))),
+                };
+                *slot = None;
+                r
+            }
             None => {
-                // Another handle joined already; wait for the published stop.
+                drop(slot);
+                // Another handle joined already; wait for the published stop, which the
+                // driver sends once its store is closed.
                 let mut rx = self.leadership.clone();
                 let _ = rx.wait_for(|l| l.role == Role::Stopped).await;
                 Ok(())
@@ -332,12 +342,7 @@ impl Node {
         old: NodeId,
         new: NodeId,
     ) -> Result<Membership, MembershipError> {
-        self.change(MemberChange::Replace {
-            old,
-            new,
-            explicit: false,
-        })
-        .await
+        self.replace(old, new, false).await
     }
 
     /// Drains (`true`) or undrains member `id`. A drained node never campaigns and, if it
@@ -367,12 +372,17 @@ impl Node {
         old: NodeId,
         new: NodeId,
     ) -> Result<Membership, MembershipError> {
-        self.change(MemberChange::Replace {
-            old,
-            new,
-            explicit: true,
-        })
-        .await
+        self.replace(old, new, true).await
+    }
+
+    async fn replace(
+        &self,
+        old: NodeId,
+        new: NodeId,
+        explicit: bool,
+    ) -> Result<Membership, MembershipError> {
+        self.change(MemberChange::Replace { old, new, explicit })
+            .await
     }
 
     /// Sends the driver the command `make` builds around a reply channel, and waits for
@@ -628,7 +638,9 @@ impl<S: RaftStore> Setup<S> {
         let t = config.timing;
         let raft_config = raft::Config {
             id: config.id,
-            election_tick: t.election_ticks,
+            // The refusal window, one tick shorter than any campaign's wait
+            // (docs/design.md, section 2).
+            election_tick: t.refusal_ticks(),
             heartbeat_tick: t.heartbeat_ticks,
             min_election_tick: t.election_ticks,
             max_election_tick: t.election_ticks_max,
@@ -668,6 +680,7 @@ impl<S: RaftStore> Setup<S> {
             history_retention: config.history_retention,
             compact_after: config.compact_after,
             election_seed: config.hooks.election_seed,
+            election_timeouts_at_minimum: config.hooks.election_timeouts_at_minimum,
         }))
     }
 }

@@ -10,11 +10,17 @@ use std::fmt;
 /// accepted and rejects anything lower can never be written by a leader that was
 /// replaced, however long it stalled (see [`crate::fence`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct FencingToken(pub u64);
+pub struct FencingToken(u64);
 
 impl FencingToken {
-    /// The Raft term.
-    pub fn term(self) -> u64 {
+    /// The token of a tenure in Raft term `term`. Leases hand tokens out; a resource
+    /// makes one from what it stored ([`crate::fence`]).
+    pub const fn new(term: u64) -> FencingToken {
+        FencingToken(term)
+    }
+
+    /// The Raft term: the token's value, and the only way to read it.
+    pub const fn term(self) -> u64 {
         self.0
     }
 }
@@ -22,11 +28,5 @@ impl FencingToken {
 impl fmt::Display for FencingToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
-    }
-}
-
-impl From<FencingToken> for u64 {
-    fn from(t: FencingToken) -> u64 {
-        t.0
     }
 }

@@ -162,7 +162,7 @@ async fn operator_certificate_of_another_ca_is_refused() {
     .await;
     match result {
         Err(ClientError::Handshake { reason, .. }) => {
-            assert!(!reason.is_empty())
+            assert!(!reason.is_empty());
         }
         other => panic!("expected a handshake failure, got {other:?}"),
     }

@@ -142,6 +142,64 @@ fn a_confirm_begun_before_the_majority_moved_on_is_fine() {
     check(&ev, &w, &opts()).unwrap_or_else(|f| panic!("{f}"));
 }
 
+/// n1 leads term 2 in a group whose voters are {n1, n2, n3}; n4 (a learner) and n5 (a
+/// removed node) report term 3 early, n2 at 421 ms; n1 confirms term 2 at 425 ms.
+fn membership_changed() -> Vec<Event> {
+    vec![
+        Event::term_changed(1, 100 * MS, 2, Some(1), "leader"),
+        Event::acquired(1, 110 * MS, 2, 280 * MS),
+        Event::term_changed(4, 300 * MS, 3, None, "learner"),
+        Event::term_changed(5, 310 * MS, 3, None, "removed"),
+        Event::term_changed(2, 421 * MS, 3, None, "candidate"),
+        Event::confirmed(1, 425 * MS, 426 * MS, 2, 500 * MS),
+    ]
+}
+
+#[test]
+fn rule_c_counts_a_majority_of_the_voters_not_of_every_node_that_reports() {
+    // Counted over every node (no membership reports), three of five nodes moved past
+    // term 2 before the confirm began, and the group of three would need only two.
+    let ev = membership_changed();
+    let opts = Options::new(3);
+    let f = check(&ev, &[], &opts).expect_err("without reports, every node counts");
+    assert!(f.broke(Rule::StaleConfirm), "{f}");
+    // With n1's configuration reported, only n2 of {n1, n2, n3} had: n1 and n3 can still
+    // acknowledge term 2.
+    let mut ev = membership_changed();
+    ev.push(Event::members(1, 50 * MS, vec![1, 2, 3], vec![]));
+    check(&ev, &[], &opts).unwrap_or_else(|f| panic!("{f}"));
+}
+
+#[test]
+fn rule_c_judges_a_stale_confirm_in_the_new_configuration() {
+    // n3 was replaced by n4: {n1, n2, n4}. n2 and n4 moved on; n3 (gone) never reports.
+    let mut ev = membership_changed();
+    ev.push(Event::members(1, 50 * MS, vec![1, 2, 4], vec![]));
+    fails(&ev, &[], Rule::StaleConfirm);
+    // Joint ({n1, n2, n4} with the outgoing {n1, n2, n3}): a round needs a majority of
+    // both halves, and {n1, n2, n4} has lost its own.
+    let mut ev = membership_changed();
+    ev.push(Event::members(1, 50 * MS, vec![1, 2, 4], vec![1, 2, 3]));
+    let f = fails(&ev, &[], Rule::StaleConfirm);
+    assert!(f.to_string().contains("{n1,n2,n4}"), "{f}");
+}
+
+#[test]
+fn rule_c_takes_every_configuration_a_late_report_may_hide() {
+    // n1 reports {n1, n2, n4} before the confirm, and {n1, n2, n3, n4, n6} 20 ms after it
+    // returned: it may have counted its round in the larger group already, where n2
+    // and n4 are no majority. Not judged stale; 60 ms later it would be (the report is
+    // beyond the lag).
+    let mut ev = membership_changed();
+    ev.push(Event::members(1, 50 * MS, vec![1, 2, 4], vec![]));
+    ev.push(Event::members(1, 446 * MS, vec![1, 2, 3, 4, 6], vec![]));
+    check(&ev, &[], &Options::new(3)).unwrap_or_else(|f| panic!("{f}"));
+    let mut ev = membership_changed();
+    ev.push(Event::members(1, 50 * MS, vec![1, 2, 4], vec![]));
+    ev.push(Event::members(1, 486 * MS, vec![1, 2, 3, 4, 6], vec![]));
+    fails(&ev, &[], Rule::StaleConfirm);
+}
+
 #[test]
 fn json_latency_defines_when_a_confirm_began() {
     let (mut ev, w) = healthy();

@@ -8,34 +8,14 @@ use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::procs::{nested_cargo, Group};
+use support::kit::binary::{example, output};
+use support::procs::Group;
 
 const LONG: Duration = Duration::from_secs(20);
 
-/// The ctl example binary next to the worker binary, built by cargo (a no-op when fresh).
+/// The ctl example binary next to the worker binary (built by cargo when stale).
 fn ctl_binary() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let worker = support::procs::worker_binary();
-            let dir = worker.parent().expect("examples dir").to_path_buf();
-            let mut args = vec!["build", "--example", "ctl"];
-            if dir
-                .parent()
-                .and_then(|p| p.file_name())
-                .is_some_and(|n| n == "release")
-            {
-                args.push("--release");
-            }
-            let status = nested_cargo()
-                .args(&args)
-                .stdout(Stdio::null())
-                .status()
-                .expect("run cargo build --example ctl");
-            assert!(status.success(), "cargo build --example ctl failed");
-            dir.join("ctl")
-        })
-        .clone()
+    example("ctl")
 }
 
 struct Ctl {
@@ -108,16 +88,7 @@ impl Ctl {
 /// Runs ctl with exactly `args` (no certificates, no addresses); (exit code, stdout,
 /// stderr).
 fn ctl_bare(args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(ctl_binary())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run ctl");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    output(&ctl_binary(), args)
 }
 
 #[test]

@@ -302,3 +302,49 @@ async fn no_overlap_when_a_follower_that_acknowledged_the_old_leader_restarts_at
     c.assert_leases_never_overlap();
     c.shutdown().await;
 }
+
+/// The overlap check the tests above end with is the history checker's: a lease that
+/// began before another node's lease of an earlier term ran out fails it, and so does a
+/// second holder of one term; a lease handed over ends when it is revoked.
+#[test]
+fn the_lease_check_catches_an_overlap_and_two_holders_of_a_term() {
+    use support::cluster::LeaseRecord;
+    use tokio::time::Instant;
+    let check = |leases: Vec<LeaseRecord>| {
+        let c = Cluster::unstarted(3, support::cluster::test_timing(), ReadMode::Safe);
+        *c.leases.lock().unwrap() = leases;
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            c.assert_leases_never_overlap();
+        }))
+        .is_ok()
+    };
+    let t0 = Instant::now();
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    let lease = |node, term, acquired, reason, valid_until, ended| LeaseRecord {
+        node,
+        term,
+        acquired: ms(acquired),
+        valid_until: Some(ms(valid_until)),
+        ended: Some(ms(ended)),
+        reason: Some(reason),
+        lost_at: Some(ms(ended)),
+    };
+    let held = |node, term, acquired| LeaseRecord {
+        node,
+        term,
+        acquired: ms(acquired),
+        valid_until: None,
+        ended: None,
+        reason: None,
+        lost_at: None,
+    };
+    // Node 1's lease of term 2 stepped down at 100 ms but was valid until 300 ms.
+    let stepped_down = lease(1, 2, 0, LostReason::TermChanged, 300, 100);
+    assert!(check(vec![stepped_down.clone(), held(2, 3, 301)]));
+    assert!(!check(vec![stepped_down.clone(), held(2, 3, 250)]));
+    // A handover ends the lease at once.
+    let handed_over = lease(1, 2, 0, LostReason::HandedOver, 300, 100);
+    assert!(check(vec![handed_over, held(2, 3, 150)]));
+    // Two holders of one term.
+    assert!(!check(vec![stepped_down, held(2, 2, 400)]));
+}

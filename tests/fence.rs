@@ -18,7 +18,7 @@ use rusqlite::{params, Connection, TransactionBehavior};
 use tenure::fence::{FenceError, FenceStatsSnapshot, RocksFence, SqliteFence};
 use tenure::FencingToken;
 
-const T: fn(u64) -> FencingToken = FencingToken;
+const T: fn(u64) -> FencingToken = FencingToken::new;
 
 // ---------------------------------------------------------------------------------------
 // SQLite
@@ -46,7 +46,7 @@ fn settle(
         tx.execute(
             "INSERT INTO settlement (batch, total, token) VALUES (?1, ?2, ?3)
              ON CONFLICT (batch) DO UPDATE SET total = excluded.total, token = excluded.token",
-            params![batch, total, token.0 as i64],
+            params![batch, total, token.term() as i64],
         )?;
         Ok(())
     })
@@ -629,7 +629,9 @@ where
                             Ok(()) => Outcome::Accepted,
                             Err(FenceError::Stale { presented, highest }) => {
                                 assert_eq!(presented, T(attempt.token));
-                                Outcome::Stale { highest: highest.0 }
+                                Outcome::Stale {
+                                    highest: highest.term(),
+                                }
                             }
                             Err(e) => panic!("thread {thread} attempt {seq} {attempt:?}: {e}"),
                         });

@@ -67,7 +67,10 @@ async fn founding_waits_until_every_first_member_has_said_hello() {
     assert!(
         waited.is_err(),
         "a node left Founding before every first member said hello: {:?}",
-        c.nodes.values().map(|n| n.leadership()).collect::<Vec<_>>()
+        c.nodes
+            .values()
+            .map(tenure::Node::leadership)
+            .collect::<Vec<_>>()
     );
     let status = c.node(1).status().await.unwrap();
     assert_eq!(status.role, Role::Founding);

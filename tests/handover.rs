@@ -161,7 +161,7 @@ fn record_leases(node: &Node, id: NodeId, t0: Instant, events: Arc<Mutex<Vec<Eve
     let ns = move |at: Instant| at.saturating_duration_since(t0).as_nanos() as u64;
     tokio::spawn(async move {
         while let Ok(lease) = node.lease().await {
-            let term = lease.token().0;
+            let term = lease.token().term();
             let now = ns(Instant::now());
             eprintln!(
                 "{:>9.3} ms  n{id} acquired a lease of term {term}",

@@ -230,7 +230,7 @@ async fn stalled_half_frame_is_cut_after_the_frame_deadline() {
     let ca = ClusterCa::generate().unwrap();
     let client = quinn::Endpoint::client(loopback()).unwrap();
     let (t1, mut rx1) = node1(&ca, &[2], &client, |c| {
-        c.frame_timeout = Duration::from_millis(500)
+        c.frame_timeout = Duration::from_millis(500);
     });
     let id2 = identity(&ca, 2);
     let conn = connect(&client, &id2, t1.local_addr()).await;

@@ -19,9 +19,10 @@ mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+use support::kit::command::WorkerCommand;
 use tenure::transport::tls::{node_server_name, write_cluster_certs, TlsIdentity};
 use tenure::transport::Hello;
 
@@ -47,15 +48,13 @@ fn rss_mb(pid: u32) -> f64 {
 }
 
 fn fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, std::iter::Iterator::count)
 }
 
 /// User + system CPU time of `pid` in clock ticks (usually 1/100 s).
 fn cpu_ticks(pid: u32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = s.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let after = s.rsplit_once(')').map_or("", |(_, r)| r);
     let f: Vec<&str> = after.split_whitespace().collect();
     let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     n(11) + n(12) // utime, stime (fields 14 and 15 of the whole line)
@@ -74,26 +73,19 @@ impl Drop for Worker {
 }
 
 fn start_worker(dir: &std::path::Path, addrs: &[SocketAddr; 3]) -> Worker {
-    let peers = format!("1={},2={},3={}", addrs[0], addrs[1], addrs[2]);
-    let mut cmd = Command::new(support::procs::worker_binary());
-    cmd.args([
-        "--id",
-        "1",
-        "--listen",
-        &addrs[0].to_string(),
-        "--peers",
-        &peers,
-    ])
-    .arg("--data-dir")
-    .arg(dir.join("w1"))
-    .arg("--certs")
-    .arg(dir.join("certs"))
-    .args(["--metrics", "127.0.0.1:0", "--log-level", "off"])
-    // Founding waits for the other first members, who never come: the transport runs
-    // all the same, and it is what is measured.
-    .args(["--found", "7e4a11c0ffee00000000000000000001"])
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null());
+    let mut cmd = WorkerCommand::new(support::procs::worker_binary())
+        .id(1)
+        .listen(addrs[0])
+        .peers([(1, addrs[0]), (2, addrs[1]), (3, addrs[2])])
+        .data_dir(dir.join("w1"))
+        .certs(dir.join("certs"))
+        .metrics("127.0.0.1:0")
+        .log_level("off")
+        // Founding waits for the other first members, who never come: the transport runs
+        // all the same, and it is what is measured.
+        .found("7e4a11c0ffee00000000000000000001")
+        .command();
+    cmd.stdout(Stdio::piped()).stderr(Stdio::null());
     use std::os::unix::process::CommandExt;
     // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
     unsafe {
@@ -296,7 +288,7 @@ async fn measure_worker_under_resource_attacks() {
     let _ = cpu0;
     tokio::time::sleep(Duration::from_secs(8)).await;
     let mut still = 0;
-    for s in idle.iter_mut() {
+    for s in &mut idle {
         s.set_nonblocking(true).unwrap();
         let mut b = [0u8; 1];
         if !matches!(s.read(&mut b), Ok(0)) {

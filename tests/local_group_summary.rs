@@ -6,13 +6,15 @@
 
 #[path = "../examples/support/history.rs"]
 mod history;
+#[path = "support/kit/mod.rs"]
+mod kit;
 
 const MS: u64 = 1_000_000;
 
-fn events(lines: &[String]) -> Vec<history::Event> {
+fn events(lines: &[String]) -> Vec<kit::event::Event> {
     lines
         .iter()
-        .filter_map(|l| history::Event::parse(l))
+        .filter_map(|l| kit::event::Event::parse(l))
         .collect()
 }
 

@@ -91,6 +91,7 @@ impl Group {
             inner: MemStore::open(self.disks[i].clone()),
             tear: self.armed[i].clone(),
             died: Arc::default(),
+            closing: Arc::default(),
         };
         let (transport, inbound) = self.net.endpoint(id);
         let node = Node::start_with(config, store, Arc::new(transport), inbound)

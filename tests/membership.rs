@@ -98,10 +98,10 @@ where
     loop {
         match change().await {
             Ok(m) => return m,
-            Err(MembershipError::LearnerBehind { .. }) | Err(MembershipError::ChangeInFlight)
+            Err(MembershipError::LearnerBehind { .. } | MembershipError::ChangeInFlight)
                 if tokio::time::Instant::now() < deadline =>
             {
-                tokio::time::sleep(Duration::from_millis(20)).await
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
             Err(e) => panic!("{what}: {e}"),
         }

@@ -33,11 +33,11 @@ fn samples(body: &str) -> HashMap<String, f64> {
     let scrape = prometheus_parse::Scrape::parse(lines).expect("valid Prometheus text exposition");
     let mut out = HashMap::new();
     for s in scrape.samples {
-        let v = match s.value {
-            prometheus_parse::Value::Counter(v)
-            | prometheus_parse::Value::Gauge(v)
-            | prometheus_parse::Value::Untyped(v) => v,
-            _ => continue,
+        let (prometheus_parse::Value::Counter(v)
+        | prometheus_parse::Value::Gauge(v)
+        | prometheus_parse::Value::Untyped(v)) = s.value
+        else {
+            continue;
         };
         out.insert(s.metric, v);
     }

@@ -75,7 +75,7 @@ async fn metrics_endpoint_keeps_serving_while_idle_connections_pile_up_and_close
     let start = Instant::now();
     loop {
         let mut open = 0;
-        for s in idle.iter_mut() {
+        for s in &mut idle {
             if !closed_by_server(s) {
                 open += 1;
             }

@@ -3,9 +3,21 @@
 //! schedule partitions them with nftables rules (majority/minority, isolated leader,
 //! one-way, a bridge node, a partial partition), drops a share of their packets, pauses
 //! them with SIGSTOP and kills them with SIGKILL (restarting them on the same data
-//! folder, at once or at the end of the fault). After the last
-//! fault heals, a lease must be confirmed within a bound and every batch must be settled
-//! exactly once. The history checker (tests/support/checker.rs) judges every run.
+//! folder, at once or at the end of the fault). Among the faults an operator drives the
+//! group with `ctl` (examples/ctl.rs, from a namespace of its own, through the workers'
+//! admin endpoints): in three steps of five it hands leadership over (to the most
+//! up-to-date follower, to a follower, or to the node the step's faults stall: paused,
+//! killed, cut off) or drains a node (the leader or a follower; undrained after the
+//! heal), in two schedules of five it hands over to a follower it paused, which wakes
+//! with its packets to the old leader dropped (docs/design.md, section 4), and in one
+//! schedule of three it replaces a machine: spare node 6 starts on an empty folder with
+//! `--join`, `ctl members add 6 ...` then `ctl members replace OLD 6` (OLD the leader or
+//! the node the step's faults stall), and OLD is stopped for good (later faults land on
+//! node 6 in its place). After the last fault heals, a lease must be confirmed within a
+//! bound and every batch must be settled exactly once. The history checker
+//! (tests/support/checker.rs) judges every run; each op's command and answer are on its
+//! timeline and in the report, and each schedule's line and the summary count the ops by
+//! kind as drawn / asked / carried out (`transfers 3/3/2, to stalled nodes ...`).
 //!
 //! Without root, `ip` or `nft` every test here prints why it skipped and passes.
 //!
@@ -19,6 +31,7 @@
 //! | `TENURE_NETNS_REQUIRE` | fail instead of skipping when it cannot run (`.ci/run`) |
 //! | `TENURE_MUTATION` | run a deliberately broken worker (builds it with `--features mutations`) |
 //! | `TENURE_NETNS_WORKER` | run this worker binary instead of building one |
+//! | `TENURE_NETNS_CTL` | run this ctl binary (default: the one beside `TENURE_NETNS_WORKER`, else built) |
 //!
 //! A failure prints the seed, the schedule as generated and as applied (who the leader
 //! was), and the checker's timeline. `TENURE_NETNS_SEED=S TENURE_NETNS_SCHEDULES=1`
@@ -40,7 +53,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use support::checker::{self, Event, Kind, Write};
-use support::netns::{self, Lab, NetState};
+use support::netns::{self, CtlRun, Lab, NetState};
 use tenure::clock::monotonic_ns;
 use tenure::fence::rusqlite::Connection;
 
@@ -140,6 +153,22 @@ enum Fault {
 }
 
 impl Fault {
+    /// Whether [`stalled_by`] can find a follower this fault stalls, whoever leads (a
+    /// fault on the leader alone, or a bridge, stalls none; a one-node loss may land on
+    /// the leader).
+    fn may_stall_a_follower(&self) -> bool {
+        match *self {
+            Fault::Split { size, with_leader } => size >= 2 || !with_leader,
+            Fault::Loss { count, .. } => count >= 2,
+            Fault::IsolateLeader | Fault::Bridge { .. } => false,
+            Fault::OneWay { leader, .. }
+            | Fault::Partial { leader }
+            | Fault::Pause { leader }
+            | Fault::Kill { leader }
+            | Fault::Restart { leader, .. } => !leader,
+        }
+    }
+
     fn is_process(&self) -> bool {
         matches!(
             self,
@@ -211,6 +240,154 @@ impl Fault {
     }
 }
 
+/// What the operator does during a step, with `ctl` from its own namespace (the workers'
+/// admin endpoints, operator certificate).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NetOp {
+    /// `ctl transfer [--to X]`, `after_ms` into the step's hold, while its faults are on.
+    Transfer { to: OpTo, after_ms: u64 },
+    /// `ctl drain X` `after_ms` into the hold (the leader, which hands over at once, or a
+    /// follower); `ctl undrain X` once the step healed, asked again until it is done.
+    Drain { leader: bool, after_ms: u64 },
+    /// The handover of docs/design.md section 4 on real processes, in a step of its own
+    /// (no other fault): a follower is paused (SIGSTOP), `ctl transfer --to` it (it
+    /// cannot take over: the transfer times out), and `stall_ms` after the pause it is
+    /// resumed (it handles the `MsgTimeoutNow` it was sent) with its packets to the old
+    /// leader dropped for `cut_ms`.
+    StalledHandover { stall_ms: u64, cut_ms: u64 },
+    /// A replacement machine: the spare (node 6, on an empty folder, `--join`) starts as
+    /// the step begins; `after_ms` into the hold, `ctl members add 6 ...`, then
+    /// `ctl members replace OLD 6`, each asked again until carried out (refusals while the
+    /// faults hold are expected: no quorum, the learner behind, a change in flight).
+    /// OLD, the leader or the node the step's faults stall, is then stopped for good.
+    Replace { old: OldVoter, after_ms: u64 },
+}
+
+/// Who a replacement machine replaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OldVoter {
+    /// The leader (it hands over once the change is applied).
+    Leader,
+    /// The follower the step's faults stall (down, paused, cut off): a dead machine.
+    Stalled,
+}
+
+/// Whom a transfer goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpTo {
+    /// `ctl transfer`: the most up-to-date follower.
+    Best,
+    /// The first follower of the step's order.
+    Follower,
+    /// The follower the step's faults stall (paused, killed, restarting, cut off, lossy):
+    /// a handover to a node that cannot take over now (the most up-to-date follower if
+    /// the faults stall none but the leader).
+    Stalled,
+}
+
+/// How many ops of one kind a schedule drew, asked (the `ctl` command was run as drawn:
+/// a transfer to a stalled node only when the step's faults stalled one) and saw carried
+/// out (the answer was `ok`; a drain and its undrain both; a stalled handover's node woke
+/// cut from the old leader; a replacement's old node retired).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Tally {
+    drawn: usize,
+    asked: usize,
+    done: usize,
+}
+
+impl std::ops::AddAssign for Tally {
+    fn add_assign(&mut self, o: Tally) {
+        self.drawn += o.drawn;
+        self.asked += o.asked;
+        self.done += o.done;
+    }
+}
+
+impl fmt::Display for Tally {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.drawn, self.asked, self.done)
+    }
+}
+
+/// The operator's ops of a run (or of the suite), by kind.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct OpCounts {
+    /// `ctl transfer` and `ctl transfer --to FOLLOWER`.
+    transfers: Tally,
+    /// `ctl transfer --to X`, X a node the step's faults stall.
+    to_stalled: Tally,
+    stalled_handovers: Tally,
+    drains: Tally,
+    replacements: Tally,
+}
+
+/// The kinds [`OpCounts`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpKind {
+    Transfer,
+    ToStalled,
+    StalledHandover,
+    Drain,
+    Replace,
+}
+
+impl OpKind {
+    fn of(op: &NetOp) -> OpKind {
+        match op {
+            NetOp::Transfer {
+                to: OpTo::Stalled, ..
+            } => OpKind::ToStalled,
+            NetOp::Transfer { .. } => OpKind::Transfer,
+            NetOp::Drain { .. } => OpKind::Drain,
+            NetOp::StalledHandover { .. } => OpKind::StalledHandover,
+            NetOp::Replace { .. } => OpKind::Replace,
+        }
+    }
+}
+
+impl OpCounts {
+    /// What `schedule` drew.
+    fn drawn(schedule: &Schedule) -> OpCounts {
+        let mut c = OpCounts::default();
+        for op in schedule.steps.iter().filter_map(|s| s.op.as_ref()) {
+            c.of(OpKind::of(op)).drawn += 1;
+        }
+        c
+    }
+
+    fn of(&mut self, kind: OpKind) -> &mut Tally {
+        match kind {
+            OpKind::Transfer => &mut self.transfers,
+            OpKind::ToStalled => &mut self.to_stalled,
+            OpKind::StalledHandover => &mut self.stalled_handovers,
+            OpKind::Drain => &mut self.drains,
+            OpKind::Replace => &mut self.replacements,
+        }
+    }
+}
+
+impl std::ops::AddAssign for OpCounts {
+    fn add_assign(&mut self, o: OpCounts) {
+        self.transfers += o.transfers;
+        self.to_stalled += o.to_stalled;
+        self.stalled_handovers += o.stalled_handovers;
+        self.drains += o.drains;
+        self.replacements += o.replacements;
+    }
+}
+
+impl fmt::Display for OpCounts {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "transfers {}, to stalled nodes {}, stalled handovers {}, drains {}, \
+             replacements {} (drawn/asked/carried out)",
+            self.transfers, self.to_stalled, self.stalled_handovers, self.drains, self.replacements
+        )
+    }
+}
+
 /// Faults that start together and heal together.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Step {
@@ -221,6 +398,8 @@ struct Step {
     faults: Vec<Fault>,
     /// The nodes in random order, to pick "some node" from.
     order: Vec<u64>,
+    /// What the operator does meanwhile.
+    op: Option<NetOp>,
 }
 
 /// 3–6 faults in steps of one network fault or one process fault, or both at once.
@@ -255,8 +434,10 @@ impl Schedule {
                 hold_ms: rng.gen_range(1000..=3000),
                 faults,
                 order,
+                op: None,
             });
         }
+        draw_ops(seed, &mut steps);
         Schedule { seed, steps }
     }
 
@@ -281,11 +462,79 @@ impl fmt::Display for Schedule {
         for s in &self.steps {
             writeln!(
                 f,
-                "  after {} ms, for {} ms: {:?} (order {:?})",
-                s.gap_ms, s.hold_ms, s.faults, s.order
+                "  after {} ms, for {} ms: {:?} (order {:?}){}",
+                s.gap_ms,
+                s.hold_ms,
+                s.faults,
+                s.order,
+                s.op.as_ref()
+                    .map_or(String::new(), |o| format!(", operator: {o:?}"))
             )?;
         }
         Ok(())
+    }
+}
+
+/// The operator's part of schedule `seed`, from an RNG of its own (each seed keeps the
+/// faults it had): in three steps of five a transfer (to the most up-to-date follower, to
+/// a follower, or, half of them, to the node the step's faults stall, where they may
+/// stall a follower; else to a follower) or a drain, and in
+/// one schedule of three a replacement machine (a step's op replaced by it), in two
+/// schedules of five a stalled handover in a step of its own.
+fn draw_ops(seed: u64, steps: &mut Vec<Step>) {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x0be7_a70e);
+    for s in steps.iter_mut() {
+        if !rng.gen_bool(0.6) {
+            continue;
+        }
+        let after_ms = rng.gen_range(0..=s.hold_ms / 2);
+        s.op = Some(if rng.gen_bool(0.7) {
+            let to = match rng.gen_range(0..4) {
+                0 => OpTo::Best,
+                1 => OpTo::Follower,
+                // Only where a fault stalls a follower: with faults on the leader alone
+                // (or a bridge) half of these became plain transfers at run time.
+                _ if s.faults.iter().any(Fault::may_stall_a_follower) => OpTo::Stalled,
+                _ => OpTo::Follower,
+            };
+            NetOp::Transfer { to, after_ms }
+        } else {
+            NetOp::Drain {
+                leader: rng.gen_bool(0.5),
+                after_ms,
+            }
+        });
+    }
+    // A replacement machine in one schedule of three, in a step with faults (drawn before
+    // the stalled handover, which may be inserted before it).
+    if rng.gen_bool(1.0 / 3.0) {
+        let i = rng.gen_range(0..steps.len());
+        let old = if rng.gen_bool(1.0 / 3.0) {
+            OldVoter::Leader
+        } else {
+            OldVoter::Stalled
+        };
+        let after_ms = rng.gen_range(0..=steps[i].hold_ms / 2);
+        steps[i].op = Some(NetOp::Replace { old, after_ms });
+    }
+    if rng.gen_bool(0.4) {
+        let at = rng.gen_range(0..=steps.len());
+        let mut order: Vec<u64> = (1..=N).collect();
+        order.shuffle(&mut rng);
+        // Longer than the transfer's timeout (an election timeout, 200-300 ms) with a
+        // heartbeat before it.
+        let stall_ms = rng.gen_range(500..=900);
+        let cut_ms = rng.gen_range(500..=1500);
+        steps.insert(
+            at,
+            Step {
+                gap_ms: rng.gen_range(300..=1000),
+                hold_ms: stall_ms + cut_ms,
+                faults: Vec::new(),
+                order,
+                op: Some(NetOp::StalledHandover { stall_ms, cut_ms }),
+            },
+        );
     }
 }
 
@@ -411,6 +660,12 @@ struct Outcome {
     /// Each time the leader was cut from the majority, paused or killed: how long until
     /// another node acquired a lease.
     failovers: Vec<Duration>,
+    /// The operator's `ctl` commands and what each returned.
+    ops: Vec<CtlRun>,
+    /// The operator's ops by kind: drawn, asked, carried out.
+    counts: OpCounts,
+    /// Workers that did not exit with 0 at the final graceful stop: (node, signal).
+    unclean_stops: Vec<(u64, Option<i32>)>,
     /// Everything wrong, with timelines; empty when the run passed.
     problems: Vec<String>,
     took: Duration,
@@ -420,6 +675,7 @@ impl Outcome {
     /// Nothing happened yet (or nothing could be measured).
     fn new(schedule: Schedule) -> Outcome {
         Outcome {
+            counts: OpCounts::drawn(&schedule),
             schedule,
             applied: Vec::new(),
             recovery: None,
@@ -429,6 +685,8 @@ impl Outcome {
             histories: 0,
             restarts: Vec::new(),
             failovers: Vec::new(),
+            ops: Vec::new(),
+            unclean_stops: Vec::new(),
             problems: Vec::new(),
             took: Duration::ZERO,
         }
@@ -446,6 +704,7 @@ fn harness_events(lab: &Lab) -> Vec<Event> {
                 netns::ActionKind::Fault => Kind::Fault,
                 netns::ActionKind::Heal => Kind::Heal,
                 netns::ActionKind::Crash => Kind::Crashed,
+                netns::ActionKind::Op => Kind::Other("op".into()),
                 netns::ActionKind::Start | netns::ActionKind::Stop => return None,
             };
             Some(Event::new(a.node, a.mono_ns, kind).note(a.what.clone()))
@@ -491,12 +750,15 @@ fn feeder(path: PathBuf, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     })
 }
 
-fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
+fn run_schedule(tag: &str, schedule: Schedule, worker: &Path, ctl: &Path) -> Outcome {
     let started = Instant::now();
     let mut out = Outcome::new(schedule.clone());
     // (when, leader, until the step healed) each time a fault took the leader out.
     let mut leader_out: Vec<(u64, u64, u64)> = Vec::new();
-    let mut args: Vec<String> = WORKER_ARGS.iter().map(|s| s.to_string()).collect();
+    let mut args: Vec<String> = WORKER_ARGS
+        .iter()
+        .map(std::string::ToString::to_string)
+        .collect();
     let ledger_dir = tempfile::tempdir().expect("temp dir");
     let ledger_path = ledger_dir.path().join("ledger.db");
     args.push("--ledger".into());
@@ -522,11 +784,29 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
         ));
         return out;
     }
+    let operator = lab.operator(ctl);
+    // (spare, old) for each replacement carried out.
+    let mut replaced_by: Vec<(u64, u64)> = Vec::new();
     let stop_feeding = Arc::new(AtomicBool::new(false));
     let feeding = feeder(ledger_path.clone(), stop_feeding.clone());
 
     for step in &schedule.steps {
-        match run_step(&mut lab, step, &mut leader_out) {
+        // A replaced node's place in the order is its replacement's: later faults land on
+        // the machine that now does its job (the retired one is never started again).
+        let mut step = step.clone();
+        for x in &mut step.order {
+            if let Some((spare, _)) = replaced_by.iter().find(|(_, old)| old == x) {
+                *x = *spare;
+            }
+        }
+        match run_step(
+            &mut lab,
+            &step,
+            &operator,
+            &mut leader_out,
+            (&mut out.ops, &mut out.counts),
+            &mut replaced_by,
+        ) {
             Ok(words) => out.applied.push(words),
             Err(e) => {
                 out.problems.push(e);
@@ -559,7 +839,18 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
     };
     // A little more history, then a graceful stop.
     std::thread::sleep(Duration::from_millis(300));
-    lab.stop_all(Duration::from_secs(5));
+    // Every worker must stop cleanly on SIGTERM (exit code 0). Workers used to abort here
+    // now and then: `shutdown` returned while the driver still closed the RocksDB store,
+    // and `process::exit` aborted it (tests/shutdown.rs).
+    out.unclean_stops = lab.stop_all(Duration::from_secs(5));
+    for (n, sig) in &out.unclean_stops {
+        out.problems.push(format!(
+            "n{n} did not stop cleanly on SIGTERM at the end of the schedule ({})",
+            sig.map_or("exit code != 0 or killed".to_string(), |s| format!(
+                "signal {s}"
+            ))
+        ));
+    }
 
     // Judge.
     let mut events: Vec<Event> = lab
@@ -568,6 +859,21 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
         .filter_map(|l| Event::from_json(&l.v))
         .collect();
     events.extend(harness_events(&lab));
+    // The voter configurations a replacement may bring, from its first `members replace`
+    // on (rule (c) counts the quorum of each configuration a leader may have used).
+    let mut voters: Vec<u64> = (1..=N).collect();
+    for (spare, old) in &replaced_by {
+        let asked = out
+            .ops
+            .iter()
+            .find(|r| r.command == format!("members replace {old} {spare}"))
+            .map_or(0, |r| r.asked_ns);
+        let mut new: Vec<u64> = voters.iter().copied().filter(|v| v != old).collect();
+        new.push(*spare);
+        events.push(Event::members(0, asked, new.clone(), voters.clone()));
+        events.push(Event::members(0, asked, new.clone(), Vec::new()));
+        voters = new;
+    }
     let writes = match ledger_writes(&ledger_path) {
         Ok(w) => w,
         Err(e) => {
@@ -622,19 +928,63 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path) -> Outcome {
     out
 }
 
+/// The node a fault stalls, as [`apply_net`] and [`run_step`] resolve it: cut off,
+/// one-way, partially cut, on the minority side, lossy (`None` for a bridge).
+fn stalled_by(fault: &Fault, order: &[u64], leader: Option<u64>) -> Option<u64> {
+    let not_leader = |v: &[u64]| v.iter().copied().find(|n| Some(*n) != leader);
+    match *fault {
+        Fault::IsolateLeader => pick(order, leader, true).first().copied(),
+        Fault::OneWay { leader: l, .. } | Fault::Partial { leader: l } => {
+            pick(order, leader, l).first().copied()
+        }
+        Fault::Split { size, with_leader } => not_leader(&pick(order, leader, with_leader)[..size]),
+        Fault::Loss { count, .. } => not_leader(&order[..count]),
+        Fault::Bridge { .. } => None,
+        Fault::Pause { leader: l } | Fault::Kill { leader: l } => {
+            pick(order, leader, l).first().copied()
+        }
+        Fault::Restart { leader: l, .. } => {
+            if l {
+                pick(order, leader, true).first().copied()
+            } else {
+                pick(order, leader, false).last().copied()
+            }
+        }
+    }
+}
+
 /// Runs one step: waits its gap, lands its faults on whoever they resolve to, holds,
-/// heals. Returns what it did, in words. Each time the leader is cut from the majority,
-/// paused or killed, `(when, leader, when the step healed)` goes into `leader_out`.
+/// heals; the step's operator op runs among its faults (its answers go to `ops`).
+/// Returns what it did, in words. Each time the leader is cut from the majority, paused
+/// or killed, or handed over to a stalled node, `(when, leader, when the step healed)`
+/// goes into `leader_out`.
 fn run_step(
     lab: &mut Lab,
     step: &Step,
+    operator: &netns::Operator,
     leader_out: &mut Vec<(u64, u64, u64)>,
+    (ops, counts): (&mut Vec<CtlRun>, &mut OpCounts),
+    configs: &mut Vec<(u64, u64)>,
 ) -> Result<String, String> {
     std::thread::sleep(Duration::from_millis(step.gap_ms));
+    if let Some(NetOp::StalledHandover { stall_ms, cut_ms }) = step.op {
+        return stalled_handover(
+            lab,
+            step,
+            operator,
+            (stall_ms, cut_ms),
+            leader_out,
+            (ops, counts),
+        );
+    }
     let leader = lab.current_leader();
     let tag = |x: u64| if Some(x) == leader { " (leader)" } else { "" };
     let mut net = NetState::default();
     let mut words = Vec::new();
+    if let Some(NetOp::Replace { .. }) = step.op {
+        let spare = lab.spawn_spare()?;
+        words.push(format!("spare n{spare} starts, joining"));
+    }
     let mut paused = Vec::new();
     let mut killed = Vec::new();
     let mut restart = None;
@@ -684,6 +1034,92 @@ fn run_step(
         lab.set_net(net.clone(), &words.join("; "))
             .map_err(|e| format!("nft failed: {e}"))?;
     }
+    // The operator's op, in a thread of its own: it asks while the faults hold.
+    let follower = pick(&step.order, leader, false).first().copied();
+    let stalled = step
+        .faults
+        .iter()
+        .filter_map(|f| stalled_by(f, &step.order, leader))
+        .find(|x| Some(*x) != leader);
+    let mut undrain = None;
+    // The kind of op asked as drawn, to count its answer.
+    let mut asked = None;
+    let command: Option<(u64, Vec<String>)> = match step.op {
+        Some(NetOp::Transfer { to, after_ms }) => {
+            let target = match to {
+                OpTo::Best => None,
+                OpTo::Follower => follower,
+                OpTo::Stalled => stalled,
+            };
+            let mut c = vec!["transfer".to_string()];
+            if let Some(t) = target {
+                c.extend(["--to".to_string(), t.to_string()]);
+            }
+            words.push(format!(
+                "at +{after_ms} ms ctl {}{}",
+                c.join(" "),
+                if target.is_some() && target == stalled {
+                    " (a node the faults stall)"
+                } else if to == OpTo::Stalled {
+                    " (the faults stall no follower)"
+                } else {
+                    ""
+                }
+            ));
+            if to == OpTo::Stalled && target.is_none() {
+                // Not as drawn: a plain transfer, uncounted.
+            } else if to == OpTo::Stalled {
+                asked = Some(OpKind::ToStalled);
+            } else {
+                asked = Some(OpKind::Transfer);
+            }
+            Some((after_ms, c))
+        }
+        Some(NetOp::Drain {
+            leader: l,
+            after_ms,
+        }) => {
+            let x = if l { leader.or(follower) } else { follower };
+            x.map(|x| {
+                undrain = Some(x);
+                asked = Some(OpKind::Drain);
+                words.push(format!("at +{after_ms} ms ctl drain {x}{}", tag(x)));
+                (after_ms, vec!["drain".to_string(), x.to_string()])
+            })
+        }
+        _ => None,
+    };
+    let asking = command.map(|(after, c)| {
+        let operator = operator.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(after));
+            vec![operator.run(&c, CTL_TIMEOUT_SECS)]
+        })
+    });
+    let mut replacing = None;
+    let asking = match step.op {
+        Some(NetOp::Replace { old, after_ms }) => {
+            let x = match old {
+                OldVoter::Leader => leader,
+                OldVoter::Stalled => stalled.or(follower),
+            };
+            x.map(|x| {
+                let spare = lab.spare;
+                replacing = Some((x, spare));
+                asked = Some(OpKind::Replace);
+                words.push(format!(
+                    "at +{after_ms} ms replace n{x}{} by n{spare}",
+                    tag(x)
+                ));
+                let operator = operator.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(after_ms));
+                    replace_until_done(&operator, x, spare)
+                })
+            })
+        }
+        _ => asking,
+    };
     let mut hold = Duration::from_millis(step.hold_ms);
     if let Some((x, after, cut)) = restart {
         let after = Duration::from_millis(after);
@@ -710,10 +1146,166 @@ fn run_step(
     for x in paused {
         lab.resume(x);
     }
+    let mut answered = Vec::new();
+    if let Some(t) = asking {
+        answered = t.join().map_err(|_| "the operator's thread panicked")?;
+    }
+    let ok = answered.last().is_some_and(|r| r.outcome == "ok");
+    ops.extend(answered);
+    if let Some(kind) = asked {
+        counts.of(kind).asked += 1;
+        if ok && matches!(kind, OpKind::Transfer | OpKind::ToStalled) {
+            counts.of(kind).done += 1;
+        }
+    }
+    if let Some((x, spare)) = replacing {
+        // Carried out (the last answer says so): the replaced machine is stopped for
+        // good, and a killed one is not started again.
+        if ops
+            .last()
+            .is_some_and(|r| r.command.contains("replace") && replaced(r))
+        {
+            lab.retire(x);
+            configs.push((spare, x));
+            counts.replacements.done += 1;
+        } else {
+            return Err(format!(
+                "the group did not carry out the replace of n{x} by n{spare} within \
+                 {REPLACE_WITHIN:?} ({} ops asked); last answer: {:?}",
+                ops.len(),
+                ops.last().map(|r| (&r.outcome, &r.said))
+            ));
+        }
+    }
     for x in killed {
         lab.spawn(x);
     }
+    if let Some(x) = undrain {
+        let runs = undrain_until_done(operator, x);
+        if ok && runs.last().is_some_and(|r| r.outcome == "ok") {
+            counts.drains.done += 1;
+        }
+        ops.extend(runs);
+    }
     Ok(format!("{} for {} ms", words.join(" + "), step.hold_ms))
+}
+
+/// How long a replacement may take, from its first `ctl` command to its last.
+const REPLACE_WITHIN: Duration = Duration::from_secs(20);
+
+/// Whether a `members replace` answer says the change is carried out: done, or refused
+/// because an earlier attempt took effect (the old node is no member, the new one is no
+/// learner: it votes).
+fn replaced(r: &CtlRun) -> bool {
+    matches!(r.outcome.as_str(), "ok" | "unknown_node" | "not_a_learner")
+}
+
+/// `ctl members add SPARE ADDR`, then `ctl members replace OLD SPARE`, each asked again
+/// (every 200 ms) until carried out, within [`REPLACE_WITHIN`].
+fn replace_until_done(operator: &netns::Operator, old: u64, spare: u64) -> Vec<CtlRun> {
+    let deadline = Instant::now() + REPLACE_WITHIN;
+    let mut runs = Vec::new();
+    let add = [
+        "members".to_string(),
+        "add".to_string(),
+        spare.to_string(),
+        format!("{}:{}", netns::addr_of(spare), netns::PORT),
+    ];
+    while Instant::now() < deadline {
+        let r = operator.run(&add, CTL_TIMEOUT_SECS);
+        let done = matches!(r.outcome.as_str(), "ok" | "already_member");
+        runs.push(r);
+        if done {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let replace = [
+        "members".to_string(),
+        "replace".to_string(),
+        old.to_string(),
+        spare.to_string(),
+    ];
+    while Instant::now() < deadline {
+        let r = operator.run(&replace, CTL_TIMEOUT_SECS);
+        let done = replaced(&r);
+        runs.push(r);
+        if done {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    runs
+}
+
+/// How long one `ctl` command may take (`--timeout`).
+const CTL_TIMEOUT_SECS: u64 = 5;
+
+/// `ctl undrain X`, asked again (every 200 ms, 20 times at most) until it is done: a
+/// drained node never campaigns, so the group must not be left with it by accident.
+fn undrain_until_done(operator: &netns::Operator, x: u64) -> Vec<CtlRun> {
+    let mut runs = Vec::new();
+    for _ in 0..20 {
+        let r = operator.run(&["undrain".to_string(), x.to_string()], CTL_TIMEOUT_SECS);
+        let done = r.outcome == "ok";
+        runs.push(r);
+        if done {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    runs
+}
+
+/// A step of its own (see [`NetOp::StalledHandover`]): pause a follower, hand over to
+/// it, resume it `stall_ms` after the pause with its packets to the old leader dropped
+/// for `cut_ms`, heal.
+#[allow(clippy::too_many_arguments)]
+fn stalled_handover(
+    lab: &mut Lab,
+    step: &Step,
+    operator: &netns::Operator,
+    (stall_ms, cut_ms): (u64, u64),
+    leader_out: &mut Vec<(u64, u64, u64)>,
+    (ops, counts): (&mut Vec<CtlRun>, &mut OpCounts),
+) -> Result<String, String> {
+    let Some(l) = lab.current_leader() else {
+        std::thread::sleep(Duration::from_millis(step.hold_ms));
+        return Ok("stalled handover: no leader known; skipped".into());
+    };
+    let x = pick(&step.order, Some(l), false)[0];
+    let paused_at = Instant::now();
+    lab.pause(x);
+    // A heartbeat held first: the paused node has something to handle before the
+    // MsgTimeoutNow when it wakes.
+    std::thread::sleep(Duration::from_millis(100));
+    leader_out.push((monotonic_ns(), l, u64::MAX));
+    let r = operator.run(
+        &["transfer".into(), "--to".into(), x.to_string()],
+        CTL_TIMEOUT_SECS,
+    );
+    let said = r.outcome.clone();
+    ops.push(r);
+    counts.stalled_handovers.asked += 1;
+    let stall = Duration::from_millis(stall_ms);
+    std::thread::sleep(stall.saturating_sub(paused_at.elapsed()));
+    let mut net = NetState::default();
+    net.cut_one_way(x, &[l]);
+    lab.set_net(net, &format!("n{x}'s packets to n{l} dropped"))
+        .map_err(|e| format!("nft failed: {e}"))?;
+    lab.resume(x);
+    std::thread::sleep(Duration::from_millis(cut_ms));
+    let healing = monotonic_ns();
+    for o in leader_out.iter_mut().filter(|o| o.2 == u64::MAX) {
+        o.2 = healing;
+    }
+    lab.set_net(NetState::default(), "heal links")
+        .map_err(|e| format!("nft failed: {e}"))?;
+    counts.stalled_handovers.done += 1;
+    Ok(format!(
+        "stalled handover: pause n{x}, n{l} (leader) hands over to it ({said}), n{x} wakes \
+         at +{stall_ms} ms with its packets to n{l} dropped for {cut_ms} ms"
+    ))
 }
 
 /// How long each restart took: from spawning the process to its `started` event.
@@ -793,6 +1385,78 @@ fn schedules_replay_from_their_seed_and_cover_every_fault_kind() {
     for s in &a {
         assert!((3..=6).contains(&s.faults()), "{s}");
     }
+    // The operator's ops: transfers (to a node the faults stall among them), drains,
+    // stalled handovers.
+    let ops: Vec<&NetOp> = a
+        .iter()
+        .flat_map(|s| s.steps.iter())
+        .filter_map(|s| s.op.as_ref())
+        .collect();
+    for (name, present) in [
+        (
+            "transfer to a stalled node",
+            ops.iter().any(|o| {
+                matches!(
+                    o,
+                    NetOp::Transfer {
+                        to: OpTo::Stalled,
+                        ..
+                    }
+                )
+            }),
+        ),
+        (
+            "transfer",
+            ops.iter()
+                .any(|o| matches!(o, NetOp::Transfer { to: OpTo::Best, .. })),
+        ),
+        (
+            "drain",
+            ops.iter().any(|o| matches!(o, NetOp::Drain { .. })),
+        ),
+        (
+            "stalled handover",
+            ops.iter()
+                .any(|o| matches!(o, NetOp::StalledHandover { .. })),
+        ),
+        (
+            "replacement of a stalled node",
+            ops.iter().any(|o| {
+                matches!(
+                    o,
+                    NetOp::Replace {
+                        old: OldVoter::Stalled,
+                        ..
+                    }
+                )
+            }),
+        ),
+    ] {
+        assert!(present, "no {name} op in 40 schedules");
+    }
+    // A stalled handover has a step of its own; the faults' resolution finds the node a
+    // fault stalls, never the leader when another one is.
+    assert!(a
+        .iter()
+        .flat_map(|s| &s.steps)
+        .all(|s| { !matches!(s.op, Some(NetOp::StalledHandover { .. })) || s.faults.is_empty() }));
+    let order = [3, 1, 5, 2, 4];
+    assert_eq!(stalled_by(&Fault::IsolateLeader, &order, Some(5)), Some(5));
+    assert_eq!(
+        stalled_by(
+            &Fault::Split {
+                size: 2,
+                with_leader: true
+            },
+            &order,
+            Some(5)
+        ),
+        Some(3)
+    );
+    assert_eq!(
+        stalled_by(&Fault::Pause { leader: false }, &order, Some(5)),
+        Some(3)
+    );
     // Resolution: a split puts the leader where it says, a bridge keeps two sides apart.
     let mut net = NetState::default();
     apply_net(
@@ -839,8 +1503,9 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
     let lanes = (env_u64("TENURE_NETNS_LANES", 2).max(1) as usize).min(count.max(1));
     let stop_at_first = env_flag("TENURE_NETNS_STOP_AT_FIRST");
     let mutation = std::env::var("TENURE_MUTATION").unwrap_or_default();
-    say("netns: building the worker (cargo build --example worker)");
+    say("netns: building the worker and ctl (cargo build --example worker / ctl)");
     let worker = netns::worker_for_run();
+    let ctl = netns::ctl_binary();
     say(format!(
         "netns: {count} schedules from seed {first}, {lanes} labs at a time, worker {}{}",
         worker.display(),
@@ -857,7 +1522,8 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
     let outcomes: Mutex<Vec<Outcome>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for lane in 0..lanes {
-            let (next, done, stop, outcomes, worker) = (&next, &done, &stop, &outcomes, &worker);
+            let (next, done, stop, outcomes, worker, ctl) =
+                (&next, &done, &stop, &outcomes, &worker, &ctl);
             s.spawn(move || loop {
                 let k = next.fetch_add(1, Ordering::SeqCst);
                 if k >= count || stop.load(Ordering::SeqCst) {
@@ -867,24 +1533,45 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
                 let schedule = Schedule::generate(seed);
                 let tag = format!("l{lane}-s{seed}");
                 let o = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    run_schedule(&tag, schedule.clone(), worker)
+                    run_schedule(&tag, schedule.clone(), worker, ctl)
                 }))
                 .unwrap_or_else(|p| Outcome {
                     problems: vec![format!(
                         "harness panicked: {}",
                         p.downcast_ref::<String>()
                             .cloned()
-                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .or_else(|| p
+                                .downcast_ref::<&str>()
+                                .map(std::string::ToString::to_string))
                             .unwrap_or_default()
                     )],
                     ..Outcome::new(schedule.clone())
                 });
                 let n = done.fetch_add(1, Ordering::SeqCst) + 1;
+                let ops: Vec<String> = o
+                    .ops
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{} -> {} ({} ms)",
+                            r.command,
+                            r.outcome,
+                            (r.answered_ns - r.asked_ns) / 1_000_000
+                        )
+                    })
+                    .collect();
                 say(format!(
-                    "netns [{n}/{count}] seed {seed}: {} faults: {}; recovered in {}; {} writes, \
-                     {} stale ones fenced off, {} terms with leases: {} ({:.1} s)",
+                    "netns [{n}/{count}] seed {seed}: {} faults: {}; operator: {}; ops {}; \
+                     recovered in {}; {} writes, {} stale ones fenced off, {} terms with \
+                     leases: {} ({:.1} s)",
                     o.schedule.faults(),
                     o.applied.join(", "),
+                    if ops.is_empty() {
+                        "-".to_string()
+                    } else {
+                        ops.join(", ")
+                    },
+                    o.counts,
                     o.recovery
                         .map_or("-".into(), |r| format!("{} ms", r.as_millis())),
                     o.writes,
@@ -934,6 +1621,35 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
             ))
             .unwrap_or_default()
     ));
+    let mut by_op: std::collections::BTreeMap<(String, String), usize> = Default::default();
+    for r in outcomes.iter().flat_map(|o| &o.ops) {
+        // `transfer`, `drain`, `members add`, ...: the command's words before its ids.
+        let verb = r
+            .command
+            .split(' ')
+            .take_while(|w| w.chars().next().is_some_and(|c| c.is_ascii_lowercase()))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let verb = if r.command.contains("--to") {
+            format!("{verb} --to")
+        } else {
+            verb
+        };
+        *by_op.entry((verb, r.outcome.clone())).or_default() += 1;
+    }
+    let by_op: Vec<String> = by_op
+        .iter()
+        .map(|((verb, outcome), n)| format!("{verb} {outcome}: {n}"))
+        .collect();
+    say(format!(
+        "netns: operator ops (ctl command, answer: count): {}",
+        by_op.join(", ")
+    ));
+    let mut total = OpCounts::default();
+    for o in &outcomes {
+        total += o.counts;
+    }
+    say(format!("netns: operator ops by kind: {total}"));
     let mut failovers: Vec<Duration> = outcomes.iter().flat_map(|o| o.failovers.clone()).collect();
     failovers.sort_unstable();
     if let (Some(lo), Some(hi)) = (failovers.first(), failovers.last()) {
@@ -946,6 +1662,26 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
             failovers[failovers.len() / 2].as_millis()
         ));
     }
+    let unclean: Vec<String> = outcomes
+        .iter()
+        .flat_map(|o| {
+            o.unclean_stops.iter().map(|(n, sig)| {
+                let how = sig.map_or("exit code != 0 or killed".to_string(), |s| {
+                    format!("signal {s}")
+                });
+                format!("seed {} n{n} ({how})", o.schedule.seed)
+            })
+        })
+        .collect();
+    say(format!(
+        "netns: {} workers did not stop cleanly on SIGTERM at the end of a schedule{}",
+        unclean.len(),
+        if unclean.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", unclean.join(", "))
+        }
+    ));
     if let (Some(lo), Some(hi)) = (restarts.first(), restarts.last()) {
         say(format!(
             "netns: {} restarts after SIGKILL took {}–{} ms (median {} ms) from spawn to started",

@@ -132,7 +132,7 @@ fn stale_leader_scenario(fault: i32, resume: i32) -> (u64, u64, u64) {
         .highest_token()
         .unwrap();
     assert!(
-        highest.0 >= new_token,
+        highest.term() >= new_token,
         "fence at {highest} after token {new_token} was accepted"
     );
     g.stop();

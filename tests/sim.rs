@@ -8,18 +8,26 @@
 //! links), packet loss and delay; among them, an operator hands leadership over (to the
 //! best follower, to a named node, to a node a fault stalls, and the stalled handover of
 //! docs/design.md section 4: the target stalls, the transfer times out, the target wakes
-//! with its packets to the old leader lost) and drains and undrains nodes (drawn from an
-//! RNG of their own, so each seed keeps the faults it always had); the workload on every
-//! node confirms its lease and
-//! writes to a fenced resource with its token, sometimes stalling between the two. The
-//! history checker (`support/checker.rs`) judges every run, liveness after the last
+//! with its packets to the old leader lost), drains and undrains nodes, and in half of
+//! the seeds changes the membership: a voter (the leader, one a fault has crashed, paused
+//! or cut off, or any) is replaced by a spare host that joins under a new id, or removed
+//! and added back under a new id, while partitions, crashes (the leader's, in the middle
+//! of the change) and a paused learner go on (all drawn from an RNG of their own, so each
+//! seed keeps the faults it always had). The workload on every node confirms its lease
+//! and writes to a fenced resource with its token, sometimes stalling between the two.
+//! The history checker (`support/checker.rs`) judges every run, liveness after the last
 //! heal included, and every node's applied leadership history (sampled every 10 ms of
 //! simulated time, recorded when it changed) against every other's (rule (f): no
-//! committed record is lost).
+//! committed record is lost); with membership changes, rule (c) counts the quorum of the
+//! voter configurations each node reported (sampled with the history), and the healed
+//! group must have carried every change out by the end of the run.
 //!
 //! * `TENURE_SIM_SEEDS=N` runs N seeds (default 500), from `TENURE_SIM_SEED_START=S`
 //!   (default 0). A failing seed is printed with its timeline; run it alone with
 //!   `TENURE_SIM_SEEDS=1 TENURE_SIM_SEED_START=<seed>`.
+//! * `TENURE_SIM_VERBOSE=1` prints a line per seed: its wall and simulated time, its
+//!   faults, its ops and what each call returned; `TENURE_SIM_TIMELINE=1`, each seed's
+//!   whole timeline (lease confirms and writes left out).
 //! * `TENURE_SIM_EXPECT_VIOLATION=1` (for mutation testing, with `--features mutations`
 //!   and `TENURE_MUTATION=...`) stops at the first violating seed and reports it
 //!   instead of failing; it fails if no seed violates.
@@ -93,7 +101,7 @@ use rand::{Rng, SeedableRng};
 use tenure::{ReadMode, Timing};
 
 use checker::{check, Options};
-use schedule::{random_ops, Op, Schedule, ScheduleShape};
+use schedule::{random_member_ops, random_ops, Op, Schedule, ScheduleShape};
 use world::{run_with_ops, RunConfig};
 
 fn timing() -> Timing {
@@ -123,13 +131,27 @@ fn shape() -> ScheduleShape {
     }
 }
 
+/// The share of seeds with a membership change among their faults.
+const MEMBERSHIP_CHANCE: f64 = 0.5;
+
 /// The operator's part of seed `seed`'s run: 0 to 3 transfers and drains among the
-/// faults, half of the transfers to a node a fault stalls. Drawn from an RNG of their
-/// own, so the faults of a seed are those it always had.
+/// faults, half of the transfers to a node a fault stalls; then, in half of the seeds, a
+/// membership change (a voter replaced by a spare, or removed and added back under a
+/// new id). Drawn from an RNG of their own, so the faults of a seed are those it always
+/// had (and the membership change after the others, so its transfers and drains too).
 fn ops_for(seed: u64, cfg: &RunConfig) -> Vec<Op> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x0be7_a70e);
     let ids: Vec<u64> = (1..=cfg.nodes).collect();
-    random_ops(&mut rng, &ids, &cfg.schedule, shape(), (0, 3))
+    let mut ops = random_ops(&mut rng, &ids, &cfg.schedule, shape(), (0, 3));
+    ops.extend(random_member_ops(
+        &mut rng,
+        &ids,
+        &cfg.schedule,
+        shape(),
+        MEMBERSHIP_CHANCE,
+    ));
+    ops.sort_by_key(|o| o.at);
+    ops
 }
 
 fn config_for(seed: u64) -> RunConfig {
@@ -172,8 +194,9 @@ struct SeedResult {
     faults: Vec<&'static str>,
     /// The operator ops drawn, by name.
     ops: Vec<&'static str>,
-    /// The operator calls made, and whether each succeeded.
-    op_results: Vec<(&'static str, bool)>,
+    /// The operator calls made, each with what it returned ("ok" or the error's name),
+    /// and each membership op's end.
+    op_results: Vec<(&'static str, String)>,
     /// Peer messages refused, by reason.
     refused: BTreeMap<&'static str, u64>,
     recovery_ns: Option<u64>,
@@ -195,6 +218,12 @@ fn run_seed(seed: u64) -> SeedResult {
     let op_names = ops.iter().map(|o| o.kind.name()).collect();
     let result = std::panic::catch_unwind(|| {
         let out = run_with_ops(&cfg, &ops);
+        if std::env::var("TENURE_SIM_TIMELINE").is_ok_and(|v| v == "1") {
+            eprintln!(
+                "seed {seed}'s timeline:\n{}",
+                checker::timeline(&out.events)
+            );
+        }
         let opts = Options::new(cfg.nodes as usize)
             .liveness(out.healed_at_ns, cfg.liveness_bound.as_nanos() as u64)
             .clock_faults(
@@ -210,15 +239,34 @@ fn run_seed(seed: u64) -> SeedResult {
             .iter()
             .map(|(node, at, why)| format!("\nn{node}'s driver stopped at {at} ns: {why}"))
             .collect();
+        // A membership change the healed group did not carry out (liveness, for the
+        // membership the ops asked for).
+        for f in &out.op_failures {
+            panics.push_str(&format!("\n{f}"));
+        }
         // Every peer is correct here: no message may be refused, except a MsgTimeoutNow
         // that arrives after its receiver stopped following the leader that sent it (a
-        // handover to a node that stalled or restarted meanwhile).
-        let wrongly: Vec<String> = out
-            .refused
-            .iter()
-            .filter(|(reason, _)| **reason != "timeout_now_not_from_leader")
-            .map(|(reason, n)| format!("{reason}: {n}"))
-            .collect();
+        // handover to a node that stalled or restarted meanwhile), and a response from a
+        // node the receiver no longer (or does not yet) count as a member, which only a
+        // membership change makes: from a voter that left, or from a spare.
+        let logged: usize = out.refusals.len();
+        let counted: u64 = out.refused.values().sum();
+        let mut wrongly: BTreeMap<String, u64> = BTreeMap::new();
+        for (_, _, reason, from) in &out.refusals {
+            let legit = reason == "timeout_now_not_from_leader"
+                || (reason == "unknown_peer"
+                    && from.is_some_and(|f| out.changed_members.contains(&f)));
+            if !legit {
+                let from = from.map_or("?".into(), |f| format!("n{f}"));
+                *wrongly.entry(format!("{reason} from {from}")).or_default() += 1;
+            }
+        }
+        if logged as u64 != counted {
+            *wrongly
+                .entry(format!("{counted} counted but {logged} logged"))
+                .or_default() += 1;
+        }
+        let wrongly: Vec<String> = wrongly.iter().map(|(k, n)| format!("{k}: {n}")).collect();
         if !wrongly.is_empty() {
             panics.push_str(&format!(
                 "\nmessages of correct peers were refused: {}",
@@ -238,7 +286,11 @@ fn run_seed(seed: u64) -> SeedResult {
             let msg = panic
                 .downcast_ref::<String>()
                 .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .or_else(|| {
+                    panic
+                        .downcast_ref::<&str>()
+                        .map(std::string::ToString::to_string)
+                })
                 .unwrap_or_default();
             (
                 Err(format!("the run panicked: {msg}")),
@@ -281,11 +333,12 @@ fn env_u64(name: &str, default: u64) -> u64 {
 /// handing out seeds once one violates.
 fn run_seeds(start: u64, count: u64, stop_at_violation: bool) -> Vec<SeedResult> {
     let threads = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
+        .map_or(2, std::num::NonZero::get)
         .min(count.max(1) as usize);
     let next = AtomicU64::new(start);
     let stop = AtomicBool::new(false);
     let results = Mutex::new(Vec::new());
+    let verbose = std::env::var("TENURE_SIM_VERBOSE").is_ok_and(|v| v == "1");
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| loop {
@@ -293,7 +346,19 @@ fn run_seeds(start: u64, count: u64, stop_at_violation: bool) -> Vec<SeedResult>
                 if seed >= start + count || stop.load(Ordering::SeqCst) {
                     break;
                 }
+                let t0 = Instant::now();
                 let r = run_seed(seed);
+                if verbose {
+                    eprintln!(
+                        "seed {seed}: {:.1?}, {:.1} s simulated, faults {:?}, ops {:?}: {:?}{}",
+                        t0.elapsed(),
+                        r.simulated_ns as f64 / 1e9,
+                        r.faults,
+                        r.ops,
+                        r.op_results,
+                        if r.failure.is_some() { " FAILED" } else { "" }
+                    );
+                }
                 if r.failure.is_some() && stop_at_violation {
                     stop.store(true, Ordering::SeqCst);
                 }
@@ -325,20 +390,18 @@ fn summary(results: &[SeedResult], wall: Duration) -> String {
             *ops.entry(k).or_default() += 1;
         }
     }
-    let mut calls: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    let mut calls: BTreeMap<&str, BTreeMap<&str, usize>> = BTreeMap::new();
     for r in results {
-        for (k, ok) in &r.op_results {
-            let c = calls.entry(k).or_default();
-            if *ok {
-                c.0 += 1;
-            } else {
-                c.1 += 1;
-            }
+        for (k, said) in &r.op_results {
+            *calls.entry(k).or_default().entry(said).or_default() += 1;
         }
     }
     let calls: Vec<String> = calls
         .iter()
-        .map(|(k, (ok, failed))| format!("{k} {ok} ok/{failed} not"))
+        .map(|(k, said)| {
+            let said: Vec<String> = said.iter().map(|(s, n)| format!("{n} {s}")).collect();
+            format!("{k}: {}", said.join(", "))
+        })
         .collect();
     let mut refused: BTreeMap<&str, u64> = BTreeMap::new();
     for r in results {
@@ -375,7 +438,7 @@ fn summary(results: &[SeedResult], wall: Duration) -> String {
             .count(),
         simulated as f64 / 1e9,
         faults as f64 / n as f64,
-        calls.join(", "),
+        calls.join("; "),
     );
     text.push_str(&format!(
         "; {with_clock_faults} seeds with clock faults, {} of them outside what the lease \
@@ -478,6 +541,9 @@ fn replay_fidelity_report() {
                 });
                 diverged_at.push(at_ms);
                 eprintln!("seed {seed}: first difference at event {i} (+{at_ms} ms)");
+                for j in i.saturating_sub(3)..(i + 2).min(a.len().min(b.len())) {
+                    eprintln!("  {j}: {}\n  {j}: {}", a[j], b[j]);
+                }
             }
         }
     }

@@ -765,7 +765,7 @@ mod rocks_open {
         let dir = tempfile::tempdir().unwrap();
         let path = store_with_entries(dir.path());
         let first = RocksStore::open(&path).unwrap();
-        let _clone = first.clone();
+        let clone = first.clone();
         for e in [
             RocksStore::open(&path).unwrap_err(),
             RocksStore::create(&path, 1, voters(&[1])).unwrap_err(),
@@ -778,7 +778,7 @@ mod rocks_open {
             RocksStore::open(&path).is_err(),
             "a clone still holds the store open"
         );
-        drop(_clone);
+        drop(clone);
         let again = RocksStore::open(&path).unwrap();
         assert_eq!(again.last_index(), Ok(5));
     }

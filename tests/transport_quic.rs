@@ -192,7 +192,7 @@ async fn three_nodes_exchange_messages_in_every_direction() {
             }
         }
     }
-    for (t, inbox) in nodes.iter_mut() {
+    for (t, inbox) in &mut nodes {
         let me = t.id();
         for &from in &ids {
             if from != me {
@@ -206,7 +206,7 @@ async fn three_nodes_exchange_messages_in_every_direction() {
             }
         }
     }
-    for (t, inbox) in nodes.iter_mut() {
+    for (t, inbox) in &mut nodes {
         let s = t.stats();
         assert_eq!(s.received, 2, "node {}: {s:?}", t.id());
         assert_eq!(s.sent, 2, "node {}: {s:?}", t.id());
@@ -350,7 +350,10 @@ async fn operator_certificate_cannot_connect_as_a_node() {
         .expect("node 1 did not close the operator's connection");
     match closed {
         quinn::ConnectionError::ApplicationClosed(close) => {
-            assert_eq!(close.error_code.into_inner(), close_code::REFUSED as u64);
+            assert_eq!(
+                close.error_code.into_inner(),
+                u64::from(close_code::REFUSED)
+            );
             let reason = String::from_utf8_lossy(&close.reason);
             assert!(
                 reason.contains("operator certificate"),

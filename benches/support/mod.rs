@@ -1,6 +1,7 @@
 //! What the process benchmarks share: a group of real worker processes
 //! (`examples/worker.rs`, release build), their JSON events, statistics, and where the
-//! results go (`<target dir>/tenure-bench/`).
+//! results go (`<target dir>/tenure-bench/`). The workers' command lines and events are
+//! the test kit's (`tests/support/kit/`).
 //!
 //! Every worker is a child process tracked by PID; its certificates and RocksDB folder
 //! live in a temporary folder removed when the [`Group`] is dropped. Nothing is ever
@@ -8,125 +9,56 @@
 
 #![allow(dead_code)] // each bench uses a different part of this module
 
-pub mod plot;
+#[path = "../../tests/support/kit/mod.rs"]
+pub(crate) mod kit;
+pub(crate) mod plot;
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, IsTerminal, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::Stdio;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+pub(crate) use kit::binary::target_dir;
+use kit::children::Children;
+pub(crate) use kit::command::WorkerCommand;
+pub(crate) use kit::event::Event;
 use tenure::clock::monotonic_ns;
 
-/// The Cargo target folder this bench runs from: `<target>/<profile>/deps/<bench>`.
-/// Follows `CARGO_TARGET_DIR` because cargo put the bench binary there.
-pub fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("bench executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .and_then(Path::parent)
-        .expect("bench executable lies in <target>/<profile>/deps")
-        .to_path_buf()
-}
-
 /// `<target>/tenure-bench/`, created if needed: CSVs, tables and plots go here.
-pub fn out_dir() -> PathBuf {
+pub(crate) fn out_dir() -> PathBuf {
     let d = target_dir().join("tenure-bench");
     std::fs::create_dir_all(&d).expect("create target/tenure-bench");
     d
 }
 
 /// An environment variable naming a worker binary to use instead of building one.
-pub const WORKER_ENV: &str = "TENURE_BENCH_WORKER";
+pub(crate) const WORKER_ENV: &str = "TENURE_BENCH_WORKER";
 
 /// The worker example binary of the same profile as this bench (release under
 /// `cargo bench`), built with a nested `cargo build --example worker` (a no-op when it
 /// is fresh), unless [`WORKER_ENV`] names one.
-pub fn worker_binary() -> PathBuf {
+pub(crate) fn worker_binary() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
             if let Some(bin) = std::env::var_os(WORKER_ENV) {
                 return PathBuf::from(bin);
             }
-            let exe = std::env::current_exe().expect("bench executable path");
-            let profile_dir = exe
-                .parent()
-                .and_then(Path::parent)
-                .expect("profile dir")
-                .to_path_buf();
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut args = vec!["build", "--example", "worker"];
-            if profile_dir.file_name().is_some_and(|n| n == "release") {
-                args.push("--release");
-            }
+            let args = kit::binary::build_args("worker", &[]);
             eprintln!("building the worker: cargo {}", args.join(" "));
-            let mut cmd = Command::new(cargo);
-            cmd.args(&args)
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .stdout(Stdio::null());
-            // Cargo runs this bench with the package's variables set (CARGO_MANIFEST_DIR,
-            // CARGO_PKG_*, …). Some build scripts (ring's) rerun when those change, so a
-            // nested build that inherited them would rebuild ring, rustls, quinn and
-            // tenure, and the next `cargo bench` would rebuild them back.
-            for (key, _) in std::env::vars_os() {
-                let k = key.to_string_lossy();
-                if k.starts_with("CARGO_PKG_")
-                    || k.starts_with("CARGO_MANIFEST_")
-                    || k.starts_with("CARGO_BIN_")
-                    || k.starts_with("CARGO_CRATE_")
-                    || k == "CARGO_PRIMARY_PACKAGE"
-                    || k == "CARGO_TARGET_TMPDIR"
-                    || k == "OUT_DIR"
-                {
-                    cmd.env_remove(&key);
-                }
-            }
-            let status = cmd.status().expect("run cargo build --example worker");
-            assert!(status.success(), "cargo build --example worker failed");
-            let bin = profile_dir.join("examples").join("worker");
-            assert!(bin.exists(), "worker binary not found at {}", bin.display());
-            bin
+            kit::binary::build_example("worker")
         })
         .clone()
 }
 
-/// One JSON event line of a worker.
-#[derive(Debug, Clone)]
-pub struct Ev {
-    /// The worker that printed it.
-    pub node: u64,
-    /// `started`, `leader_changed`, `lease_acquired`, …
-    pub event: String,
-    /// `CLOCK_MONOTONIC` when the worker printed it.
-    pub mono_ns: u64,
-    /// The whole object.
-    pub v: Value,
-}
-
-impl Ev {
-    /// The `term` field, 0 if absent.
-    pub fn term(&self) -> u64 {
-        self.u64("term").unwrap_or(0)
-    }
-    /// An unsigned field.
-    pub fn u64(&self, key: &str) -> Option<u64> {
-        self.v.get(key).and_then(Value::as_u64)
-    }
-    /// A string field.
-    pub fn str(&self, key: &str) -> Option<&str> {
-        self.v.get(key).and_then(Value::as_str)
-    }
-}
-
 /// What the harness knows about the group, kept up to date by the reader threads.
 #[derive(Debug, Default)]
-pub struct State {
+pub(crate) struct State {
     /// Every event so far, in arrival order.
-    pub events: Vec<Ev>,
+    pub events: Vec<Event>,
     /// Each worker's latest view: (term, leader) from its last `leader_changed`.
     pub view: BTreeMap<u64, (u64, Option<u64>)>,
     /// Each worker's latest lease event: (term, held).
@@ -140,7 +72,7 @@ impl State {
     /// acquisition in term T, while every one of `ids` sees (T, that node) and started
     /// at least `quiet` before now (a restarted node ignores vote requests for one
     /// election timeout after it starts; a trial must not begin inside that window).
-    pub fn steady(&self, ids: &[u64], quiet: Duration) -> Option<(u64, u64)> {
+    pub(crate) fn steady(&self, ids: &[u64], quiet: Duration) -> Option<(u64, u64)> {
         let now = monotonic_ns();
         let (leader, term) = self
             .lease
@@ -162,23 +94,24 @@ impl State {
 type Shared = Arc<(Mutex<State>, Condvar)>;
 
 /// A group of worker processes on 127.0.0.1.
-pub struct Group {
+pub(crate) struct Group {
     /// Certificates, data folders and worker stderr logs.
     pub dir: tempfile::TempDir,
     /// Member ids, 1..=n.
     pub ids: Vec<u64>,
     addrs: BTreeMap<u64, String>,
-    children: BTreeMap<u64, Child>,
+    children: Children,
     shared: Shared,
-    /// Arguments given to every worker after the group's own.
-    extra: Vec<String>,
-    /// The group the workers found (`--found` on every start, as a unit file would).
-    group: String,
+    /// Every worker's command line but for its id, address and data folder: the group's
+    /// peers, certificates and id (`--found` on every start, as a unit file would), and
+    /// what the bench asked for.
+    template: WorkerCommand,
 }
 
 impl Group {
-    /// Starts `n` workers, each with `extra` arguments (timing, read mode, …).
-    pub fn start(n: u64, extra: &[String]) -> Group {
+    /// Starts `n` workers, each with what `configure` adds to the group's command line
+    /// (timing, read mode, …).
+    pub(crate) fn start(n: u64, configure: impl FnOnce(WorkerCommand) -> WorkerCommand) -> Group {
         let dir = tempfile::Builder::new()
             .prefix("tenure-bench-")
             .tempdir()
@@ -191,20 +124,26 @@ impl Group {
             .iter()
             .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").expect("free UDP port"))
             .collect();
-        let addrs = ids
+        let addrs: BTreeMap<u64, String> = ids
             .iter()
             .zip(&socks)
             .map(|(id, s)| (*id, s.local_addr().expect("local addr").to_string()))
             .collect();
         drop(socks);
+        let template = configure(
+            WorkerCommand::new(worker_binary())
+                .peers(&addrs)
+                .certs(dir.path().join("certs"))
+                .log_level("off")
+                .found(tenure::GroupId::random()),
+        );
         let mut g = Group {
             dir,
             ids: ids.clone(),
             addrs,
-            children: BTreeMap::new(),
+            children: Children::new(),
             shared: Arc::new((Mutex::new(State::default()), Condvar::new())),
-            extra: extra.to_vec(),
-            group: tenure::GroupId::random().to_string(),
+            template,
         };
         for id in ids {
             g.spawn(id);
@@ -213,7 +152,7 @@ impl Group {
     }
 
     /// Starts (or restarts, on the same data folder and port) worker `id`.
-    pub fn spawn(&mut self, id: u64) {
+    pub(crate) fn spawn(&mut self, id: u64) {
         {
             // Forget the previous incarnation's view: the new one reports its own.
             let mut s = self.state();
@@ -221,91 +160,77 @@ impl Group {
             s.lease.remove(&id);
             s.started.remove(&id);
         }
-        let peers = self
-            .addrs
-            .iter()
-            .map(|(i, a)| format!("{i}={a}"))
-            .collect::<Vec<_>>()
-            .join(",");
         let stderr = File::options()
             .create(true)
             .append(true)
             .open(self.dir.path().join(format!("worker-{id}.stderr")))
             .expect("worker stderr log");
-        let mut child = Command::new(worker_binary())
-            .args(["--id", &id.to_string()])
-            .args(["--listen", &self.addrs[&id]])
-            .args(["--peers", &peers])
-            .arg("--data-dir")
-            .arg(self.dir.path().join(format!("data-{id}")))
-            .arg("--certs")
-            .arg(self.dir.path().join("certs"))
-            .args(["--log-level", "off"])
-            .args(["--found", &self.group])
-            .args(&self.extra)
-            .stdin(Stdio::null())
+        let mut child = self
+            .template
+            .clone()
+            .id(id)
+            .listen(&self.addrs[&id])
+            .data_dir(self.dir.path().join(format!("data-{id}")))
+            .command()
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()
             .expect("spawn worker");
         let out = child.stdout.take().expect("worker stdout");
         let shared = self.shared.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let Ok(v) = serde_json::from_str::<Value>(&line) else {
-                    continue;
-                };
-                let ev = Ev {
-                    node: v.get("node").and_then(Value::as_u64).unwrap_or(id),
-                    event: v
-                        .get("event")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string(),
-                    mono_ns: v.get("mono_ns").and_then(Value::as_u64).unwrap_or(0),
-                    v,
-                };
-                let (lock, cv) = &*shared;
-                let mut s = lock.lock().unwrap_or_else(|e| e.into_inner());
-                match ev.event.as_str() {
-                    "started" => {
-                        s.started.insert(ev.node, ev.mono_ns);
-                    }
-                    "leader_changed" => {
-                        let leader = ev.u64("leader");
-                        s.view.insert(ev.node, (ev.term(), leader));
-                    }
-                    "lease_acquired" => {
-                        s.lease.insert(ev.node, (ev.term(), true));
-                    }
-                    "lease_lost" | "stopped" => {
-                        s.lease.insert(ev.node, (ev.term(), false));
-                    }
-                    _ => {}
+        kit::event::read_events(out, move |ev| {
+            let (lock, cv) = &*shared;
+            let mut s = lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let term = ev.term().unwrap_or(0);
+            match ev.event.as_str() {
+                "started" => {
+                    s.started.insert(ev.node, ev.mono_ns);
                 }
-                s.events.push(ev);
-                cv.notify_all();
+                "leader_changed" => {
+                    let leader = ev.u64("leader");
+                    s.view.insert(ev.node, (term, leader));
+                }
+                "lease_acquired" => {
+                    s.lease.insert(ev.node, (term, true));
+                }
+                "lease_lost" | "stopped" => {
+                    s.lease.insert(ev.node, (term, false));
+                }
+                _ => {}
             }
+            s.events.push(ev);
+            cv.notify_all();
         });
         self.children.insert(id, child);
     }
 
     /// The shared state (locked).
-    pub fn state(&self) -> MutexGuard<'_, State> {
-        self.shared.0.lock().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        self.shared
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// How many events have arrived so far (an index for [`Group::wait`]).
-    pub fn cursor(&self) -> usize {
+    pub(crate) fn cursor(&self) -> usize {
         self.state().events.len()
     }
 
     /// Waits until `f` returns `Some` (called on the state after each event and every
     /// 5 ms), or `timeout`; `None` on timeout.
-    pub fn wait<T>(&self, timeout: Duration, mut f: impl FnMut(&State) -> Option<T>) -> Option<T> {
+    pub(crate) fn wait<T>(
+        &self,
+        timeout: Duration,
+        mut f: impl FnMut(&State) -> Option<T>,
+    ) -> Option<T> {
         let deadline = Instant::now() + timeout;
         let (lock, cv) = &*self.shared;
-        let mut s = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         loop {
             if let Some(t) = f(&s) {
                 return Some(t);
@@ -317,18 +242,18 @@ impl Group {
             let wait = (deadline - now).min(Duration::from_millis(5));
             s = cv
                 .wait_timeout(s, wait)
-                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
         }
     }
 
     /// Waits for the first event at or after index `from` that matches `f`.
-    pub fn wait_event(
+    pub(crate) fn wait_event(
         &self,
         from: usize,
         timeout: Duration,
-        f: impl Fn(&Ev) -> bool,
-    ) -> Option<Ev> {
+        f: impl Fn(&Event) -> bool,
+    ) -> Option<Event> {
         let mut seen = from;
         self.wait(timeout, |s| {
             let hit = s.events[seen.min(s.events.len())..].iter().find(|e| f(e));
@@ -338,59 +263,39 @@ impl Group {
     }
 
     /// Waits for a steady leader (see [`State::steady`]); `(leader, term)`.
-    pub fn wait_steady(&self, quiet: Duration, timeout: Duration) -> Option<(u64, u64)> {
+    pub(crate) fn wait_steady(&self, quiet: Duration, timeout: Duration) -> Option<(u64, u64)> {
         let ids = self.ids.clone();
         self.wait(timeout, |s| s.steady(&ids, quiet))
     }
 
     /// The PID of worker `id`, if it runs.
-    pub fn pid(&self, id: u64) -> Option<u32> {
-        self.children.get(&id).map(Child::id)
+    pub(crate) fn pid(&self, id: u64) -> Option<u32> {
+        self.children.pid(id)
     }
 
     /// Sends `sig` to worker `id`; returns `CLOCK_MONOTONIC` just before the signal.
-    pub fn signal(&self, id: u64, sig: i32) -> u64 {
-        let pid = self.pid(id).expect("worker is running") as i32;
+    pub(crate) fn signal(&self, id: u64, sig: i32) -> u64 {
+        let pid = self.pid(id).expect("worker is running");
         let at = monotonic_ns();
-        // SAFETY: kill(2) on a child we spawned and have not reaped yet.
-        let rc = unsafe { libc::kill(pid, sig) };
-        assert_eq!(rc, 0, "kill({pid}, {sig})");
+        assert!(self.children.signal(id, sig), "kill({pid}, {sig})");
         at
     }
 
     /// SIGKILLs worker `id` and reaps it; returns `CLOCK_MONOTONIC` just before the kill.
-    pub fn kill(&mut self, id: u64) -> u64 {
+    pub(crate) fn kill(&mut self, id: u64) -> u64 {
         let at = self.signal(id, libc::SIGKILL);
-        if let Some(mut c) = self.children.remove(&id) {
-            let _ = c.wait();
-        }
+        self.children.kill(id);
         at
     }
 
     /// Waits up to `timeout` for worker `id` to exit by itself, then SIGKILLs it. True
     /// when it exited by itself.
-    pub fn reap(&mut self, id: u64, timeout: Duration) -> bool {
-        let Some(mut c) = self.children.remove(&id) else {
-            return true;
-        };
-        let deadline = Instant::now() + timeout;
-        loop {
-            match c.try_wait() {
-                Ok(Some(_)) => return true,
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(2))
-                }
-                _ => {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    return false;
-                }
-            }
-        }
+    pub(crate) fn reap(&mut self, id: u64, timeout: Duration) -> bool {
+        self.children.reap(id, timeout)
     }
 
     /// The last lines a worker wrote on stderr (for failure reports).
-    pub fn stderr_tail(&self, id: u64, lines: usize) -> String {
+    pub(crate) fn stderr_tail(&self, id: u64, lines: usize) -> String {
         let text = std::fs::read_to_string(self.dir.path().join(format!("worker-{id}.stderr")))
             .unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
@@ -398,7 +303,7 @@ impl Group {
     }
 
     /// A short account of the latest events, for failure reports.
-    pub fn recent_events(&self, n: usize) -> String {
+    pub(crate) fn recent_events(&self, n: usize) -> String {
         let s = self.state();
         s.events[s.events.len().saturating_sub(n)..]
             .iter()
@@ -408,29 +313,21 @@ impl Group {
     }
 
     /// SIGTERMs every worker and waits for them (SIGKILL after 3 s).
-    pub fn stop(&mut self) {
-        let ids: Vec<u64> = self.children.keys().copied().collect();
-        for id in &ids {
-            self.signal(*id, libc::SIGTERM);
-        }
-        for id in ids {
-            self.reap(id, Duration::from_secs(3));
-        }
+    pub(crate) fn stop(&mut self) {
+        self.children.stop_all(Duration::from_secs(3));
     }
 }
 
 impl Drop for Group {
     fn drop(&mut self) {
-        for (_, mut c) in std::mem::take(&mut self.children) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        // Before the temporary folder (a field) goes.
+        self.children.kill_all();
     }
 }
 
 /// Summary statistics of a sample.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// Sample size.
     pub n: usize,
     /// Smallest value.
@@ -451,7 +348,7 @@ pub struct Summary {
 
 /// The `p`-th percentile of sorted `v` by nearest rank (the smallest value with at least
 /// `p` % of the sample at or below it).
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
@@ -460,7 +357,7 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// Summarizes `v` (any order).
-pub fn summarize(v: &[f64]) -> Summary {
+pub(crate) fn summarize(v: &[f64]) -> Summary {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     if s.is_empty() {
@@ -479,7 +376,7 @@ pub fn summarize(v: &[f64]) -> Summary {
 }
 
 /// A text table with right-aligned columns after the first.
-pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut width: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
@@ -514,7 +411,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 
 /// A one-line progress display on stderr: rewritten in place on a terminal, one line
 /// every `every` updates otherwise (CI logs).
-pub struct Progress {
+pub(crate) struct Progress {
     tty: bool,
     every: usize,
     width: usize,
@@ -522,7 +419,7 @@ pub struct Progress {
 
 impl Progress {
     /// A progress display that prints every `every`-th update when not on a terminal.
-    pub fn new(every: usize) -> Self {
+    pub(crate) fn new(every: usize) -> Self {
         Progress {
             tty: std::io::stderr().is_terminal(),
             every: every.max(1),
@@ -531,7 +428,7 @@ impl Progress {
     }
 
     /// Shows update `k` of `n` with `text`.
-    pub fn update(&mut self, k: usize, n: usize, text: &str) {
+    pub(crate) fn update(&mut self, k: usize, n: usize, text: &str) {
         let mut err = std::io::stderr().lock();
         if self.tty {
             let line = format!("{k}/{n} {text}");
@@ -545,7 +442,7 @@ impl Progress {
     }
 
     /// Ends the line (on a terminal).
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if self.tty && self.width > 0 {
             let _ = writeln!(std::io::stderr());
         }
@@ -554,7 +451,7 @@ impl Progress {
 }
 
 /// The machine, for the record: CPU model, cores, kernel and load average.
-pub fn machine() -> String {
+pub(crate) fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -564,7 +461,7 @@ pub fn machine() -> String {
                 .map(|m| m.trim().to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
@@ -572,14 +469,14 @@ pub fn machine() -> String {
 }
 
 /// The 1-, 5- and 15-minute load averages.
-pub fn load() -> String {
+pub(crate) fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
 }
 
 /// Arguments after `--`, minus the `--bench` flag cargo adds for `harness = false`.
-pub fn args() -> Vec<String> {
+pub(crate) fn args() -> Vec<String> {
     std::env::args()
         .skip(1)
         .filter(|a| a != "--bench")
@@ -587,7 +484,7 @@ pub fn args() -> Vec<String> {
 }
 
 /// Writes `text` to `<out dir>/name` and says where.
-pub fn save(name: &str, text: &str) -> PathBuf {
+pub(crate) fn save(name: &str, text: &str) -> PathBuf {
     let path = out_dir().join(name);
     std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     path

@@ -5,7 +5,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 /// The series colours, in order (matplotlib's first five).
-pub const COLORS: [RGBColor; 5] = [
+pub(crate) const COLORS: [RGBColor; 5] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
     RGBColor(44, 160, 44),
@@ -15,7 +15,7 @@ pub const COLORS: [RGBColor; 5] = [
 
 /// A round upper bound for an axis whose data reach `max`: the next multiple of a
 /// 1, 2, 2.5 or 5 × 10ⁿ step that gives at most about 10 steps.
-pub fn nice_max(max: f64) -> f64 {
+pub(crate) fn nice_max(max: f64) -> f64 {
     let max = if max.is_finite() && max > 0.0 {
         max
     } else {
@@ -34,7 +34,7 @@ pub fn nice_max(max: f64) -> f64 {
 }
 
 /// One line.
-pub struct Series {
+pub(crate) struct Series {
     /// The legend text.
     pub label: String,
     /// Its colour (one of [`COLORS`], say).
@@ -44,7 +44,7 @@ pub struct Series {
 }
 
 /// A chart's frame: title, axis descriptions and ranges (both axes start at 0).
-pub struct Frame<'a> {
+pub(crate) struct Frame<'a> {
     /// The caption above the chart.
     pub title: &'a str,
     /// What the x axis shows.
@@ -60,7 +60,7 @@ pub struct Frame<'a> {
 }
 
 /// Draws `series` as lines in `area`.
-pub fn lines<DB: DrawingBackend>(
+pub(crate) fn lines<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     frame: &Frame,
     series: &[Series],

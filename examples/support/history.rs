@@ -1,6 +1,6 @@
-//! Reads worker JSON events and judges the lease history with the tests' history checker
-//! (`tests/support/checker.rs`, included below): one checker for the tests and the
-//! examples.
+//! Judges a local group's worker events (the kit's [`Event`]s) with the tests' history
+//! checker (`tests/support/checker.rs`, the kit's `checker`): one checker for the tests
+//! and the examples.
 //!
 //! The checker keeps one interval per lease (a node that leases twice in one term has
 //! two), so a node's second lease of a term that overlaps another node's lease is
@@ -12,44 +12,14 @@
 
 #![allow(dead_code)]
 
-#[path = "../../tests/support/checker.rs"]
-mod checker;
-
 use std::collections::BTreeSet;
 
-use serde_json::Value;
-
-/// One event line, parsed.
-#[derive(Debug, Clone)]
-pub struct Event {
-    pub event: String,
-    pub node: u64,
-    pub mono_ns: u64,
-    pub term: Option<u64>,
-    pub valid_until_ns: Option<u64>,
-    pub ended_ns: Option<u64>,
-    pub raw: Value,
-}
-
-impl Event {
-    /// Parses one JSON line; `None` if it is not an event.
-    pub fn parse(line: &str) -> Option<Event> {
-        let v: Value = serde_json::from_str(line.trim()).ok()?;
-        Some(Event {
-            event: v.get("event")?.as_str()?.to_string(),
-            node: v.get("node")?.as_u64()?,
-            mono_ns: v.get("mono_ns")?.as_u64()?,
-            term: v.get("term").and_then(Value::as_u64),
-            valid_until_ns: v.get("valid_until_ns").and_then(Value::as_u64),
-            ended_ns: v.get("ended_ns").and_then(Value::as_u64),
-            raw: v,
-        })
-    }
-}
+use super::kit::checker;
+use super::kit::event::Event;
 
 /// A measured failover.
 #[derive(Debug, Clone)]
-pub struct Failover {
+pub(crate) struct Failover {
     pub cause: String,
     pub from_node: u64,
     pub to_node: u64,
@@ -59,7 +29,7 @@ pub struct Failover {
 
 /// What the checker found.
 #[derive(Debug, Default)]
-pub struct Report {
+pub(crate) struct Report {
     pub failovers: Vec<Failover>,
     /// Each broken rule: what is wrong, then the timeline around it.
     pub violations: Vec<String>,
@@ -68,12 +38,9 @@ pub struct Report {
 
 /// Checks a whole history (any order). The group's size, for the checker's majority
 /// rule (c), is the number of nodes that reported anything.
-pub fn check(events: &[Event]) -> Report {
+pub(crate) fn check(events: &[Event]) -> Report {
     let nodes: BTreeSet<u64> = events.iter().map(|e| e.node).filter(|n| *n != 0).collect();
-    let judged: Vec<checker::Event> = events
-        .iter()
-        .filter_map(|e| checker::Event::from_json(&e.raw))
-        .collect();
+    let judged: Vec<checker::Event> = events.iter().filter_map(Event::judged).collect();
     let opts = checker::Options::new(nodes.len().max(1));
     let mut report = Report::default();
     match checker::check(&judged, &[], &opts) {
@@ -95,15 +62,15 @@ pub fn check(events: &[Event]) -> Report {
         if e.event != "chaos_kill" && e.event != "chaos_pause" {
             continue;
         }
-        let victim_term = e.term.unwrap_or(0);
+        let victim_term = e.term().unwrap_or(0);
         if let Some(next) = evs[i + 1..].iter().find(|n| {
-            n.event == "lease_acquired" && n.node != e.node && n.term.unwrap_or(0) > victim_term
+            n.event == "lease_acquired" && n.node != e.node && n.term().unwrap_or(0) > victim_term
         }) {
             report.failovers.push(Failover {
                 cause: e.event.trim_start_matches("chaos_").to_string(),
                 from_node: e.node,
                 to_node: next.node,
-                term: next.term.unwrap_or(0),
+                term: next.term().unwrap_or(0),
                 millis: (next.mono_ns.saturating_sub(e.mono_ns)) as f64 / 1e6,
             });
         }
@@ -112,12 +79,12 @@ pub fn check(events: &[Event]) -> Report {
 }
 
 /// min / median / max of a sample, in the sample's unit.
-pub fn summary(xs: &[f64]) -> Option<(f64, f64, f64)> {
+pub(crate) fn summary(xs: &[f64]) -> Option<(f64, f64, f64)> {
     if xs.is_empty() {
         return None;
     }
     let mut v = xs.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
+    v.sort_by(f64::total_cmp);
     let med = if v.len() % 2 == 1 {
         v[v.len() / 2]
     } else {

@@ -15,7 +15,7 @@ use tenure::fence::rusqlite::{self, params, Connection, OptionalExtension};
 use tenure::fence::{FenceError, SqliteFence};
 use tenure::FencingToken;
 
-pub const FENCE: &str = "settlement";
+pub(crate) const FENCE: &str = "settlement";
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS payments (
@@ -46,7 +46,7 @@ CREATE TABLE IF NOT EXISTS writes (
 );
 ";
 
-pub struct Ledger {
+pub(crate) struct Ledger {
     conn: Connection,
     fence: SqliteFence,
     node: u64,
@@ -54,7 +54,7 @@ pub struct Ledger {
 
 /// What the ledger says at the end of a run.
 #[derive(Debug, Default)]
-pub struct LedgerReport {
+pub(crate) struct LedgerReport {
     pub seeded_batches: u64,
     pub settled_batches: u64,
     pub payments: u64,
@@ -68,7 +68,7 @@ pub struct LedgerReport {
 }
 
 impl LedgerReport {
-    pub fn exactly_once(&self) -> bool {
+    pub(crate) fn exactly_once(&self) -> bool {
         self.seeded_batches == self.settled_batches
             && self.payments == self.settled_payments
             && self.duplicates.is_empty()
@@ -81,7 +81,7 @@ fn now_ns() -> i64 {
 
 impl Ledger {
     /// Opens (creating the schema if needed) the ledger at `path` as worker `node`.
-    pub fn open(path: &Path, node: u64) -> Result<Ledger, String> {
+    pub(crate) fn open(path: &Path, node: u64) -> Result<Ledger, String> {
         let conn = Connection::open(path).map_err(|e| format!("ledger {}: {e}", path.display()))?;
         conn.busy_timeout(Duration::from_secs(10))
             .and_then(|_| conn.pragma_update(None, "journal_mode", "WAL"))
@@ -94,7 +94,7 @@ impl Ledger {
 
     /// Adds `count` batches of `rows` payments after the last batch; returns the new
     /// batch numbers.
-    pub fn seed(&mut self, count: u64, rows: u64) -> Result<Vec<u64>, String> {
+    pub(crate) fn seed(&mut self, count: u64, rows: u64) -> Result<Vec<u64>, String> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
@@ -120,7 +120,7 @@ impl Ledger {
     }
 
     /// The oldest batch not yet closed, with its payments still to settle.
-    pub fn next_batch(&self) -> Result<Option<(u64, Vec<u64>)>, String> {
+    pub(crate) fn next_batch(&self) -> Result<Option<(u64, Vec<u64>)>, String> {
         let batch: Option<i64> = self
             .conn
             .query_row(
@@ -152,7 +152,7 @@ impl Ledger {
 
     /// Settles one payment with `token`: fenced and idempotent. `Ok(false)` if it was
     /// already settled.
-    pub fn settle_payment(
+    pub(crate) fn settle_payment(
         &mut self,
         token: FencingToken,
         batch: u64,
@@ -163,13 +163,19 @@ impl Ledger {
             let n = tx.execute(
                 "UPDATE payments SET settled_token = ?1, settled_by = ?2, settled_ns = ?3
                  WHERE id = ?4 AND settled_token IS NULL",
-                params![token.0 as i64, node, now_ns(), payment as i64],
+                params![token.term() as i64, node, now_ns(), payment as i64],
             )?;
             if n == 1 {
                 tx.execute(
                     "INSERT INTO writes (token, kind, batch, payment, node, mono_ns)
                      VALUES (?1, 'payment', ?2, ?3, ?4, ?5)",
-                    params![token.0 as i64, batch as i64, payment as i64, node, now_ns()],
+                    params![
+                        token.term() as i64,
+                        batch as i64,
+                        payment as i64,
+                        node,
+                        now_ns()
+                    ],
                 )?;
             }
             Ok(n == 1)
@@ -178,7 +184,7 @@ impl Ledger {
 
     /// Closes `batch` under its idempotency key: fenced; `Ok(Some(rows))` if this call
     /// closed it, `Ok(None)` if it was closed before.
-    pub fn close_batch(
+    pub(crate) fn close_batch(
         &mut self,
         token: FencingToken,
         batch: u64,
@@ -197,13 +203,13 @@ impl Ledger {
             let n = tx.execute(
                 "INSERT OR IGNORE INTO batches (key, batch, token, rows, node, settled_ns)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![format!("batch-{batch}"), batch as i64, token.0 as i64, rows, node, now_ns()],
+                params![format!("batch-{batch}"), batch as i64, token.term() as i64, rows, node, now_ns()],
             )?;
             if n == 1 {
                 tx.execute(
                     "INSERT INTO writes (token, kind, batch, payment, node, mono_ns)
                      VALUES (?1, 'batch', ?2, NULL, ?3, ?4)",
-                    params![token.0 as i64, batch as i64, node, now_ns()],
+                    params![token.term() as i64, batch as i64, node, now_ns()],
                 )?;
                 Ok(Some(rows as u64))
             } else {
@@ -213,7 +219,7 @@ impl Ledger {
     }
 
     /// Checks the whole ledger: exactly-once settlement and token order.
-    pub fn verify(&self) -> Result<LedgerReport, String> {
+    pub(crate) fn verify(&self) -> Result<LedgerReport, String> {
         let e = |e: rusqlite::Error| e.to_string();
         let q = |sql: &str| -> Result<u64, String> {
             self.conn
@@ -281,11 +287,11 @@ impl Ledger {
     }
 
     /// The fence's counters (accepted / rejected), for the metrics.
-    pub fn fence_stats(&self) -> std::sync::Arc<tenure::fence::FenceStats> {
+    pub(crate) fn fence_stats(&self) -> std::sync::Arc<tenure::fence::FenceStats> {
         self.fence.stats().clone()
     }
 
-    pub fn highest_token(&self) -> Result<FencingToken, FenceError> {
+    pub(crate) fn highest_token(&self) -> Result<FencingToken, FenceError> {
         self.fence.highest(&self.conn)
     }
 }

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant as StdInstant};
 
+use clap::Parser;
 use serde_json::{json, Value};
 use tenure::clock::{instant_to_monotonic_ns, monotonic_ns};
 use tenure::error::StopCause;
@@ -17,12 +18,8 @@ use tenure::{Config, FencingToken, Lease, Node, ReadMode, Role, Timing};
 
 use super::ledger::Ledger;
 
-#[allow(dead_code)] // used by the worker binary, not by local_group
-pub const USAGE: &str = "\
-usage: worker --id N --listen ADDR --peers 1=ADDR,2=ADDR,... --data-dir DIR --certs DIR
-              (--found GROUP | --join | an existing store) [options]
-       worker --new-group-id
-
+/// The worker's long help after its flags: founding, exit codes and events.
+const AFTER_HELP: &str = "\
 Founding, restarting, replacing (README: Founding a group):
   once:             GROUP=$(worker --new-group-id)
   every start of each first member, the same command each time (a unit file may keep it):
@@ -34,42 +31,6 @@ Founding, restarting, replacing (README: Founding a group):
   replacement machine: a new id, its own certificate, an empty folder:
                     worker --id 6 --peers 6=A6,1=A1,2=A2,3=A3 ... --join
                     ctl members add 6 A6; ctl members replace OLD 6
-
-  --certs DIR                      this node's folder: ca.pem, node-N.pem, node-N-key.pem (mode
-                                   0600). `cargo run --example certs -- --nodes 3 --out C
-                                   --per-node` writes one per node (C/node-N) and keeps the CA
-                                   key apart in C/ca: do not copy ca-key.pem to a worker (it
-                                   mints node ids). A key file others can read is logged.
-
-options:
-  --found GROUP                    found group GROUP (32 hex digits) with --peers as its first
-                                   voters, if --data-dir holds no store; safe to keep
-  --group GROUP                    refuse a data folder or peers of another group
-                                   (default: the --found group)
-  --timing lan|fast|wan           timing preset (default lan: 10 ms ticks, elections 200-300 ms)
-  --tick-ms N --heartbeat-ms N --election-ms N --election-max-ms N
-                                   explicit timing (overrides the preset)
-  --read-mode safe|lease           how confirms are answered (default safe)
-  --confirm-ms N                   confirm the lease every N ms while leading (default 100)
-  --bench-confirms N               benchmark: on the first lease, time N confirms one by one,
-                                   then N from 64 tasks; print confirm_stats
-  --stats-ms N                     print transport_stats (messages, bytes sent) every N ms
-  --log-level LEVEL                tenure's log on stderr: off|error|warn|info|debug (default warn)
-  --ledger PATH                    settle pending payments in this SQLite ledger while leading
-  --settle-ms N                    pause between batches (default 150)
-  --row-ms N                       time one payment takes to settle (default 20)
-  --row-jitter-ms N                plus a random 0..=N ms per payment (default 0), so a
-                                   stale writer and a new one overtake each other
-  --metrics ADDR                   serve Prometheus metrics on http://ADDR/metrics (port 0: any;
-                                   the bound address is in the `started` event); at most 32
-                                   connections, each closed if it sends no request in 5 s
-  --admin ADDR                     open the admin endpoint (UDP, operator certificates only) for
-                                   `cargo run --example ctl` (port 0: any; the bound address is
-                                   in the `started` event as `admin`)
-  --join                           join an existing group: start with no membership and wait
-                                   for a member to add this node (ctl members add); --peers
-                                   lists this node and the members to reach
-  --new-group-id                   print a fresh group id and exit
 
 Exit codes: 0 stopped on request; 1 failed (see stderr and the start_failed or stopped
 event, whose `cause` names it); 2 bad arguments; 3 the data folder was refused (empty
@@ -84,9 +45,277 @@ fence_rejected. SIGTERM or SIGINT stops it gracefully (handing leadership over f
 when it leads). SIGUSR1 cuts it off from every peer (a partition drill through the
 transport's fault hooks, no root needed) and SIGUSR2 heals it.";
 
+// The worker's command line (`examples/worker.rs`, and `local_group __worker`). Every
+// flag, value, default and exit code is what the hand-written parser before it took:
+// other tools script against them. The test kit's `WorkerCommand`
+// (tests/support/kit/command.rs) builds this command line.
+/// A tenure worker: elects a leader with its peers and prints its events as JSON lines.
+#[derive(Debug, Parser)]
+#[command(
+    name = "worker",
+    bin_name = "worker",
+    override_usage = "worker --id N --listen ADDR --peers 1=ADDR,2=ADDR,... --data-dir DIR --certs DIR\n              \
+                      (--found GROUP | --join | an existing store) [OPTIONS]\n       \
+                      worker --new-group-id",
+    after_help = AFTER_HELP,
+    // As before clap: a flag given twice takes its last value.
+    args_override_self = true
+)]
+pub(crate) struct WorkerCli {
+    /// This node's id
+    #[arg(long, value_name = "N", required_unless_present = "new_group_id")]
+    id: Option<u64>,
+
+    /// The UDP address to bind (default: this node's address in --peers)
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    listen: Option<SocketAddr>,
+
+    /// Every first member (or, with --join, this node and the members to reach) as
+    /// ID=IP:PORT, comma-separated
+    #[arg(long, value_name = "1=ADDR,2=ADDR,...", required_unless_present = "new_group_id",
+          value_parser = parse_peers)]
+    peers: Option<String>,
+
+    /// This node's data folder (its RocksDB store)
+    #[arg(long, value_name = "DIR", required_unless_present = "new_group_id")]
+    data_dir: Option<PathBuf>,
+
+    /// This node's folder: ca.pem, node-N.pem, node-N-key.pem (mode 0600)
+    ///
+    /// `cargo run --example certs -- --nodes 3 --out C --per-node` writes one per node
+    /// (C/node-N) and keeps the CA key apart in C/ca: do not copy ca-key.pem to a worker
+    /// (it mints node ids). A key file others can read is logged.
+    #[arg(long, value_name = "DIR", required_unless_present = "new_group_id")]
+    certs: Option<PathBuf>,
+
+    /// Found group GROUP (32 hex digits) with --peers as its first voters, if --data-dir
+    /// holds no store; safe to keep
+    #[arg(long, value_name = "GROUP")]
+    found: Option<tenure::GroupId>,
+
+    /// Refuse a data folder or peers of another group (default: the --found group)
+    #[arg(long, value_name = "GROUP")]
+    group: Option<tenure::GroupId>,
+
+    /// Join an existing group: start with no membership and wait for a member to add
+    /// this node (ctl members add); --peers lists this node and the members to reach
+    #[arg(long)]
+    join: bool,
+
+    /// Timing preset
+    #[arg(long, value_name = "PRESET", default_value = "lan")]
+    timing: TimingPreset,
+
+    /// Explicit tick length in ms (overrides the preset's)
+    #[arg(long, value_name = "N")]
+    tick_ms: Option<u64>,
+
+    /// Explicit heartbeat interval in ms (overrides the preset's)
+    #[arg(long, value_name = "N")]
+    heartbeat_ms: Option<u64>,
+
+    /// Explicit election timeout in ms (overrides the preset's)
+    #[arg(long, value_name = "N")]
+    election_ms: Option<u64>,
+
+    /// Explicit upper bound of the randomized election timeout in ms (overrides the
+    /// preset's)
+    #[arg(long, value_name = "N")]
+    election_max_ms: Option<u64>,
+
+    /// How confirms are answered
+    #[arg(long, value_name = "MODE", default_value = "safe")]
+    read_mode: ReadModeArg,
+
+    /// Confirm the lease every N ms while leading
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    confirm_ms: u64,
+
+    /// Benchmark: on the first lease, time N confirms one by one, then N from 64 tasks;
+    /// print confirm_stats
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    bench_confirms: usize,
+
+    /// Print transport_stats (messages, bytes sent) every N ms
+    #[arg(long, value_name = "N")]
+    stats_ms: Option<u64>,
+
+    /// tenure's log on stderr
+    #[arg(long, value_name = "LEVEL", default_value = "warn")]
+    log_level: LogLevel,
+
+    /// Settle pending payments in this SQLite ledger while leading
+    #[arg(long, value_name = "PATH")]
+    ledger: Option<PathBuf>,
+
+    /// Pause between batches, in ms
+    #[arg(long, value_name = "N", default_value_t = 150)]
+    settle_ms: u64,
+
+    /// Time one payment takes to settle, in ms
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    row_ms: u64,
+
+    /// Plus a random 0..=N ms per payment, so a stale writer and a new one overtake each
+    /// other
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    row_jitter_ms: u64,
+
+    /// Serve Prometheus metrics on http://ADDR/metrics
+    ///
+    /// Port 0: any; the bound address is in the `started` event. At most 32 connections,
+    /// each closed if it sends no request in 5 s.
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    metrics: Option<SocketAddr>,
+
+    /// Open the admin endpoint (UDP, operator certificates only) for `cargo run --example
+    /// ctl`
+    ///
+    /// Port 0: any; the bound address is in the `started` event as `admin`.
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    admin: Option<SocketAddr>,
+
+    /// Print a fresh group id and exit
+    #[arg(long, exclusive = true)]
+    new_group_id: bool,
+}
+
+/// `--timing`: the worker's timing presets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum TimingPreset {
+    /// 10 ms ticks, elections 200-300 ms
+    Lan,
+    /// 2 ms ticks, elections 12-24 ms
+    Fast,
+    /// 50 ms ticks, elections 1-2 s
+    Wan,
+}
+
+impl TimingPreset {
+    /// The preset's name on the command line.
+    #[allow(dead_code)] // local_group passes it on to its workers; the worker does not
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            TimingPreset::Lan => "lan",
+            TimingPreset::Fast => "fast",
+            TimingPreset::Wan => "wan",
+        }
+    }
+
+    /// The preset's timing.
+    pub(crate) fn timing(self) -> Timing {
+        match self {
+            TimingPreset::Lan => Timing::lan(),
+            TimingPreset::Fast => Timing::fast(),
+            TimingPreset::Wan => Timing::wan(),
+        }
+    }
+}
+
+/// `--read-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ReadModeArg {
+    /// One quorum round per confirm
+    Safe,
+    /// Answered locally inside the lease (clock-drift caveat)
+    #[value(alias = "lease-based")]
+    Lease,
+}
+
+/// `--log-level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogLevel {
+    Off,
+    Error,
+    Warn,
+    Info,
+    Debug,
+}
+
+fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    s.parse().map_err(|_| format!("{s:?} is not IP:PORT"))
+}
+
+fn parse_peers(s: &str) -> Result<String, String> {
+    tenure::config::parse_peers(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// What a worker command line asks for.
+pub(crate) enum Mode {
+    /// `--new-group-id`: print a fresh group id.
+    NewGroupId,
+    /// Run a worker.
+    Run(Box<WorkerArgs>),
+}
+
+impl WorkerCli {
+    /// What the parsed command line asks for.
+    pub(crate) fn mode(self) -> Mode {
+        if self.new_group_id {
+            return Mode::NewGroupId;
+        }
+        let preset = self.timing.timing();
+        let explicit = [
+            self.tick_ms,
+            self.heartbeat_ms,
+            self.election_ms,
+            self.election_max_ms,
+        ];
+        let timing = if explicit.iter().any(Option::is_some) {
+            let tick = explicit[0].unwrap_or(preset.tick.as_millis() as u64);
+            let ms = |ticks: usize| ticks as u64 * preset.tick.as_millis() as u64;
+            Timing::from_millis(
+                tick,
+                explicit[1].unwrap_or(ms(preset.heartbeat_ticks)),
+                explicit[2].unwrap_or(ms(preset.election_ticks)),
+                explicit[3].unwrap_or(ms(preset.election_ticks_max)),
+            )
+        } else {
+            preset
+        };
+        // Clap requires these unless --new-group-id, which is exclusive.
+        let required = "clap enforces the required flags";
+        Mode::Run(Box::new(WorkerArgs {
+            id: self.id.expect(required),
+            listen: self.listen,
+            peers: self.peers.expect(required),
+            data_dir: self.data_dir.expect(required),
+            certs: self.certs.expect(required),
+            timing,
+            read_mode: match self.read_mode {
+                ReadModeArg::Safe => ReadMode::Safe,
+                ReadModeArg::Lease => ReadMode::LeaseBased,
+            },
+            confirm_every: Duration::from_millis(self.confirm_ms.max(1)),
+            bench_confirms: self.bench_confirms,
+            stats_every: self.stats_ms.map(|ms| Duration::from_millis(ms.max(1))),
+            log_level: match self.log_level {
+                LogLevel::Off => None,
+                LogLevel::Error => Some(slog::Level::Error),
+                LogLevel::Warn => Some(slog::Level::Warning),
+                LogLevel::Info => Some(slog::Level::Info),
+                LogLevel::Debug => Some(slog::Level::Debug),
+            },
+            ledger: self.ledger,
+            settle_every: Duration::from_millis(self.settle_ms),
+            row_delay: RowDelay {
+                base: Duration::from_millis(self.row_ms),
+                jitter: Duration::from_millis(self.row_jitter_ms),
+            },
+            metrics: self.metrics,
+            admin: self.admin,
+            join: self.join,
+            found: self.found,
+            group: self.group,
+        }))
+    }
+}
+
 /// Parsed command line.
 #[derive(Debug, Clone)]
-pub struct WorkerArgs {
+pub(crate) struct WorkerArgs {
     pub id: u64,
     pub listen: Option<SocketAddr>,
     pub peers: String,
@@ -110,7 +339,7 @@ pub struct WorkerArgs {
 
 /// How long settling one payment takes: `base` plus a uniformly random `0..=jitter`.
 #[derive(Debug, Clone, Copy)]
-pub struct RowDelay {
+pub(crate) struct RowDelay {
     pub base: Duration,
     pub jitter: Duration,
 }
@@ -123,152 +352,8 @@ impl RowDelay {
     }
 }
 
-/// Parses worker arguments; `Err` carries a message for the user.
-pub fn parse_args(args: &[String]) -> Result<WorkerArgs, String> {
-    let mut id = None;
-    let mut listen = None;
-    let mut peers = None;
-    let mut data_dir = None;
-    let mut certs = None;
-    let mut timing = Timing::lan();
-    let mut explicit: [Option<u64>; 4] = [None; 4];
-    let mut read_mode = ReadMode::Safe;
-    let mut confirm_ms = 100u64;
-    let mut bench_confirms = 0;
-    let mut stats_ms = None;
-    let mut log_level = Some(slog::Level::Warning);
-    let mut ledger = None;
-    let mut settle_ms = 150u64;
-    let mut row_ms = 20u64;
-    let mut row_jitter_ms = 0u64;
-    let mut metrics = None;
-    let mut admin = None;
-    let mut join = false;
-    let mut found = None;
-    let mut group = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = || {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{a} needs a value"))
-        };
-        let num = |s: String, what: &str| -> Result<u64, String> {
-            s.parse::<u64>()
-                .map_err(|_| format!("{what}: {s:?} is not a whole number"))
-        };
-        match a.as_str() {
-            "--id" => id = Some(num(val()?, "--id")?),
-            "--listen" => {
-                let v = val()?;
-                listen = Some(
-                    v.parse()
-                        .map_err(|_| format!("--listen: {v:?} is not IP:PORT"))?,
-                )
-            }
-            "--peers" => peers = Some(val()?),
-            "--data-dir" => data_dir = Some(PathBuf::from(val()?)),
-            "--certs" => certs = Some(PathBuf::from(val()?)),
-            "--timing" => {
-                timing = match val()?.as_str() {
-                    "lan" => Timing::lan(),
-                    "fast" => Timing::fast(),
-                    "wan" => Timing::wan(),
-                    other => {
-                        return Err(format!(
-                            "--timing: unknown preset {other:?} (lan, fast, wan)"
-                        ))
-                    }
-                }
-            }
-            "--tick-ms" => explicit[0] = Some(num(val()?, "--tick-ms")?),
-            "--heartbeat-ms" => explicit[1] = Some(num(val()?, "--heartbeat-ms")?),
-            "--election-ms" => explicit[2] = Some(num(val()?, "--election-ms")?),
-            "--election-max-ms" => explicit[3] = Some(num(val()?, "--election-max-ms")?),
-            "--read-mode" => {
-                read_mode = match val()?.as_str() {
-                    "safe" => ReadMode::Safe,
-                    "lease" | "lease-based" => ReadMode::LeaseBased,
-                    other => return Err(format!("--read-mode: {other:?} is not safe or lease")),
-                }
-            }
-            "--confirm-ms" => confirm_ms = num(val()?, "--confirm-ms")?.max(1),
-            "--bench-confirms" => bench_confirms = num(val()?, "--bench-confirms")? as usize,
-            "--stats-ms" => stats_ms = Some(num(val()?, "--stats-ms")?.max(1)),
-            "--log-level" => {
-                log_level = match val()?.as_str() {
-                    "off" => None,
-                    "error" => Some(slog::Level::Error),
-                    "warn" => Some(slog::Level::Warning),
-                    "info" => Some(slog::Level::Info),
-                    "debug" => Some(slog::Level::Debug),
-                    other => return Err(format!("--log-level: unknown level {other:?}")),
-                }
-            }
-            "--ledger" => ledger = Some(PathBuf::from(val()?)),
-            "--settle-ms" => settle_ms = num(val()?, "--settle-ms")?,
-            "--row-ms" => row_ms = num(val()?, "--row-ms")?,
-            "--row-jitter-ms" => row_jitter_ms = num(val()?, "--row-jitter-ms")?,
-            "--metrics" => {
-                let v = val()?;
-                metrics = Some(
-                    v.parse()
-                        .map_err(|_| format!("--metrics: {v:?} is not IP:PORT"))?,
-                )
-            }
-            "--admin" => {
-                let v = val()?;
-                admin = Some(
-                    v.parse()
-                        .map_err(|_| format!("--admin: {v:?} is not IP:PORT"))?,
-                )
-            }
-            "--join" => join = true,
-            "--found" => found = Some(val()?.parse().map_err(|e| format!("--found: {e}"))?),
-            "--group" => group = Some(val()?.parse().map_err(|e| format!("--group: {e}"))?),
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    if explicit.iter().any(Option::is_some) {
-        let base = timing;
-        let tick = explicit[0].unwrap_or(base.tick.as_millis() as u64);
-        let ms = |ticks: usize| ticks as u64 * base.tick.as_millis() as u64;
-        timing = Timing::from_millis(
-            tick,
-            explicit[1].unwrap_or(ms(base.heartbeat_ticks)),
-            explicit[2].unwrap_or(ms(base.election_ticks)),
-            explicit[3].unwrap_or(ms(base.election_ticks_max)),
-        );
-    }
-    Ok(WorkerArgs {
-        id: id.ok_or("--id is required")?,
-        listen,
-        peers: peers.ok_or("--peers is required")?,
-        data_dir: data_dir.ok_or("--data-dir is required")?,
-        certs: certs.ok_or("--certs is required")?,
-        timing,
-        read_mode,
-        confirm_every: Duration::from_millis(confirm_ms),
-        bench_confirms,
-        stats_every: stats_ms.map(Duration::from_millis),
-        log_level,
-        ledger,
-        settle_every: Duration::from_millis(settle_ms),
-        row_delay: RowDelay {
-            base: Duration::from_millis(row_ms),
-            jitter: Duration::from_millis(row_jitter_ms),
-        },
-        metrics,
-        admin,
-        join,
-        found,
-        group,
-    })
-}
-
 /// Exit code: the data folder was refused, and starting again on it will not help.
-pub const EXIT_STORE_REFUSED: i32 = 3;
+pub(crate) const EXIT_STORE_REFUSED: i32 = 3;
 
 /// Whether a start error is about the data folder (exit code 3) rather than the rest.
 fn store_refused(e: &tenure::StartError) -> Option<&'static str> {
@@ -287,7 +372,7 @@ fn store_refused(e: &tenure::StartError) -> Option<&'static str> {
 }
 
 /// Writes one event line to stdout and flushes it (so a SIGKILL loses nothing printed).
-pub fn emit(node: u64, event: &str, mut fields: Value) {
+pub(crate) fn emit(node: u64, event: &str, mut fields: Value) {
     let mut obj = json!({"event": event, "node": node, "mono_ns": monotonic_ns()});
     if let (Some(o), Some(f)) = (obj.as_object_mut(), fields.as_object_mut()) {
         o.append(f);
@@ -298,7 +383,7 @@ pub fn emit(node: u64, event: &str, mut fields: Value) {
 }
 
 /// Runs a worker until SIGTERM/SIGINT; returns the process exit code.
-pub async fn run(args: WorkerArgs) -> i32 {
+pub(crate) async fn run(args: WorkerArgs) -> i32 {
     let id = args.id;
     let peers = match tenure::config::parse_peers(&args.peers) {
         Ok(p) => p,
@@ -491,7 +576,7 @@ pub async fn run(args: WorkerArgs) -> i32 {
     let mut bench_confirms = args.bench_confirms;
     let lease_task = tokio::spawn(async move {
         while let Ok(lease) = lease_node.lease().await {
-            let token = lease.token().0;
+            let token = lease.token().term();
             emit(
                 id,
                 "lease_acquired",
@@ -514,7 +599,7 @@ pub async fn run(args: WorkerArgs) -> i32 {
                         let began_ns = monotonic_ns();
                         match lease.confirm().await {
                             Ok(tok) => emit(id, "lease_confirmed", json!({
-                                "term": tok.0, "token": tok.0,
+                                "term": tok.term(), "token": tok.term(),
                                 "began_ns": began_ns,
                                 "latency_us": t0.elapsed().as_secs_f64() * 1e6,
                                 "valid_until_ns": instant_to_monotonic_ns(lease.valid_until()),
@@ -620,7 +705,7 @@ pub async fn run(args: WorkerArgs) -> i32 {
         id,
         "stopped",
         json!({
-            "error": error.as_ref().map(|e| e.to_string()),
+            "error": error.as_ref().map(std::string::ToString::to_string),
             "cause": error.as_ref().map(|e| stop_cause_name(&e.cause)),
         }),
     );
@@ -644,7 +729,7 @@ fn stop_cause_name(cause: &StopCause) -> &'static str {
 /// `lease_lost`, with `ended_ns`: when the lease really ended (its revocation or the end of
 /// its validity, whichever came first), which can be earlier than the event's `mono_ns`.
 fn lost(id: u64, lease: &tenure::Lease, reason: tenure::LostReason) {
-    let token = lease.token().0;
+    let token = lease.token().term();
     let ended = lease.ended_at().map(instant_to_monotonic_ns);
     emit(
         id,
@@ -677,7 +762,7 @@ fn rejected(id: u64, err: &FenceError) -> bool {
             emit(
                 id,
                 "fence_rejected",
-                json!({"term": presented.0, "token": presented.0, "highest": highest.0}),
+                json!({"term": presented.term(), "token": presented.term(), "highest": highest.term()}),
             );
             true
         }
@@ -721,7 +806,11 @@ fn settle_batch(
     ledger: &std::sync::Mutex<Ledger>,
     row_delay: RowDelay,
 ) -> bool {
-    let lock = || ledger.lock().unwrap_or_else(|e| e.into_inner());
+    let lock = || {
+        ledger
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
     let next = lock().next_batch();
     let (batch, payments) = match next {
         Ok(Some(b)) => b,
@@ -734,7 +823,7 @@ fn settle_batch(
     emit(
         id,
         "batch_started",
-        json!({"term": token.0, "token": token.0, "batch": batch, "rows": payments.len()}),
+        json!({"term": token.term(), "token": token.term(), "batch": batch, "rows": payments.len()}),
     );
     for p in payments {
         std::thread::sleep(row_delay.sample()); // the external call
@@ -748,7 +837,7 @@ fn settle_batch(
         Ok(Some(rows)) => emit(
             id,
             "settled",
-            json!({"term": token.0, "token": token.0, "batch": batch, "rows": rows}),
+            json!({"term": token.term(), "token": token.term(), "batch": batch, "rows": rows}),
         ),
         Ok(None) => {}
         Err(e) => return !rejected(id, &e),

@@ -326,9 +326,7 @@ impl Client {
         };
         let endpoint =
             quinn::Endpoint::client(bind).map_err(|e| setup(format!("local UDP socket: {e}")))?;
-        let server_name = node
-            .map(node_server_name)
-            .unwrap_or_else(|| "admin.tenure".into());
+        let server_name = node.map_or_else(|| "admin.tenure".into(), node_server_name);
         let connecting = endpoint
             .connect_with(config, addr, &server_name)
             .map_err(|e| setup(format!("{addr}: {e}")))?;

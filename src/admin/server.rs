@@ -260,7 +260,7 @@ async fn serve_stream(
                     Ok(_) if changes => info!(log, "admin request done"; "command" => command),
                     Ok(_) => debug!(log, "admin request done"; "command" => command),
                     Err(e) => {
-                        info!(log, "admin request refused"; "command" => command, "kind" => e.kind.as_str(), "reason" => &e.message)
+                        info!(log, "admin request refused"; "command" => command, "kind" => e.kind.as_str(), "reason" => &e.message);
                     }
                 }
                 r

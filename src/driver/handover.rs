@@ -90,26 +90,19 @@ impl<S: RaftStore> Driver<S> {
         self.stop = Some(StopKind::Graceful(reply));
     }
 
-    /// What a leader owes the group beyond raft-rs: hand over when drained or removed,
+    /// What a leader owes the group beyond raft-rs: hand over when drained,
     /// and finish a joint configuration a previous leader left behind.
     pub(super) fn leader_duties(&mut self, now: Instant) {
         if self.raw.raft.state != StateRole::Leader || self.shutdown.is_some() {
             return;
         }
-        let removed = !self.is_voter(self.id);
+        // (A removed leader does not get here: it steps down as it applies its removal,
+        // `Driver::step_down_removed`.)
         let drained = self.state.is_drained(self.id);
-        if (removed || drained)
-            && self.transfer.is_none()
-            && self.raw.raft.lead_transferee.is_none()
-        {
-            let why = if removed {
-                "removed from the group"
-            } else {
-                "drained"
-            };
+        if drained && self.transfer.is_none() && self.raw.raft.lead_transferee.is_none() {
             match self.start_transfer(None) {
                 Ok(to) => {
-                    info!(self.logger, "handing leadership over"; "why" => why, "to" => to);
+                    info!(self.logger, "handing leadership over"; "why" => "drained", "to" => to);
                     self.transfer = Some(PendingTransfer {
                         to,
                         deadline: now + self.timing.election_timeout() * 2,
@@ -117,13 +110,7 @@ impl<S: RaftStore> Driver<S> {
                     });
                 }
                 Err(e) => {
-                    warn!(self.logger, "cannot hand leadership over"; "why" => why, "error" => %e);
-                    if removed {
-                        // Nobody to hand to: stop leading; the voters elect among themselves.
-                        self.revoke(LostReason::SteppedDown);
-                        let term = self.raw.raft.term;
-                        self.raw.raft.become_follower(term + 1, raft::INVALID_ID);
-                    }
+                    warn!(self.logger, "cannot hand leadership over"; "why" => "drained", "error" => %e);
                 }
             }
             return;

@@ -57,6 +57,12 @@ pub(crate) struct LeaseKeeper {
     last_round: Option<Instant>,
     /// Confirms that arrived since the last round: they share the next one.
     pending: Vec<Waiter>,
+    /// When this node began leading in a term, just before the Ready carrying that
+    /// term's first appends left: the commit of the term's first entry acknowledges an
+    /// append sent at or after it.
+    term_began: Option<(u64, Stamp)>,
+    /// The term whose first entry's commit was credited (once per term).
+    credited_term: Option<u64>,
     /// Mutation testing: count a round's period on the monotonic clock alone.
     ignore_boottime: bool,
 }
@@ -71,6 +77,8 @@ impl LeaseKeeper {
             next_ctx: 1,
             last_round: None,
             pending: Vec::new(),
+            term_began: None,
+            credited_term: None,
             ignore_boottime: crate::mutation::active("lease-ignores-boottime"),
         }
     }
@@ -139,12 +147,45 @@ impl LeaseKeeper {
         };
         self.until = Some((term, until));
         for w in round.waiters {
-            let _ = w.send(Ok(FencingToken(term)));
+            let _ = w.send(Ok(FencingToken::new(term)));
         }
         Acked::Renewed {
             sent: round.sent,
             until,
         }
+    }
+
+    /// This node leads in `term` from `at` on (before its first appends leave). Only the
+    /// first call of a term counts.
+    pub(crate) fn began_leading(&mut self, term: u64, at: Stamp) {
+        if self.term_began.is_none_or(|(t, _)| t != term) {
+            self.term_began = Some((term, at));
+        }
+    }
+
+    /// The entry this leader appended first in `term` is committed: a quorum
+    /// acknowledged an append that left at or after it began leading, as if a round had
+    /// been sent then. Returns the validity it earns (once per term).
+    pub(crate) fn first_entry_committed(&mut self, term: u64) -> Option<Stamp> {
+        let (t, began) = self.term_began?;
+        if t != term || self.credited_term == Some(term) {
+            return None;
+        }
+        self.credited_term = Some(term);
+        let until = began.add(self.duration);
+        let until = match self.until {
+            Some((t, u)) if t == term => u.max(until),
+            _ => until,
+        };
+        self.until = Some((term, until));
+        Some(until)
+    }
+
+    /// Whether a round left within `every` of `now` (its heartbeats stand in for
+    /// raft-rs's own).
+    pub(crate) fn round_within(&self, now: Instant, every: Duration) -> bool {
+        self.last_round
+            .is_some_and(|t| now.saturating_duration_since(t) < every)
     }
 
     /// The validity earned in `term`, if it has not run out at `at`.
@@ -288,7 +329,7 @@ mod tests {
                 until: stamp(t0, 110)
             }
         );
-        assert_eq!(rx.try_recv().unwrap(), Ok(FencingToken(5)));
+        assert_eq!(rx.try_recv().unwrap(), Ok(FencingToken::new(5)));
         assert_eq!(k.valid_until(5, stamp(t0, 109)), Some(stamp(t0, 110)));
         assert_eq!(
             k.valid_until(5, stamp(t0, 110)),
@@ -351,7 +392,7 @@ mod tests {
         let (w2, mut rx2) = waiter();
         k.queue_confirm(w2);
         k.follow(false, 5);
-        assert_eq!(rx.try_recv().unwrap(), Ok(FencingToken(5)));
+        assert_eq!(rx.try_recv().unwrap(), Ok(FencingToken::new(5)));
         assert_eq!(rx2.try_recv().unwrap(), Err(LostReason::SteppedDown));
         assert_eq!(
             k.valid_until(5, stamp(t0, 1)),
@@ -411,7 +452,7 @@ mod tests {
         assert_eq!(k.acknowledged(ctx, true, 2), Acked::Unknown);
         let again = k.start_round(stamp(t0, 260), 2);
         k.acknowledged(again, true, 2);
-        assert_eq!(rx.try_recv().unwrap(), Ok(FencingToken(2)));
+        assert_eq!(rx.try_recv().unwrap(), Ok(FencingToken::new(2)));
     }
 
     #[test]
@@ -422,6 +463,38 @@ mod tests {
         k.start_round(stamp(t0, 0), 1);
         assert!(!k.renewal_due(t0 + Duration::from_millis(29), Duration::from_millis(30)));
         assert!(k.renewal_due(t0 + Duration::from_millis(30), Duration::from_millis(30)));
+    }
+
+    #[test]
+    fn the_terms_first_entry_committed_counts_as_a_round_sent_when_leading_began() {
+        let t0 = Instant::now();
+        let mut k = LeaseKeeper::new(D);
+        k.began_leading(4, stamp(t0, 10));
+        k.began_leading(4, stamp(t0, 30)); // later turns of the same term change nothing
+        assert_eq!(
+            k.valid_until(4, stamp(t0, 11)),
+            None,
+            "nothing before the commit"
+        );
+        assert_eq!(k.first_entry_committed(4), Some(stamp(t0, 110)));
+        assert_eq!(k.valid_until(4, stamp(t0, 109)), Some(stamp(t0, 110)));
+        assert_eq!(k.first_entry_committed(4), None, "once per term");
+        k.began_leading(4, stamp(t0, 500)); // a later turn of the loop, still term 4
+        assert_eq!(k.first_entry_committed(4), None, "still once per term");
+        assert_eq!(k.valid_until(4, stamp(t0, 120)), None, "and not extended");
+        // A commit seen in another term than the one leading began in earns nothing.
+        k.began_leading(5, stamp(t0, 200));
+        assert_eq!(k.first_entry_committed(6), None);
+    }
+
+    #[test]
+    fn a_recent_round_stands_in_for_a_heartbeat() {
+        let t0 = Instant::now();
+        let mut k = LeaseKeeper::new(D);
+        assert!(!k.round_within(t0, Duration::from_millis(30)));
+        k.start_round(stamp(t0, 0), 1);
+        assert!(k.round_within(t0 + Duration::from_millis(29), Duration::from_millis(30)));
+        assert!(!k.round_within(t0 + Duration::from_millis(30), Duration::from_millis(30)));
     }
 
     #[test]

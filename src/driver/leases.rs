@@ -23,7 +23,7 @@ impl<S: RaftStore> Driver<S> {
     pub(super) fn on_confirm(&mut self, req: ConfirmRequest) {
         let ConfirmRequest { term, reply } = req;
         match &self.lease {
-            Some(l) if l.token.0 == term && self.raw.raft.term == term => {
+            Some(l) if l.token.term() == term && self.raw.raft.term == term => {
                 if self.read_mode == ReadMode::LeaseBased && l.is_valid_at(self.clock.stamp()) {
                     let _ = reply.send(Ok(l.token));
                 } else {
@@ -68,7 +68,7 @@ impl<S: RaftStore> Driver<S> {
         let leading = raft.state == StateRole::Leader && self.is_voter(self.id);
         let removed_leader = raft.state == StateRole::Leader && !leading;
         if let Some(l) = &self.lease {
-            if l.token.0 != term {
+            if l.token.term() != term {
                 self.revoke(LostReason::TermChanged);
             } else if removed_leader {
                 self.revoke(LostReason::HandedOver);
@@ -98,15 +98,27 @@ impl<S: RaftStore> Driver<S> {
                 l.extend(at.add(self.timing.lease_duration()));
             }
         }
-        if handing_over || !self.may_hold_lease_in(term) || !self.raw.raft.commit_to_current_term()
+        // The commit of the term's first entry earns the first lease, a round sooner
+        // (docs/design.md, section 2).
+        let committed = self.raw.raft.commit_to_current_term();
+        if committed || mutation::active("lease-at-election") {
+            self.keeper.first_entry_committed(term);
+        }
+        if handing_over
+            || !self.may_hold_lease_in(term)
+            || !(committed || mutation::active("lease-at-election"))
         {
             self.keeper.refuse_pending(LostReason::HandedOver);
             return;
         }
         if let Some(until) = self.keeper.valid_until(term, at) {
             if self.lease.is_none() {
-                let shared =
-                    LeaseShared::new(FencingToken(term), self.epoch, until, self.clock.clone());
+                let shared = LeaseShared::new(
+                    FencingToken::new(term),
+                    self.epoch,
+                    until,
+                    self.clock.clone(),
+                );
                 info!(self.logger, "lease acquired"; "token" => term);
                 self.metrics.lease_acquired();
                 self.lease = Some(shared);
@@ -154,7 +166,7 @@ impl<S: RaftStore> Driver<S> {
     pub(super) fn expire_lease(&mut self, now: Stamp) {
         if let Some(l) = &self.lease {
             if !now.before(l.valid_until()) {
-                warn!(self.logger, "lease expired unrenewed"; "token" => l.token.0);
+                warn!(self.logger, "lease expired unrenewed"; "token" => l.token.term());
                 self.revoke(LostReason::Expired);
                 self.publish();
             }
@@ -164,7 +176,7 @@ impl<S: RaftStore> Driver<S> {
     /// Ends the lease (every handle sees `reason`) and answers every waiting confirm.
     pub(super) fn revoke(&mut self, reason: LostReason) {
         if let Some(l) = self.lease.take() {
-            info!(self.logger, "lease revoked"; "token" => l.token.0, "reason" => reason.as_str());
+            info!(self.logger, "lease revoked"; "token" => l.token.term(), "reason" => reason.as_str());
             l.revoke(reason);
             self.metrics.lease_revoked(reason);
         }

@@ -14,6 +14,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::{Driver, MemberChange};
+use crate::error::LostReason;
 use crate::error::{MembershipError, StorageError};
 use crate::state::{decode_addrs, encode_addrs, GroupState};
 use crate::status::Membership;
@@ -94,6 +95,9 @@ impl<S: RaftStore> Driver<S> {
                     }
                 }
                 self.force_compact = true;
+                if leading && !self.is_voter(self.id) {
+                    self.step_down_removed();
+                }
                 Ok(())
             }
             Err(e) => {
@@ -101,6 +105,27 @@ impl<S: RaftStore> Driver<S> {
                 Ok(())
             }
         }
+    }
+
+    /// A leader that has just applied its own removal stops leading at once, handing over
+    /// to the most up-to-date remaining voter on the way out (docs/design.md, section 4:
+    /// it never leases again in this term). raft-rs 0.7 keeps no progress for a leader
+    /// outside its configuration and unwraps it on the next append response or persisted
+    /// entry, so it must not go on leading even for the length of a transfer. A leader
+    /// elected with the entry that removes it still uncommitted in its log meets this
+    /// (simulation seed 373).
+    fn step_down_removed(&mut self) {
+        let term = self.raw.raft.term;
+        match self.start_transfer(None) {
+            Ok(to) => {
+                info!(self.logger, "removed from the group: handed leadership over"; "to" => to, "term" => term);
+            }
+            Err(e) => {
+                warn!(self.logger, "removed from the group: stepping down without a handover"; "error" => %e);
+                self.revoke(LostReason::SteppedDown);
+            }
+        }
+        self.raw.raft.become_follower(term, raft::INVALID_ID);
     }
 
     /// Tells nodes that left the group so (see `farewells`), then forgets them.
@@ -186,7 +211,7 @@ impl<S: RaftStore> Driver<S> {
     /// Marks the pending changes whose entry is `index`: applied if the entry is theirs
     /// (same term), superseded otherwise (a new leader overwrote the proposal).
     pub(super) fn entry_applied(&mut self, index: u64, term: u64) {
-        for p in self.pending_changes.iter_mut() {
+        for p in &mut self.pending_changes {
             if p.index == index && !p.applied {
                 if p.term == term {
                     p.applied = true;
@@ -243,6 +268,11 @@ impl<S: RaftStore> Driver<S> {
         if raft.state != StateRole::Leader {
             let leader_hint = (raft.leader_id != 0).then_some(raft.leader_id);
             return Err(MembershipError::NotLeader { leader_hint });
+        }
+        if !self.is_voter(self.id) {
+            // Removed, and handing over: it appends nothing more (raft-rs 0.7 keeps no
+            // progress for a leader outside its configuration; see `ready_pass`).
+            return Err(MembershipError::NotLeader { leader_hint: None });
         }
         let m = self.membership();
         self.check_quorum_now(&m)?;
@@ -494,6 +524,7 @@ impl<S: RaftStore> Driver<S> {
     pub(super) fn leave_stale_joint(&mut self) {
         let raft = &self.raw.raft;
         if self.is_joint()
+            && self.is_voter(self.id)
             && !raft.has_pending_conf()
             && raft.commit_to_current_term()
             && self.explicit_joint_term != Some(raft.term)

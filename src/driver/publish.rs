@@ -103,12 +103,12 @@ impl<S: RaftStore> Driver<S> {
                 })
                 .count() as u64;
             (
-                voters.contains(self.id) as u64 + active,
+                u64::from(voters.contains(self.id)) + active,
                 self.lease.is_some(),
             )
         } else {
             let hears = raft.leader_id != 0 && raft.election_elapsed < raft.election_timeout();
-            (1 + hears as u64, hears)
+            (1 + u64::from(hears), hears)
         }
     }
 

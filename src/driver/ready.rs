@@ -15,7 +15,7 @@ impl<S: RaftStore> Driver<S> {
     /// One pass over raft-rs's Ready ([`Driver::ready_pass`]); a storage error or a panic
     /// stops the driver.
     pub(super) fn handle_ready(&mut self) {
-        match self.guarded(|| "handling a Ready".into(), |d| d.ready_pass()) {
+        match self.guarded(|| "handling a Ready".into(), super::Driver::ready_pass) {
             Some(Err(StorageError::LostData { detail })) => {
                 error!(self.logger, "this node lost its data; stopping"; "detail" => &detail);
                 self.fail(StopCause::LostData { detail });
@@ -34,6 +34,11 @@ impl<S: RaftStore> Driver<S> {
             return Ok(());
         }
         let mut rd = self.raw.ready();
+        if self.raw.raft.state == raft::StateRole::Leader {
+            // Before this Ready's messages leave: a new leader's first appends are in it.
+            let now = self.clock.stamp();
+            self.keeper.began_leading(self.raw.raft.term, now);
+        }
         // 1. A leader's messages may leave before its own log is persisted.
         if !rd.messages().is_empty() {
             self.send(rd.take_messages());
@@ -101,7 +106,7 @@ impl<S: RaftStore> Driver<S> {
         if !rd.persisted_messages().is_empty() {
             self.send(rd.take_persisted_messages());
         }
-        // 4. Apply.
+        // 4. An installed snapshot replaces the group state.
         if let Some((state, index)) = snapshot_state {
             self.joint = joint_config(&self.raw);
             info!(self.logger, "installed a snapshot of the group"; "index" => index);
@@ -109,12 +114,13 @@ impl<S: RaftStore> Driver<S> {
             self.state = state;
             self.applied = self.applied.max(index);
         }
+        // 5. Tell raft-rs what is persisted before applying what is committed: a leader
+        // that applies its own removal steps down then and there (`step_down_removed`),
+        // and must have heard of its persisted entries while it still led, with its own
+        // progress still tracked (raft-rs 0.7 unwraps it in `Raft::on_persist_entries`).
         let committed = rd.take_committed_entries();
-        self.apply(committed)?;
         let read_states = rd.take_read_states();
-        self.on_read_states(read_states);
-        // 5. Advance and the light ready.
-        let mut light = self.raw.advance(rd);
+        let mut light = self.raw.advance_append(rd);
         if let Some(commit) = light.commit_index() {
             self.store.write(ReadyWrite {
                 commit: Some(commit),
@@ -122,6 +128,9 @@ impl<S: RaftStore> Driver<S> {
             })?;
         }
         self.send(light.take_messages());
+        // 6. Apply, then say so (raft-rs leaves a joint configuration once it is applied).
+        self.apply(committed)?;
+        self.on_read_states(read_states);
         self.apply(light.take_committed_entries())?;
         self.raw.advance_apply();
         self.maybe_compact()?;
@@ -153,7 +162,21 @@ impl<S: RaftStore> Driver<S> {
 
     pub(super) fn send(&mut self, msgs: Vec<Message>) {
         let drained = self.state.is_drained(self.id);
+        // A leader renewing its lease every heartbeat sends its rounds' heartbeats; raft-rs's
+        // own ones would only repeat them (docs/design.md, section 2).
+        // Within a heartbeat interval and a tick: rounds run by the clock, raft-rs's
+        // heartbeats by ticks, and at one interval exactly they met at its edge.
+        let rounds_beat = self.raw.raft.state == raft::StateRole::Leader
+            && self.keeper.round_within(
+                self.clock.now(),
+                self.timing.heartbeat_interval() + self.timing.tick,
+            );
         for m in msgs {
+            if rounds_beat && m.get_msg_type() == MessageType::MsgHeartbeat && m.context.is_empty()
+            {
+                self.metrics.heartbeat_merged();
+                continue;
+            }
             if m.get_msg_type() == MessageType::MsgTimeoutNow {
                 // From now on this term's leases are over for this node (section 4).
                 self.timeout_now_sent = Some(m.term);

@@ -39,17 +39,18 @@ const FENCE_CF: &str = "tenure_fence";
 /// let dir = tempfile::tempdir()?;
 /// let fence = Arc::new(RocksFence::open(dir.path().join("ledger"), "ledger")?);
 ///
-/// fence.apply(FencingToken(42), |batch| batch.put(b"batch/1", b"settled by 42"))?;
+/// fence.apply(FencingToken::new(42), |batch| batch.put(b"batch/1", b"settled by 42"))?;
 /// // A replaced leader (term 41) tries to write: rejected, nothing is written.
 /// let err = fence
-///     .apply(FencingToken(41), |batch| batch.put(b"batch/1", b"settled by 41"))
+///     .apply(FencingToken::new(41), |batch| batch.put(b"batch/1", b"settled by 41"))
 ///     .unwrap_err();
 /// assert!(matches!(
 ///     err,
-///     FenceError::Stale { presented: FencingToken(41), highest: FencingToken(42) }
+///     FenceError::Stale { presented, highest }
+///         if (presented.term(), highest.term()) == (41, 42)
 /// ));
 /// assert_eq!(fence.get(b"batch/1")?.as_deref(), Some(&b"settled by 42"[..]));
-/// assert_eq!(fence.highest()?, FencingToken(42));
+/// assert_eq!(fence.highest()?, FencingToken::new(42));
 /// # Ok(())
 /// # }
 /// ```
@@ -157,7 +158,7 @@ impl RocksFence {
         let mut batch = WriteBatch::default();
         f(&mut batch);
         // Added after `f`, so that a `batch.clear()` in `f` cannot drop it.
-        batch.put_cf(self.fence_cf()?, &self.name, token.0.to_be_bytes());
+        batch.put_cf(self.fence_cf()?, &self.name, token.term().to_be_bytes());
         let mut sync = WriteOptions::default();
         sync.set_sync(true);
         self.db
@@ -181,9 +182,9 @@ impl RocksFence {
             .get_cf(self.fence_cf()?, &self.name)
             .map_err(|e| self.rocks_error("reading the token", e))?;
         match stored {
-            None => Ok(FencingToken(0)),
+            None => Ok(FencingToken::new(0)),
             Some(bytes) => match <[u8; 8]>::try_from(bytes.as_slice()) {
-                Ok(b) => Ok(FencingToken(u64::from_be_bytes(b))),
+                Ok(b) => Ok(FencingToken::new(u64::from_be_bytes(b))),
                 Err(_) => Err(FenceError::Corrupt {
                     fence: self.name.clone(),
                     location: self.token_location(),

@@ -73,20 +73,20 @@ const CREATE_TABLE: &str =
 /// }
 ///
 /// // The leader of term 41 settles batch 1, then stalls.
-/// settle(&fence, &mut conn, FencingToken(41), 1, 100)?;
+/// settle(&fence, &mut conn, FencingToken::new(41), 1, 100)?;
 /// // The leader of term 42 takes over and settles batch 1 again.
-/// settle(&fence, &mut conn, FencingToken(42), 1, 120)?;
+/// settle(&fence, &mut conn, FencingToken::new(42), 1, 120)?;
 /// // The old leader wakes up and writes: rejected, nothing is written.
-/// match settle(&fence, &mut conn, FencingToken(41), 1, 999) {
+/// match settle(&fence, &mut conn, FencingToken::new(41), 1, 999) {
 ///     Err(FenceError::Stale { presented, highest }) => {
-///         assert_eq!((presented, highest), (FencingToken(41), FencingToken(42)));
+///         assert_eq!((presented, highest), (FencingToken::new(41), FencingToken::new(42)));
 ///         // Here the worker stops its leader-only work.
 ///     }
 ///     other => panic!("expected a stale token, got {other:?}"),
 /// }
 /// let total: i64 = conn.query_row("SELECT total FROM settlement WHERE batch = 1", [], |r| r.get(0))?;
 /// assert_eq!(total, 120);
-/// assert_eq!(fence.highest(&conn)?, FencingToken(42));
+/// assert_eq!(fence.highest(&conn)?, FencingToken::new(42));
 /// assert_eq!(fence.stats().snapshot().rejected_stale, 1);
 /// # Ok(())
 /// # }
@@ -191,7 +191,7 @@ impl SqliteFence {
     /// The check and the advance in one statement: the row changes only if `token` is
     /// at least the stored one.
     fn advance(&self, conn: &Connection, token: FencingToken) -> Result<(), FenceError> {
-        let value = i64::try_from(token.0).map_err(|_| FenceError::TokenOutOfRange {
+        let value = i64::try_from(token.term()).map_err(|_| FenceError::TokenOutOfRange {
             fence: self.name.clone(),
             presented: token,
         })?;
@@ -234,7 +234,7 @@ impl SqliteFence {
             .optional()
             .map_err(|e| self.backend("reading the token from tenure_fence", e))?;
         match stored {
-            Some(Value::Integer(t)) if t >= 0 => Ok(FencingToken(t as u64)),
+            Some(Value::Integer(t)) if t >= 0 => Ok(FencingToken::new(t as u64)),
             Some(other) => Err(self.corrupt(format!(
                 "the stored token is {other:?}, not a non-negative integer"
             ))),

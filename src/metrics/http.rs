@@ -335,7 +335,9 @@ where
             // Room for it: below the cap, or by closing the oldest idle connection.
             let token = CancellationToken::new();
             let id = {
-                let mut idle = idle.lock().unwrap_or_else(|e| e.into_inner());
+                let mut idle = idle
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 if c.open.load(Ordering::Acquire) as usize >= max {
                     match idle.waiting.pop_front() {
                         Some((_, oldest)) => {
@@ -415,7 +417,11 @@ impl Connection {
         let render = self.render.clone();
         let health = self.health.clone();
         let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-            if let Some(tx) = head_tx.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            if let Some(tx) = head_tx
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take()
+            {
                 let _ = tx.send(());
             }
             let probe = health
@@ -445,7 +451,7 @@ impl Connection {
         };
         self.idle
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .waiting
             .retain(|(i, _)| *i != self.id);
         match head {

@@ -57,6 +57,7 @@
 //! | `tenure_elections_started_total` | counter | campaigns this node started (became candidate) |
 //! | `tenure_elections_won_total` | counter | times this node became leader |
 //! | `tenure_leases_acquired_total` | counter | leases granted |
+//! | `tenure_heartbeats_merged_total` | counter | raft-rs heartbeats not sent because a lease round's heartbeats had just gone to every peer |
 //! | `tenure_lease_expiries_total` | counter | leases that ran out unrenewed |
 //! | `tenure_lease_revocations_total{reason}` | counter | leases revoked, by reason |
 //! | `tenure_fence_accepted_total{fence}` / `tenure_fence_rejections_total{fence}` | counter | registered fences |
@@ -133,6 +134,7 @@ pub struct Metrics {
     elections_started: Counter,
     elections_won: Counter,
     leases_acquired: Counter,
+    heartbeats_merged: Counter,
     revocations: Family<ReasonLabel, Counter>,
     /// `revocations`' counters, in [`REASONS`] order.
     revoked: [Counter; REASONS.len()],
@@ -164,6 +166,7 @@ impl Metrics {
             elections_started: Counter::default(),
             elections_won: Counter::default(),
             leases_acquired: Counter::default(),
+            heartbeats_merged: Counter::default(),
             revocations,
             revoked,
             peer_refusals,
@@ -180,7 +183,7 @@ impl Metrics {
         self.fences
             .0
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push((name.to_string(), stats));
     }
 
@@ -251,6 +254,11 @@ impl Metrics {
             ),
             ("leases_acquired", "Leases granted.", &self.leases_acquired),
             (
+                "heartbeats_merged",
+                "raft-rs heartbeats not sent: a lease round's heartbeats had just gone to every peer.",
+                &self.heartbeats_merged,
+            ),
+            (
                 "lease_expiries",
                 "Leases that ran out unrenewed.",
                 &self.revoked[reason_index(LostReason::Expired)],
@@ -280,13 +288,13 @@ impl Metrics {
         self.term.set(term);
         self.role.set(role);
         self.leader.set(leader);
-        self.lease_held.set(lease_held as u64);
+        self.lease_held.set(u64::from(lease_held));
     }
 
     pub(crate) fn set_health(&self, members: u64, reachable: u64, quorum_healthy: bool) {
         self.members.set(members);
         self.peers_reachable.set(reachable);
-        self.quorum_healthy.set(quorum_healthy as u64);
+        self.quorum_healthy.set(u64::from(quorum_healthy));
     }
 
     pub(crate) fn election_started(&self) {
@@ -299,6 +307,10 @@ impl Metrics {
 
     pub(crate) fn lease_acquired(&self) {
         self.leases_acquired.inc();
+    }
+
+    pub(crate) fn heartbeat_merged(&self) {
+        self.heartbeats_merged.inc();
     }
 
     pub(crate) fn lease_revoked(&self, reason: LostReason) {
@@ -374,7 +386,7 @@ impl Collector for Fences {
         let fences: Vec<(String, _)> = self
             .0
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .iter()
             .map(|(name, stats)| (name.clone(), stats.snapshot()))
             .collect();

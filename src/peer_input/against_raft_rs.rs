@@ -230,7 +230,7 @@ fn random_message(rng: &mut StdRng, n: &RawNode<MemStorage>) -> Message {
             1 => {
                 m.term = *[0, term.saturating_sub(1), term + 3, MAX_TERM + 1]
                     .choose(rng)
-                    .unwrap()
+                    .unwrap();
             }
             2 => m.index = v,
             3 => m.log_term = *[0, 1, 4, 5, 6, 7].choose(rng).unwrap(),
@@ -302,17 +302,17 @@ fn raft_rs_never_panics_on_what_admit_lets_through() {
             match (verdict == Verdict::Admit, stepped) {
                 (true, Ok(())) => admitted += 1,
                 (true, Err(p)) => {
-                    let why = p
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+                    let why = p.downcast_ref::<String>().cloned().or_else(|| {
+                        p.downcast_ref::<&str>()
+                            .map(std::string::ToString::to_string)
+                    });
                     failures.push(format!("state {state}: {why:?} on {shown}"));
                     break;
                 }
                 // A refused message ends the sequence: a node never sees one, so
                 // what follows it would be judged against a state no node has.
                 (false, r) => {
-                    panics_refused += r.is_err() as usize;
+                    panics_refused += usize::from(r.is_err());
                     break;
                 }
             }

@@ -330,7 +330,8 @@ fn refusal_warnings_are_rate_limited_per_reason() {
 
 #[test]
 fn names_are_distinct() {
-    let names: std::collections::BTreeSet<&str> = Refusal::ALL.iter().map(|r| r.as_str()).collect();
+    let names: std::collections::BTreeSet<&str> =
+        Refusal::ALL.iter().map(super::Refusal::as_str).collect();
     assert_eq!(names.len(), Refusal::ALL.len());
     for (i, r) in Refusal::ALL.iter().enumerate() {
         assert_eq!(r.index(), i);

@@ -1,19 +1,22 @@
 //! Durable Raft state: the [`RaftStore`] trait and its two implementations.
 //!
 //! * [`RocksStore`] keeps the log, hard state, conf state and snapshot in RocksDB.
-//!   Every [`RaftStore::write`] is one `WriteBatch` written with `sync = true`: when the
-//!   call returns, the data is on disk.
+//!   Every [`RaftStore::write`] is one `WriteBatch`, written with `sync = true` unless it
+//!   only moves the commit index: when the call returns, votes, terms and entries are on
+//!   disk.
 //! * [`MemStore`] has the same behaviour in memory. Its [`MemDisk`] is the "disk": it
 //!   outlives a dropped store, so a test or a simulation can crash a node (drop its
 //!   store) and restart it from exactly what had been written.
 //!
 //! Both read through raft-rs's [`raft::Storage`] trait and write through [`RaftStore`].
 //!
-//! What is durable when: a write or compaction that returned `Ok` survives any crash; one
-//! interrupted by a crash is, after restart, either wholly there or wholly absent; one
-//! that returned an error changed nothing if it was refused
-//! ([`StorageError::InvalidWrite`]) and is in an unknown state otherwise (the node must
-//! stop and reopen the store). Reads never see a write before it is durable.
+//! What is durable when: a write or compaction that returned `Ok` survives any crash, but
+//! for a write that only moved the commit index, which a crash may take back (the next
+//! synced write, or a sync of the log, makes it durable too); one interrupted by a crash
+//! is, after restart, either wholly there or wholly absent; one that returned an error
+//! changed nothing if it was refused ([`StorageError::InvalidWrite`]) and is in an
+//! unknown state otherwise (the node must stop and reopen the store). Reads never see a
+//! write before it is written.
 //!
 //! Both stores share one log model (`model.rs`): the validation of a write, how it
 //! changes the log, and the range rules of the reads. They differ only in where the
@@ -67,7 +70,8 @@ impl ReadyWrite {
 /// Implementations are cheap handles (`Clone` shares the same underlying store), so the
 /// driver can keep one and give raft-rs another.
 pub trait RaftStore: raft::Storage + Clone + Send + Sync + 'static {
-    /// Persists one Ready as one atomic batch, synced to disk before returning.
+    /// Persists one Ready as one atomic batch, synced to disk before returning unless it
+    /// only moves the commit index (see `docs/design.md`, section 5).
     ///
     /// A write that would break the log is refused with [`StorageError::InvalidWrite`]
     /// and changes nothing: a gap after the last entry, entries that are not consecutive

@@ -73,6 +73,10 @@ pub(crate) struct WritePlan {
     pub(crate) hard_state: Option<HardState>,
     /// The new conf state, when it differs from the stored one.
     pub(crate) conf_state: Option<ConfState>,
+    /// Whether the write must be synced before it returns: everything but a write that
+    /// only moves the commit index (raft-rs does not need that durable; see
+    /// `docs/design.md`, section 5).
+    pub(crate) sync: bool,
 }
 
 impl WritePlan {
@@ -290,12 +294,19 @@ impl<T: LogItem> LogState<T> {
             )));
         }
 
+        let term_or_vote = hs.term != self.hard_state.term || hs.vote != self.hard_state.vote;
+        let sync = snapshot.is_some()
+            || truncate_from.is_some()
+            || !entries.is_empty()
+            || cs != self.conf_state
+            || term_or_vote;
         Ok(WritePlan {
             snapshot,
             truncate_from,
             entries,
             hard_state: (hs != self.hard_state).then_some(hs),
             conf_state: (cs != self.conf_state).then_some(cs),
+            sync,
         })
     }
 
@@ -394,5 +405,94 @@ impl SizeLimit {
             self.taken += 1;
         }
         fits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(index: u64, term: u64) -> Entry {
+        Entry {
+            index,
+            term,
+            ..Default::default()
+        }
+    }
+
+    fn hs(term: u64, vote: u64, commit: u64) -> HardState {
+        HardState {
+            term,
+            vote,
+            commit,
+            ..Default::default()
+        }
+    }
+
+    /// A log of entries 1..=3 in term 2, term 2, vote 1, commit 1.
+    fn log() -> LogState<u64> {
+        let mut state = LogState::<u64>::new(ConfState {
+            voters: vec![1, 2, 3],
+            ..Default::default()
+        });
+        let plan = state
+            .plan_write(ReadyWrite {
+                entries: (1..=3).map(|i| entry(i, 2)).collect(),
+                hard_state: Some(hs(2, 1, 1)),
+                ..Default::default()
+            })
+            .unwrap();
+        state.apply_write(plan);
+        state
+    }
+
+    #[test]
+    fn only_a_write_that_moves_nothing_but_the_commit_index_goes_unsynced() {
+        let state = log();
+        let plan = |w: ReadyWrite| state.plan_write(w).unwrap();
+        // The commit index alone: from a LightReady, or a Ready's hard state.
+        assert!(
+            !plan(ReadyWrite {
+                commit: Some(3),
+                ..Default::default()
+            })
+            .sync
+        );
+        assert!(
+            !plan(ReadyWrite {
+                hard_state: Some(hs(2, 1, 2)),
+                ..Default::default()
+            })
+            .sync
+        );
+        // A term, a vote, entries, a membership: synced.
+        for w in [
+            ReadyWrite {
+                hard_state: Some(hs(3, 1, 1)),
+                ..Default::default()
+            },
+            ReadyWrite {
+                hard_state: Some(hs(2, 2, 1)),
+                ..Default::default()
+            },
+            ReadyWrite {
+                entries: vec![entry(4, 2)],
+                ..Default::default()
+            },
+            ReadyWrite {
+                conf_state: Some(ConfState {
+                    voters: vec![1, 2],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ReadyWrite {
+                entries: vec![entry(4, 2)],
+                commit: Some(3),
+                ..Default::default()
+            },
+        ] {
+            assert!(plan(w.clone()).sync, "{w:?}");
+        }
     }
 }

@@ -2,13 +2,18 @@
 //!
 //! # Durability
 //!
-//! Every [`RaftStore::write`] and [`RaftStore::compact`] is one RocksDB `WriteBatch`
-//! written with `sync = true`: when the call returns `Ok`, the whole batch is on disk
-//! and survives a process crash or power loss; when the process dies during the call,
-//! after a restart either the whole batch is there or none of it. `create` writes the
-//! initial state the same way. The in-memory cache (hard state, conf state, snapshot
-//! metadata, entry terms) is updated only after the batch is durable, so readers never
-//! see state that a crash could take back.
+//! Every [`RaftStore::write`] and [`RaftStore::compact`] is one RocksDB `WriteBatch`;
+//! when the process dies during the call, after a restart either the whole batch is
+//! there or none of it. Every batch that holds a vote, a term, entries, a snapshot or a
+//! membership is written with `sync = true`: when the call returns `Ok`, it is on disk and
+//! survives a process crash or power loss. A batch that only moves the commit index is
+//! not synced (raft-rs does not need it durable: `docs/design.md`, section 5); RocksDB's
+//! write-ahead log keeps batches in order, so the next synced batch makes it durable too,
+//! and a crash can only take back commit-index moves. `create` writes the initial state
+//! synced. The in-memory cache (hard state, conf state, snapshot metadata, entry terms)
+//! is updated only after the batch is written, so readers never see state that a crash
+//! could take back, commit-index moves aside. [`RocksStore::write_counts`] counts synced
+//! and unsynced batches.
 //!
 //! # On-disk format (version 2)
 //!
@@ -85,6 +90,8 @@ struct Inner {
     path: PathBuf,
     /// The node the store was created for.
     node: NodeId,
+    /// Batches written synced and unsynced ([`RocksStore::write_counts`]).
+    stats: WriteCounts,
     /// The open database.
     db: DB,
     /// What the disk holds, minus entry payloads and snapshot data. Held for writing
@@ -204,6 +211,16 @@ impl RocksStore {
         }
     }
 
+    /// How many [`write`](RaftStore::write)s this handle's store has made synced (an
+    /// fsync each) and unsynced (commit-index moves), since it was opened.
+    pub fn write_counts(&self) -> (u64, u64) {
+        let c = &self.inner.stats;
+        (
+            c.synced.load(std::sync::atomic::Ordering::Relaxed),
+            c.unsynced.load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
     /// The data directory.
     pub fn path(&self) -> &Path {
         &self.inner.path
@@ -214,6 +231,7 @@ impl RocksStore {
             inner: Arc::new(Inner {
                 path,
                 node,
+                stats: WriteCounts::default(),
                 db,
                 state: RwLock::new(state),
             }),
@@ -359,7 +377,15 @@ impl RaftStore for RocksStore {
         if let Some(cs) = &plan.conf_state {
             batch.put(CONF_STATE_KEY, encode(cs)?);
         }
-        write_synced(&self.inner.path, &self.inner.db, batch)?;
+        if plan.sync {
+            write_synced(&self.inner.path, &self.inner.db, batch)?;
+        } else {
+            self.inner
+                .db
+                .write(batch)
+                .map_err(|e| StorageError::from_rocks(&self.inner.path, e))?;
+        }
+        self.inner.stats.count(plan.sync);
         state.apply_write(plan);
         Ok(())
     }
@@ -396,6 +422,20 @@ impl RaftStore for RocksStore {
 
     fn node_id(&self) -> Option<NodeId> {
         Some(self.inner.node)
+    }
+}
+
+/// Synced and unsynced writes of a store.
+#[derive(Debug, Default)]
+struct WriteCounts {
+    synced: std::sync::atomic::AtomicU64,
+    unsynced: std::sync::atomic::AtomicU64,
+}
+
+impl WriteCounts {
+    fn count(&self, synced: bool) {
+        let c = if synced { &self.synced } else { &self.unsynced };
+        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -72,8 +72,7 @@ impl CertKind {
 fn set_validity(params: &mut CertificateParams, days: u64) -> Result<()> {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+        .map_or(0, |d| d.as_secs());
     let at = |secs: u64| {
         let secs = i64::try_from(secs).unwrap_or(i64::MAX);
         x509_parser::time::ASN1Time::from_timestamp(secs)

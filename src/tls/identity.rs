@@ -298,7 +298,7 @@ mod tests {
         check_operator_cert(&op_der).unwrap();
         match node_id_from_cert(&op_der) {
             Err(TlsError::NotNodeCertificate { reason, .. }) => {
-                assert!(reason.contains("operator certificate"), "{reason}")
+                assert!(reason.contains("operator certificate"), "{reason}");
             }
             other => panic!("expected NotNodeCertificate, got {other:?}"),
         }

@@ -251,7 +251,7 @@ mod tests {
             let (cert, _) = custom_cert(&ca, sans);
             match node_id_from_cert(&der(&cert)) {
                 Err(TlsError::NotNodeCertificate { reason, .. }) => {
-                    assert!(!reason.is_empty(), "{what}")
+                    assert!(!reason.is_empty(), "{what}");
                 }
                 other => panic!("{what}: expected NotNodeCertificate, got {other:?}"),
             }

@@ -12,7 +12,14 @@ use tokio::sync::mpsc;
 
 use super::Inbound;
 
-/// The receiving end of what a transport delivers (see the [module docs](self)).
+/// The receiving end of what a transport delivers, one [`Inbound`] item at a time. A
+/// transport hands its node an `Inbox` ([`QuicTransport::start`],
+/// [`MemNetwork::endpoint`]); [`Node::start_with`] takes it. A transport of your own
+/// makes one with [`Inbox::channel`] and delivers through the [`InboxSender`].
+///
+/// [`QuicTransport::start`]: super::quic::QuicTransport::start
+/// [`MemNetwork::endpoint`]: super::mem::MemNetwork::endpoint
+/// [`Node::start_with`]: crate::Node::start_with
 #[derive(Debug)]
 pub struct Inbox {
     rx: mpsc::Receiver<Inbound>,

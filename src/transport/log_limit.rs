@@ -51,7 +51,10 @@ impl LogLimit {
 
     /// Counts one occurrence for `key` at `now`.
     pub(crate) fn check(&self, key: &str, now: Instant) -> Verdict {
-        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        let mut keys = self
+            .keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if !keys.contains_key(key) && keys.len() >= MAX_KEYS {
             let window = self.window;
             keys.retain(|_, s| now.saturating_duration_since(s.warned_at) < window);

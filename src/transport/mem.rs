@@ -104,7 +104,9 @@ impl MemNetwork {
     }
 
     fn lock(&self) -> MutexGuard<'_, NetState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Registers node `id` (again, after a crash) and returns its transport and inbound
@@ -183,7 +185,10 @@ impl MemTransport {
 
     /// Reports `peer` unreachable to our own driver, once per down episode.
     fn report_unreachable(&self, state: &NetState, peer: NodeId, episode: u64) {
-        let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+        let mut reported = self
+            .reported
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if reported.get(&peer) == Some(&episode) {
             return;
         }

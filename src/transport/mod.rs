@@ -108,7 +108,7 @@ impl Faults {
     pub fn block_outbound(&self, peer: NodeId) {
         self.inner
             .write()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .block_out
             .insert(peer);
     }
@@ -116,7 +116,7 @@ impl Faults {
     pub fn block_inbound(&self, peer: NodeId) {
         self.inner
             .write()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .block_in
             .insert(peer);
     }
@@ -127,18 +127,27 @@ impl Faults {
     }
     /// Restores every link of this endpoint.
     pub fn heal(&self) {
-        let mut s = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let mut s = self
+            .inner
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         s.block_out.clear();
         s.block_in.clear();
     }
     /// True when messages to `peer` must be dropped.
     pub fn outbound_blocked(&self, peer: NodeId) -> bool {
-        let s = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        let s = self
+            .inner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         !s.block_out.is_empty() && s.block_out.contains(&peer)
     }
     /// True when messages from `peer` must be dropped.
     pub fn inbound_blocked(&self, peer: NodeId) -> bool {
-        let s = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        let s = self
+            .inner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         !s.block_in.is_empty() && s.block_in.contains(&peer)
     }
 }

@@ -9,7 +9,7 @@ use tenure::NodeId;
 
 /// Whom a fault hits.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Target {
+pub(crate) enum Target {
     /// This node.
     Node(NodeId),
     /// Whoever leads when the fault starts (`or` if nobody does): the interesting victim.
@@ -30,7 +30,7 @@ impl Target {
 
 /// One kind of fault.
 #[derive(Debug, Clone, PartialEq)]
-pub enum FaultKind {
+pub(crate) enum FaultKind {
     /// A symmetric partition: `minority` cannot talk to the rest.
     Split {
         /// The smaller side.
@@ -111,7 +111,7 @@ pub enum FaultKind {
 
 /// A fault with its time.
 #[derive(Debug, Clone)]
-pub struct Fault {
+pub(crate) struct Fault {
     /// When it starts (simulated time from the start of the run).
     pub at: Duration,
     /// How long it lasts.
@@ -122,7 +122,7 @@ pub struct Fault {
 
 /// A run's faults; every one has ended by `heal_at`.
 #[derive(Debug, Clone, Default)]
-pub struct Schedule {
+pub(crate) struct Schedule {
     /// The faults, by start time.
     pub faults: Vec<Fault>,
     /// When the last fault ends (everything is healed and every node runs).
@@ -132,7 +132,7 @@ pub struct Schedule {
 impl FaultKind {
     /// The nodes the fault involves, resolved when it starts. For a bridge: one side,
     /// then the bridge last.
-    pub fn nodes(&self, _ids: &[NodeId], leader: Option<NodeId>) -> Vec<NodeId> {
+    pub(crate) fn nodes(&self, _ids: &[NodeId], leader: Option<NodeId>) -> Vec<NodeId> {
         match self {
             FaultKind::Split { minority } => minority.clone(),
             FaultKind::Isolate(t)
@@ -155,7 +155,7 @@ impl FaultKind {
     }
 
     /// Whether the fault is one of a node's clock (no network or process fault).
-    pub fn is_clock(&self) -> bool {
+    pub(crate) fn is_clock(&self) -> bool {
         matches!(
             self,
             FaultKind::ClockJump { .. } | FaultKind::ClockStall { .. }
@@ -163,7 +163,7 @@ impl FaultKind {
     }
 
     /// The directed links (from, to) the fault cuts, for the partition kinds.
-    pub fn cut_links(&self, ids: &[NodeId], nodes: &[NodeId]) -> Vec<(NodeId, NodeId)> {
+    pub(crate) fn cut_links(&self, ids: &[NodeId], nodes: &[NodeId]) -> Vec<(NodeId, NodeId)> {
         let both = |a: &[NodeId], b: &[NodeId]| {
             let mut v = Vec::new();
             for x in a {
@@ -198,7 +198,7 @@ impl FaultKind {
     }
 
     /// One line for the timeline.
-    pub fn describe(&self, nodes: &[NodeId], start: bool) -> String {
+    pub(crate) fn describe(&self, nodes: &[NodeId], start: bool) -> String {
         let list = |v: &[NodeId]| {
             v.iter()
                 .map(|n| format!("n{n}"))
@@ -261,7 +261,7 @@ impl FaultKind {
     }
 
     /// A short name, for statistics.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             FaultKind::Split { .. } => "partition",
             FaultKind::Isolate(_) => "isolate",
@@ -286,7 +286,7 @@ impl FaultKind {
 
 /// How random schedules are drawn.
 #[derive(Debug, Clone, Copy)]
-pub struct ScheduleShape {
+pub(crate) struct ScheduleShape {
     /// No fault before this (the first election).
     pub warmup: Duration,
     /// Faults start within this window after the warmup; all end by its end.
@@ -301,7 +301,7 @@ pub struct ScheduleShape {
 
 impl Schedule {
     /// A random schedule for the group `ids`.
-    pub fn random(rng: &mut StdRng, ids: &[NodeId], shape: ScheduleShape) -> Schedule {
+    pub(crate) fn random(rng: &mut StdRng, ids: &[NodeId], shape: ScheduleShape) -> Schedule {
         let heal_at = shape.warmup + shape.window;
         let count = rng.gen_range(shape.faults.0..=shape.faults.1);
         let mut faults: Vec<Fault> = (0..count)
@@ -471,7 +471,7 @@ fn random_kind(rng: &mut StdRng, ids: &[NodeId]) -> FaultKind {
 /// undrain. Drawn from an RNG of their own ([`random_ops`]), so that a seed's faults stay
 /// what they were without them.
 #[derive(Debug, Clone, PartialEq)]
-pub enum OpKind {
+pub(crate) enum OpKind {
     /// Whoever leads when the op starts hands over (`Node::transfer_leadership`).
     Transfer {
         /// To whom.
@@ -497,11 +497,60 @@ pub enum OpKind {
         /// How long its packets to the old leader are lost after it wakes.
         cut: Duration,
     },
+    /// A spare host (a new node id, on an empty disk, started with `Config::join` once
+    /// it was added) is added as a learner and swapped in for voter `old` in one joint
+    /// change (`Node::replace_member`); `old` may be down, cut off or the leader itself,
+    /// and is stopped for good a little after the change (a machine that was down stays
+    /// down). Every call is retried until it is carried out (a change the group refused
+    /// because it is in flight, the learner is behind, no quorum is reachable, the
+    /// leader moved or died), then the leader's membership is checked.
+    Replace {
+        /// The voter that leaves.
+        old: Voter,
+        /// Faults the op places at its own steps.
+        faults: OpFaults,
+    },
+    /// Voter `who` is removed (`Node::remove_member`), its machine is stopped for good,
+    /// and comes back under a new node id on an empty disk: joined, added as a learner
+    /// and promoted (`Node::add_learner`, `Node::promote`), each call retried as for
+    /// [`OpKind::Replace`].
+    Rejoin {
+        /// The voter removed.
+        who: Voter,
+        /// Faults the op places at its own steps.
+        faults: OpFaults,
+    },
+}
+
+/// Whom a membership change takes out of the group.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Voter {
+    /// Whoever leads when the op starts (a leader that removes itself hands over once
+    /// the change is applied).
+    Leader,
+    /// This node.
+    Node(NodeId),
+    /// The node that fault `i` of the schedule stalls (crashed, paused, cut off): a voter
+    /// that is down or unreachable while it is replaced or removed.
+    VictimOf(usize),
+}
+
+/// Faults a membership op places itself, at its own steps (each one ends by the
+/// schedule's heal, and is left out if it would start after it).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct OpFaults {
+    /// `.0` after the learner was added, its links are held for `.1` (a learner that
+    /// stalls while it catches up: promoting or swapping it in is refused until it has).
+    pub pause_learner: Option<(Duration, Duration)>,
+    /// `.0` after the decisive change was asked of the leader (the replace, or the
+    /// remove), that leader crashes; it restarts `.1` later: a leader that dies in the
+    /// middle of the change (in a joint configuration, or with the change uncommitted).
+    pub crash_leader: Option<(Duration, Duration)>,
 }
 
 /// The target of a transfer.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum TransferTo {
+pub(crate) enum TransferTo {
     /// The most up-to-date follower (`transfer_leadership(None)`).
     Best,
     /// This node (the next one if it leads).
@@ -514,7 +563,7 @@ pub enum TransferTo {
 
 /// An op with its time.
 #[derive(Debug, Clone)]
-pub struct Op {
+pub(crate) struct Op {
     /// When it starts (simulated time from the start of the run).
     pub at: Duration,
     /// How long a drain lasts (a transfer takes what it takes).
@@ -525,7 +574,7 @@ pub struct Op {
 
 impl OpKind {
     /// A short name, for statistics.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             OpKind::Transfer {
                 to: TransferTo::VictimOf(_),
@@ -533,14 +582,21 @@ impl OpKind {
             OpKind::Transfer { .. } => "transfer",
             OpKind::Drain(_) => "drain",
             OpKind::StalledHandover { .. } => "handover to a node that stalls",
+            OpKind::Replace { .. } => "replace a voter by a spare",
+            OpKind::Rejoin { .. } => "remove a voter, add it back under a new id",
         }
+    }
+
+    /// Whether the op changes the membership.
+    pub(crate) fn is_membership(&self) -> bool {
+        matches!(self, OpKind::Replace { .. } | OpKind::Rejoin { .. })
     }
 }
 
 /// Between `count.0` and `count.1` ops for a run of `schedule` on `ids`, in the window of
 /// `shape`, ending by the schedule's heal. Half of the transfers go to the victim of a
 /// fault that stalls a node (pause, isolation, crash, one-way cut), while it is stalled.
-pub fn random_ops(
+pub(crate) fn random_ops(
     rng: &mut StdRng,
     ids: &[NodeId],
     schedule: &Schedule,
@@ -607,4 +663,100 @@ pub fn random_ops(
         .collect();
     ops.sort_by_key(|o| o.at);
     ops
+}
+
+/// With probability `chance`, one membership change for a run of `schedule` on `ids`:
+/// half of them a replace, half a remove followed by an add under a new id. The voter
+/// that leaves is the leader, a node a fault stalls while it is replaced (the op starts
+/// inside that fault), or any node; half of the others start inside a fault too (a
+/// partition, crash or pause); a third pause the learner while it catches up, a third
+/// crash the leader in the middle of the change. Drawn after [`random_ops`] from the
+/// same RNG, so a seed's transfers and drains stay what they were.
+pub(crate) fn random_member_ops(
+    rng: &mut StdRng,
+    ids: &[NodeId],
+    schedule: &Schedule,
+    shape: ScheduleShape,
+    chance: f64,
+) -> Vec<Op> {
+    if !rng.gen_bool(chance) {
+        return Vec::new();
+    }
+    let long = |f: &Fault| f.duration >= Duration::from_millis(20);
+    // Faults that leave a voter down or unreachable (its victim is the one replaced).
+    let down: Vec<usize> = schedule
+        .faults
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| {
+            long(f)
+                && matches!(
+                    f.kind,
+                    FaultKind::Pause(_)
+                        | FaultKind::Isolate(_)
+                        | FaultKind::Crash(_)
+                        | FaultKind::OneWay { .. }
+                )
+        })
+        .map(|(i, _)| i)
+        .collect();
+    // Faults a change may run into.
+    let during: Vec<usize> = schedule
+        .faults
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| {
+            long(f) && !f.kind.is_clock() && !matches!(f.kind, FaultKind::Delay { .. })
+        })
+        .map(|(i, _)| i)
+        .collect();
+    let ms = |rng: &mut StdRng, lo: u64, hi: u64| Duration::from_millis(rng.gen_range(lo..=hi));
+    let window_ms = shape.window.as_millis() as u64 * 3 / 4;
+    let mut at = shape.warmup + Duration::from_millis(rng.gen_range(0..window_ms));
+    let inside = |rng: &mut StdRng, i: usize| {
+        let f = &schedule.faults[i];
+        f.at + Duration::from_millis(rng.gen_range(0..f.duration.as_millis() as u64 / 2))
+    };
+    let whom = match rng.gen_range(0..3) {
+        0 => Voter::Leader,
+        1 => match down.choose(rng).copied() {
+            Some(i) => {
+                at = inside(rng, i);
+                Voter::VictimOf(i)
+            }
+            None => Voter::Node(*ids.choose(rng).expect("nodes")),
+        },
+        _ => Voter::Node(*ids.choose(rng).expect("nodes")),
+    };
+    if !matches!(whom, Voter::VictimOf(_)) && rng.gen_bool(0.5) {
+        if let Some(i) = during.choose(rng).copied() {
+            at = inside(rng, i);
+        }
+    }
+    let pause_learner = rng
+        .gen_bool(0.35)
+        .then(|| (ms(rng, 0, 50), ms(rng, 100, 600)));
+    let crash_leader = rng.gen_bool(0.35).then(|| {
+        let after = ms(rng, 0, 20);
+        let down = if rng.gen_bool(0.5) {
+            ms(rng, 1, 60)
+        } else {
+            ms(rng, 100, 500)
+        };
+        (after, down)
+    });
+    let faults = OpFaults {
+        pause_learner,
+        crash_leader,
+    };
+    let kind = if rng.gen_bool(0.5) {
+        OpKind::Replace { old: whom, faults }
+    } else {
+        OpKind::Rejoin { who: whom, faults }
+    };
+    vec![Op {
+        at,
+        duration: Duration::ZERO,
+        kind,
+    }]
 }

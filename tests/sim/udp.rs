@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 /// Per-packet loss, which turmoil does not have (its `fail_rate` cuts whole links for a
 /// while). Shared by every socket of a run; all hosts run on one thread in a fixed
 /// order, so the seeded draws repeat.
-pub struct NetCtl {
+pub(crate) struct NetCtl {
     /// Drop probability per directed link (source host, destination host).
     pub loss: std::collections::HashMap<(IpAddr, IpAddr), f64>,
     rng: StdRng,
@@ -34,7 +34,7 @@ pub struct NetCtl {
 
 impl NetCtl {
     /// No loss; draws seeded with `seed`.
-    pub fn new(seed: u64) -> NetCtl {
+    pub(crate) fn new(seed: u64) -> NetCtl {
         NetCtl {
             loss: Default::default(),
             rng: StdRng::seed_from_u64(seed ^ 0x5eed_1055),
@@ -55,7 +55,7 @@ impl NetCtl {
 }
 
 /// A turmoil UDP socket as quinn sees it.
-pub struct SimUdp {
+pub(crate) struct SimUdp {
     socket: Arc<turmoil::net::UdpSocket>,
     rx: Mutex<mpsc::UnboundedReceiver<(Vec<u8>, SocketAddr)>>,
     local: SocketAddr,
@@ -73,7 +73,7 @@ impl fmt::Debug for SimUdp {
 impl SimUdp {
     /// Binds `addr` on the current simulated host and starts the receive task; `local`
     /// is the address peers reach it at. Must run inside a turmoil host.
-    pub async fn bind(
+    pub(crate) async fn bind(
         addr: SocketAddr,
         local: SocketAddr,
         net: Arc<Mutex<NetCtl>>,
@@ -126,7 +126,7 @@ impl quinn::AsyncUdpSocket for SimUdp {
         let lost = self
             .net
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .lose(self.local.ip(), transmit.destination.ip());
         if lost {
             return Ok(());
@@ -144,7 +144,10 @@ impl quinn::AsyncUdpSocket for SimUdp {
         bufs: &mut [IoSliceMut<'_>],
         meta: &mut [RecvMeta],
     ) -> Poll<io::Result<usize>> {
-        let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rx = self
+            .rx
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut n = 0;
         while n < bufs.len().min(meta.len()) {
             let next = if n == 0 {

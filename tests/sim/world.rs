@@ -12,6 +12,16 @@
 //! adapter (seeded), delay as turmoil link latency, clock faults through each node's
 //! hidden [`ClockControl`] (one per node, kept across its restarts: a restarted process
 //! on a host whose clock stalls reads the stalled clock).
+//!
+//! Operator ops ([`Op`]) run among the faults ([`OpRunner`]): transfers and drains are
+//! calls to whoever leads; a membership change is a sequence of calls (remove, add a
+//! learner, promote or replace, then a look at the leader's membership), each asked
+//! again of whoever leads until it is carried out. A spare is a new turmoil host (ids
+//! after the first members, registered in id order, so its address is
+//! 192.168.0.<id>), started with `Config::join` on an empty disk once the group knows it;
+//! partitions in force cut it off as they cut off "the rest". A machine the operator
+//! takes out (the removed voter of a rejoin at once, a replaced one a little after the
+//! change) is retired: its host never runs again, also when a fault would restart it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -26,11 +36,13 @@ use tenure::fence::SqliteFence;
 use tenure::storage::{MemDisk, MemStore};
 use tenure::transport::quic::{QuicConfig, QuicTransport};
 use tenure::transport::tls::{ClusterCa, TlsIdentity};
-use tenure::{Config, FencingToken, Node, NodeId, ReadMode, Role, Timing};
+use tenure::{
+    Config, FencingToken, Membership, MembershipError, Node, NodeId, ReadMode, Role, Timing,
+};
 use tokio::time::Instant;
 
 use super::checker::{ClockFault, ClockFaultKind, Event, Kind, Write};
-use super::schedule::{FaultKind, Op, OpKind, Schedule, Target, TransferTo};
+use super::schedule::{FaultKind, Op, OpFaults, OpKind, Schedule, Target, TransferTo, Voter};
 use super::torn_store::{tear, TornStore};
 use super::udp::{NetCtl, SimUdp};
 
@@ -42,7 +54,7 @@ const HISTORY_EVERY: Duration = Duration::from_millis(10);
 
 /// Everything one run needs.
 #[derive(Clone)]
-pub struct RunConfig {
+pub(crate) struct RunConfig {
     /// The seed of everything random in the run.
     pub seed: u64,
     /// Group size.
@@ -72,7 +84,7 @@ pub struct RunConfig {
 }
 
 /// What a run produced.
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// Every recorded event, including the faults.
     pub events: Vec<Event>,
     /// The resource's accepted writes in commit order.
@@ -87,12 +99,22 @@ pub struct Outcome {
     pub panics: Vec<(NodeId, u64, String)>,
     /// The clock faults as applied (node, real start and end), for the checker.
     pub clock_faults: Vec<ClockFault>,
-    /// The operator calls the ops made ("transfer", "drain", "undrain", or "skipped"
-    /// when no leader was known), and whether each succeeded.
-    pub op_results: Vec<(&'static str, bool)>,
+    /// The operator calls the ops made ("transfer", "drain", "undrain", "add learner",
+    /// "promote", "remove", "replace", "status"), each with what it returned: "ok", the
+    /// error's variant name, or "no leader known" when it was skipped; and each
+    /// membership op's end ("replace op", "rejoin op": "done" or "unfinished").
+    pub op_results: Vec<(&'static str, String)>,
+    /// Membership ops the group had not carried out by the end of the run (the leader's
+    /// membership the one asked for), which comes `liveness_bound` after the last heal
+    /// at the latest: the run fails.
+    pub op_failures: Vec<String>,
     /// Peer messages the nodes refused (`tenure::peer_input`), by reason, summed over
     /// every node and incarnation. Every peer here is correct.
     pub refused: BTreeMap<&'static str, u64>,
+    /// Each refusal as the refusing driver logged it: (node, time, reason, sender).
+    pub refusals: Vec<(NodeId, u64, String, Option<NodeId>)>,
+    /// The nodes whose membership an op changed: the voters that left, the spares.
+    pub changed_members: BTreeSet<NodeId>,
 }
 
 /// The record all hosts write to (they all run on this thread; tasks need `Send`).
@@ -104,7 +126,11 @@ struct Record {
     views: BTreeMap<NodeId, (u64, Role, Option<NodeId>)>,
     incarnations: BTreeMap<NodeId, u64>,
     panics: Vec<(NodeId, u64, String)>,
-    op_results: Vec<(&'static str, bool)>,
+    op_results: Vec<(&'static str, String)>,
+    /// The answers to membership calls, by the tag the call was sent with.
+    changes: BTreeMap<u64, Result<Membership, MembershipError>>,
+    /// Refused peer messages: (node, time, reason, sender).
+    refusals: Vec<(NodeId, u64, String, Option<NodeId>)>,
     /// Every incarnation's metrics (they outlive a crash).
     metrics: Vec<Arc<tenure::metrics::Metrics>>,
     /// Nodes whose undrain a leader applied (pending undrains are retried until then).
@@ -114,7 +140,7 @@ struct Record {
 type Rec = Arc<Mutex<Record>>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The fenced resource: a SQLite database in memory, guarded by tenure's own fence
@@ -143,21 +169,76 @@ impl Resource {
     /// Writes with `token`; `Ok(seq)` if accepted, `Err(highest)` if fenced off.
     fn write(&mut self, token: u64, node: NodeId) -> Result<u64, u64> {
         let seq = self.seq + 1;
-        let r = self.fence.write(&mut self.conn, FencingToken(token), |tx| {
-            tx.execute(
-                "INSERT INTO writes (seq, token, node) VALUES (?1, ?2, ?3)",
-                rusqlite::params![seq as i64, token as i64, node as i64],
-            )?;
-            Ok(())
-        });
+        let r = self
+            .fence
+            .write(&mut self.conn, FencingToken::new(token), |tx| {
+                tx.execute(
+                    "INSERT INTO writes (seq, token, node) VALUES (?1, ?2, ?3)",
+                    rusqlite::params![seq as i64, token as i64, node as i64],
+                )?;
+                Ok(())
+            });
         match r {
             Ok(()) => {
                 self.seq = seq;
                 Ok(seq)
             }
-            Err(tenure::FenceError::Stale { highest, .. }) => Err(highest.0),
+            Err(tenure::FenceError::Stale { highest, .. }) => Err(highest.term()),
             Err(e) => panic!("fence backend failed: {e}"),
         }
+    }
+}
+
+/// Keeps what a node's driver logs about each peer message it refused: the reason and the
+/// sender (the metrics count only the reason). Everything else it logs is dropped.
+struct RefusalDrain {
+    id: NodeId,
+    rec: Rec,
+}
+
+impl slog::Drain for RefusalDrain {
+    type Ok = ();
+    type Err = slog::Never;
+
+    fn log(&self, record: &slog::Record<'_>, _: &slog::OwnedKVList) -> Result<(), slog::Never> {
+        if record.msg().as_str() != Some("refused a message from a peer") {
+            return Ok(());
+        }
+        #[derive(Default)]
+        struct Kv {
+            reason: String,
+            from: Option<NodeId>,
+        }
+        impl slog::Serializer for Kv {
+            fn emit_arguments(
+                &mut self,
+                key: slog::Key,
+                val: &std::fmt::Arguments<'_>,
+            ) -> slog::Result {
+                if key == "reason" {
+                    self.reason = val.to_string();
+                }
+                Ok(())
+            }
+            fn emit_str(&mut self, key: slog::Key, val: &str) -> slog::Result {
+                if key == "reason" {
+                    self.reason = val.to_string();
+                }
+                Ok(())
+            }
+            fn emit_u64(&mut self, key: slog::Key, val: u64) -> slog::Result {
+                if key == "from" {
+                    self.from = Some(val);
+                }
+                Ok(())
+            }
+        }
+        let mut kv = Kv::default();
+        let _ = slog::KV::serialize(&record.kv(), record, &mut kv);
+        lock(&self.rec)
+            .refusals
+            .push((self.id, sim_ns(), kv.reason, kv.from));
+        Ok(())
     }
 }
 
@@ -208,15 +289,35 @@ fn sim_ns_of(at: Instant) -> u64 {
 const FSYNC_TIME: Duration = Duration::from_millis(2);
 
 /// The QUIC transport, except that closing it after the store died waits
-/// [`FSYNC_TIME`].
+/// [`FSYNC_TIME`], and that its peers are added once the node says its first hello (or
+/// sends its first message, if that comes first).
+///
+/// Why the peers wait: a peer's task waits for the hello on a tokio `watch` channel, and
+/// a `watch` puts each waiter in one of eight wait lists drawn from tokio's thread RNG,
+/// which the OS seeds (turmoil seeds it only under `--cfg tokio_unstable`): the peers'
+/// tasks would wake, and dial, in a random order. Added after the hello, they dial in id
+/// order, as they were added.
 struct SimTransport {
     inner: Arc<QuicTransport>,
     dying: Arc<AtomicBool>,
+    /// The peers to add, in id order; taken when they are added.
+    peers: Mutex<Option<Vec<(NodeId, SocketAddr)>>>,
+}
+
+impl SimTransport {
+    fn add_peers(&self) {
+        if let Some(peers) = lock(&self.peers).take() {
+            for (p, a) in peers {
+                self.inner.set_peer_addr(p, a);
+            }
+        }
+    }
 }
 
 impl tenure::transport::Transport for SimTransport {
     fn send(&self, msg: raft::eraftpb::Message) {
-        self.inner.send(msg)
+        self.add_peers();
+        self.inner.send(msg);
     }
     fn stats(&self) -> tenure::transport::TransportStatsSnapshot {
         self.inner.stats()
@@ -225,7 +326,11 @@ impl tenure::transport::Transport for SimTransport {
         self.inner.faults()
     }
     fn set_hello(&self, hello: tenure::transport::Hello) {
-        tenure::transport::Transport::set_hello(&*self.inner, hello)
+        tenure::transport::Transport::set_hello(&*self.inner, hello);
+        self.add_peers();
+    }
+    fn set_peer(&self, id: NodeId, addr: Option<SocketAddr>) {
+        tenure::transport::Transport::set_peer(&*self.inner, id, addr);
     }
     fn close(&self) {
         if self.dying.load(Ordering::SeqCst) {
@@ -253,6 +358,13 @@ struct HostCtx {
     clock: ClockControl,
     /// Where the run loop sends this host's operator calls (set by each incarnation).
     ops: OpSender,
+    /// A spare host: it joins the group (`Config::join`) instead of founding it.
+    join: bool,
+    /// Report the applied voter configuration (runs with membership changes).
+    sample_members: bool,
+    /// Set when the operator took the machine out of the group for good: it never runs
+    /// again (a fault that would restart it finds nothing to start).
+    retired: Arc<AtomicBool>,
 }
 
 /// An operator call the run loop asks a host's node to make.
@@ -262,6 +374,68 @@ enum HostOp {
     Transfer(Option<NodeId>),
     /// `set_drained(node, drained)`.
     Drain(NodeId, bool),
+    /// A membership call; its answer is kept under the tag for the run loop.
+    Change(u64, Change),
+}
+
+/// A membership call (or a look at the membership: `Status`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Change {
+    AddLearner(NodeId, SocketAddr),
+    Promote(NodeId),
+    Remove(NodeId),
+    Replace(NodeId, NodeId),
+    Status,
+}
+
+impl Change {
+    fn name(&self) -> &'static str {
+        match self {
+            Change::AddLearner(..) => "add learner",
+            Change::Promote(_) => "promote",
+            Change::Remove(_) => "remove",
+            Change::Replace(..) => "replace",
+            Change::Status => "status",
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Change::AddLearner(id, _) => format!("add n{id} as a learner"),
+            Change::Promote(id) => format!("promote n{id}"),
+            Change::Remove(id) => format!("remove n{id}"),
+            Change::Replace(old, new) => format!("replace n{old} by n{new}"),
+            Change::Status => "status".into(),
+        }
+    }
+}
+
+/// "ok", or the name of the error's variant (`NotLeader`, `TimedOut`, ...).
+fn outcome<T, E: std::fmt::Debug>(r: &Result<T, E>) -> String {
+    match r {
+        Ok(_) => "ok".into(),
+        Err(e) => format!("{e:?}")
+            .chars()
+            .take_while(|c| c.is_alphanumeric())
+            .collect(),
+    }
+}
+
+fn show_members(m: &Membership) -> String {
+    let list = |v: &[NodeId]| {
+        v.iter()
+            .map(|n| format!("n{n}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut s = format!("voters {{{}}}", list(&m.voters));
+    if !m.outgoing.is_empty() {
+        s.push_str(&format!(" outgoing {{{}}}", list(&m.outgoing)));
+    }
+    if !m.learners.is_empty() {
+        s.push_str(&format!(" learners {{{}}}", list(&m.learners)));
+    }
+    s
 }
 
 type OpSender = Arc<Mutex<Option<tokio::sync::mpsc::UnboundedSender<HostOp>>>>;
@@ -284,23 +458,51 @@ fn serve_ops(ctx: &HostCtx, node: &Node) {
         while let Some(op) = rx.recv().await {
             let (node, rec) = (node.clone(), rec.clone());
             tokio::spawn(async move {
-                let (what, note, ok) = match op {
+                let (what, note, said) = match op {
                     HostOp::Transfer(to) => {
                         let r = node.transfer_leadership(to).await;
-                        ("transfer", format!("transfer to {to:?}: {r:?}"), r.is_ok())
+                        (
+                            "transfer",
+                            format!("transfer to {to:?}: {r:?}"),
+                            outcome(&r),
+                        )
                     }
                     HostOp::Drain(x, drained) => {
                         let what = if drained { "drain" } else { "undrain" };
                         let r = node.set_drained(x, drained).await;
-                        let said = r.as_ref().map_or_else(|e| e.to_string(), |_| "ok".into());
-                        (what, format!("{what} n{x}: {said}"), r.is_ok())
+                        let said = r
+                            .as_ref()
+                            .map_or_else(std::string::ToString::to_string, |_| "ok".into());
+                        // An undrain of a node that left the group has nothing left to do.
+                        let done = r.is_ok() || matches!(r, Err(MembershipError::UnknownNode(_)));
+                        if !drained && done {
+                            lock(&rec).undrained.insert(x);
+                        }
+                        (what, format!("{what} n{x}: {said}"), outcome(&r))
+                    }
+                    HostOp::Change(tag, change) => {
+                        let r = match change {
+                            Change::AddLearner(x, addr) => node.add_learner(x, addr).await,
+                            Change::Promote(x) => node.promote(x).await,
+                            Change::Remove(x) => node.remove_member(x).await,
+                            Change::Replace(old, new) => node.replace_member(old, new).await,
+                            Change::Status => node
+                                .status()
+                                .await
+                                .map(|s| s.members)
+                                .map_err(MembershipError::Stopped),
+                        };
+                        let said = match &r {
+                            Ok(m) => format!("ok: {}", show_members(m)),
+                            Err(e) => e.to_string(),
+                        };
+                        let out = outcome(&r);
+                        lock(&rec).changes.insert(tag, r);
+                        (change.name(), format!("{}: {said}", change.describe()), out)
                     }
                 };
                 let mut r = lock(&rec);
-                if let (HostOp::Drain(x, false), true) = (op, ok) {
-                    r.undrained.insert(x);
-                }
-                r.op_results.push((what, ok));
+                r.op_results.push((what, said));
                 let e = Event::new(id, sim_ns(), Kind::Other("op_result".into())).note(note);
                 r.events.push(e);
             });
@@ -311,6 +513,9 @@ fn serve_ops(ctx: &HostCtx, node: &Node) {
 /// The software of one host: a node and its workload, until the host crashes.
 async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
     let id = ctx.id;
+    if ctx.retired.load(Ordering::SeqCst) {
+        return Ok(());
+    }
     let inc = {
         let mut r = lock(&ctx.rec);
         let inc = r.incarnations.entry(id).or_insert(0);
@@ -355,23 +560,38 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
     let (transport, inbound) =
         QuicTransport::start_on_socket(qc, socket, Arc::new(quinn::TokioRuntime))?;
     // Peers in id order (a HashMap in the config would start their tasks in a random
-    // order, and the order of tasks is the order of packets).
-    for (p, a) in ctx.peers.iter().filter(|(p, _)| **p != id) {
-        transport.set_peer_addr(*p, *a);
-    }
+    // order, and the order of tasks is the order of packets), added with the first hello
+    // (see `SimTransport`).
+    let peers: Vec<(NodeId, SocketAddr)> = ctx
+        .peers
+        .iter()
+        .filter(|(p, _)| **p != id)
+        .map(|(p, a)| (*p, *a))
+        .collect();
     // Every start founds the group explicitly, as a worker's unit file would: a restart
     // on a disk that holds the group ignores it.
     let group = tenure::GroupId::from_u128(u128::from(ctx.cfg.seed) | 1 << 64).expect("not 0");
-    let mut config = Config::builder(id)
+    // A spare joins instead (its peers are itself and the first members, to reach).
+    let builder = Config::builder(id)
         .peers(ctx.peers.clone())
         .timing(ctx.cfg.timing)
-        .read_mode(ctx.cfg.read_mode)
-        .found(group)
-        .build();
+        .read_mode(ctx.cfg.read_mode);
+    let mut config = if ctx.join {
+        builder.join(true).group(group).build()
+    } else {
+        builder.found(group).build()
+    };
     if let Some(rate) = ctx.cfg.clock_rates.get(&id) {
         config.hooks_mut().clock_rate = *rate;
     }
     config.hooks_mut().clock_control = Some(ctx.clock.clone());
+    config.logger = Some(slog::Logger::root(
+        RefusalDrain {
+            id,
+            rec: ctx.rec.clone(),
+        },
+        slog::o!(),
+    ));
     // raft-rs's election timeouts, from the seed.
     config.hooks_mut().election_seed = Some(host_seed ^ 0xe1ec);
     let dying = Arc::new(AtomicBool::new(false));
@@ -381,12 +601,25 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
         inner: MemStore::open(ctx.disk.clone()),
         tear: ctx.tear.clone(),
         died: dying.clone(),
+        closing: Arc::default(),
     };
     let transport = SimTransport {
         inner: Arc::new(transport),
         dying,
+        peers: Mutex::new(Some(peers)),
     };
-    let node = Node::start_with(config, store, Arc::new(transport), inbound).await?;
+    let node = match Node::start_with(config, store, Arc::new(transport), inbound).await {
+        Ok(node) => node,
+        // A node that was removed while it was down, restarted on its folder: refused, as
+        // it must be.
+        Err(e @ tenure::StartError::NotAMember { .. }) => {
+            lock(&ctx.rec)
+                .events
+                .push(Event::new(id, sim_ns(), Kind::Stopped).note(format!("start refused: {e}")));
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
 
     // leader_changed, as the worker prints it.
     let mut watch = node.watch();
@@ -395,7 +628,10 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
         let mut last = None;
         loop {
             let l = watch.borrow_and_update().clone();
-            if l.role != Role::Stopped && last != Some((l.term, l.leader, l.role)) {
+            if l.role == Role::Stopped {
+                // Its driver stopped (a torn write, a panic): ops go elsewhere.
+                lock(&rec).views.insert(id, (l.term, l.role, l.leader));
+            } else if last != Some((l.term, l.leader, l.role)) {
                 last = Some((l.term, l.leader, l.role));
                 let mut r = lock(&rec);
                 r.views.insert(id, (l.term, l.role, l.leader));
@@ -416,10 +652,15 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
     // The applied leadership history, for rule (f): sampled, recorded when it changed.
     // A crash stops the sampler with the host, so its last sample stands for what the
     // node had applied when it died (up to one period old).
+    // With it, in runs that change the membership, the voter configuration the node has
+    // applied, for rule (c) (a quorum of which configuration a confirm needed; without
+    // reports the checker counts the founding group).
     let n = node.clone();
     let rec = ctx.rec.clone();
+    let sample_members = ctx.sample_members;
     tokio::spawn(async move {
         let mut last = None;
+        let mut last_conf = None;
         while let Ok(h) = n.history().await {
             let records: Vec<(u64, u64)> = h.iter().map(|r| (r.term, r.leader)).collect();
             if last.as_ref() != Some(&records) {
@@ -427,6 +668,17 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
                     .events
                     .push(Event::history(id, sim_ns(), records.clone()));
                 last = Some(records);
+            }
+            if !sample_members {
+                tokio::time::sleep(HISTORY_EVERY).await;
+                continue;
+            }
+            let Ok(s) = n.status().await else { break };
+            let conf = (s.members.voters, s.members.outgoing);
+            if last_conf.as_ref() != Some(&conf) {
+                let e = Event::members(id, sim_ns(), conf.0.clone(), conf.1.clone());
+                lock(&rec).events.push(e);
+                last_conf = Some(conf);
             }
             tokio::time::sleep(HISTORY_EVERY).await;
         }
@@ -455,7 +707,7 @@ async fn workload(ctx: Arc<HostCtx>, node: Node, mut rng: StdRng) {
     let id = ctx.id;
     let ev = |e: Event| lock(&ctx.rec).events.push(e);
     while let Ok(lease) = node.lease().await {
-        let token = lease.token().0;
+        let token = lease.token().term();
         ev(Event::acquired(
             id,
             sim_ns(),
@@ -497,7 +749,7 @@ async fn workload(ctx: Arc<HostCtx>, node: Node, mut rng: StdRng) {
                 id,
                 began,
                 sim_ns(),
-                tok.0,
+                tok.term(),
                 sim_ns_of(lease.valid_until()),
             ));
             if rng.gen_bool(ctx.cfg.stall_chance) {
@@ -506,23 +758,23 @@ async fn workload(ctx: Arc<HostCtx>, node: Node, mut rng: StdRng) {
                 let max = ctx.cfg.stall_max.as_millis() as u64;
                 tokio::time::sleep(Duration::from_millis(rng.gen_range(1..=max))).await;
             }
-            let r = lock(&ctx.resource).write(tok.0, id);
+            let r = lock(&ctx.resource).write(tok.term(), id);
             let now = sim_ns();
             match r {
                 Ok(seq) => {
                     let mut rec = lock(&ctx.rec);
                     rec.writes.push(Write {
                         seq,
-                        token: tok.0,
+                        token: tok.term(),
                         node: id,
                         at_ns: Some(now),
                     });
-                    let mut e = Event::new(id, now, Kind::Write).term(tok.0);
+                    let mut e = Event::new(id, now, Kind::Write).term(tok.term());
                     e.note = format!("seq {seq}");
                     rec.events.push(e);
                 }
                 Err(highest) => {
-                    let mut e = Event::new(id, now, Kind::FenceRejected).term(tok.0);
+                    let mut e = Event::new(id, now, Kind::FenceRejected).term(tok.term());
                     e.highest = Some(highest);
                     ev(e);
                 }
@@ -544,6 +796,8 @@ struct Active {
     delay: BTreeMap<(NodeId, NodeId), Vec<Duration>>,
     /// Crash count per node.
     crashed: BTreeMap<NodeId, u32>,
+    /// Machines the operator took out of the group for good.
+    retired: BTreeSet<NodeId>,
     /// What was last pushed to turmoil per link (a < b): only changes are pushed, so
     /// held messages stay held until their pause ends.
     applied: BTreeMap<(NodeId, NodeId), LinkState>,
@@ -559,14 +813,25 @@ struct LinkState {
 
 /// Runs one simulation to the end and returns what happened.
 #[allow(dead_code)] // the clock tests' entry; the seeded runs add ops
-pub fn run(cfg: &RunConfig) -> Outcome {
+pub(crate) fn run(cfg: &RunConfig) -> Outcome {
     run_with_ops(cfg, &[])
 }
 
-/// [`run`], with operator ops (transfers, drains) among the faults.
-pub fn run_with_ops(cfg: &RunConfig, ops: &[Op]) -> Outcome {
+/// The highest node id a run may use (the simulation has certificates for 1..=7): the
+/// group's first members, then the spares membership ops bring in.
+const MAX_ID: NodeId = 7;
+
+/// [`run`], with operator ops (transfers, drains, membership changes) among the faults.
+pub(crate) fn run_with_ops(cfg: &RunConfig, ops: &[Op]) -> Outcome {
     let n = cfg.nodes;
-    let ids: Vec<NodeId> = (1..=n).collect();
+    // Every host of the run so far: the first members, then each spare once started.
+    let mut ids: Vec<NodeId> = (1..=n).collect();
+    let all: Vec<NodeId> = (1..=MAX_ID).collect();
+    let spares = ops.iter().filter(|o| o.kind.is_membership()).count() as u64;
+    assert!(
+        n + spares <= MAX_ID,
+        "{spares} spares for a group of {n}: ids beyond {MAX_ID}"
+    );
     let base_latency = Duration::from_millis(2);
     let mut sim = turmoil::Builder::new()
         .tick_duration(Duration::from_micros(
@@ -588,25 +853,39 @@ pub fn run_with_ops(cfg: &RunConfig, ops: &[Op]) -> Outcome {
         .map(|id| (*id, SocketAddr::new(host_ip(*id), PORT)))
         .collect();
     let tears: BTreeMap<NodeId, Arc<AtomicU8>> =
-        ids.iter().map(|id| (*id, Arc::default())).collect();
+        all.iter().map(|id| (*id, Arc::default())).collect();
     let clocks: BTreeMap<NodeId, ClockControl> =
-        ids.iter().map(|id| (*id, ClockControl::new())).collect();
+        all.iter().map(|id| (*id, ClockControl::new())).collect();
     let mut clock_faults: Vec<ClockFault> = Vec::new();
     let op_senders: BTreeMap<NodeId, OpSender> =
-        ids.iter().map(|id| (*id, Arc::default())).collect();
-    for id in &ids {
-        let ctx = Arc::new(HostCtx {
-            id: *id,
+        all.iter().map(|id| (*id, Arc::default())).collect();
+    let retired: BTreeMap<NodeId, Arc<AtomicBool>> =
+        all.iter().map(|id| (*id, Arc::default())).collect();
+    // A first member founds; a spare joins, its peers being itself and the first members.
+    let host_ctx = |id: NodeId| {
+        let join = id > n;
+        let mut peers = peers.clone();
+        if join {
+            peers.insert(id, SocketAddr::new(host_ip(id), PORT));
+        }
+        Arc::new(HostCtx {
+            id,
             cfg: cfg.clone(),
-            disk: MemDisk::for_node(*id),
-            tear: tears[id].clone(),
+            disk: MemDisk::for_node(id),
+            tear: tears[&id].clone(),
             rec: rec.clone(),
             resource: resource.clone(),
             net: net.clone(),
-            peers: peers.clone(),
-            clock: clocks[id].clone(),
-            ops: op_senders[id].clone(),
-        });
+            peers,
+            clock: clocks[&id].clone(),
+            ops: op_senders[&id].clone(),
+            join,
+            sample_members: spares > 0,
+            retired: retired[&id].clone(),
+        })
+    };
+    for id in &ids {
+        let ctx = host_ctx(*id);
         sim.host(host_name(*id), move || host(ctx.clone()));
         assert_eq!(sim.lookup(host_name(*id)), host_ip(*id), "host address");
     }
@@ -620,13 +899,62 @@ pub fn run_with_ops(cfg: &RunConfig, ops: &[Op]) -> Outcome {
     actions.sort_by_key(|(t, start, i)| (*t, !*start, *i));
     let healed_at = cfg.schedule.heal_at;
     let mut resolved: Vec<Vec<NodeId>> = vec![Vec::new(); cfg.schedule.faults.len()];
+    // The schedule's faults in force now.
+    let mut in_force: BTreeSet<usize> = BTreeSet::new();
     let mut active = Active::default();
     let mut next = 0;
     let mut stop_at = healed_at + cfg.liveness_bound;
-    let mut recovered = false;
-    let mut opr = OpRunner::new(ops);
+    let mut recovered: Option<u64> = None;
+    let mut opr = OpRunner::new(ops, n + 1, healed_at);
     loop {
         let now = sim.elapsed();
+        // A fault starts or ends: the schedule's, then the ops' own, by the same code.
+        macro_rules! land {
+            ($kind:expr, $nodes:expr, $start:expr) => {{
+                let (kind, nodes, start): (&FaultKind, &[NodeId], bool) = ($kind, $nodes, $start);
+                let note = kind.describe(nodes, start);
+                let what = if start { Kind::Fault } else { Kind::Heal };
+                lock(&rec)
+                    .events
+                    .push(Event::new(0, now.as_nanos() as u64, what).note(note));
+                if let FaultKind::Crash(_)
+                | FaultKind::CrashMidWrite(_)
+                | FaultKind::CrashMidAppend(_) = kind
+                {
+                    for id in nodes {
+                        let crash = matches!(kind, FaultKind::Crash(_)) == start;
+                        if crash && !active.retired.contains(id) {
+                            // Down from now (or, mid-write, from the end at the latest).
+                            lock(&rec).events.push(Event::new(
+                                *id,
+                                now.as_nanos() as u64,
+                                Kind::Crashed,
+                            ));
+                        }
+                        let armed = match kind {
+                            FaultKind::CrashMidWrite(_) if start => tear::HARD_STATE,
+                            FaultKind::CrashMidAppend(_) if start => tear::RECORD,
+                            _ => tear::NONE,
+                        };
+                        tears[id].store(armed, Ordering::SeqCst);
+                    }
+                }
+                if kind.is_clock() {
+                    apply_clock(&clocks, &mut clock_faults, kind, nodes, start, now);
+                } else {
+                    apply(
+                        &mut sim,
+                        &net,
+                        &ids,
+                        &mut active,
+                        kind,
+                        nodes,
+                        start,
+                        base_latency,
+                    );
+                }
+            }};
+        }
         while next < actions.len() && actions[next].0 <= now {
             let (_, start, i) = actions[next];
             next += 1;
@@ -634,82 +962,58 @@ pub fn run_with_ops(cfg: &RunConfig, ops: &[Op]) -> Outcome {
             if start {
                 let leader = current_leader(&rec, &active);
                 resolved[i] = fault.kind.nodes(&ids, leader);
+                in_force.insert(i);
+            } else {
+                in_force.remove(&i);
             }
-            let note = fault.kind.describe(&resolved[i], start);
-            let kind = if start { Kind::Fault } else { Kind::Heal };
-            lock(&rec)
-                .events
-                .push(Event::new(0, now.as_nanos() as u64, kind).note(note));
-            if let FaultKind::Crash(_)
-            | FaultKind::CrashMidWrite(_)
-            | FaultKind::CrashMidAppend(_) = fault.kind
-            {
-                for id in &resolved[i] {
-                    let crash = matches!(fault.kind, FaultKind::Crash(_)) == start;
-                    if crash {
-                        // Down from now (or, mid-write, from the end at the latest).
-                        lock(&rec).events.push(Event::new(
-                            *id,
-                            now.as_nanos() as u64,
-                            Kind::Crashed,
-                        ));
+            land!(&fault.kind, &resolved[i], start);
+        }
+        for action in opr.step(now, &rec, &active, &resolved, &ids, &op_senders) {
+            match action {
+                Action::Fault(kind, start) => {
+                    let nodes = kind.nodes(&ids, None);
+                    land!(&kind, &nodes, start);
+                }
+                Action::StartSpare(id) => {
+                    let ctx = host_ctx(id);
+                    sim.host(host_name(id), move || host(ctx.clone()));
+                    assert_eq!(sim.lookup(host_name(id)), host_ip(id), "host address");
+                    // A partition in force cuts the new host off as it cuts off "the
+                    // rest" (it ends with the fault, which then counts every host).
+                    let before = ids.clone();
+                    ids.push(id);
+                    for i in &in_force {
+                        let kind = &cfg.schedule.faults[*i].kind;
+                        let had = kind.cut_links(&before, &resolved[*i]);
+                        for link in kind.cut_links(&ids, &resolved[*i]) {
+                            if !had.contains(&link) {
+                                *active.cut.entry(link).or_insert(0) += 1;
+                            }
+                        }
                     }
-                    let armed = match fault.kind {
-                        FaultKind::CrashMidWrite(_) if start => tear::HARD_STATE,
-                        FaultKind::CrashMidAppend(_) if start => tear::RECORD,
-                        _ => tear::NONE,
-                    };
-                    tears[id].store(armed, Ordering::SeqCst);
+                    let e = Event::new(0, now.as_nanos() as u64, Kind::Other("op".into()))
+                        .note(format!("spare n{id} starts on an empty disk, joining"));
+                    lock(&rec).events.push(e);
+                    // Its links as the faults in force want them (a node held, cut).
+                    push(&mut sim, &net, &ids, &mut active, base_latency);
+                }
+                Action::Retire(id) => {
+                    retired[&id].store(true, Ordering::SeqCst);
+                    active.retired.insert(id);
+                    sim.crash(host_name(id));
+                    lock(&rec).events.push(
+                        Event::new(id, now.as_nanos() as u64, Kind::Crashed)
+                            .note("stopped for good (removed from the group)"),
+                    );
                 }
             }
-            if fault.kind.is_clock() {
-                apply_clock(
-                    &clocks,
-                    &mut clock_faults,
-                    &fault.kind,
-                    &resolved[i],
-                    start,
-                    now,
-                );
-                continue;
-            }
-            apply(
-                &mut sim,
-                &net,
-                &ids,
-                &mut active,
-                &fault.kind,
-                &resolved[i],
-                start,
-                base_latency,
-            );
-        }
-        for (kind, start) in opr.step(now, &rec, &active, &resolved, &ids, &op_senders) {
-            let nodes = kind.nodes(&ids, None);
-            let note = kind.describe(&nodes, start);
-            let e = Event::new(
-                0,
-                now.as_nanos() as u64,
-                if start { Kind::Fault } else { Kind::Heal },
-            );
-            lock(&rec).events.push(e.note(note));
-            apply(
-                &mut sim,
-                &net,
-                &ids,
-                &mut active,
-                &kind,
-                &nodes,
-                start,
-                base_latency,
-            );
         }
         if now >= stop_at {
             break;
         }
-        if !recovered && now >= healed_at {
+        if recovered.is_none() && now >= healed_at {
             let h = healed_at.as_nanos() as u64;
-            let first = lock(&rec)
+            recovered = lock(&rec)
                 .events
                 .iter()
                 .filter(|e| {
@@ -717,10 +1021,11 @@ pub fn run_with_ops(cfg: &RunConfig, ops: &[Op]) -> Outcome {
                 })
                 .map(|e| e.at_ns)
                 .min();
-            if let Some(t) = first {
-                recovered = true;
-                stop_at = stop_at.min(Duration::from_nanos(t) + cfg.tail);
-            }
+        }
+        // Once a lease followed the heal and every membership op has ended, a little
+        // longer, then stop.
+        if let (Some(t), (false, ended)) = (recovered, opr.members_pending()) {
+            stop_at = stop_at.min(Duration::from_nanos(t).max(ended) + cfg.tail);
         }
         if let Err(e) = sim.step() {
             panic!("simulation step failed at {now:?}: {e}");
@@ -728,7 +1033,16 @@ pub fn run_with_ops(cfg: &RunConfig, ops: &[Op]) -> Outcome {
     }
     let end_ns = sim.elapsed().as_nanos() as u64;
     drop(sim);
+    let (member_results, op_failures) = opr.member_outcomes();
+    let changed_members = opr
+        .members
+        .iter()
+        .flat_map(|m| [m.old, m.spare])
+        .filter(|n| *n != 0)
+        .collect();
     let mut r = lock(&rec);
+    let mut op_results = std::mem::take(&mut r.op_results);
+    op_results.extend(member_results);
     Outcome {
         events: std::mem::take(&mut r.events),
         writes: std::mem::take(&mut r.writes),
@@ -736,7 +1050,10 @@ pub fn run_with_ops(cfg: &RunConfig, ops: &[Op]) -> Outcome {
         end_ns,
         panics: std::mem::take(&mut r.panics),
         clock_faults,
-        op_results: std::mem::take(&mut r.op_results),
+        op_results,
+        op_failures,
+        refusals: std::mem::take(&mut r.refusals),
+        changed_members,
         refused: tenure::peer_input::Refusal::ALL
             .iter()
             .map(|reason| {
@@ -801,11 +1118,85 @@ fn apply_clock(
     }
 }
 
+/// What the run loop does for an op, besides asking a node.
+#[derive(Debug, Clone)]
+enum Action {
+    /// A fault the op places starts (`true`) or ends.
+    Fault(FaultKind, bool),
+    /// Spare host `id` is registered (an empty disk, joining) and started.
+    StartSpare(NodeId),
+    /// Host `id` stops for good: the operator took the machine out of the group.
+    Retire(NodeId),
+}
+
+/// Where a membership op is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stage {
+    /// Waiting for a leader, to resolve who leaves.
+    Start,
+    /// Removing the voter that leaves (a rejoin).
+    Remove,
+    /// Starting the spare.
+    Spare,
+    AddLearner,
+    Promote,
+    /// Swapping the learner in for the voter that leaves, in one joint change.
+    Replace,
+    /// Reading the leader's membership until it is the one asked for.
+    Verify,
+    Done,
+}
+
+/// A membership call in flight.
+#[derive(Debug, Clone, Copy)]
+struct Call {
+    tag: u64,
+    change: Change,
+    leader: NodeId,
+    /// The leader's incarnation when asked: a crash loses the answer.
+    incarnation: u64,
+    at: Duration,
+}
+
+/// One membership op as it runs (see [`OpKind::Replace`], [`OpKind::Rejoin`]).
+struct MemberRun {
+    op: usize,
+    stage: Stage,
+    /// The voter that leaves (0 until resolved).
+    old: NodeId,
+    /// The new node.
+    spare: NodeId,
+    call: Option<Call>,
+    /// No call before this.
+    next_at: Duration,
+    /// The op's own leader crash has been placed.
+    crash_placed: bool,
+    /// The last membership read while verifying.
+    seen: Option<Membership>,
+    /// When it ended.
+    ended: Option<Duration>,
+    /// The last refusal it got, for the report of an op that did not finish.
+    last_refusal: Option<String>,
+}
+
+/// How long a replaced voter stays up (removed) before the operator stops it for good.
+/// Not for ever: a removed node dials the members that refuse it, at once again each
+/// time (the simulation's backoff is 1 µs), which costs a TLS handshake per millisecond.
+const RETIRE_AFTER: Duration = Duration::from_millis(200);
+
+/// How long a membership call may go unanswered before it is asked again (of whoever
+/// leads then). A change normally answers within milliseconds; one that cannot commit
+/// answers only at the driver's 2 s deadline, and asking again meanwhile is refused
+/// while it is in flight, or finds it carried out. A crash of the node asked loses the
+/// answer, which is noticed at once.
+const CALL_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// Carries out the operator ops of a run as simulated time passes: at most one drain at
 /// a time, and an undrain retried every 100 ms until a leader has applied it (a drained
 /// node never campaigns, so a lost undrain could leave the group short of candidates).
 /// The network side of a stalled handover (the pause, the cut link) is handed back to
-/// the run loop to apply like a fault.
+/// the run loop to apply like a fault. Membership ops run as a sequence of calls to
+/// whoever leads, each retried until it is carried out (see [`MemberRun`]).
 struct OpRunner<'a> {
     ops: &'a [Op],
     /// Phases in time order: (time, phase, op); phase 0 starts an op, 1 is a stalled
@@ -819,22 +1210,45 @@ struct OpRunner<'a> {
     undrain_tried: Option<Duration>,
     /// Per stalled handover: (target, old leader), once started.
     stalled: BTreeMap<usize, (NodeId, NodeId)>,
+    members: Vec<MemberRun>,
+    /// Faults the membership ops placed, due at their time.
+    timers: Vec<(Duration, Action)>,
+    next_tag: u64,
+    /// Every fault an op places ends by then.
+    heal_at: Duration,
 }
 
 impl<'a> OpRunner<'a> {
-    fn new(ops: &'a [Op]) -> OpRunner<'a> {
+    /// `first_spare`: the id of the first new node a membership op brings in.
+    fn new(ops: &'a [Op], first_spare: NodeId, heal_at: Duration) -> OpRunner<'a> {
         let mut actions: Vec<(Duration, u8, usize)> = Vec::new();
+        let mut members = Vec::new();
         for (i, o) in ops.iter().enumerate() {
-            actions.push((o.at, 0, i));
             match o.kind {
-                OpKind::Drain(_) => actions.push((o.at + o.duration, 3, i)),
+                OpKind::Drain(_) => {
+                    actions.push((o.at, 0, i));
+                    actions.push((o.at + o.duration, 3, i));
+                }
                 OpKind::StalledHandover { after, stall, .. } => {
+                    actions.push((o.at, 0, i));
                     let stall = stall.min(o.duration);
                     actions.push((o.at + after.min(stall), 1, i));
                     actions.push((o.at + stall, 2, i));
                     actions.push((o.at + o.duration, 3, i));
                 }
-                OpKind::Transfer { .. } => {}
+                OpKind::Transfer { .. } => actions.push((o.at, 0, i)),
+                OpKind::Replace { .. } | OpKind::Rejoin { .. } => members.push(MemberRun {
+                    op: i,
+                    stage: Stage::Start,
+                    old: 0,
+                    spare: first_spare + members.len() as u64,
+                    call: None,
+                    next_at: o.at,
+                    crash_placed: false,
+                    seen: None,
+                    ended: None,
+                    last_refusal: None,
+                }),
             }
         }
         actions.sort_by_key(|(t, phase, i)| (*t, *phase, *i));
@@ -846,11 +1260,60 @@ impl<'a> OpRunner<'a> {
             undrain: BTreeSet::new(),
             undrain_tried: None,
             stalled: BTreeMap::new(),
+            members,
+            timers: Vec::new(),
+            next_tag: 1,
+            heal_at,
         }
     }
 
-    /// Runs what is due at `now`; returns the network changes to apply (fault kinds,
-    /// start or end).
+    /// Whether a membership op is still running, and when the last one ended.
+    fn members_pending(&self) -> (bool, Duration) {
+        let pending = self.members.iter().any(|m| m.ended.is_none());
+        let last = self
+            .members
+            .iter()
+            .filter_map(|m| m.ended)
+            .max()
+            .unwrap_or_default();
+        (pending, last)
+    }
+
+    /// Each membership op's end, by name: "done", or "unfinished: <stage>"; and the
+    /// ops that did not finish, described (the run ends `liveness_bound` after the last
+    /// heal at the latest: a healed group that has not carried a change out by then
+    /// fails the run).
+    fn member_outcomes(&self) -> (Vec<(&'static str, String)>, Vec<String>) {
+        let mut results = Vec::new();
+        let mut failures = Vec::new();
+        for m in &self.members {
+            let name = match self.ops[m.op].kind {
+                OpKind::Replace { .. } => "replace op",
+                _ => "rejoin op",
+            };
+            let said = if m.ended.is_some() {
+                "done".to_string()
+            } else {
+                failures.push(format!(
+                    "op {} ({}: n{} out, n{} in) did not finish: still at {:?}, last refused \
+                     with {:?}, last membership read {}",
+                    m.op,
+                    self.ops[m.op].kind.name(),
+                    m.old,
+                    m.spare,
+                    m.stage,
+                    m.last_refusal.as_deref().unwrap_or("-"),
+                    m.seen.as_ref().map_or("-".into(), show_members),
+                ));
+                format!("unfinished: {:?}", m.stage)
+            };
+            results.push((name, said));
+        }
+        (results, failures)
+    }
+
+    /// Runs what is due at `now`; returns what the run loop must do (faults the ops
+    /// place, spares to start, machines to retire).
     fn step(
         &mut self,
         now: Duration,
@@ -859,11 +1322,16 @@ impl<'a> OpRunner<'a> {
         resolved: &[Vec<NodeId>],
         ids: &[NodeId],
         senders: &BTreeMap<NodeId, OpSender>,
-    ) -> Vec<(FaultKind, bool)> {
+    ) -> Vec<Action> {
         let mut network = Vec::new();
         let note = |what: String| {
             let e = Event::new(0, now.as_nanos() as u64, Kind::Other("op".into())).note(what);
             lock(rec).events.push(e);
+        };
+        let skipped = |what: &'static str| {
+            lock(rec)
+                .op_results
+                .push((what, "no leader known".to_string()));
         };
         let other = |n: NodeId| {
             let at = ids.iter().position(|x| *x == n).unwrap_or(0);
@@ -877,38 +1345,38 @@ impl<'a> OpRunner<'a> {
                 (OpKind::StalledHandover { to, .. }, 0) => {
                     let Some(l) = leader else {
                         note("stalled handover: no leader known; skipped".into());
-                        lock(rec).op_results.push(("skipped", false));
+                        skipped("transfer");
                         continue;
                     };
                     let c = if *to == l { other(*to) } else { *to };
                     note(format!("n{c} stalls"));
                     self.stalled.insert(i, (c, l));
-                    network.push((FaultKind::Pause(Target::Node(c)), true));
+                    network.push(Action::Fault(FaultKind::Pause(Target::Node(c)), true));
                 }
                 (OpKind::StalledHandover { .. }, 1) => {
                     if let Some((c, l)) = self.stalled.get(&i).copied() {
                         note(format!("n{l} hands leadership over to the stalled n{c}"));
                         if !send_op(senders, l, HostOp::Transfer(Some(c))) {
-                            lock(rec).op_results.push(("skipped", false));
+                            skipped("transfer");
                         }
                     }
                 }
                 (OpKind::StalledHandover { .. }, 2) => {
                     if let Some((c, l)) = self.stalled.get(&i).copied() {
                         note(format!("n{c} wakes; its packets to n{l} are lost"));
-                        network.push((FaultKind::CutLink { from: c, to: l }, true));
-                        network.push((FaultKind::Pause(Target::Node(c)), false));
+                        network.push(Action::Fault(FaultKind::CutLink { from: c, to: l }, true));
+                        network.push(Action::Fault(FaultKind::Pause(Target::Node(c)), false));
                     }
                 }
                 (OpKind::StalledHandover { .. }, _) => {
                     if let Some((c, l)) = self.stalled.remove(&i) {
-                        network.push((FaultKind::CutLink { from: c, to: l }, false));
+                        network.push(Action::Fault(FaultKind::CutLink { from: c, to: l }, false));
                     }
                 }
                 (OpKind::Transfer { to }, _) => {
                     let Some(l) = leader else {
                         note("transfer: no leader known; skipped".into());
-                        lock(rec).op_results.push(("skipped", false));
+                        skipped("transfer");
                         continue;
                     };
                     let (to, why) = match to {
@@ -924,13 +1392,13 @@ impl<'a> OpRunner<'a> {
                     let shown = to.map_or("the best follower".into(), |t| format!("n{t}"));
                     note(format!("n{l} hands leadership over to {shown}{why}"));
                     if !send_op(senders, l, HostOp::Transfer(to)) {
-                        lock(rec).op_results.push(("skipped", false));
+                        skipped("transfer");
                     }
                 }
                 (OpKind::Drain(target), 0) => {
                     let Some(l) = leader else {
                         note("drain: no leader known; skipped".into());
-                        lock(rec).op_results.push(("skipped", false));
+                        skipped("drain");
                         continue;
                     };
                     if self.drain.is_some() || !self.undrain.is_empty() {
@@ -956,7 +1424,15 @@ impl<'a> OpRunner<'a> {
                         }
                     }
                 }
+                (OpKind::Replace { .. } | OpKind::Rejoin { .. }, _) => {}
             }
+        }
+        for m in 0..self.members.len() {
+            self.step_member(m, now, rec, active, resolved, senders, &mut network);
+        }
+        self.timers.sort_by_key(|(t, _)| *t);
+        while self.timers.first().is_some_and(|(t, _)| *t <= now) {
+            network.push(self.timers.remove(0).1);
         }
         if self.undrain.is_empty() {
             return network;
@@ -976,6 +1452,224 @@ impl<'a> OpRunner<'a> {
         }
         network
     }
+
+    /// Moves membership op `m` on by at most one call.
+    #[allow(clippy::too_many_arguments)]
+    fn step_member(
+        &mut self,
+        m: usize,
+        now: Duration,
+        rec: &Rec,
+        active: &Active,
+        resolved: &[Vec<NodeId>],
+        senders: &BTreeMap<NodeId, OpSender>,
+        out: &mut Vec<Action>,
+    ) {
+        let note = |what: String| {
+            let e = Event::new(0, now.as_nanos() as u64, Kind::Other("op".into())).note(what);
+            lock(rec).events.push(e);
+        };
+        let OpRunner {
+            ops,
+            members,
+            timers,
+            next_tag,
+            heal_at,
+            ..
+        } = self;
+        let heal_at = *heal_at;
+        let (replace, who, faults): (bool, Voter, OpFaults) = match ops[members[m].op].kind {
+            OpKind::Replace { old, faults } => (true, old, faults),
+            OpKind::Rejoin { who, faults } => (false, who, faults),
+            _ => unreachable!("not a membership op"),
+        };
+        let run = &mut members[m];
+        if run.stage == Stage::Done || now < run.next_at {
+            return;
+        }
+        let retry = |run: &mut MemberRun, after_ms: u64| {
+            run.next_at = now + Duration::from_millis(after_ms);
+        };
+        // An answer, or a call lost with its node?
+        if let Some(call) = run.call {
+            let answer = lock(rec).changes.remove(&call.tag);
+            let Some(answer) = answer else {
+                let incarnation = lock(rec).incarnations.get(&call.leader).copied();
+                let down = active.crashed.get(&call.leader).copied().unwrap_or(0) > 0;
+                if incarnation != Some(call.incarnation) || down || now >= call.at + CALL_TIMEOUT {
+                    note(format!(
+                        "{}: no answer from n{} (it crashed, or too late); asking again",
+                        call.change.describe(),
+                        call.leader
+                    ));
+                    lock(rec)
+                        .op_results
+                        .push((call.change.name(), "no answer".to_string()));
+                    run.call = None;
+                    retry(run, 20);
+                }
+                return;
+            };
+            run.call = None;
+            let (old, spare) = (run.old, run.spare);
+            use MembershipError as E;
+            // Carried out: Ok, or a refusal that says an earlier attempt took effect.
+            let carried = match (&answer, run.stage) {
+                (Ok(_), _) => true,
+                (Err(E::UnknownNode(x)), Stage::Remove | Stage::Replace) => *x == old,
+                (Err(E::AlreadyMember(x)), Stage::AddLearner) => *x == spare,
+                (Err(E::NotALearner(x)), Stage::Promote | Stage::Replace) => *x == spare,
+                _ => false,
+            };
+            if run.stage == Stage::Verify {
+                match answer {
+                    Ok(ms) => {
+                        let settled = ms.outgoing.is_empty()
+                            && ms.voters.contains(&spare)
+                            && !ms.contains(old);
+                        run.seen = Some(ms);
+                        if settled {
+                            note(format!("op {}: done", run.op));
+                            run.stage = Stage::Done;
+                            run.ended = Some(now);
+                        } else {
+                            // The leader may not have applied the change yet (a new
+                            // leader applies it after its first commit).
+                            retry(run, 50);
+                        }
+                    }
+                    Err(_) => retry(run, 20),
+                }
+                return;
+            }
+            if carried {
+                run.stage = match run.stage {
+                    Stage::Remove => {
+                        // The operator stops the removed machine; it comes back as a new
+                        // node, on an empty disk.
+                        note(format!(
+                            "n{old} is stopped for good; it comes back as n{spare}"
+                        ));
+                        out.push(Action::Retire(old));
+                        Stage::AddLearner
+                    }
+                    Stage::Replace => {
+                        // The replaced machine stays up a little, removed (it must stay
+                        // quiet), then the operator stops it for good; one that was down
+                        // is not started again.
+                        timers.push((now + RETIRE_AFTER, Action::Retire(old)));
+                        Stage::Verify
+                    }
+                    Stage::AddLearner => {
+                        if let Some((after, len)) = faults.pause_learner {
+                            let from = now + after;
+                            if from < heal_at {
+                                let pause = FaultKind::Pause(Target::Node(spare));
+                                timers.push((from, Action::Fault(pause.clone(), true)));
+                                let to = (from + len).min(heal_at);
+                                timers.push((to, Action::Fault(pause, false)));
+                            }
+                        }
+                        Stage::Spare
+                    }
+                    _ => Stage::Verify,
+                };
+                retry(run, 10);
+            } else {
+                // Refused: in flight, behind, no quorum, not the leader, or asked of a
+                // stale leader (one cut off in an older term answers from its older
+                // membership). A correct group carries the change out once healed: the
+                // run fails if it has not by the end (see `member_outcomes`).
+                if let Err(e) = &answer {
+                    run.last_refusal = Some(e.to_string());
+                }
+                retry(run, 30);
+            }
+            return;
+        }
+        let Some(leader) = current_leader(rec, active) else {
+            retry(run, 20);
+            return;
+        };
+        let change = match run.stage {
+            Stage::Start => {
+                run.old = match who {
+                    Voter::Leader => leader,
+                    Voter::Node(n) => n,
+                    Voter::VictimOf(f) => resolved[f].first().copied().unwrap_or(leader),
+                };
+                note(format!(
+                    "op {}: {} n{} (the leader is n{leader}); the new node is n{}",
+                    run.op,
+                    if replace {
+                        "replace"
+                    } else {
+                        "remove, then add back under a new id,"
+                    },
+                    run.old,
+                    run.spare
+                ));
+                run.stage = if replace {
+                    Stage::AddLearner
+                } else {
+                    Stage::Remove
+                };
+                return;
+            }
+            Stage::Spare => {
+                // Started once the group knows it: a node that dials a group that does
+                // not know it yet is refused, and redials at once here (the simulation's
+                // backoff is 1 µs), a TLS handshake every millisecond.
+                out.push(Action::StartSpare(run.spare));
+                run.stage = if replace {
+                    Stage::Replace
+                } else {
+                    Stage::Promote
+                };
+                retry(run, 5);
+                return;
+            }
+            Stage::Remove => Change::Remove(run.old),
+            Stage::AddLearner => {
+                Change::AddLearner(run.spare, SocketAddr::new(host_ip(run.spare), PORT))
+            }
+            Stage::Promote => Change::Promote(run.spare),
+            Stage::Replace => Change::Replace(run.old, run.spare),
+            Stage::Verify => Change::Status,
+            Stage::Done => return,
+        };
+        let tag = *next_tag;
+        *next_tag += 1;
+        if !send_op(senders, leader, HostOp::Change(tag, change)) {
+            retry(run, 20);
+            return;
+        }
+        let incarnation = lock(rec).incarnations.get(&leader).copied().unwrap_or(0);
+        run.call = Some(Call {
+            tag,
+            change,
+            leader,
+            incarnation,
+            at: now,
+        });
+        if change != Change::Status {
+            note(format!("n{leader} is asked to {}", change.describe()));
+        }
+        // The op's own crash of the leader, in the middle of the decisive change.
+        let decisive = matches!(change, Change::Replace(..))
+            || (!replace && change == Change::Remove(run.old));
+        if decisive && !run.crash_placed {
+            run.crash_placed = true;
+            if let Some((after, down)) = faults.crash_leader {
+                let from = now + after;
+                if from < heal_at {
+                    let crash = FaultKind::Crash(Target::Node(leader));
+                    timers.push((from, Action::Fault(crash.clone(), true)));
+                    timers.push(((from + down).min(heal_at), Action::Fault(crash, false)));
+                }
+            }
+        }
+    }
 }
 
 /// The node that leads in the highest term, as the running nodes last reported.
@@ -984,7 +1678,9 @@ fn current_leader(rec: &Rec, active: &Active) -> Option<NodeId> {
     r.views
         .iter()
         .filter(|(id, (_, role, _))| {
-            *role == Role::Leader && active.crashed.get(*id).copied().unwrap_or(0) == 0
+            *role == Role::Leader
+                && active.crashed.get(*id).copied().unwrap_or(0) == 0
+                && !active.retired.contains(*id)
         })
         .max_by_key(|(_, (term, _, _))| *term)
         .map(|(id, _)| *id)
@@ -1083,7 +1779,17 @@ fn apply(
             }
         }
     }
-    // Push the whole desired state to turmoil and the socket adapter.
+    push(sim, net, ids, active, base_latency);
+}
+
+/// Pushes the whole desired state of the network to turmoil and the socket adapter.
+fn push(
+    sim: &mut turmoil::Sim<'_>,
+    net: &Arc<Mutex<NetCtl>>,
+    ids: &[NodeId],
+    active: &mut Active,
+    base_latency: Duration,
+) {
     {
         let mut n = lock(net);
         n.loss.clear();

@@ -62,6 +62,28 @@
 //! the return and the stamp could be flagged falsely; events that carry `began_ns` avoid
 //! that.
 //!
+//! **Membership changes.** The derivation counts a majority of *the group*. When the
+//! voters change (joint consensus), a round of term `t` needs a quorum of the
+//! configuration the leader counted it in: a majority of its voters, of each half while
+//! a joint change is in flight. Nodes report the voter configurations they applied as
+//! `members` events ([`Event::members`]; the simulation samples every node every 10 ms),
+//! and the harness (node 0) may report the configurations a change it asked for can
+//! bring, from the moment it asked. When the history holds any, rule (c) is judged per
+//! configuration: a confirm of node `L` that began at `b` and returned at `a` is stale
+//! only if **every** configuration `L` may have counted its round in had lost its quorum
+//! for term `t` before `b` (the `q`-th earliest report of a term > `t` among its voters,
+//! `q` a majority of them, or of either half if joint, came before `b`). The
+//! configurations `L` may have used: its last report at or before `b`; its own reports in
+//! `(b, a + members_lag_ns]` (a report lags the change by up to the sampling period);
+//! the harness's up to then; and, if `L` reported none before `b` or restarted since, the
+//! founding group (nodes `1..=group_size`) and every configuration any node reported by
+//! then. More configurations than `L` can have had only make the rule more lenient,
+//! never falsely strict; with one configuration throughout it is the rule above. Nodes
+//! outside a configuration (learners, joining spares, removed nodes) count for nothing
+//! in it. The other rules do not depend on who votes: one holder per term, fencing, no
+//! overlap, a lease after the heal and one applied history hold whatever the membership
+//! did.
+//!
 //! **(d) Leases do not overlap.** A lease acquired by node `B` in term `t` at `a` must
 //! start after every lease of an earlier term held by another node ended. A lease ends at
 //! its `lease_lost` `ended_ns` (the earlier of revocation and validity); without one, at
@@ -132,7 +154,7 @@ use serde_json::Value;
 
 /// What happened, as far as the checker cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A node (process) started.
     Started,
     /// A node's view of term and leader changed (`term`, `leader`, `role`).
@@ -161,6 +183,10 @@ pub enum Kind {
     Write,
     /// A node's applied leadership history (`records`), for rule (f).
     History,
+    /// The voter configuration a node has applied (`voters`, and `outgoing` while a joint
+    /// change is in flight), for rule (c); from the harness (node 0), a configuration that
+    /// may be in force on any node from then on.
+    Members,
     /// Anything else, by name.
     Other(String),
 }
@@ -182,6 +208,7 @@ impl Kind {
             Kind::Heal => "heal",
             Kind::Write => "write",
             Kind::History => "history",
+            Kind::Members => "members",
             Kind::Other(s) => s,
         }
     }
@@ -202,6 +229,7 @@ impl Kind {
             "heal" | "healed" => Kind::Heal,
             "write" => Kind::Write,
             "history" => Kind::History,
+            "members" => Kind::Members,
             other => Kind::Other(other.to_string()),
         }
     }
@@ -209,7 +237,7 @@ impl Kind {
 
 /// One event of one node, in the history's time base.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
+pub(crate) struct Event {
     /// The reporting node (0 for events of the harness itself, like faults).
     pub node: u64,
     /// When it was reported.
@@ -240,11 +268,16 @@ pub struct Event {
     pub note: String,
     /// With `history`: the node's applied records as (term, leader), oldest first.
     pub records: Vec<(u64, u64)>,
+    /// With `members`: the voters (of the incoming configuration while joint).
+    pub voters: Vec<u64>,
+    /// With `members`: the voters of the outgoing configuration while a joint change is
+    /// in flight; empty otherwise.
+    pub outgoing: Vec<u64>,
 }
 
 impl Event {
     /// An event with only the required fields set.
-    pub fn new(node: u64, at_ns: u64, kind: Kind) -> Event {
+    pub(crate) fn new(node: u64, at_ns: u64, kind: Kind) -> Event {
         Event {
             node,
             at_ns,
@@ -261,37 +294,39 @@ impl Event {
             reason: None,
             note: String::new(),
             records: Vec::new(),
+            voters: Vec::new(),
+            outgoing: Vec::new(),
         }
     }
 
     /// Sets `term` and `token` (a lease event).
-    pub fn term(mut self, t: u64) -> Event {
+    pub(crate) fn term(mut self, t: u64) -> Event {
         self.term = Some(t);
         self.token = Some(t);
         self
     }
 
     /// Sets `valid_until_ns`.
-    pub fn until(mut self, ns: u64) -> Event {
+    pub(crate) fn until(mut self, ns: u64) -> Event {
         self.valid_until_ns = Some(ns);
         self
     }
 
     /// Sets a free-text note.
-    pub fn note(mut self, s: impl Into<String>) -> Event {
+    pub(crate) fn note(mut self, s: impl Into<String>) -> Event {
         self.note = s.into();
         self
     }
 
     /// `lease_acquired` of term `t` by `node` at `at`, valid until `until`.
-    pub fn acquired(node: u64, at: u64, t: u64, until: u64) -> Event {
+    pub(crate) fn acquired(node: u64, at: u64, t: u64, until: u64) -> Event {
         Event::new(node, at, Kind::LeaseAcquired)
             .term(t)
             .until(until)
     }
 
     /// `lease_confirmed` of term `t`, the call having begun at `began`.
-    pub fn confirmed(node: u64, began: u64, at: u64, t: u64, until: u64) -> Event {
+    pub(crate) fn confirmed(node: u64, began: u64, at: u64, t: u64, until: u64) -> Event {
         let mut e = Event::new(node, at, Kind::LeaseConfirmed)
             .term(t)
             .until(until);
@@ -301,7 +336,7 @@ impl Event {
     }
 
     /// `lease_lost` of term `t`, the lease having ended at `ended`.
-    pub fn lost(node: u64, at: u64, t: u64, ended: u64, reason: &str) -> Event {
+    pub(crate) fn lost(node: u64, at: u64, t: u64, ended: u64, reason: &str) -> Event {
         let mut e = Event::new(node, at, Kind::LeaseLost).term(t);
         e.ended_ns = Some(ended);
         e.reason = Some(reason.to_string());
@@ -309,7 +344,13 @@ impl Event {
     }
 
     /// `leader_changed`: `node` is now in `term`, following `leader`.
-    pub fn term_changed(node: u64, at: u64, term: u64, leader: Option<u64>, role: &str) -> Event {
+    pub(crate) fn term_changed(
+        node: u64,
+        at: u64,
+        term: u64,
+        leader: Option<u64>,
+        role: &str,
+    ) -> Event {
         let mut e = Event::new(node, at, Kind::LeaderChanged);
         e.term = Some(term);
         e.leader = leader;
@@ -318,22 +359,39 @@ impl Event {
     }
 
     /// `history`: the records (term, leader) `node` had applied at `at`, oldest first.
-    pub fn history(node: u64, at: u64, records: Vec<(u64, u64)>) -> Event {
+    pub(crate) fn history(node: u64, at: u64, records: Vec<(u64, u64)>) -> Event {
         let mut e = Event::new(node, at, Kind::History);
         e.records = records;
+        e
+    }
+
+    /// `members`: the voters `node` had applied at `at` (`outgoing`: the outgoing
+    /// configuration's, while joint; else empty). From node 0, the harness: a
+    /// configuration that may be in force from `at` on (see rule (c)).
+    pub(crate) fn members(
+        node: u64,
+        at: u64,
+        mut voters: Vec<u64>,
+        mut outgoing: Vec<u64>,
+    ) -> Event {
+        voters.sort_unstable();
+        outgoing.sort_unstable();
+        let mut e = Event::new(node, at, Kind::Members);
+        e.voters = voters;
+        e.outgoing = outgoing;
         e
     }
 
     /// Parses one worker JSON line (`{"event": .., "node": .., "mono_ns": .., ...}`);
     /// `None` for anything else. `latency_us` becomes `latency_ns`; an optional
     /// `began_ns` is taken as is; a `history` event's `records` is `[[term, leader], ...]`.
-    pub fn from_json_line(line: &str) -> Option<Event> {
+    pub(crate) fn from_json_line(line: &str) -> Option<Event> {
         let v: Value = serde_json::from_str(line.trim()).ok()?;
         Event::from_json(&v)
     }
 
     /// [`Event::from_json_line`] on a parsed value.
-    pub fn from_json(v: &Value) -> Option<Event> {
+    pub(crate) fn from_json(v: &Value) -> Option<Event> {
         let u = |k: &str| v.get(k).and_then(Value::as_u64);
         let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
         let mut e = Event::new(
@@ -361,6 +419,19 @@ impl Event {
                 .filter_map(|r| Some((r.get(0)?.as_u64()?, r.get(1)?.as_u64()?)))
                 .collect();
         }
+        if e.kind == Kind::Members {
+            let ids = |k: &str| -> Vec<u64> {
+                let mut v: Vec<u64> = v
+                    .get(k)
+                    .and_then(Value::as_array)
+                    .map(|a| a.iter().filter_map(Value::as_u64).collect())
+                    .unwrap_or_default();
+                v.sort_unstable();
+                v
+            };
+            e.voters = ids("voters");
+            e.outgoing = ids("outgoing");
+        }
         if let Kind::Other(_) | Kind::Fault | Kind::Heal = e.kind {
             e.note = s("note").unwrap_or_default();
         }
@@ -368,20 +439,20 @@ impl Event {
     }
 
     /// When a confirm began (see rule (c)).
-    pub fn began(&self) -> u64 {
+    pub(crate) fn began(&self) -> u64 {
         self.began_ns
             .unwrap_or_else(|| self.at_ns.saturating_sub(self.latency_ns.unwrap_or(0)))
     }
 }
 
 /// Parses every event line of a worker's output (other lines are skipped).
-pub fn events_from_json(text: &str) -> Vec<Event> {
+pub(crate) fn events_from_json(text: &str) -> Vec<Event> {
     text.lines().filter_map(Event::from_json_line).collect()
 }
 
 /// A write the fenced resource accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Write {
+pub(crate) struct Write {
     /// Commit order at the resource (strictly increasing along the log).
     pub seq: u64,
     /// The token the write carried.
@@ -394,7 +465,7 @@ pub struct Write {
 
 /// Which rule a violation breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Rule {
+pub(crate) enum Rule {
     /// (a) at most one lease holder per term.
     OneHolderPerTerm,
     /// (b) accepted tokens never decrease; one tenure per token.
@@ -424,7 +495,7 @@ impl fmt::Display for Rule {
 
 /// One broken rule, with the timeline around it.
 #[derive(Debug, Clone)]
-pub struct Violation {
+pub(crate) struct Violation {
     /// The rule.
     pub rule: Rule,
     /// What exactly is wrong.
@@ -435,7 +506,7 @@ pub struct Violation {
 
 /// Liveness requirement: a lease within `bound_ns` after `healed_at_ns`.
 #[derive(Debug, Clone, Copy)]
-pub struct Liveness {
+pub(crate) struct Liveness {
     /// When the last fault was healed.
     pub healed_at_ns: u64,
     /// How long after that a lease must be acquired or confirmed.
@@ -444,7 +515,7 @@ pub struct Liveness {
 
 /// A fault injected into one node's clock, in the history's time base.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClockFault {
+pub(crate) struct ClockFault {
     /// Whose clock.
     pub node: u64,
     /// When it began.
@@ -457,7 +528,7 @@ pub struct ClockFault {
 
 /// What a [`ClockFault`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClockFaultKind {
+pub(crate) enum ClockFaultKind {
     /// The clock stepped forward at once.
     Jump,
     /// The clock stood still, then ran on without counting the stalled span.
@@ -469,7 +540,7 @@ pub enum ClockFaultKind {
 
 /// What to check.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     /// Number of voters (for the majority of rule (c)).
     pub group_size: usize,
     /// Rule (e), when set.
@@ -480,31 +551,35 @@ pub struct Options {
     pub clock_faults: Vec<ClockFault>,
     /// Whether confirms were answered from the lease (`ReadMode::LeaseBased`).
     pub lease_based: bool,
+    /// How late a node's `members` report may come after it applied the configuration
+    /// (rule (c) with membership changes: see "Membership changes" in the module docs).
+    pub members_lag_ns: u64,
 }
 
 impl Options {
     /// Rules (a)–(d) and (f) for a group of `group_size`, 12 events of context.
-    pub fn new(group_size: usize) -> Options {
+    pub(crate) fn new(group_size: usize) -> Options {
         Options {
             group_size,
             liveness: None,
             context: 12,
             clock_faults: Vec::new(),
             lease_based: false,
+            members_lag_ns: 50_000_000,
         }
     }
 
     /// The run's clock faults, and whether its confirms were `LeaseBased`: rules that
     /// trust the clocks are judged only while every clock fault stayed inside what the
     /// lease assumes (see "Clock faults" in the module docs).
-    pub fn clock_faults(mut self, faults: Vec<ClockFault>, lease_based: bool) -> Options {
+    pub(crate) fn clock_faults(mut self, faults: Vec<ClockFault>, lease_based: bool) -> Options {
         self.clock_faults = faults;
         self.lease_based = lease_based;
         self
     }
 
     /// Also check liveness (e).
-    pub fn liveness(mut self, healed_at_ns: u64, bound_ns: u64) -> Options {
+    pub(crate) fn liveness(mut self, healed_at_ns: u64, bound_ns: u64) -> Options {
         self.liveness = Some(Liveness {
             healed_at_ns,
             bound_ns,
@@ -515,7 +590,7 @@ impl Options {
 
 /// What a passing history looked like.
 #[derive(Debug, Clone, Default)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// Events judged.
     pub events: usize,
     /// Distinct terms in which a lease was acquired.
@@ -535,7 +610,7 @@ pub struct Summary {
 
 /// Every violation of one history.
 #[derive(Debug, Clone)]
-pub struct Failure {
+pub(crate) struct Failure {
     /// The violations, in rule order.
     pub violations: Vec<Violation>,
     /// What the history looked like anyway.
@@ -554,10 +629,14 @@ impl fmt::Display for Failure {
 
 impl Failure {
     /// Whether `rule` is among the violations.
-    pub fn broke(&self, rule: Rule) -> bool {
+    pub(crate) fn broke(&self, rule: Rule) -> bool {
         self.violations.iter().any(|v| v.rule == rule)
     }
 }
+
+/// A voter configuration: the voters (incoming, while joint) and the outgoing voters
+/// (empty unless joint).
+type Conf = (Vec<u64>, Vec<u64>);
 
 /// A lease instance: from acquisition to its end.
 #[derive(Debug, Clone)]
@@ -580,7 +659,7 @@ struct History<'a> {
 
 impl History<'_> {
     fn rel(&self, ns: u64) -> String {
-        let d = ns as i128 - self.origin as i128;
+        let d = i128::from(ns) - i128::from(self.origin);
         format!("{:+.3}ms", d as f64 / 1e6)
     }
 
@@ -633,6 +712,12 @@ impl History<'_> {
         }
         if e.kind == Kind::History {
             kv("records", show_records(&e.records));
+        }
+        if e.kind == Kind::Members {
+            kv("voters", show_ids(&e.voters));
+            if !e.outgoing.is_empty() {
+                kv("outgoing", show_ids(&e.outgoing));
+            }
         }
         if !e.note.is_empty() {
             s.push_str("  ");
@@ -700,9 +785,31 @@ impl History<'_> {
     }
 }
 
+/// The whole history as the failure timelines show it, without lease confirms and
+/// writes (there are many), one event per line, times from the first event.
+pub(crate) fn timeline(events: &[Event]) -> String {
+    let mut sorted: Vec<&Event> = events.iter().collect();
+    sorted.sort_by_key(|e| e.at_ns);
+    let h = History {
+        origin: sorted.first().map_or(0, |e| e.at_ns),
+        events: sorted,
+        writes: &[],
+        context: 0,
+    };
+    h.events
+        .iter()
+        .filter(|e| !matches!(e.kind, Kind::LeaseConfirmed | Kind::Write))
+        .map(|e| h.line(e).trim_end().to_string() + "\n")
+        .collect()
+}
+
 /// Checks a history: `events` in any order (sorted by `at_ns`, stable), `writes` in the
 /// resource's commit order.
-pub fn check(events: &[Event], writes: &[Write], opts: &Options) -> Result<Summary, Failure> {
+pub(crate) fn check(
+    events: &[Event],
+    writes: &[Write],
+    opts: &Options,
+) -> Result<Summary, Failure> {
     let mut sorted: Vec<&Event> = events.iter().collect();
     sorted.sort_by_key(|e| e.at_ns);
     let origin = sorted.first().map_or(0, |e| e.at_ns);
@@ -802,7 +909,6 @@ pub fn check(events: &[Event], writes: &[Write], opts: &Options) -> Result<Summa
     let trust_clocks = summary.clock_rules_skipped.is_none();
 
     // (c) stale confirms (`LeaseBased` ones only while the clocks can be trusted).
-    let q = opts.group_size / 2 + 1;
     // First report of each term per node: node → [(term, at)] with strictly rising terms.
     let mut rises: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
     for e in &h.events {
@@ -815,10 +921,13 @@ pub fn check(events: &[Event], writes: &[Write], opts: &Options) -> Result<Summa
             }
         }
     }
-    // M(t): the q-th earliest first report of a term > t among the nodes.
-    let majority_past = |t: u64| -> Option<(u64, Vec<u64>)> {
+    // M_S(t): the q-th earliest first report of a term > t among the voters S, q a
+    // majority of S; without S, among all nodes, q a majority of the group.
+    let majority_past = |voters: Option<&[u64]>, t: u64| -> Option<(u64, Vec<u64>)> {
+        let q = voters.map_or(opts.group_size, <[u64]>::len) / 2 + 1;
         let mut firsts: Vec<(u64, u64)> = rises
             .iter()
+            .filter(|(node, _)| voters.is_none_or(|v| v.contains(node)))
             .filter_map(|(node, r)| {
                 r.iter()
                     .find(|(term, _)| *term > t)
@@ -834,6 +943,70 @@ pub fn check(events: &[Event], writes: &[Write], opts: &Options) -> Result<Summa
             firsts[..q].iter().map(|(_, n)| *n).collect(),
         ))
     };
+    // The configurations reported (see "Membership changes"), per node in time order;
+    // node 0: the harness's.
+    let mut reports: BTreeMap<u64, Vec<(u64, Conf)>> = BTreeMap::new();
+    let mut starts: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for e in &h.events {
+        match e.kind {
+            Kind::Members if !e.voters.is_empty() => reports
+                .entry(e.node)
+                .or_default()
+                .push((e.at_ns, (e.voters.clone(), e.outgoing.clone()))),
+            Kind::Started => starts.entry(e.node).or_default().push(e.at_ns),
+            _ => {}
+        }
+    }
+    let initial: Conf = ((1..=opts.group_size as u64).collect(), Vec::new());
+    // The configurations node `n` may have counted a quorum in between `began` and
+    // `at` (every one it may have had then, or more).
+    let candidates = |n: u64, began: u64, at: u64| -> Vec<&Conf> {
+        let until = at.saturating_add(opts.members_lag_ns);
+        let mut c: Vec<&Conf> = Vec::new();
+        let own = reports.get(&n).filter(|_| n != 0);
+        let known = own.and_then(|r| r.iter().rev().find(|(t, _)| *t <= began));
+        // Its configuration at `began` is its last report before, unless it restarted
+        // since (a restart may load an older one) or reported none.
+        let restarted = known.is_some_and(|(t, _)| {
+            starts
+                .get(&n)
+                .is_some_and(|s| s.iter().any(|s| *s > *t && *s <= began))
+        });
+        if let Some((_, conf)) = known {
+            c.push(conf);
+        }
+        if known.is_none() || restarted {
+            c.push(&initial);
+            for (node, r) in &reports {
+                if *node != 0 {
+                    c.extend(r.iter().filter(|(t, _)| *t <= until).map(|(_, conf)| conf));
+                }
+            }
+        }
+        if let Some(r) = own {
+            c.extend(
+                r.iter()
+                    .filter(|(t, _)| *t > began && *t <= until)
+                    .map(|(_, conf)| conf),
+            );
+        }
+        if let Some(r) = reports.get(&0) {
+            c.extend(r.iter().filter(|(t, _)| *t <= until).map(|(_, conf)| conf));
+        }
+        c.sort();
+        c.dedup();
+        c
+    };
+    // When configuration `c` can no longer gather a quorum that acknowledges term `t`:
+    // once a majority of its voters (or of either half, while joint) has moved past it.
+    let config_past = |c: &Conf, t: u64| -> Option<(u64, Vec<u64>)> {
+        let halves = [Some(&c.0), (!c.1.is_empty()).then_some(&c.1)];
+        halves
+            .into_iter()
+            .flatten()
+            .filter_map(|v| majority_past(Some(v), t))
+            .min()
+    };
     let mut stale_terms: BTreeSet<(u64, u64)> = BTreeSet::new();
     for (i, e) in h.events.iter().enumerate() {
         if e.kind != Kind::LeaseConfirmed {
@@ -844,16 +1017,46 @@ pub fn check(events: &[Event], writes: &[Write], opts: &Options) -> Result<Summa
             continue;
         }
         summary.confirms += 1;
-        if let Some((m, nodes)) = majority_past(t) {
-            let began = e.began();
+        let began = e.began();
+        // (when, the nodes past t, the configuration they are a majority of)
+        let past: Option<(u64, Vec<u64>, Option<&Conf>)> = if reports.is_empty() {
+            majority_past(None, t).map(|(m, nodes)| (m, nodes, None))
+        } else {
+            // Stale only if no configuration the node may have used had a quorum left.
+            let mut latest: Option<(u64, Vec<u64>, Option<&Conf>)> = None;
+            let mut all = true;
+            for c in candidates(e.node, began, e.at_ns) {
+                match config_past(c, t) {
+                    Some((m, nodes)) if began > m => {
+                        if latest.as_ref().is_none_or(|(l, _, _)| m > *l) {
+                            latest = Some((m, nodes, Some(c)));
+                        }
+                    }
+                    _ => all = false,
+                }
+            }
+            latest.filter(|_| all)
+        };
+        if let Some((m, nodes, conf)) = past {
             // One report per (node, term) is enough to read.
             if began > m && stale_terms.insert((e.node, t)) {
                 let names: Vec<String> = nodes.iter().map(|n| format!("n{n}")).collect();
+                let of = conf.map_or(String::new(), |(v, o)| {
+                    let out = if o.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" and {}", show_ids(o))
+                    };
+                    format!(
+                        " of the voters {}{out} (every configuration it may have used)",
+                        show_ids(v)
+                    )
+                });
                 violations.push(Violation {
                     rule: Rule::StaleConfirm,
                     message: format!(
                         "n{} confirmed term {t} with a call that began at {}, after a majority \
-                         ({}) had reported a term > {t} (by {})",
+                         ({}){of} had reported a term > {t} (by {})",
                         e.node,
                         h.rel(began),
                         names.join(", "),
@@ -1029,6 +1232,12 @@ fn untrusted_clock_fault(
         )),
         _ => None,
     })
+}
+
+/// `{n1,n2,...}`.
+fn show_ids(ids: &[u64]) -> String {
+    let v: Vec<String> = ids.iter().map(|n| format!("n{n}")).collect();
+    format!("{{{}}}", v.join(","))
 }
 
 /// `[term:leader, ...]`, eliding the middle of a long history.

@@ -8,12 +8,17 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::checker::{self, Event, Kind, Options};
 use tenure::error::TransportError;
 use tenure::{Config, Leadership, LostReason, Node, NodeId, ReadMode, Role, Timing};
 use tokio::time::Instant;
 
 /// Waits until `f` returns `Some`, polling; panics with `what` after `timeout`.
-pub async fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+pub(crate) async fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = f() {
@@ -28,7 +33,7 @@ pub async fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> O
 
 /// One lease as a node saw it.
 #[derive(Debug, Clone)]
-pub struct LeaseRecord {
+pub(crate) struct LeaseRecord {
     pub node: NodeId,
     pub term: u64,
     pub acquired: Instant,
@@ -37,12 +42,14 @@ pub struct LeaseRecord {
     /// When it was revoked.
     pub ended: Option<Instant>,
     pub reason: Option<LostReason>,
+    /// When the node reported it lost.
+    pub lost_at: Option<Instant>,
 }
 
 impl LeaseRecord {
     /// When this lease stopped protecting anything: a handover ends it at revocation; a
     /// kill or a partition ends it when its validity runs out.
-    pub fn effective_end(&self) -> Option<Instant> {
+    pub(crate) fn effective_end(&self) -> Option<Instant> {
         match self.reason {
             Some(LostReason::HandedOver) => self.ended,
             Some(_) => self.valid_until.or(self.ended),
@@ -51,9 +58,9 @@ impl LeaseRecord {
     }
 }
 
-pub type Leases = Arc<Mutex<Vec<LeaseRecord>>>;
+pub(crate) type Leases = Arc<Mutex<Vec<LeaseRecord>>>;
 
-pub struct Cluster {
+pub(crate) struct Cluster {
     pub dir: tempfile::TempDir,
     pub addrs: BTreeMap<NodeId, SocketAddr>,
     pub nodes: BTreeMap<NodeId, Node>,
@@ -69,7 +76,7 @@ pub struct Cluster {
     pub group: tenure::GroupId,
 }
 
-pub fn test_timing() -> Timing {
+pub(crate) fn test_timing() -> Timing {
     // 10 ms ticks, 30 ms heartbeats, elections 150–250 ms: fast, with room for a
     // loaded 2-core CI machine.
     Timing::from_millis(10, 30, 150, 250)
@@ -81,11 +88,11 @@ fn free_addr() -> SocketAddr {
 }
 
 impl Cluster {
-    pub async fn start(n: u64) -> Cluster {
+    pub(crate) async fn start(n: u64) -> Cluster {
         Cluster::start_with(n, test_timing(), ReadMode::Safe).await
     }
 
-    pub async fn start_with(n: u64, timing: Timing, read_mode: ReadMode) -> Cluster {
+    pub(crate) async fn start_with(n: u64, timing: Timing, read_mode: ReadMode) -> Cluster {
         let mut c = Cluster::unstarted(n, timing, read_mode);
         for id in 1..=n {
             c.start_node(id).await;
@@ -94,7 +101,7 @@ impl Cluster {
     }
 
     /// The folders, certificates and addresses of `n` nodes, none started.
-    pub fn unstarted(n: u64, timing: Timing, read_mode: ReadMode) -> Cluster {
+    pub(crate) fn unstarted(n: u64, timing: Timing, read_mode: ReadMode) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let ids: Vec<NodeId> = (1..=n).collect();
         tenure::transport::tls::write_cluster_certs(dir.path().join("certs"), ids.iter().copied())
@@ -113,7 +120,7 @@ impl Cluster {
         }
     }
 
-    pub fn config(&self, id: NodeId) -> Config {
+    pub(crate) fn config(&self, id: NodeId) -> Config {
         let b = Config::builder(id)
             .peers(self.addrs.iter().map(|(i, a)| (*i, *a)))
             .data_dir(self.dir.path().join(format!("data-{id}")))
@@ -130,7 +137,7 @@ impl Cluster {
 
     /// Starts a new node `id` that joins the group (certificate issued now, empty data
     /// directory, `Config::join`); returns its address for `Node::add_learner`.
-    pub async fn start_joining(&mut self, id: NodeId) -> SocketAddr {
+    pub(crate) async fn start_joining(&mut self, id: NodeId) -> SocketAddr {
         tenure::transport::tls::write_node_cert(self.dir.path().join("certs"), id)
             .expect("issue a node certificate");
         let addr = free_addr();
@@ -140,7 +147,7 @@ impl Cluster {
         addr
     }
 
-    pub async fn start_node(&mut self, id: NodeId) {
+    pub(crate) async fn start_node(&mut self, id: NodeId) {
         // A node killed in this process releases its UDP port when its endpoint's last
         // task ends, a moment after `kill` returns: retry while the port is busy.
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -165,11 +172,12 @@ impl Cluster {
                     let mut l = leases.lock().unwrap();
                     l.push(LeaseRecord {
                         node: id,
-                        term: lease.token().0,
+                        term: lease.token().term(),
                         acquired: Instant::now(),
                         valid_until: None,
                         ended: None,
                         reason: None,
+                        lost_at: None,
                     });
                     l.len() - 1
                 };
@@ -177,6 +185,7 @@ impl Cluster {
                 let mut l = leases.lock().unwrap();
                 let r = &mut l[idx];
                 r.reason = Some(reason);
+                r.lost_at = Some(Instant::now());
                 r.valid_until = Some(lease.valid_until());
                 r.ended = lease.ended_at();
             }
@@ -185,13 +194,13 @@ impl Cluster {
     }
 
     /// Stops a node at once, without handover, as if its process died.
-    pub async fn kill(&mut self, id: NodeId) {
+    pub(crate) async fn kill(&mut self, id: NodeId) {
         if let Some(n) = self.nodes.remove(&id) {
             n.kill().await;
         }
     }
 
-    pub async fn restart(&mut self, id: NodeId) {
+    pub(crate) async fn restart(&mut self, id: NodeId) {
         let t0 = Instant::now();
         self.kill(id).await;
         let killed = t0.elapsed();
@@ -202,16 +211,16 @@ impl Cluster {
         );
     }
 
-    pub fn node(&self, id: NodeId) -> &Node {
+    pub(crate) fn node(&self, id: NodeId) -> &Node {
         &self.nodes[&id]
     }
 
-    pub fn view(&self, id: NodeId) -> Leadership {
+    pub(crate) fn view(&self, id: NodeId) -> Leadership {
         self.nodes[&id].leadership()
     }
 
     /// Cuts every link between `a` and `b`, both directions.
-    pub fn cut(&self, a: NodeId, b: NodeId) {
+    pub(crate) fn cut(&self, a: NodeId, b: NodeId) {
         if let Some(n) = self.nodes.get(&a) {
             n.faults().isolate_from(b);
         }
@@ -221,14 +230,14 @@ impl Cluster {
     }
 
     /// Cuts `id` off from every other node.
-    pub fn isolate(&self, id: NodeId) {
+    pub(crate) fn isolate(&self, id: NodeId) {
         for other in self.addrs.keys().copied().filter(|o| *o != id) {
             self.cut(id, other);
         }
     }
 
     /// Splits the group into two sides that cannot talk.
-    pub fn partition(&self, side_a: &[NodeId]) {
+    pub(crate) fn partition(&self, side_a: &[NodeId]) {
         for a in side_a {
             for b in self.addrs.keys().filter(|b| !side_a.contains(b)) {
                 self.cut(*a, *b);
@@ -236,14 +245,14 @@ impl Cluster {
         }
     }
 
-    pub fn heal(&self) {
+    pub(crate) fn heal(&self) {
         for n in self.nodes.values() {
             n.faults().heal();
         }
     }
 
     /// Nodes that consider themselves leader, with their term.
-    pub fn leaders(&self) -> Vec<(NodeId, u64)> {
+    pub(crate) fn leaders(&self) -> Vec<(NodeId, u64)> {
         self.nodes
             .iter()
             .map(|(id, n)| (*id, n.leadership()))
@@ -253,7 +262,7 @@ impl Cluster {
     }
 
     /// The node holding a lease, if exactly one running node does.
-    pub fn leased_leader(&self) -> Option<(NodeId, u64)> {
+    pub(crate) fn leased_leader(&self) -> Option<(NodeId, u64)> {
         let leased: Vec<(NodeId, u64)> = self
             .nodes
             .iter()
@@ -265,7 +274,7 @@ impl Cluster {
     }
 
     /// Waits until one node holds a lease and every running node agrees on it.
-    pub async fn steady_leader(&self, timeout: Duration) -> (NodeId, u64) {
+    pub(crate) async fn steady_leader(&self, timeout: Duration) -> (NodeId, u64) {
         wait_for("one leased leader that every node follows", timeout, || {
             let (leader, term) = self.leased_leader()?;
             self.nodes
@@ -281,32 +290,39 @@ impl Cluster {
         .await
     }
 
-    /// Checks that no two leases overlap in time and no term had two holders.
-    pub fn assert_leases_never_overlap(&self) {
+    /// Checks that no term had two lease holders and no lease began before another
+    /// node's lease of an earlier term ended: the history checker's rules (a) and (d),
+    /// with each lease ending at its [`LeaseRecord::effective_end`] (a lease lost other
+    /// than by a handover protected until its validity ran out).
+    pub(crate) fn assert_leases_never_overlap(&self) {
         let leases = self.leases.lock().unwrap().clone();
-        for a in &leases {
-            for b in &leases {
-                if a.term == b.term && a.node != b.node {
-                    panic!("term {} had two lease holders: {a:?} and {b:?}", a.term);
-                }
-                if a.term < b.term {
-                    if let Some(end) = a.effective_end() {
-                        assert!(
-                            end <= b.acquired,
-                            "node {} acquired term {} {:?} before node {}'s lease of term {} ended ({a:?})",
-                            b.node,
-                            b.term,
-                            end - b.acquired,
-                            a.node,
-                            a.term
-                        );
-                    }
-                }
+        // One reading of both clocks, so that the leases keep their exact order.
+        let (base, base_ns) = (Instant::now(), tenure::clock::monotonic_ns());
+        let ns = |at: Instant| match at.checked_duration_since(base) {
+            Some(after) => base_ns + after.as_nanos() as u64,
+            None => base_ns.saturating_sub((base - at).as_nanos() as u64),
+        };
+        let mut events = Vec::new();
+        for l in &leases {
+            events.push(Event::new(l.node, ns(l.acquired), Kind::LeaseAcquired).term(l.term));
+            if let (Some(reason), Some(lost_at), Some(end)) =
+                (l.reason, l.lost_at, l.effective_end())
+            {
+                events.push(Event::lost(
+                    l.node,
+                    ns(lost_at),
+                    l.term,
+                    ns(end),
+                    reason.as_str(),
+                ));
             }
+        }
+        if let Err(failure) = checker::check(&events, &[], &Options::new(self.addrs.len())) {
+            panic!("{failure}\nleases: {leases:#?}");
         }
     }
 
-    pub async fn shutdown(mut self) {
+    pub(crate) async fn shutdown(mut self) {
         let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
         for id in ids {
             self.kill(id).await;

@@ -1,7 +1,10 @@
 //! A network lab for real worker processes (root only): every worker runs in its own
 //! network namespace, wired by a veth to a bridge that lives in a dedicated "switch"
 //! namespace, with an address in a private subnet (10.77.0.0/24) that exists only inside
-//! these namespaces. The host's own network namespace is never touched.
+//! these namespaces. The host's own network namespace is never touched. Every worker
+//! opens its admin endpoint (`--admin`, port [`ADMIN_PORT`]); an operator namespace on the
+//! same bridge ([`OPERATOR_ADDR`], no fault rules of its own) runs `ctl` against them
+//! ([`Operator`]).
 //!
 //! Faults are nftables rules in each worker's namespace (an `inet tenure` table with an
 //! `input` and an `output` chain): drop from / to given peers, one way or both, and drop
@@ -28,16 +31,23 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::kit::command::{Start, WorkerCommand};
+
 /// Every namespace this harness makes starts with this; [`Lab::new`] sweeps stale ones.
-pub const NS_PREFIX: &str = "tenure-netns-";
+pub(crate) const NS_PREFIX: &str = "tenure-netns-";
 /// The port every worker listens on (each has its own namespace, so they never clash).
-pub const PORT: u16 = 7000;
+pub(crate) const PORT: u16 = 7000;
+/// The port of every worker's admin endpoint (`--admin`), for the operator's `ctl`.
+pub(crate) const ADMIN_PORT: u16 = 7100;
+/// The operator's address: its own namespace on the bridge, with no fault rules of its
+/// own (a node's loss rules drop its packets too, as they drop any peer's).
+pub(crate) const OPERATOR_ADDR: &str = "10.77.0.200";
 
 /// Why the suite cannot run here, if it cannot: `None` means go ahead.
 ///
 /// Forced with `TENURE_NETNS_SKIP=1`. Without root, `ip` or `nft`, or when this kernel
 /// or container refuses network namespaces, it is skipped too.
-pub fn skip_reason() -> Option<String> {
+pub(crate) fn skip_reason() -> Option<String> {
     if std::env::var("TENURE_NETNS_SKIP").is_ok_and(|v| !v.is_empty() && v != "0") {
         return Some("TENURE_NETNS_SKIP is set".into());
     }
@@ -73,7 +83,7 @@ pub fn skip_reason() -> Option<String> {
 }
 
 /// Runs a command, `Err` with its stderr when it fails.
-pub fn run(prog: &str, args: &[&str]) -> Result<String, String> {
+pub(crate) fn run(prog: &str, args: &[&str]) -> Result<String, String> {
     let out = Command::new(prog)
         .args(args)
         .stdin(Stdio::null())
@@ -148,13 +158,13 @@ fn sweep_stale() {
 }
 
 /// The address of worker `id` (1-based).
-pub fn addr_of(id: u64) -> String {
+pub(crate) fn addr_of(id: u64) -> String {
     format!("10.77.0.{id}")
 }
 
 /// What the network does now: one-way cuts and random loss. The default heals all.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NetState {
+pub(crate) struct NetState {
     /// `(from, to)`: packets from `from` to `to` are dropped (at both ends).
     pub cut: BTreeSet<(u64, u64)>,
     /// Node → percent of its packets dropped, inbound and outbound.
@@ -163,7 +173,7 @@ pub struct NetState {
 
 impl NetState {
     /// Cuts both directions between every node of `a` and every node of `b`.
-    pub fn cut_between(&mut self, a: &[u64], b: &[u64]) {
+    pub(crate) fn cut_between(&mut self, a: &[u64], b: &[u64]) {
         for &x in a {
             for &y in b {
                 if x != y {
@@ -175,7 +185,7 @@ impl NetState {
     }
 
     /// Drops what goes from `from` to each of `to` (one way).
-    pub fn cut_one_way(&mut self, from: u64, to: &[u64]) {
+    pub(crate) fn cut_one_way(&mut self, from: u64, to: &[u64]) {
         for &y in to {
             if y != from {
                 self.cut.insert((from, y));
@@ -185,7 +195,7 @@ impl NetState {
 
     /// Whether `id` can still exchange packets both ways with a majority of `ids`
     /// (itself included), loss aside.
-    pub fn reaches_majority(&self, id: u64, ids: &[u64]) -> bool {
+    pub(crate) fn reaches_majority(&self, id: u64, ids: &[u64]) -> bool {
         let both = ids
             .iter()
             .filter(|p| {
@@ -235,7 +245,7 @@ impl fmt::Display for NetState {
 
 /// One line a worker printed, with its `CLOCK_MONOTONIC` time.
 #[derive(Debug, Clone)]
-pub struct Line {
+pub(crate) struct Line {
     pub node: u64,
     pub event: String,
     pub mono_ns: u64,
@@ -244,14 +254,14 @@ pub struct Line {
 }
 
 impl Line {
-    pub fn term(&self) -> Option<u64> {
+    pub(crate) fn term(&self) -> Option<u64> {
         self.v.get("term").and_then(Value::as_u64)
     }
 }
 
 /// What kind of thing the harness did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ActionKind {
+pub(crate) enum ActionKind {
     /// A worker process was started.
     Start,
     /// A fault landed (rules, SIGSTOP).
@@ -262,11 +272,13 @@ pub enum ActionKind {
     Crash,
     /// The workers were told to stop.
     Stop,
+    /// An operator op (`ctl`) was asked, or answered.
+    Op,
 }
 
 /// Something the harness did, for the timeline.
 #[derive(Debug, Clone)]
-pub struct Action {
+pub(crate) struct Action {
     pub mono_ns: u64,
     pub kind: ActionKind,
     /// The worker it concerns; 0 for the whole network.
@@ -274,10 +286,20 @@ pub struct Action {
     pub what: String,
 }
 
-/// Five (or `n`) workers in their namespaces.
-pub struct Lab {
+/// Five (or `n`) workers in their namespaces, and room for one more: a spare that joins
+/// the group ([`Lab::spawn_spare`]).
+pub(crate) struct Lab {
     pub name: String,
+    /// The workers started so far: the first members, then the spare once it runs.
     pub ids: Vec<u64>,
+    /// The group's first members (their `--peers`, as a unit file would keep it).
+    first: Vec<u64>,
+    /// The spare's id (`n + 1`): its namespace exists from the start.
+    pub spare: u64,
+    /// Workers started with `--join`.
+    joined: BTreeSet<u64>,
+    /// Workers the operator stopped for good (replaced): never started again.
+    retired: BTreeSet<u64>,
     pub dir: tempfile::TempDir,
     pub start_ns: u64,
     switch: String,
@@ -296,7 +318,7 @@ pub struct Lab {
 impl Lab {
     /// Makes the namespaces, the bridge and the certificates for `n` workers; `tag`
     /// tells labs of one harness process apart. Starts no worker.
-    pub fn new(tag: &str, n: u64, worker: PathBuf, args: &[String]) -> Result<Lab, String> {
+    pub(crate) fn new(tag: &str, n: u64, worker: PathBuf, args: &[String]) -> Result<Lab, String> {
         sweep_stale();
         let name = format!("{NS_PREFIX}{}-{tag}", std::process::id());
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
@@ -306,6 +328,10 @@ impl Lab {
         let mut lab = Lab {
             switch: format!("{name}-sw"),
             name,
+            first: ids.clone(),
+            spare: n + 1,
+            joined: BTreeSet::new(),
+            retired: BTreeSet::new(),
             ids,
             dir,
             start_ns: tenure::clock::monotonic_ns(),
@@ -324,7 +350,23 @@ impl Lab {
         lab.make_ns(&sw)?;
         run("ip", &["-n", &sw, "link", "add", "br0", "type", "bridge"])?;
         run("ip", &["-n", &sw, "link", "set", "br0", "up"])?;
-        for id in lab.ids.clone() {
+        // The operator's namespace, where `ctl` runs.
+        let op = lab.operator_ns();
+        lab.make_ns(&op)?;
+        run(
+            "ip",
+            &[
+                "-n", &op, "link", "add", "eth0", "type", "veth", "peer", "name", "pop", "netns",
+                &sw,
+            ],
+        )?;
+        run("ip", &["-n", &sw, "link", "set", "pop", "master", "br0"])?;
+        run("ip", &["-n", &sw, "link", "set", "pop", "up"])?;
+        let cidr = format!("{OPERATOR_ADDR}/24");
+        run("ip", &["-n", &op, "addr", "add", &cidr, "dev", "eth0"])?;
+        run("ip", &["-n", &op, "link", "set", "eth0", "up"])?;
+        run("ip", &["-n", &op, "link", "set", "lo", "up"])?;
+        for id in (1..=lab.spare).collect::<Vec<u64>>() {
             let ns = lab.ns(id);
             lab.make_ns(&ns)?;
             let port = format!("p{id}");
@@ -355,16 +397,40 @@ impl Lab {
     }
 
     /// The namespace of worker `id`.
-    pub fn ns(&self, id: u64) -> String {
+    pub(crate) fn ns(&self, id: u64) -> String {
         format!("{}-n{id}", self.name)
     }
 
-    pub fn data_dir(&self, id: u64) -> PathBuf {
+    /// The operator's namespace (`ctl` runs there).
+    pub(crate) fn operator_ns(&self) -> String {
+        format!("{}-op", self.name)
+    }
+
+    /// Every worker's admin address, the spare's included, comma-separated (`ctl --addr`).
+    pub(crate) fn admin_addrs(&self) -> String {
+        (1..=self.spare)
+            .map(|i| format!("{}:{ADMIN_PORT}", addr_of(i)))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// What `ctl` needs to drive this lab from the operator's namespace.
+    pub(crate) fn operator(&self, ctl: &Path) -> Operator {
+        Operator {
+            ns: self.operator_ns(),
+            ctl: ctl.to_path_buf(),
+            certs: self.dir.path().join("certs"),
+            addrs: self.admin_addrs(),
+            actions: self.actions.clone(),
+        }
+    }
+
+    pub(crate) fn data_dir(&self, id: u64) -> PathBuf {
         self.dir.path().join(format!("data-{id}"))
     }
 
     /// Records a harness action on the timeline.
-    pub fn note(&self, kind: ActionKind, node: u64, what: impl Into<String>) {
+    pub(crate) fn note(&self, kind: ActionKind, node: u64, what: impl Into<String>) {
         self.actions.lock().unwrap().push(Action {
             mono_ns: tenure::clock::monotonic_ns(),
             kind,
@@ -373,30 +439,39 @@ impl Lab {
         });
     }
 
-    /// Starts worker `id` in its namespace (again, after a kill: same data folder).
-    pub fn spawn(&mut self, id: u64) {
-        let peers = self
-            .ids
-            .iter()
-            .map(|i| format!("{i}={}:{PORT}", addr_of(*i)))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.ns(id)])
-            .arg(&self.worker)
-            .args(["--id", &id.to_string()])
-            .args(["--listen", &format!("{}:{PORT}", addr_of(id))])
-            .args(["--peers", &peers])
-            .arg("--data-dir")
-            .arg(self.data_dir(id))
-            .arg("--certs")
-            .arg(self.dir.path().join("certs"))
-            .args(["--log-level", "off"])
-            .args(["--found", &self.group])
+    /// Starts worker `id` in its namespace (again, after a kill: same data folder). A
+    /// retired worker is not started again.
+    pub(crate) fn spawn(&mut self, id: u64) {
+        if self.retired.contains(&id) {
+            return;
+        }
+        // The first members, and a spare itself: whom it reaches first.
+        let mut peer_ids = self.first.clone();
+        if !peer_ids.contains(&id) {
+            peer_ids.push(id);
+        }
+        let start = if self.joined.contains(&id) {
+            Start::Join
+        } else {
+            Start::Found(self.group.clone())
+        };
+        let ns = self.ns(id);
+        let mut cmd = WorkerCommand::new(&self.worker)
+            .id(id)
+            .listen(format!("{}:{PORT}", addr_of(id)))
+            .peers(
+                peer_ids
+                    .iter()
+                    .map(|i| (*i, format!("{}:{PORT}", addr_of(*i)))),
+            )
+            .data_dir(self.data_dir(id))
+            .certs(self.dir.path().join("certs"))
+            .log_level("off")
+            .admin(format!("{}:{ADMIN_PORT}", addr_of(id)))
+            .start(start)
             .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .wrapped_in(&["ip", "netns", "exec", &ns]);
+        cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
         // SAFETY: prctl is async-signal-safe; it only sets this child's parent-death signal
         // (kept across `ip`'s exec of the worker: neither is set-user-ID).
         unsafe {
@@ -439,17 +514,44 @@ impl Lab {
         self.paused.remove(&id);
     }
 
-    pub fn start_all(&mut self) {
+    /// Starts the spare on an empty folder, joining (`--join`), with a certificate from
+    /// the lab's CA; from now on it is one of the lab's workers. Returns its id.
+    pub(crate) fn spawn_spare(&mut self) -> Result<u64, String> {
+        let id = self.spare;
+        if self.ids.contains(&id) {
+            return Ok(id);
+        }
+        let certs = self.dir.path().join("certs");
+        tenure::transport::tls::write_node_cert(&certs, id).map_err(|e| e.to_string())?;
+        self.joined.insert(id);
+        self.ids.push(id);
+        self.spawn(id);
+        Ok(id)
+    }
+
+    /// Stops worker `id` for good (SIGKILL if it runs): the operator took it out of the
+    /// group; no heal starts it again.
+    pub(crate) fn retire(&mut self, id: u64) {
+        self.kill(id);
+        self.retired.insert(id);
+        self.note(
+            ActionKind::Stop,
+            id,
+            format!("n{id} stopped for good (replaced)"),
+        );
+    }
+
+    pub(crate) fn start_all(&mut self) {
         for id in self.ids.clone() {
             self.spawn(id);
         }
     }
 
-    pub fn is_running(&self, id: u64) -> bool {
+    pub(crate) fn is_running(&self, id: u64) -> bool {
         self.children.contains_key(&id)
     }
 
-    pub fn is_paused(&self, id: u64) -> bool {
+    pub(crate) fn is_paused(&self, id: u64) -> bool {
         self.paused.contains(&id)
     }
 
@@ -460,20 +562,20 @@ impl Lab {
         }
     }
 
-    pub fn pause(&mut self, id: u64) {
+    pub(crate) fn pause(&mut self, id: u64) {
         self.signal(id, libc::SIGSTOP);
         self.paused.insert(id);
         self.note(ActionKind::Fault, id, format!("SIGSTOP n{id}"));
     }
 
-    pub fn resume(&mut self, id: u64) {
+    pub(crate) fn resume(&mut self, id: u64) {
         self.signal(id, libc::SIGCONT);
         self.paused.remove(&id);
         self.note(ActionKind::Heal, id, format!("SIGCONT n{id}"));
     }
 
     /// SIGKILL and reap.
-    pub fn kill(&mut self, id: u64) {
+    pub(crate) fn kill(&mut self, id: u64) {
         if let Some(mut c) = self.children.remove(&id) {
             let _ = c.kill();
             let _ = c.wait();
@@ -484,7 +586,7 @@ impl Lab {
 
     /// Makes every namespace enforce `net`; `why` goes on the timeline. Only the
     /// namespaces whose rules change are touched.
-    pub fn set_net(&mut self, net: NetState, why: &str) -> Result<(), String> {
+    pub(crate) fn set_net(&mut self, net: NetState, why: &str) -> Result<(), String> {
         if net == self.net {
             return Ok(());
         }
@@ -504,12 +606,12 @@ impl Lab {
         Ok(())
     }
 
-    pub fn net(&self) -> &NetState {
+    pub(crate) fn net(&self) -> &NetState {
         &self.net
     }
 
     /// Heals everything: links up, no loss, every worker running and not paused.
-    pub fn heal_all(&mut self) -> Result<(), String> {
+    pub(crate) fn heal_all(&mut self) -> Result<(), String> {
         self.set_net(NetState::default(), "heal links")?;
         for id in self.paused.clone() {
             self.resume(id);
@@ -523,13 +625,13 @@ impl Lab {
     }
 
     /// The worker lines so far, in arrival order.
-    pub fn lines(&self) -> Vec<Line> {
+    pub(crate) fn lines(&self) -> Vec<Line> {
         self.lines.lock().unwrap().clone()
     }
 
     /// The node that holds the most recent lease (highest term acquired and not yet
     /// reported lost), else the leader of the highest term anyone reported.
-    pub fn current_leader(&self) -> Option<u64> {
+    pub(crate) fn current_leader(&self) -> Option<u64> {
         let lines = self.lines.lock().unwrap();
         let acquired = lines
             .iter()
@@ -552,7 +654,7 @@ impl Lab {
     }
 
     /// Waits until a line matching `f` arrived; `None` after `timeout`.
-    pub fn wait_line(&self, timeout: Duration, f: impl Fn(&Line) -> bool) -> Option<Line> {
+    pub(crate) fn wait_line(&self, timeout: Duration, f: impl Fn(&Line) -> bool) -> Option<Line> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(l) = self.lines.lock().unwrap().iter().find(|l| f(l)) {
@@ -565,8 +667,12 @@ impl Lab {
         }
     }
 
-    /// SIGCONT and SIGTERM to every worker, then waits (SIGKILL after `grace`).
-    pub fn stop_all(&mut self, grace: Duration) {
+    /// SIGCONT and SIGTERM to every worker, then waits (SIGKILL after `grace`). Returns
+    /// the workers that did not exit by themselves with code 0 (the signal that ended
+    /// them, `None` if they exited with another code or had to be killed).
+    pub(crate) fn stop_all(&mut self, grace: Duration) -> Vec<(u64, Option<i32>)> {
+        use std::os::unix::process::ExitStatusExt;
+        let mut unclean = Vec::new();
         for id in self.children.keys().copied().collect::<Vec<_>>() {
             self.signal(id, libc::SIGCONT);
             self.signal(id, libc::SIGTERM);
@@ -574,24 +680,31 @@ impl Lab {
         self.paused.clear();
         self.note(ActionKind::Stop, 0, "SIGTERM to all workers");
         let deadline = Instant::now() + grace;
-        for (_, mut c) in std::mem::take(&mut self.children) {
+        for (id, mut c) in std::mem::take(&mut self.children) {
             loop {
                 match c.try_wait() {
-                    Ok(Some(_)) => break,
+                    Ok(Some(status)) => {
+                        if !status.success() {
+                            unclean.push((id, status.signal()));
+                        }
+                        break;
+                    }
                     _ if Instant::now() >= deadline => {
                         let _ = c.kill();
                         let _ = c.wait();
+                        unclean.push((id, None));
                         break;
                     }
                     _ => std::thread::sleep(Duration::from_millis(10)),
                 }
             }
         }
+        unclean
     }
 
     /// Worker lines and harness actions merged in time order, times in ms since the lab
     /// was made; for failure reports.
-    pub fn timeline(&self) -> Vec<String> {
+    pub(crate) fn timeline(&self) -> Vec<String> {
         let mut all: Vec<(u64, String)> = self
             .lines()
             .into_iter()
@@ -629,12 +742,120 @@ impl Drop for Lab {
     }
 }
 
+/// Runs the operator tool (`examples/ctl.rs`) against a lab, from the operator's
+/// namespace, and puts what it asked and what it got on the lab's timeline. Cheap to
+/// clone into a thread.
+#[derive(Clone)]
+pub(crate) struct Operator {
+    ns: String,
+    ctl: PathBuf,
+    certs: PathBuf,
+    addrs: String,
+    actions: Arc<Mutex<Vec<Action>>>,
+}
+
+/// What one `ctl` command did.
+#[derive(Debug, Clone)]
+pub(crate) struct CtlRun {
+    /// The command, as given (`transfer --to 3`).
+    pub command: String,
+    /// "ok", or the refusal's kind (`not_leader`, `timed_out`, ..., `unreachable`, or
+    /// `ctl` for an error of the tool itself).
+    pub outcome: String,
+    /// Its JSON answer, or what it printed on stderr.
+    pub said: String,
+    /// When it was asked and when it answered (`CLOCK_MONOTONIC`).
+    pub asked_ns: u64,
+    pub answered_ns: u64,
+}
+
+impl Operator {
+    /// Runs `ctl --json --timeout SECS <command>` (every node's admin address given) and
+    /// waits for it; never fails (a tool that cannot run says so in the outcome).
+    pub(crate) fn run(&self, command: &[String], timeout_secs: u64) -> CtlRun {
+        let shown = command.join(" ");
+        let asked_ns = tenure::clock::monotonic_ns();
+        self.note(format!("operator: ctl {shown}"));
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.ns])
+            .arg(&self.ctl)
+            .arg("--certs")
+            .arg(&self.certs)
+            .args(["--addr", &self.addrs, "--json"])
+            .args(["--timeout", &timeout_secs.to_string()])
+            .args(command)
+            .stdin(Stdio::null())
+            .output();
+        let answered_ns = tenure::clock::monotonic_ns();
+        let (outcome, said) = match out {
+            Err(e) => (
+                "ctl".to_string(),
+                format!("cannot run {}: {e}", self.ctl.display()),
+            ),
+            Ok(o) => {
+                let stdout = String::from_utf8_lossy(&o.stdout).trim().to_string();
+                let stderr = String::from_utf8_lossy(&o.stderr).trim().to_string();
+                let v: Option<Value> = serde_json::from_str(&stdout).ok();
+                let kind = v.as_ref().and_then(|v| {
+                    if v.get("ok").is_some() {
+                        Some("ok".to_string())
+                    } else {
+                        v.pointer("/error/kind")
+                            .and_then(Value::as_str)
+                            .map(str::to_string)
+                    }
+                });
+                match kind {
+                    Some(k) if (k == "ok") == o.status.success() => (k, stdout),
+                    _ => (
+                        "ctl".to_string(),
+                        format!("exit {:?}: {stdout} {stderr}", o.status.code()),
+                    ),
+                }
+            }
+        };
+        self.note(format!("operator: ctl {shown} -> {outcome}: {said}"));
+        CtlRun {
+            command: shown,
+            outcome,
+            said,
+            asked_ns,
+            answered_ns,
+        }
+    }
+
+    fn note(&self, what: String) {
+        self.actions.lock().unwrap().push(Action {
+            mono_ns: tenure::clock::monotonic_ns(),
+            kind: ActionKind::Op,
+            node: 0,
+            what,
+        });
+    }
+}
+
+/// The `ctl` binary: `TENURE_NETNS_CTL=PATH`; else the `ctl` beside a
+/// `TENURE_NETNS_WORKER` (`.ci/run`'s `cargo test` built both); else the kit's
+/// (`kit::binary::example`: beside the test, built with cargo when missing or stale).
+pub(crate) fn ctl_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("TENURE_NETNS_CTL").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    if let Some(w) = std::env::var_os("TENURE_NETNS_WORKER").filter(|p| !p.is_empty()) {
+        let beside = Path::new(&w).with_file_name("ctl");
+        if beside.exists() {
+            return beside;
+        }
+    }
+    super::kit::binary::example("ctl")
+}
+
 /// The worker binary to run: the plain example, or, with `TENURE_MUTATION` set, one
 /// built with `--features mutations` (checked to really be one).
 ///
 /// `TENURE_NETNS_WORKER=PATH` runs that binary instead (no build: for long manual runs
 /// while the tree changes).
-pub fn worker_for_run() -> PathBuf {
+pub(crate) fn worker_for_run() -> PathBuf {
     let mutation = std::env::var("TENURE_MUTATION").unwrap_or_default();
     if let Some(p) = std::env::var_os("TENURE_NETNS_WORKER").filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);

@@ -6,35 +6,54 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use tenure::storage::{MemStore, RaftStore, ReadyWrite, StorageError};
 
 /// Which write dies (the values of [`TornStore::tear`]).
-pub mod tear {
+pub(crate) mod tear {
     /// None.
-    pub const NONE: u8 = 0;
+    pub(crate) const NONE: u8 = 0;
     /// The next write with a hard state (term, vote).
-    pub const HARD_STATE: u8 = 1;
+    pub(crate) const HARD_STATE: u8 = 1;
     /// The next write with log entries carrying a leadership record.
-    pub const RECORD: u8 = 2;
+    pub(crate) const RECORD: u8 = 2;
 }
 
 /// Whether an entry carries a leadership record (tenure's history entries start with
 /// this tag byte).
-pub fn is_record(e: &Entry) -> bool {
+pub(crate) fn is_record(e: &Entry) -> bool {
     e.data.first() == Some(&b'H')
 }
 
 /// A [`MemStore`] whose next write of the armed kind dies.
 #[derive(Clone)]
-pub struct TornStore {
+pub(crate) struct TornStore {
     pub inner: MemStore,
     /// Which write dies: one of the [`tear`] values; reset when it happened. Shared across
     /// restarts of one node, so a fault can be armed before the node starts.
     pub tear: Arc<AtomicU8>,
     /// Set when the store died.
     pub died: Arc<AtomicBool>,
+    /// Shared by every clone: when the last one is dropped, the store "closes".
+    pub closing: Arc<CloseProbe>,
+}
+
+/// What closing a store takes, made observable: dropping the last clone of a
+/// [`TornStore`] blocks for `delay` (as RocksDB's close does while it syncs and unlocks)
+/// and then sets `closed`.
+#[derive(Default)]
+pub(crate) struct CloseProbe {
+    pub delay: Duration,
+    pub closed: Arc<AtomicBool>,
+}
+
+impl Drop for CloseProbe {
+    fn drop(&mut self) {
+        std::thread::sleep(self.delay);
+        self.closed.store(true, Ordering::SeqCst);
+    }
 }
 
 impl raft::Storage for TornStore {

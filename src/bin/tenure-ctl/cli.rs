@@ -758,10 +758,12 @@ fn explain(
             "\n  give node {l}'s admin address with --addr (or every node's, comma-separated)"
         )),
         (ErrorKind::ChangeInFlight, _) => {
-            s.push_str("\n  retry when `status` shows no change in flight")
+            s.push_str("\n  retry when `status` shows no change in flight");
         }
         (ErrorKind::LearnerBehind, _) => {
-            s.push_str("\n  the learner must be running and reachable; retry when it has caught up")
+            s.push_str(
+                "\n  the learner must be running and reachable; retry when it has caught up",
+            );
         }
         (ErrorKind::TimedOut, _) => s.push_str("\n  it may still take effect; check `status`"),
         _ => {}
@@ -812,7 +814,7 @@ fn list(ids: &[NodeId]) -> String {
         "-".into()
     } else {
         ids.iter()
-            .map(|i| i.to_string())
+            .map(std::string::ToString::to_string)
             .collect::<Vec<_>>()
             .join(" ")
     }

@@ -67,7 +67,9 @@ impl Budget {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn try_take(self: &Arc<Self>, peer: NodeId, bytes: usize) -> Option<Permit> {

@@ -186,7 +186,7 @@ async fn read_stream(
     let malformed = |e: &FrameError| {
         TransportStats::bump(&shared.stats.frames_malformed);
         warn!(log, "closing connection: malformed frame"; "error" => %e);
-        close(close_code::MALFORMED, b"malformed frame")
+        close(close_code::MALFORMED, b"malformed frame");
     };
     loop {
         let prefix = tokio::select! {

@@ -61,6 +61,9 @@
 //! session resumption are off (every connection shows its certificate), bidirectional
 //! streams and datagrams are refused, connection migration is off.
 //!
+//! [`Inbound::Unreachable`]: crate::transport::Inbound::Unreachable
+//! [`Inbound::Hello`]: crate::transport::Inbound::Hello
+//!
 //! # Shutdown
 //!
 //! [`QuicTransport::shutdown`] closes every connection (CONNECTION_CLOSE), waits until the
@@ -428,7 +431,7 @@ impl QuicTransport {
             .shared
             .peers
             .write()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&id);
         if let Some(peer) = removed {
             info!(self.shared.log, "peer removed"; "peer" => id);
@@ -466,7 +469,7 @@ impl Transport for QuicTransport {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => TransportStats::bump(&shared.stats.dropped_queue_full),
             Err(TrySendError::Closed(_)) => {
-                TransportStats::bump(&shared.stats.dropped_disconnected)
+                TransportStats::bump(&shared.stats.dropped_disconnected);
             }
         }
     }
@@ -505,7 +508,7 @@ impl Transport for QuicTransport {
         shared
             .peers
             .write()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clear();
         // Every connection, open or in handshake, sends CONNECTION_CLOSE the next time its
         // driver runs. The tasks holding an open connection wait for that (see
@@ -516,7 +519,7 @@ impl Transport for QuicTransport {
         shared
             .task_guard
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
         // Free the port once the tasks have ended, also when the transport is only
         // closed or dropped (`shutdown` does the same and waits for it).

@@ -90,7 +90,9 @@ pub(super) struct DriverQueue {
 
 impl Shared {
     pub(super) fn peers_read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<NodeId, Peer>> {
-        self.peers.read().unwrap_or_else(|e| e.into_inner())
+        self.peers
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Spawns `fut` as one of the transport's tasks (not after close).
@@ -101,7 +103,7 @@ impl Shared {
         let guard = self
             .task_guard
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
         if let Some(guard) = guard {
             self.runtime.spawn(async move {
@@ -114,7 +116,10 @@ impl Shared {
     pub(super) fn add_peer(self: &Arc<Self>, id: NodeId, addr: SocketAddr) {
         let (peer, task) = Outbound::new(self.clone(), id, addr);
         {
-            let mut peers = self.peers.write().unwrap_or_else(|e| e.into_inner());
+            let mut peers = self
+                .peers
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             if self.closed.load(Ordering::Acquire) || peers.contains_key(&id) {
                 return;
             }
@@ -167,7 +172,10 @@ impl Shared {
 
     /// Gives back the budget of the messages the driver has taken from its channel.
     pub(super) fn reclaim_budget(&self) {
-        let mut q = self.driver_queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = self
+            .driver_queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.reclaim_locked(&mut q);
     }
 
@@ -187,7 +195,10 @@ impl Shared {
         item: Inbound,
         permit: Option<Permit>,
     ) -> Result<(), TrySendError<()>> {
-        let mut q = self.driver_queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = self
+            .driver_queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.reclaim_locked(&mut q);
         match self.inbound.try_send(item) {
             Ok(()) => {

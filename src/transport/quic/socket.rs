@@ -72,14 +72,20 @@ impl ReleasableSocket {
     }
 
     fn io(&self) -> std::sync::RwLockReadGuard<'_, Option<Arc<SocketIo>>> {
-        self.io.read().unwrap_or_else(|e| e.into_inner())
+        self.io
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Lets go of the socket; the returned future resolves once it is closed (at once,
     /// unless a writability wait still holds it: that wait ends now too). Idempotent.
     pub(super) fn release(&self) -> impl Future<Output = ()> + Send + 'static {
         self.released.cancel();
-        let io = self.io.write().unwrap_or_else(|e| e.into_inner()).take();
+        let io = self
+            .io
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         drop(io);
         let mut closed = self.closed.clone();
         async move { while closed.changed().await.is_ok() {} }

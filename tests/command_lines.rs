@@ -1,0 +1,285 @@
+//! The command lines of the example binaries other tools script against (`worker`,
+//! `local_group` and its `__worker` mode, `certs`): `--help` on stdout with exit code 0,
+//! a usage error on stderr naming the flag with exit code 2.
+
+#[path = "../examples/support/ledger.rs"]
+mod ledger;
+mod support;
+#[path = "../examples/support/worker.rs"]
+#[allow(dead_code)]
+mod worker;
+
+use std::time::Duration;
+
+use clap::Parser;
+use support::kit::binary::{example, output};
+use support::kit::command::WorkerCommand;
+
+/// Each of `cases` exits 2 with nothing on stdout and a message naming its flag.
+fn assert_usage_errors(bin: &std::path::Path, cases: &[(&[&str], &str)]) {
+    for (args, names) in cases {
+        let (code, out, err) = output(bin, args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert!(err.contains(names), "{args:?} should name {names}: {err}");
+    }
+}
+
+/// A worker command line that is whole but for what a case changes.
+const W: [&str; 8] = [
+    "--id",
+    "1",
+    "--peers",
+    "1=127.0.0.1:9",
+    "--data-dir",
+    "/nonexistent",
+    "--certs",
+    "/nonexistent",
+];
+
+fn with<'a>(base: &[&'a str], more: &[&'a str]) -> Vec<&'a str> {
+    base.iter().chain(more).copied().collect()
+}
+
+#[test]
+fn the_worker_explains_itself_and_names_the_flag_it_refuses() {
+    let worker = example("worker");
+    let (code, out, _) = output(&worker, &["--help"]);
+    assert_eq!(code, 0);
+    for needle in [
+        "Usage: worker --id N",
+        "worker --new-group-id",
+        "--found <GROUP>",
+        "--election-max-ms <N>",
+        "--row-jitter-ms <N>",
+        "Founding, restarting, replacing",
+        "Exit codes: 0 stopped on request",
+        "Prints one JSON object per line",
+        "SIGUSR1",
+    ] {
+        assert!(out.contains(needle), "--help lacks {needle:?}:\n{out}");
+    }
+    let (code, out, _) = output(&worker, &["-h"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("Exit codes"), "{out}");
+
+    let (code, out, err) = output(&worker, &["--new-group-id"]);
+    assert_eq!(code, 0, "{err}");
+    let id = out.trim();
+    assert!(
+        id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{out}"
+    );
+
+    assert_usage_errors(
+        &worker,
+        &[
+            (&with(&W, &["--frobnicate"]), "'--frobnicate'"),
+            (&["--id", "one"], "'--id <N>'"),
+            (&W[2..], "--id <N>"),
+            (&W[..6], "--certs <DIR>"),
+            (&with(&W, &["--listen", "nowhere"]), "'--listen <ADDR>'"),
+            (
+                &with(&W, &["--peers", "1:2"]),
+                "'--peers <1=ADDR,2=ADDR,...>'",
+            ),
+            (&with(&W, &["--found", "abc"]), "'--found <GROUP>'"),
+            (&with(&W, &["--timing", "moon"]), "'--timing <PRESET>'"),
+            (&with(&W, &["--tick-ms", "soon"]), "'--tick-ms <N>'"),
+            (&with(&W, &["--read-mode", "fast"]), "'--read-mode <MODE>'"),
+            (&with(&W, &["--log-level", "loud"]), "'--log-level <LEVEL>'"),
+            (&with(&W, &["--metrics", "9100"]), "'--metrics <ADDR>'"),
+            (&with(&W, &["--admin", "x:y"]), "'--admin <ADDR>'"),
+            (&with(&W, &["--confirm-ms"]), "'--confirm-ms <N>'"),
+            (&["--new-group-id", "--id", "1"], "'--new-group-id'"),
+        ],
+    );
+}
+
+#[test]
+fn local_group_explains_itself_and_names_the_flag_it_refuses() {
+    let local_group = example("local_group");
+    let (code, out, _) = output(&local_group, &["--help"]);
+    assert_eq!(code, 0);
+    for needle in [
+        "Usage: local_group",
+        "--nodes <N>",
+        "--spares <N>",
+        "--chaos <MODE>",
+        "--ledger <FILE>",
+        "--base-port <P>",
+        "[default: 5]",
+        "Exit codes",
+    ] {
+        assert!(out.contains(needle), "--help lacks {needle:?}:\n{out}");
+    }
+    assert_usage_errors(
+        &local_group,
+        &[
+            (&["--frobnicate"], "'--frobnicate'"),
+            (&["--nodes", "12"], "'--nodes <N>'"),
+            (&["--spares", "5"], "'--spares <N>'"),
+            (&["--nodes", "7", "--spares", "3"], "at most 9 workers"),
+            (&["--duration", "0"], "'--duration <SECS>'"),
+            (&["--chaos", "flood"], "'--chaos <MODE>'"),
+            (&["--timing", "moon"], "'--timing <PRESET>'"),
+            (&["--base-port", "70000"], "'--base-port <P>'"),
+        ],
+    );
+    // Worker mode: the worker's own command line.
+    let (code, out, _) = output(&local_group, &["__worker", "--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("Usage: worker --id N"), "{out}");
+    assert_usage_errors(
+        &local_group,
+        &[
+            (
+                &with(&["__worker"], &with(&W, &["--frobnicate"])),
+                "'--frobnicate'",
+            ),
+            (&["__worker", "--id", "x"], "'--id <N>'"),
+        ],
+    );
+}
+
+#[test]
+fn certs_explains_itself_and_names_the_flag_it_refuses() {
+    let certs = example("certs");
+    let (code, out, _) = output(&certs, &["--help"]);
+    assert_eq!(code, 0);
+    for needle in [
+        "Usage: certs",
+        "--nodes <N>",
+        "--out <DIR>",
+        "--per-node",
+        "DIR/ca/",
+    ] {
+        assert!(out.contains(needle), "--help lacks {needle:?}:\n{out}");
+    }
+    assert_usage_errors(
+        &certs,
+        &[
+            (
+                &["--nodes", "3", "--out", "/x", "--frobnicate"],
+                "'--frobnicate'",
+            ),
+            (&["--nodes", "0", "--out", "/x"], "'--nodes <N>'"),
+            (&["--nodes", "1001", "--out", "/x"], "'--nodes <N>'"),
+            (&["--nodes", "three", "--out", "/x"], "'--nodes <N>'"),
+            (&["--nodes", "3"], "--out <DIR>"),
+            (&["--out", "/x"], "--nodes <N>"),
+            (&["--nodes", "3", "--out", ""], "'--out <DIR>'"),
+            (
+                &["--nodes", "3", "--nodes", "4", "--out", "/x"],
+                "'--nodes <N>'",
+            ),
+            (
+                &["--nodes", "3", "--out", "/x", "--per-node=yes"],
+                "'--per-node'",
+            ),
+        ],
+    );
+    // And it still writes what it always wrote.
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("c");
+    let out_dir = out_dir.to_str().unwrap();
+    let (code, out, err) = output(&certs, &["--nodes", "2", "--out", out_dir, "--per-node"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("one folder per holder"), "{out}");
+    for f in [
+        "ca/ca-key.pem",
+        "node-2/node-2-key.pem",
+        "operator/operator.pem",
+    ] {
+        assert!(dir.path().join("c").join(f).exists(), "{f} missing");
+    }
+}
+
+/// Parses what `cmd` builds with the worker's own parser.
+fn parse(cmd: &WorkerCommand) -> Result<worker::Mode, clap::Error> {
+    let line = std::iter::once("worker".into()).chain(cmd.to_args());
+    worker::WorkerCli::try_parse_from(line).map(worker::WorkerCli::mode)
+}
+
+#[test]
+fn the_kits_worker_command_is_the_command_line_the_worker_parses() {
+    let group = tenure::GroupId::random();
+    let cmd = WorkerCommand::new("worker")
+        .id(3)
+        .listen("127.0.0.1:7003")
+        .peers([
+            (1, "127.0.0.1:7001"),
+            (2, "127.0.0.1:7002"),
+            (3, "127.0.0.1:7003"),
+        ])
+        .data_dir("/var/lib/tenure")
+        .certs("/etc/tenure/node-3")
+        .found(group)
+        .timing("fast")
+        .timing_ms(1, 3, 13, 25)
+        .log_level("off")
+        .ledger("/tmp/ledger.db")
+        .admin("127.0.0.1:0")
+        .metrics("127.0.0.1:9100")
+        .args(["--confirm-ms", "7", "--read-mode", "lease"]);
+    let worker::Mode::Run(a) = parse(&cmd).expect("the worker takes it") else {
+        panic!("not a worker run");
+    };
+    assert_eq!(a.id, 3);
+    assert_eq!(a.listen, Some("127.0.0.1:7003".parse().unwrap()));
+    assert_eq!(
+        a.peers,
+        "1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003"
+    );
+    assert_eq!(a.data_dir, std::path::Path::new("/var/lib/tenure"));
+    assert_eq!(a.certs, std::path::Path::new("/etc/tenure/node-3"));
+    assert_eq!(a.found, Some(group));
+    assert!(!a.join);
+    assert_eq!(a.timing, tenure::Timing::from_millis(1, 3, 13, 25));
+    assert_eq!(a.log_level, None);
+    assert_eq!(a.ledger, Some("/tmp/ledger.db".into()));
+    assert_eq!(a.admin, Some("127.0.0.1:0".parse().unwrap()));
+    assert_eq!(a.metrics, Some("127.0.0.1:9100".parse().unwrap()));
+    assert_eq!(a.confirm_every, Duration::from_millis(7));
+    assert_eq!(a.read_mode, tenure::ReadMode::LeaseBased);
+
+    // Joining, with the defaults the worker has always had.
+    let join = WorkerCommand::new("worker")
+        .id(6)
+        .peers([(6, "10.0.0.6:7001"), (1, "10.0.0.1:7001")])
+        .data_dir("d")
+        .certs("c")
+        .join();
+    let worker::Mode::Run(a) = parse(&join).expect("the worker takes it") else {
+        panic!("not a worker run");
+    };
+    assert!(a.join && a.found.is_none() && a.listen.is_none());
+    assert_eq!(a.peers, "6=10.0.0.6:7001,1=10.0.0.1:7001");
+    assert_eq!(a.timing, tenure::Timing::lan());
+    assert_eq!(a.read_mode, tenure::ReadMode::Safe);
+    assert_eq!(a.confirm_every, Duration::from_millis(100));
+    assert_eq!(a.log_level, Some(slog::Level::Warning));
+    assert_eq!(a.settle_every, Duration::from_millis(150));
+    assert_eq!(a.row_delay.base, Duration::from_millis(20));
+    assert_eq!(a.row_delay.jitter, Duration::ZERO);
+    assert_eq!((a.bench_confirms, a.stats_every), (0, None));
+
+    // An explicit tick over a preset keeps the preset's other times.
+    let wan_tick = join.clone().timing("wan").arg("--tick-ms").arg("25");
+    let worker::Mode::Run(a) = parse(&wan_tick).unwrap() else {
+        panic!("not a worker run");
+    };
+    assert_eq!(a.timing, tenure::Timing::from_millis(25, 200, 1000, 2000));
+
+    // A flag given again among the extra arguments wins, as it always did.
+    let again = join.clone().log_level("off").args(["--log-level", "debug"]);
+    let worker::Mode::Run(a) = parse(&again).unwrap() else {
+        panic!("not a worker run");
+    };
+    assert_eq!(a.log_level, Some(slog::Level::Debug));
+
+    // local_group's worker mode puts its word first.
+    let args = join.clone().mode("__worker").to_args();
+    assert_eq!(args[0], "__worker");
+    assert_eq!(args[1..], join.to_args()[..]);
+}
