@@ -20,6 +20,10 @@
 //! `systemd-analyze` missing: the systemd tests print a skip message, unless
 //! `TENURE_DEPLOY_REQUIRE` is set (as `.ci/run` does), which makes it a failure.
 
+#[path = "support/kit/binary.rs"]
+#[allow(dead_code)]
+mod binary;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -86,52 +90,40 @@ fn run(cmd: &mut Command) -> (i32, String, String) {
 // The binaries and their flags
 // ---------------------------------------------------------------------------------------
 
-/// The example worker, built by a nested cargo in this test's profile (a no-op when
-/// fresh): the binary the deployment files run as `/usr/local/bin/tenure-worker`.
+/// The example worker (the kit's: built by a nested cargo in this test's profile when
+/// missing or stale): the binary the deployment files run as `/usr/local/bin/tenure-worker`.
 fn worker_binary() -> PathBuf {
+    binary::example("worker")
+}
+
+/// The installed operator tool, `<target>/<profile>/tenure-ctl`: `cargo test` builds it
+/// for this test (the package's binaries come with its integration tests); built with a
+/// nested `cargo build --bin tenure-ctl` when missing (a run of the test's executable
+/// alone).
+fn ctl_binary() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let exe = std::env::current_exe().expect("test exe path");
-            // target/<profile>/deps/<test> → target/<profile>/examples/worker
-            let profile = exe.parent().and_then(Path::parent).expect("target dir");
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut cmd = Command::new(cargo);
-            // As tests/support/procs.rs: none of the package's cargo variables, or the
-            // nested build rebuilds half the dependency tree.
-            for (k, _) in std::env::vars_os() {
-                let key = k.to_string_lossy();
-                if [
-                    "CARGO_PKG_",
-                    "CARGO_MANIFEST_",
-                    "CARGO_BIN_",
-                    "CARGO_CRATE_",
-                ]
-                .iter()
-                .any(|p| key.starts_with(p))
-                    || key == "CARGO_PRIMARY_PACKAGE"
-                    || key == "CARGO_TARGET_TMPDIR"
+            let bin = binary::profile_dir().join("tenure-ctl");
+            if !bin.exists() {
+                let mut args = vec!["build", "--bin", "tenure-ctl"];
+                if binary::profile_dir()
+                    .file_name()
+                    .is_some_and(|n| n == "release")
                 {
-                    cmd.env_remove(&k);
+                    args.push("--release");
                 }
+                let status = binary::nested_cargo()
+                    .args(&args)
+                    .stdout(Stdio::null())
+                    .status()
+                    .expect("run cargo build --bin tenure-ctl");
+                assert!(status.success(), "cargo {} failed", args.join(" "));
             }
-            cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
-                .args(["build", "--example", "worker"]);
-            if profile.file_name().is_some_and(|n| n == "release") {
-                cmd.arg("--release");
-            }
-            let status = cmd.stdout(Stdio::null()).status().expect("run cargo build");
-            assert!(status.success(), "cargo build --example worker failed");
-            let bin = profile.join("examples").join("worker");
-            assert!(bin.exists(), "no worker binary at {}", bin.display());
+            assert!(bin.exists(), "no tenure-ctl binary at {}", bin.display());
             bin
         })
         .clone()
-}
-
-/// The installed operator tool, which cargo builds for this test.
-fn ctl_binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_tenure-ctl"))
 }
 
 /// The long flags a program's help lists (`--name`), from `program args…`, which must
@@ -390,7 +382,7 @@ fn expand_exec(exec: &str, instance: u64, env: &BTreeMap<String, String>) -> Vec
     for word in exec.split_whitespace() {
         let word = spec(word);
         if let Some(name) = word.strip_prefix('$').filter(|n| !n.starts_with('{')) {
-            let value = env.get(name).map(String::as_str).unwrap_or("");
+            let value = env.get(name).map_or("", String::as_str);
             argv.extend(value.split_whitespace().map(String::from));
             continue;
         }
@@ -399,7 +391,7 @@ fn expand_exec(exec: &str, instance: u64, env: &BTreeMap<String, String>) -> Vec
         while let Some(i) = rest.find("${") {
             out.push_str(&rest[..i]);
             let end = rest[i..].find('}').expect("closing brace") + i;
-            out.push_str(env.get(&rest[i + 2..end]).map(String::as_str).unwrap_or(""));
+            out.push_str(env.get(&rest[i + 2..end]).map_or("", String::as_str));
             rest = &rest[end + 1..];
         }
         out.push_str(rest);
@@ -454,7 +446,7 @@ fn unit_problems(unit: &str, env_text: &str) -> Vec<String> {
         "LockPersonality",
         "MemoryDenyWriteExecute",
     ] {
-        p.need(yes(key), &format!("{key}=yes"));
+        p.need(yes(key), format!("{key}=yes"));
     }
     p.need(
         values("Service", "CapabilityBoundingSet") == [""],
@@ -569,7 +561,7 @@ fn unit_problems(unit: &str, env_text: &str) -> Vec<String> {
         let listen = flag_value(args, "--listen").unwrap_or_default();
         let own = flag_value(args, "--peers")
             .and_then(|s| tenure::config::parse_peers(s).ok())
-            .and_then(|m| m.get(&instance).map(|a| a.to_string()));
+            .and_then(|m| m.get(&instance).map(ToString::to_string));
         if !listen.starts_with("0.0.0.0:")
             && !listen.starts_with("[::]:")
             && Some(listen.to_string()) != own
@@ -970,7 +962,7 @@ fn manifest_problems(workers: &str, ctl: &str) -> Vec<String> {
     );
     let containers = seq(&pod["containers"]);
     let Some(c) = containers.iter().find(|c| s(&c["name"]) == "worker") else {
-        p.need(false, "no container named worker".into());
+        p.need(false, "no container named worker");
         return p.0;
     };
     let sc = &c["securityContext"];
@@ -1124,7 +1116,7 @@ fn manifest_problems(workers: &str, ctl: &str) -> Vec<String> {
                     p.need(
                         svc.is_some_and(|svc| {
                             seq(&svc["spec"]["ports"]).iter().any(|sp| {
-                                sp["port"].as_u64() == Some(addr.port() as u64)
+                                sp["port"].as_u64() == Some(u64::from(addr.port()))
                                     && port(&sp["targetPort"]) == raft_port
                                     && s(&sp["protocol"]) == "UDP"
                             })

@@ -216,7 +216,7 @@ fn command(name: &'static str) -> clap::Command {
 }
 
 /// Runs the tool under the name `name` with the process's arguments; the exit code.
-pub fn main(name: &'static str) -> ExitCode {
+pub(crate) fn main(name: &'static str) -> ExitCode {
     // Help goes to stdout with exit code 0; a usage error to stderr with exit code 2.
     let mut cmd = command(name);
     let cli = match Cli::from_arg_matches(&cmd.clone().get_matches()) {
