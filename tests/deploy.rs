@@ -624,7 +624,11 @@ fn the_unit_check_refuses_broken_unit_files() {
         (broken("--data-dir %S/tenure", "--data-folder %S/tenure"), "no flag --data-folder"),
         (broken("--certs %d", "--certs /etc/tenure/certs"), "credentials folder"),
         (broken("--id %i", "--id 1"), "--id is not 3"),
-        (broken(" $TENURE_START", " ${TENURE_START}"), "refuses"),
+        // (The ExecStart's end: the comment above it names $TENURE_START first.)
+        (
+            broken(" $TENURE_START $TENURE_OPTIONS", " ${TENURE_START} $TENURE_OPTIONS"),
+            "refuses",
+        ),
     ];
     for (unit, expect) in cases {
         let p = unit_problems(&unit, &env);
@@ -1057,22 +1061,22 @@ fn manifest_problems(workers: &str, ctl: &str) -> Vec<String> {
             format!("{what}: {group_flag} is not the ConfigMap's GROUP_ID"),
         );
     }
-    // The ConfigMap's group id is an id, or a placeholder the worker refuses (not one that
-    // would found a group by accident).
+    // The ConfigMap's group id is a placeholder the worker refuses (exit code 2): a copy
+    // that forgot to set it does not start, and no two groups founded from this file
+    // share an id.
     if let (Some(id), Some(argv)) = (config.get("GROUP_ID"), argvs.first()) {
-        if id.parse::<tenure::GroupId>().is_err() {
-            let mut with = argv.clone();
-            if let Some(i) = with.iter().position(|a| a == group) {
-                with[i] = id.clone();
-            }
-            let (code, _, _) = run(Command::new(worker_binary()).args(&with).arg("--help"));
-            p.need(
-                code == 2,
-                format!(
-                    "the placeholder GROUP_ID {id:?} must be refused (exit code 2), not {code}"
-                ),
-            );
+        let mut with = argv.clone();
+        if let Some(i) = with.iter().position(|a| a == group) {
+            with[i].clone_from(id);
         }
+        let (code, _, _) = run(Command::new(worker_binary()).args(&with).arg("--help"));
+        p.need(
+            code == 2,
+            format!(
+                "the placeholder GROUP_ID {id:?} must be refused by the worker (exit code 2), \
+                 not {code}"
+            ),
+        );
     }
     // With an id that is not a founder, the same pod joins.
     if let Some(&first) = node_ids.first() {
@@ -1314,11 +1318,12 @@ fn the_manifest_check_refuses_broken_manifests() {
         (broken("--data-dir /var/lib/tenure/data", "--data-folder /var/lib/tenure/data"), "no flag --data-folder"),
         (broken("--metrics 0.0.0.0:9100", "--metrics 0.0.0.0:9200"), "readinessProbe"),
         (broken("exec /usr/local/bin/tenure-worker", "/usr/local/bin/tenure-worker"), "PID 1"),
-        (broken("id=$1", "id=$((ordinal + 1))"), "--id is not"),
+        // (Not ordinal + 1: NODE_IDS is 1 2 3 4 5, so that would give the same ids.)
+        (broken("id=$1", "id=$ordinal"), "--id is not"),
         (broken("*) set -- --join --group \"$GROUP_ID\" ;;", "*) set -- --join ;;"), "--join --group"),
         (broken("clusterIP: 10.96.100.3", "clusterIP: 10.96.100.30"), "node 3"),
         (broken("  PEERS: \"1=", "  PEERS: \"1=worker-0.workers.tenure.svc:7001,9="), "PEERS"),
-        (broken("GROUP_ID: \"set-me-to-the-output-of-worker--new-group-id\"", "GROUP_ID: \"00000000000000000000000000000000\""), "placeholder"),
+        (broken("GROUP_ID: \"set-me-to-the-output-of-worker--new-group-id\"", "GROUP_ID: \"5b0d4c5e9a3f4e6c8d2b1a0f9e8d7c6b\""), "placeholder"),
         (broken("      automountServiceAccountToken: false", "      automountServiceAccountToken: true"), "automountServiceAccountToken"),
         (broken("            readOnlyRootFilesystem: true", "            readOnlyRootFilesystem: false"), "readOnlyRootFilesystem"),
         (broken("      containers:\n        - name: worker\n", "      containers:\n        - name: worker\n          lifecycle:\n            preStop:\n              exec:\n                command: [\"sleep\", \"5\"]\n"), "preStop"),
