@@ -1,5 +1,5 @@
 //! Writes a cluster CA, one certificate per node for nodes 1..=N, and one operator
-//! certificate for the admin tool (`cargo run --example ctl`).
+//! certificate for the operator tool (`tenure-ctl`, or `cargo run --example ctl`).
 //!
 //! ```text
 //! cargo run --example certs -- --nodes 5 --out /tmp/certs              # one folder

@@ -4,6 +4,7 @@
 #              (the C API library, libclang.so; not libclang-cpp, the C++ one).
 #   nftables   only for the root-only network fault tests (--with-nft).
 #   prometheus only for promtool, which checks deploy/alerts.yml (--with-promtool).
+#   systemd    only for systemd-analyze, which checks deploy/systemd (--with-systemd).
 # Safe to run again: it does nothing when everything is there.
 #
 # Environment:
@@ -16,13 +17,15 @@ set -euo pipefail
 
 want_nft=0
 want_promtool=0
+want_systemd=0
 check_only=0
 for arg in "$@"; do
     case "$arg" in
         --with-nft) want_nft=1 ;;
         --with-promtool) want_promtool=1 ;;
+        --with-systemd) want_systemd=1 ;;
         --check) check_only=1 ;;
-        *) echo "tenure bootstrap: unknown option $arg (--with-nft, --with-promtool, --check)" >&2; exit 2 ;;
+        *) echo "tenure bootstrap: unknown option $arg (--with-nft, --with-promtool, --with-systemd, --check)" >&2; exit 2 ;;
     esac
 done
 [ -n "${TENURE_NO_BOOTSTRAP:-}" ] && check_only=1
@@ -94,6 +97,10 @@ fi
 if [ "$want_promtool" = 1 ] && ! command -v promtool >/dev/null 2>&1; then
     pkgs+=(prometheus)
     why+=("prometheus: its promtool checks deploy/alerts.yml (tests/alerts.rs)")
+fi
+if [ "$want_systemd" = 1 ] && ! command -v systemd-analyze >/dev/null 2>&1; then
+    pkgs+=(systemd)
+    why+=("systemd: its systemd-analyze checks deploy/systemd/tenure-worker@.service (tests/deploy.rs)")
 fi
 [ "${#pkgs[@]}" -eq 0 ] && exit 0
 

@@ -4,8 +4,8 @@
 //! one-way, a bridge node, a partial partition), drops a share of their packets, pauses
 //! them with SIGSTOP and kills them with SIGKILL (restarting them on the same data
 //! folder, at once or at the end of the fault). Among the faults an operator drives the
-//! group with `ctl` (examples/ctl.rs, from a namespace of its own, through the workers'
-//! admin endpoints): in three steps of five it hands leadership over (to the most
+//! group with `ctl` (the `ctl` example, that is `tenure-ctl`; from a namespace of its
+//! own, through the workers' admin endpoints): in three steps of five it hands leadership over (to the most
 //! up-to-date follower, to a follower, or to the node the step's faults stall: paused,
 //! killed, cut off) or drains a node (the leader or a follower; undrained after the
 //! heal), in two schedules of five it hands over to a follower it paused, which wakes

@@ -436,6 +436,8 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
                     Some(level) => tenure::terminal_logger(level),
                     None => slog::Logger::root(slog::Discard, slog::o!()),
                 },
+                // GET /ready and /live for process supervisors (deploy/kubernetes).
+                health: Some(tenure::metrics::HealthCheck::node(node.clone())),
                 ..Default::default()
             };
             match tenure::metrics::serve_with(addr, move || n.metrics_text(), options).await {

@@ -87,8 +87,9 @@ use prometheus_client::registry::{Metric, Registry};
 
 #[cfg(feature = "http")]
 pub use http::{
-    serve, serve_with, MetricsServer, ServeOptions, ServeStats, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
+    serve, serve_with, Health, HealthCheck, MetricsServer, ServeOptions, ServeStats,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, HEALTH_CACHE,
+    HEALTH_STATUS_TIMEOUT,
 };
 
 use crate::error::LostReason;

@@ -742,7 +742,8 @@ impl Drop for Lab {
     }
 }
 
-/// Runs the operator tool (`examples/ctl.rs`) against a lab, from the operator's
+/// Runs the operator tool (the `ctl` example: `src/bin/tenure-ctl` under the name `ctl`)
+/// against a lab, from the operator's
 /// namespace, and puts what it asked and what it got on the lab's timeline. Cheap to
 /// clone into a thread.
 #[derive(Clone)]
