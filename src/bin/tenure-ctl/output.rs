@@ -1,0 +1,199 @@
+//! What `tenure-ctl` prints: refusals as sentences, the result of a command, a node's
+//! status, the membership and the leadership history.
+
+use std::net::SocketAddr;
+
+use tenure::admin::{ErrorKind, Reply, Request};
+use tenure::{Membership, NodeId, Role, Status, TenureEnd, TenureRecord, TenureStart};
+
+/// A refusal as a sentence, with what to do about it.
+pub(super) fn explain(
+    node: NodeId,
+    request: &Request,
+    reply: &tenure::admin::ErrorReply,
+    given: usize,
+) -> String {
+    let what = describe(request);
+    let mut s = format!("{what}: refused by node {node}: {}", reply.message);
+    match (reply.kind, reply.leader_hint) {
+        (ErrorKind::NotLeader, Some(l)) if given == 1 => s.push_str(&format!(
+            "\n  give node {l}'s admin address with --addr (or every node's, comma-separated)"
+        )),
+        (ErrorKind::ChangeInFlight, _) => {
+            s.push_str("\n  retry when `status` shows no change in flight");
+        }
+        (ErrorKind::LearnerBehind, _) => {
+            s.push_str(
+                "\n  the learner must be running and reachable; retry when it has caught up",
+            );
+        }
+        (ErrorKind::TimedOut, _) => s.push_str("\n  it may still take effect; check `status`"),
+        _ => {}
+    }
+    s
+}
+
+pub(super) fn describe(request: &Request) -> String {
+    match request {
+        Request::Status => "status".into(),
+        Request::History => "history".into(),
+        Request::Transfer { to: None } => "transfer".into(),
+        Request::Transfer { to: Some(t) } => format!("transfer to node {t}"),
+        Request::Drain { id } => format!("drain node {id}"),
+        Request::Undrain { id } => format!("undrain node {id}"),
+        Request::AddLearner { id, addr } => format!("add node {id} ({addr}) as a learner"),
+        Request::Promote { id } => format!("promote node {id}"),
+        Request::Remove { id } => format!("remove node {id}"),
+        Request::Replace { old, new } => format!("replace node {old} by node {new}"),
+        _ => request.name().into(),
+    }
+}
+
+pub(super) fn print_done(node: NodeId, request: &Request, reply: &Reply) {
+    match reply {
+        Reply::Transferred { leader } => println!("leadership moved to node {leader}"),
+        Reply::Membership(m) => {
+            let done = match request {
+                Request::Drain { id } => format!("node {id} drained: it will not lead"),
+                Request::Undrain { id } => format!("node {id} undrained: it may lead again"),
+                Request::AddLearner { id, addr } => format!(
+                    "node {id} added as a learner at {addr}; start it (joining) and promote it once it has caught up"
+                ),
+                Request::Promote { id } => format!("node {id} is a voter now"),
+                Request::Remove { id } => format!("node {id} removed from the group"),
+                Request::Replace { old, new } => format!("node {new} replaced node {old}"),
+                other => format!("{} done", other.name()),
+            };
+            println!("{done} (by leader node {node})");
+            print_members(node, m);
+        }
+        other => println!("{other:?}"),
+    }
+}
+
+pub(super) fn list(ids: &[NodeId]) -> String {
+    if ids.is_empty() {
+        "-".into()
+    } else {
+        ids.iter()
+            .map(std::string::ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+pub(super) fn print_status(addr: SocketAddr, s: &Status) {
+    let leader = match s.leader {
+        Some(l) if l == s.id => "itself".to_string(),
+        Some(l) => format!("node {l}"),
+        None => "none known".to_string(),
+    };
+    println!(
+        "node {} ({addr}): {}, term {}, leader {leader}, lease {}",
+        s.id,
+        s.role.as_str(),
+        s.term,
+        if s.leased { "held" } else { "not held" }
+    );
+    let voters = s.members.voters.len() as u64;
+    // Quorum health means different things by role: the leader counts the voters it
+    // hears from; a follower or learner can only say whether it hears a leader.
+    let health = match s.role {
+        Role::Leader => format!(
+            "quorum {} ({} of {voters} voters reachable)",
+            if s.quorum_healthy {
+                "healthy"
+            } else {
+                "NOT healthy"
+            },
+            s.peers_reachable
+        ),
+        Role::Joining => "not a member yet: waiting to be added (members add)".into(),
+        Role::Founding => {
+            "founding the group: waiting until every first member has said hello".into()
+        }
+        Role::Removed => "removed from the group (it neither votes nor campaigns: stop it)".into(),
+        _ if s.quorum_healthy => "hears its leader".into(),
+        _ => "hears no leader".into(),
+    };
+    println!(
+        "  {health}, commit {}, applied {}{}",
+        s.commit,
+        s.applied,
+        if s.change_in_flight {
+            ", membership change in flight"
+        } else {
+            ""
+        }
+    );
+}
+
+pub(super) fn print_members(seen_by: NodeId, m: &Membership) {
+    println!(
+        "members (as node {seen_by} sees them): voters {}; learners {}; drained {}{}",
+        list(&m.voters),
+        list(&m.learners),
+        list(&m.drained),
+        if m.outgoing.is_empty() {
+            String::new()
+        } else {
+            format!("; joint change from voters {}", list(&m.outgoing))
+        }
+    );
+    if !m.addrs.is_empty() {
+        let addrs: Vec<String> = m.addrs.iter().map(|(id, a)| format!("{id}={a}")).collect();
+        println!("  raft addresses: {}", addrs.join(" "));
+    }
+}
+
+pub(super) fn print_history(node: NodeId, records: &[TenureRecord]) {
+    println!("leadership history (as node {node} has applied it), oldest first:");
+    println!(
+        "  {:>6}  {:>6}  {:<24}  {:<9}  ended",
+        "term", "leader", "began (UTC)", "by"
+    );
+    for r in records {
+        let by = match r.started_by {
+            TenureStart::Election => "election",
+            TenureStart::Handover => "handover",
+        };
+        let ended = match r.ended {
+            None => "-",
+            Some(TenureEnd::HandedOver) => "handed over",
+            Some(TenureEnd::Lost) => "lost",
+        };
+        println!(
+            "  {:>6}  {:>6}  {:<24}  {:<9}  {ended}",
+            r.term,
+            r.leader,
+            utc(r.began_unix_ms),
+            by
+        );
+    }
+    if records.is_empty() {
+        println!("  (empty)");
+    }
+}
+
+/// Milliseconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS.mmm`.
+pub(super) fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:03}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
+}
