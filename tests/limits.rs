@@ -7,12 +7,15 @@
 //! The attacker is a bare quinn client with a node's identity; the tests wait on
 //! conditions with generous timeouts, never on sleeps.
 
+#[path = "support/shared_log.rs"]
+mod shared_log;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use raft::eraftpb::{Entry, Message, MessageType};
+use shared_log::SharedLog;
 use slog::{o, Drain, Logger};
 use tenure::transport::frame::{self, decode_bound};
 use tenure::transport::quic::{close_code, QuicConfig, QuicTransport};
@@ -40,30 +43,6 @@ fn identity(ca: &ClusterCa, id: NodeId) -> TlsIdentity {
 
 fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
-}
-
-/// A `Write` that keeps what is written, for reading a transport's log.
-#[derive(Clone, Default)]
-struct SharedLog(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for SharedLog {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl SharedLog {
-    fn logger(&self) -> Logger {
-        let decorator = slog_term::PlainSyncDecorator::new(self.clone());
-        Logger::root(slog_term::FullFormat::new(decorator).build().fuse(), o!())
-    }
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
 }
 
 /// Node 1 on 127.0.0.1, knowing peers `peers` (all "at" `client`'s address, which

@@ -3,28 +3,17 @@
 //! core without a word, and serves again once descriptors are free. Its own test binary:
 //! it lowers the process's descriptor limit.
 
+#[path = "support/shared_log.rs"]
+mod shared_log;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use slog::{o, Drain, Logger};
+use shared_log::SharedLog;
 use tenure::metrics::{serve_with, ServeOptions};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
-
-#[derive(Clone, Default)]
-struct SharedLog(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for SharedLog {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 fn open_fds() -> u64 {
     std::fs::read_dir("/proc/self/fd").unwrap().count() as u64
@@ -33,12 +22,7 @@ fn open_fds() -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accept_errors_pause_the_loop_and_are_logged_once() {
     let log = SharedLog::default();
-    let logger = Logger::root(
-        slog_term::FullFormat::new(slog_term::PlainSyncDecorator::new(log.clone()))
-            .build()
-            .fuse(),
-        o!(),
-    );
+    let logger = log.logger();
     let server = serve_with(
         "127.0.0.1:0".parse().unwrap(),
         || "ok\n".to_string(),
@@ -87,7 +71,7 @@ async fn accept_errors_pause_the_loop_and_are_logged_once() {
         errors <= 20,
         "{errors} accept errors in 1.5 s: the loop spins"
     );
-    let text = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
+    let text = log.text();
     let warns = text
         .lines()
         .filter(|l| l.contains("WARN") && l.contains("accept failed"))

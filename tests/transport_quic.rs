@@ -3,14 +3,18 @@
 //!
 //! Set `TENURE_TEST_LOG=1` to see the transports' logs on stderr.
 
+#[path = "support/shared_log.rs"]
+mod shared_log;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use raft::eraftpb::Message;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use shared_log::SharedLog;
 use slog::{o, Drain, Logger};
 use tenure::transport::frame;
 use tenure::transport::quic::{close_code, QuicConfig, QuicTransport};
@@ -270,31 +274,6 @@ async fn peer_with_certificate_from_another_ca_is_refused() {
         0,
         "node 1 accepted the rogue as server"
     );
-}
-
-/// A `Write` that keeps what is written, for reading a transport's log in a test.
-#[derive(Clone, Default)]
-struct SharedLog(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for SharedLog {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl SharedLog {
-    fn logger(&self) -> Logger {
-        let decorator = slog_term::PlainSyncDecorator::new(self.clone());
-        Logger::root(slog_term::FullFormat::new(decorator).build().fuse(), o!())
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
