@@ -35,6 +35,25 @@ async fn wait_applied(c: &Cluster, id: u64, applied: u64) {
     }
 }
 
+/// A steady group's follower that applied entries beyond the founding is killed and its
+/// data folder deleted: `(leader, term, the follower)`.
+async fn lose_a_followers_folder(c: &mut Cluster) -> (u64, u64, u64) {
+    let (leader, term) = c.steady_leader(LONG).await;
+    let victim = *c.nodes.keys().find(|id| **id != leader).unwrap();
+    wait_applied(c, victim, 2).await;
+    c.kill(victim).await;
+    std::fs::remove_dir_all(c.dir.path().join(format!("data-{victim}"))).unwrap();
+    (leader, term, victim)
+}
+
+/// Waits for `node` to stop by itself, with an error.
+async fn stops_by_itself(node: &Node) -> tenure::error::NodeStopped {
+    tokio::time::timeout(LONG, node.join())
+        .await
+        .expect("the node stops by itself")
+        .expect_err("the node must stop with an error")
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
@@ -87,19 +106,12 @@ async fn founding_waits_until_every_first_member_has_said_hello() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_voter_that_lost_its_folder_does_not_return_even_with_the_founding_flag() {
     let mut c = Cluster::start(3).await;
-    let (leader, term) = c.steady_leader(LONG).await;
-    let victim = *c.nodes.keys().find(|id| **id != leader).unwrap();
-    wait_applied(&c, victim, 2).await;
-    c.kill(victim).await;
-    std::fs::remove_dir_all(c.dir.path().join(format!("data-{victim}"))).unwrap();
+    let (leader, term, victim) = lose_a_followers_folder(&mut c).await;
 
     let node = Node::start(c.config(victim))
         .await
         .expect("the node starts (to found) on its empty folder");
-    let stopped = tokio::time::timeout(LONG, node.join())
-        .await
-        .expect("the node stops by itself")
-        .expect_err("the node must stop with an error");
+    let stopped = stops_by_itself(&node).await;
     assert!(
         stopped.reason.contains("lost its data folder"),
         "the error must say what happened: {stopped}"
@@ -233,19 +245,12 @@ async fn restarting_with_the_founding_flag_keeps_the_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_voter_that_lost_its_folder_and_restarts_joining_stops_with_lost_data() {
     let mut c = Cluster::start(3).await;
-    let (leader, term) = c.steady_leader(LONG).await;
-    let victim = *c.nodes.keys().find(|id| **id != leader).unwrap();
-    wait_applied(&c, victim, 2).await;
-    c.kill(victim).await;
-    std::fs::remove_dir_all(c.dir.path().join(format!("data-{victim}"))).unwrap();
+    let (leader, term, victim) = lose_a_followers_folder(&mut c).await;
     let mut config = c.config(victim);
     config.found = None;
     config.join = true;
     let node = Node::start(config).await.expect("a joining start");
-    let stopped = tokio::time::timeout(LONG, node.join())
-        .await
-        .expect("the node stops by itself")
-        .expect_err("the node must stop with an error");
+    let stopped = stops_by_itself(&node).await;
     assert!(
         matches!(
             stopped.cause,
