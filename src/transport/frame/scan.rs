@@ -307,19 +307,29 @@ fn conf_state_field(f: u64) -> Option<Kind> {
 }
 
 /// Walks a payload's wire bytes along raft's `Message` schema without decoding or
-/// allocating, and counts what decoding it would make ([`Shape`]).
+/// allocating, and counts what decoding it would make ([`Shape`]). A payload of either
+/// kind (see the [frame docs](super)): of an election frame, the message after its
+/// 5-byte header is scanned, with the same limits (they are per frame).
 ///
 /// Fails with [`FrameError::TooManyEntries`] at the first entry over `max_entries`, and
 /// with [`FrameError::Malformed`] on bytes that are not protobuf, on groups, on a known
 /// field of the wrong wire type, on more than [`MAX_UNKNOWN_FIELDS`] unknown fields or
 /// more than [`MAX_CONF_IDS`] ids in a snapshot. A payload it passes may still fail to
-/// decode (for example invalid UTF-8 is not checked: raft has no string fields).
+/// decode (for example invalid UTF-8 is not checked: raft has no string fields). An
+/// election header that is cut off or names election 0 is [`FrameError::Malformed`]
+/// too.
 pub fn scan(payload: &[u8], max_entries: usize) -> Result<Shape, FrameError> {
+    let (_, message) = super::split_payload(payload)?;
+    scan_message(message, max_entries)
+}
+
+/// [`scan`] of a message's bytes (no election header).
+pub(super) fn scan_message(message: &[u8], max_entries: usize) -> Result<Shape, FrameError> {
     let mut s = Scan {
         shape: Shape::default(),
         max_entries,
     };
-    s.fields(payload, message_field)?;
+    s.fields(message, message_field)?;
     Ok(s.shape)
 }
 
