@@ -46,8 +46,19 @@ pub use crate::NodeId;
 /// What a transport hands the driver.
 #[derive(Debug)]
 pub enum Inbound {
-    /// A raft message from an authenticated peer (its `from` matched the peer's certificate).
+    /// A raft message of the root election (id 0) from an authenticated peer (its `from`
+    /// matched the peer's certificate).
     Message(Message),
+    /// A raft message of a named election from an authenticated peer (its `from` matched
+    /// the peer's certificate), with the election id the sender gave
+    /// ([`Transport::send_election`]); never 0 (the root's messages are
+    /// [`Inbound::Message`]). Whether this node knows the id is the driver's to judge.
+    Election {
+        /// The election, ≥ 1.
+        election: u32,
+        /// The message.
+        message: Message,
+    },
     /// Sending to this peer failed (no connection, connection lost): the driver tells
     /// raft-rs with `report_unreachable` so it slows replication to it.
     Unreachable(NodeId),
@@ -60,12 +71,38 @@ pub enum Inbound {
     },
 }
 
+impl Inbound {
+    /// The item that delivers `message` of election `election`: [`Inbound::Message`] for
+    /// the root (election 0), [`Inbound::Election`] for any other.
+    pub fn of_election(election: u32, message: Message) -> Inbound {
+        match election {
+            0 => Inbound::Message(message),
+            election => Inbound::Election { election, message },
+        }
+    }
+}
+
 /// The sending half of a transport, as the driver uses it.
 pub trait Transport: Send + Sync + 'static {
     /// Queues `msg` for `msg.to`. Never blocks and never fails: when the peer's queue is
     /// full, or the peer is unknown, the message is dropped and counted (raft-rs
     /// retransmits what matters).
     fn send(&self, msg: Message);
+
+    /// Queues `msg` of election `election` for `msg.to`, on the same connection and in
+    /// the same order as [`send`](Transport::send)'s messages; the peer's transport
+    /// delivers it as [`Inbound::Election`] with this id. Like `send`, never blocks and
+    /// never fails: dropped and counted when the peer's queue is full or the peer is
+    /// unknown. Election 0 is the root: the same as `send(msg)`.
+    ///
+    /// The default implementation sends election 0 with `send` and drops every other
+    /// message without counting it, so that a transport written before named elections
+    /// keeps compiling; the transports of this crate implement it.
+    fn send_election(&self, election: u32, msg: Message) {
+        if election == 0 {
+            self.send(msg);
+        }
+    }
 
     /// Counters of what happened so far.
     fn stats(&self) -> TransportStatsSnapshot;
@@ -162,6 +199,10 @@ pub struct TransportStats {
     pub bytes_sent: AtomicU64,
     /// Messages delivered to the driver.
     pub received: AtomicU64,
+    /// Messages of named elections (not the root) among `sent`.
+    pub election_sent: AtomicU64,
+    /// Messages of named elections (not the root) among `received`.
+    pub election_received: AtomicU64,
     /// Messages dropped because a peer's outbound queue was full.
     pub dropped_queue_full: AtomicU64,
     /// Messages dropped because the destination is not a known peer.
@@ -218,6 +259,8 @@ impl TransportStats {
             sent: l(&self.sent),
             bytes_sent: l(&self.bytes_sent),
             received: l(&self.received),
+            election_sent: l(&self.election_sent),
+            election_received: l(&self.election_received),
             dropped_queue_full: l(&self.dropped_queue_full),
             dropped_unknown_peer: l(&self.dropped_unknown_peer),
             dropped_fault: l(&self.dropped_fault),
@@ -246,6 +289,8 @@ pub struct TransportStatsSnapshot {
     pub sent: u64,
     pub bytes_sent: u64,
     pub received: u64,
+    pub election_sent: u64,
+    pub election_received: u64,
     pub dropped_queue_full: u64,
     pub dropped_unknown_peer: u64,
     pub dropped_fault: u64,
