@@ -20,6 +20,10 @@
 //!   `dropped_fault`;
 //! * destination's inbound channel full → dropped, destination's `dropped_inbound_full`.
 //!
+//! A named election's message ([`Transport::send_election`]) goes the same way and
+//! arrives as [`Inbound::Election`] with the sender's id (counted also in
+//! `election_sent` and `election_received`); the root's arrive as [`Inbound::Message`].
+//!
 //! Hellos ([`Transport::set_hello`]) reach every endpoint that is up when they are set,
 //! and a new endpoint hears the latest hello of every node that is up.
 //!
@@ -204,6 +208,10 @@ impl MemTransport {
 
 impl Transport for MemTransport {
     fn send(&self, msg: Message) {
+        self.send_election(0, msg);
+    }
+
+    fn send_election(&self, election: u32, msg: Message) {
         let state = self.net.lock();
         let mine = state.nodes.get(&self.id);
         if mine.is_none_or(|s| s.generation != self.generation || s.up.is_none()) {
@@ -224,6 +232,9 @@ impl Transport for MemTransport {
             return;
         };
         TransportStats::bump(&self.stats.sent);
+        if election != 0 {
+            TransportStats::bump(&self.stats.election_sent);
+        }
         if msg.from != self.id {
             TransportStats::bump(&dest.stats.from_mismatch);
             return;
@@ -232,8 +243,13 @@ impl Transport for MemTransport {
             TransportStats::bump(&dest.stats.dropped_fault);
             return;
         }
-        match dest.inbound.try_send(Inbound::Message(msg)) {
-            Ok(()) => TransportStats::bump(&dest.stats.received),
+        match dest.inbound.try_send(Inbound::of_election(election, msg)) {
+            Ok(()) => {
+                TransportStats::bump(&dest.stats.received);
+                if election != 0 {
+                    TransportStats::bump(&dest.stats.election_received);
+                }
+            }
             Err(TrySendError::Full(_)) => TransportStats::bump(&dest.stats.dropped_inbound_full),
             // The receiver was dropped: the node is as good as down.
             Err(TrySendError::Closed(_)) => {
@@ -365,6 +381,62 @@ mod tests {
         drop(b);
         assert!(net.is_up(2));
         assert!(ra.try_recv().is_none());
+    }
+
+    #[test]
+    fn election_messages_arrive_with_their_id_and_root_ones_as_messages() {
+        let net = MemNetwork::new();
+        let (a, _ra) = net.endpoint(1);
+        let (b, mut rb) = net.endpoint(2);
+        let sent: Vec<(u32, u64)> = vec![(0, 1), (7, 2), (1, 3), (0, 4), (u32::MAX, 5), (7, 6)];
+        for &(e, term) in &sent {
+            if e == 0 && term == 4 {
+                a.send(msg(1, 2, term)); // `send` and `send_election(0, ..)` are the same
+            } else {
+                a.send_election(e, msg(1, 2, term));
+            }
+        }
+        let mut got = Vec::new();
+        while let Some(item) = rb.try_recv() {
+            match item {
+                Inbound::Message(m) => got.push((0, m.term)),
+                Inbound::Election { election, message } => {
+                    assert_ne!(election, 0, "the root travels as Inbound::Message");
+                    got.push((election, message.term));
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(got, sent, "every message, in order, with its election");
+        assert_eq!((a.stats().sent, a.stats().election_sent), (6, 4));
+        assert_eq!((b.stats().received, b.stats().election_received), (6, 4));
+    }
+
+    #[test]
+    fn election_messages_meet_the_same_checks_as_root_ones() {
+        let net = MemNetwork::with_inbound_depth(1);
+        let (a, _ra) = net.endpoint(1);
+        let (b, mut rb) = net.endpoint(2);
+        a.send_election(3, msg(1, 9, 1));
+        assert_eq!(a.stats().dropped_unknown_peer, 1);
+        a.send_election(3, msg(3, 2, 1));
+        assert_eq!(b.stats().from_mismatch, 1);
+        a.faults().block_outbound(2);
+        a.send_election(3, msg(1, 2, 1));
+        assert_eq!(a.stats().dropped_fault, 1);
+        a.faults().heal();
+        b.faults().block_inbound(1);
+        a.send_election(3, msg(1, 2, 1));
+        assert_eq!(b.stats().dropped_fault, 1);
+        b.faults().heal();
+        a.send_election(3, msg(1, 2, 1));
+        a.send_election(3, msg(1, 2, 2));
+        assert_eq!(b.stats().dropped_inbound_full, 1);
+        assert!(matches!(
+            rb.try_recv(),
+            Some(Inbound::Election { election: 3, message }) if message.term == 1
+        ));
+        assert!(rb.try_recv().is_none());
     }
 
     #[test]
