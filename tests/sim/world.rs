@@ -319,6 +319,10 @@ impl tenure::transport::Transport for SimTransport {
         self.add_peers();
         self.inner.send(msg);
     }
+    fn send_election(&self, election: u32, msg: raft::eraftpb::Message) {
+        self.add_peers();
+        self.inner.send_election(election, msg);
+    }
     fn stats(&self) -> tenure::transport::TransportStatsSnapshot {
         self.inner.stats()
     }

@@ -154,7 +154,8 @@ async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
 /// between frames), then the frame's reservation of the inbound budget (waiting while it
 /// is spent), then the payload within the frame deadline, then the wire scan (entries,
 /// unknown fields) and the decode. The message goes to the driver with its reservation,
-/// shrunk to what the decoded message may take.
+/// shrunk to what the decoded message may take: a root frame's as [`Inbound::Message`],
+/// an election frame's as [`Inbound::Election`] with the frame's election id.
 async fn read_stream(
     shared: Arc<Shared>,
     conn: Connection,
@@ -247,11 +248,11 @@ async fn read_stream(
                 return;
             }
         };
-        match frame::parse_limited(&payload, max_entries) {
-            Ok((msg, shape)) => {
+        match frame::parse_election_limited(&payload, max_entries) {
+            Ok((election, msg, shape)) => {
                 drop(payload);
                 permit.shrink_to(shape.decoded_bytes(len));
-                if shared.deliver(peer, msg, permit, &log).is_err() {
+                if shared.deliver(peer, election, msg, permit, &log).is_err() {
                     return; // the driver is gone
                 }
             }

@@ -16,6 +16,10 @@
 //!   only the most recent few messages (`keep_while_disconnected`): raft-rs retransmits,
 //!   and old heartbeats are useless. When the peer connects to *us*, it is up: a connect
 //!   attempt of ours stuck in handshake retransmission, or a backoff wait, is cut short.
+//!   The queue holds the root's messages ([`Transport::send`]) and named elections'
+//!   ([`Transport::send_election`]) together, in the order they were sent, and one
+//!   write carries a batch of both kinds: root frames and election frames (see
+//!   [`frame`]).
 //! * **Inbound.** Every accepted connection is named by the node id in the client's
 //!   certificate ([`node_id_from_cert`]); a certificate that is not a node certificate
 //!   (an operator certificate among them) or names an unknown peer closes the connection
@@ -27,7 +31,9 @@
 //!   driver as [`Inbound::Hello`]. Then frames are read from the stream:
 //!   an oversized or undecodable frame closes the connection and is counted; a message
 //!   whose `from` is not the certificate's id is dropped (`from_mismatch`); the rest goes
-//!   to the driver with `try_send` (full → `dropped_inbound_full`). Network input never
+//!   to the driver with `try_send` (full → `dropped_inbound_full`): a root frame's
+//!   message as [`Inbound::Message`], an election frame's as [`Inbound::Election`] with
+//!   its id. The limits, checks, fault hooks and counters are the same for both. Network input never
 //!   panics. Failed handshakes and refusals are logged at WARN once per remote address
 //!   per minute (with the count of those held back), the rest at DEBUG.
 //!
@@ -63,6 +69,8 @@
 //!
 //! [`Inbound::Unreachable`]: crate::transport::Inbound::Unreachable
 //! [`Inbound::Hello`]: crate::transport::Inbound::Hello
+//! [`Inbound::Message`]: crate::transport::Inbound::Message
+//! [`Inbound::Election`]: crate::transport::Inbound::Election
 //!
 //! # Shutdown
 //!
@@ -451,6 +459,10 @@ impl QuicTransport {
 
 impl Transport for QuicTransport {
     fn send(&self, msg: Message) {
+        self.send_election(0, msg);
+    }
+
+    fn send_election(&self, election: u32, msg: Message) {
         let shared = &self.shared;
         if shared.closed.load(Ordering::Acquire) {
             return;
@@ -465,7 +477,7 @@ impl Transport for QuicTransport {
             TransportStats::bump(&shared.stats.dropped_fault);
             return;
         }
-        match peer.queue.try_send(msg) {
+        match peer.queue.try_send((election, msg)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => TransportStats::bump(&shared.stats.dropped_queue_full),
             Err(TrySendError::Closed(_)) => {

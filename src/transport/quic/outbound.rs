@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quinn::{Connection, SendStream};
-use raft::eraftpb::Message;
 use rand::Rng;
 use slog::{debug, info, o, warn, Logger};
 use tokio::sync::mpsc;
@@ -21,7 +20,7 @@ use crate::transport::frame::{self, FrameError};
 use crate::transport::{NodeId, TransportStats};
 
 use super::config::Settings;
-use super::shared::{describe_loss, peer_node_id, Peer, Shared};
+use super::shared::{describe_loss, peer_node_id, Peer, Queued, Shared};
 use super::{close_code, code};
 
 /// How long a connect attempt may go unanswered by a peer known to be up (it just
@@ -44,13 +43,13 @@ enum Ended {
 pub(super) struct Outbound {
     shared: Arc<Shared>,
     peer: NodeId,
-    rx: mpsc::Receiver<Message>,
+    rx: mpsc::Receiver<Queued>,
     addr: watch::Receiver<SocketAddr>,
     cancel: CancellationToken,
     /// See [`Peer::seen`].
     seen: Arc<Notify>,
     /// Messages kept while disconnected (the most recent few).
-    backlog: VecDeque<Message>,
+    backlog: VecDeque<Queued>,
     log: Logger,
 }
 
@@ -174,7 +173,7 @@ impl Outbound {
     }
 
     /// Keeps `msg` for the next connection, dropping the oldest kept one when full.
-    fn keep(&mut self, msg: Message) {
+    fn keep(&mut self, msg: Queued) {
         self.backlog.push_back(msg);
         while self.backlog.len() > self.shared.settings.keep_while_disconnected {
             self.backlog.pop_front();
@@ -280,9 +279,9 @@ impl Outbound {
 
     /// Writes the backlog, then every queued message, until the connection ends.
     async fn pump(&mut self, conn: &Connection, mut stream: SendStream) -> Ended {
-        let mut batch: Vec<Message> = self.backlog.drain(..).collect();
+        let mut batch: Vec<Queued> = self.backlog.drain(..).collect();
         loop {
-            let (frames, n) = self.encode(&mut batch);
+            let (frames, n, of_elections) = self.encode(&mut batch);
             if n > 0 {
                 let bytes = frames.len() as u64;
                 tokio::select! {
@@ -295,6 +294,10 @@ impl Outbound {
                     }
                 }
                 self.shared.stats.sent.fetch_add(n, Ordering::Relaxed);
+                self.shared
+                    .stats
+                    .election_sent
+                    .fetch_add(of_elections, Ordering::Relaxed);
                 self.shared
                     .stats
                     .bytes_sent
@@ -320,11 +323,13 @@ impl Outbound {
         }
     }
 
-    /// Encodes and empties `batch`; returns the frames and how many messages they hold.
-    fn encode(&self, batch: &mut Vec<Message>) -> (Vec<u8>, u64) {
+    /// Encodes and empties `batch`, root and election messages alike, in order, into one
+    /// buffer; returns the frames, how many messages they hold, and how many of those
+    /// are of named elections.
+    fn encode(&self, batch: &mut Vec<Queued>) -> (Vec<u8>, u64, u64) {
         let mut buf = Vec::new();
-        let mut n = 0;
-        for msg in batch.drain(..) {
+        let (mut n, mut of_elections) = (0, 0);
+        for (election, msg) in batch.drain(..) {
             let max_entries = self.shared.settings.max_entries;
             let encoded = if msg.entries.len() > max_entries {
                 Err(FrameError::TooManyEntries {
@@ -332,18 +337,23 @@ impl Outbound {
                     max: max_entries,
                 })
             } else {
-                frame::encode_into(&msg, self.shared.settings.max_frame, &mut buf)
+                frame::encode_election_into(election, &msg, self.shared.settings.max_frame, &mut buf)
             };
             match encoded {
-                Ok(()) => n += 1,
+                Ok(()) => {
+                    n += 1;
+                    if election != 0 {
+                        of_elections += 1;
+                    }
+                }
                 Err(e) => {
                     TransportStats::bump(&self.shared.stats.dropped_too_large);
                     warn!(self.log, "dropped outbound message"; "error" => %e,
-                        "msg_type" => ?msg.get_msg_type());
+                        "election" => election, "msg_type" => ?msg.get_msg_type());
                 }
             }
         }
-        (buf, n)
+        (buf, n, of_elections)
     }
 }
 

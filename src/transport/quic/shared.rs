@@ -65,9 +65,13 @@ pub(super) struct Shared {
     pub(super) log: Logger,
 }
 
+/// A message waiting in a peer's outbound queue, with its election (0: the root).
+pub(super) type Queued = (u32, Message);
+
 /// The handle of one peer.
 pub(super) struct Peer {
-    pub(super) queue: mpsc::Sender<Message>,
+    /// Root and election messages, in the order they were sent.
+    pub(super) queue: mpsc::Sender<Queued>,
     pub(super) addr: watch::Sender<SocketAddr>,
     /// Cancelled when the peer is removed (child of `shutdown`): stops its outbound task
     /// and closes its inbound connections.
@@ -210,11 +214,12 @@ impl Shared {
         }
     }
 
-    /// Hands a message from the authenticated `peer` to the driver, with the budget it
-    /// holds, or drops and counts it.
+    /// Hands a message of election `election` (0: the root) from the authenticated
+    /// `peer` to the driver, with the budget it holds, or drops and counts it.
     pub(super) fn deliver(
         &self,
         peer: NodeId,
+        election: u32,
         msg: Message,
         permit: Permit,
         log: &Logger,
@@ -229,9 +234,12 @@ impl Shared {
             TransportStats::bump(&self.stats.dropped_fault);
             return Ok(());
         }
-        match self.to_driver(Inbound::Message(msg), Some(permit)) {
+        match self.to_driver(Inbound::of_election(election, msg), Some(permit)) {
             Ok(()) => {
                 TransportStats::bump(&self.stats.received);
+                if election != 0 {
+                    TransportStats::bump(&self.stats.election_received);
+                }
                 Ok(())
             }
             Err(TrySendError::Full(_)) => {
