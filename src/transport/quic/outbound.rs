@@ -337,7 +337,12 @@ impl Outbound {
                     max: max_entries,
                 })
             } else {
-                frame::encode_election_into(election, &msg, self.shared.settings.max_frame, &mut buf)
+                frame::encode_election_into(
+                    election,
+                    &msg,
+                    self.shared.settings.max_frame,
+                    &mut buf,
+                )
             };
             match encoded {
                 Ok(()) => {
