@@ -76,6 +76,10 @@ fn config(identity: TlsIdentity, listen: SocketAddr) -> QuicConfig {
 struct Inbox {
     rx: tenure::transport::Inbox,
     messages: Vec<Message>,
+    /// Messages of named elections, with their election id.
+    elections: Vec<(u32, Message)>,
+    /// Every message in arrival order, with its election (0: the root).
+    all: Vec<(u32, Message)>,
     unreachable: Vec<NodeId>,
     hellos: Vec<(NodeId, Hello)>,
 }
@@ -85,6 +89,8 @@ impl Inbox {
         Inbox {
             rx,
             messages: Vec::new(),
+            elections: Vec::new(),
+            all: Vec::new(),
             unreachable: Vec::new(),
             hellos: Vec::new(),
         }
@@ -94,7 +100,14 @@ impl Inbox {
     fn pump(&mut self) -> &mut Self {
         while let Some(item) = self.rx.try_recv() {
             match item {
-                Inbound::Message(m) => self.messages.push(m),
+                Inbound::Message(m) => {
+                    self.all.push((0, m.clone()));
+                    self.messages.push(m);
+                }
+                Inbound::Election { election, message } => {
+                    self.all.push((election, message.clone()));
+                    self.elections.push((election, message));
+                }
                 Inbound::Unreachable(id) => self.unreachable.push(id),
                 Inbound::Hello { from, hello } => self.hellos.push((from, hello)),
             }
@@ -107,6 +120,13 @@ impl Inbox {
             .messages
             .iter()
             .any(|m| m.from == from && m.term == term)
+    }
+
+    fn has_election(&mut self, election: u32, from: NodeId, term: u64) -> bool {
+        self.pump()
+            .elections
+            .iter()
+            .any(|(e, m)| *e == election && m.from == from && m.term == term)
     }
 
     fn any_from(&mut self, from: NodeId) -> bool {
@@ -877,4 +897,150 @@ async fn a_stream_without_a_hello_is_refused() {
     );
     assert_eq!(t1.stats().frames_malformed, 1);
     assert!(!inbox1.any_from(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_and_election_messages_share_the_connection_and_keep_their_ids() {
+    let ca = ClusterCa::generate().unwrap();
+    let mut nodes = start_all((1..=2).map(|id| identity(&ca, id)).collect());
+    let (b, mut inbox_b) = nodes.pop().unwrap();
+    let (a, _inbox_a) = nodes.pop().unwrap();
+    // Connected first, so that nothing below waits in the (short) disconnected backlog.
+    // Sent once (kept for the connection while it is made), so the counts below are exact.
+    a.send(msg(1, 2, 1));
+    wait_for(
+        || inbox_b.has(1, 1),
+        "node 2 hears node 1 on the root",
+        TIMEOUT,
+    )
+    .await;
+    let before = (a.stats(), b.stats());
+    inbox_b.all.clear();
+
+    // Sent back to back, so they leave in shared batches of writes.
+    let elections = [0, 1, 7, 0, u32::MAX, 2, 7, 0, 1, u32::MAX];
+    let sent: Vec<(u32, u64)> = (0..40)
+        .map(|i| (elections[i % elections.len()], 1000 + i as u64))
+        .collect();
+    for &(e, term) in &sent {
+        if e == 0 && term % 2 == 0 {
+            a.send(msg(1, 2, term));
+        } else {
+            a.send_election(e, msg(1, 2, term));
+        }
+    }
+    wait_for(
+        || inbox_b.pump().all.len() >= sent.len(),
+        "node 2 receives all 40 messages",
+        TIMEOUT,
+    )
+    .await;
+    let got: Vec<(u32, u64)> = inbox_b.all.iter().map(|(e, m)| (*e, m.term)).collect();
+    assert_eq!(got, sent, "every message in order, each with its election");
+    assert!(inbox_b.all.iter().all(|(_, m)| m.from == 1 && m.to == 2));
+    for &(e, term) in &sent {
+        if e == 0 {
+            assert!(
+                inbox_b.has(1, term),
+                "root message {term} as Inbound::Message"
+            );
+        } else {
+            assert!(
+                inbox_b.has_election(e, 1, term),
+                "election {e}, term {term}"
+            );
+        }
+    }
+    assert!(
+        inbox_b.elections.iter().all(|(e, _)| *e != 0),
+        "the root never arrives as Inbound::Election"
+    );
+    let of_elections = sent.iter().filter(|(e, _)| *e != 0).count() as u64;
+    let (sa, sb) = (a.stats(), b.stats());
+    assert_eq!(sa.sent - before.0.sent, sent.len() as u64, "{sa:?}");
+    assert_eq!(sa.election_sent - before.0.election_sent, of_elections);
+    assert_eq!(sb.received - before.1.received, sent.len() as u64, "{sb:?}");
+    assert_eq!(
+        sb.election_received - before.1.election_received,
+        of_elections
+    );
+    assert_eq!(sb.frames_malformed + sb.from_mismatch, 0, "{sb:?}");
+
+    // The fault hooks apply to elections too, both ways.
+    a.faults().block_outbound(2);
+    a.send_election(5, msg(1, 2, 2000));
+    assert_eq!(a.stats().dropped_fault, 1);
+    a.faults().heal();
+    b.faults().block_inbound(1);
+    a.send_election(5, msg(1, 2, 2001));
+    wait_for(
+        || b.stats().dropped_fault == 1,
+        "node 2 drops the election message of blocked node 1",
+        TIMEOUT,
+    )
+    .await;
+    b.faults().heal();
+    a.send_election(5, msg(1, 2, 2002));
+    wait_for(
+        || inbox_b.has_election(5, 1, 2002),
+        "node 2 receives election 5 once healed",
+        TIMEOUT,
+    )
+    .await;
+    assert!(!inbox_b.has_election(5, 1, 2000) && !inbox_b.has_election(5, 1, 2001));
+    // An unknown destination drops and counts, as for the root.
+    a.send_election(5, msg(1, 9, 1));
+    assert_eq!(a.stats().dropped_unknown_peer, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn election_frames_meet_the_certificate_check_and_election_zero_is_malformed() {
+    let ca = ClusterCa::generate().unwrap();
+    let id2 = identity(&ca, 2);
+    let (t1, rx1) = QuicTransport::start(config(identity(&ca, 1), loopback())).unwrap();
+    let mut inbox1 = Inbox::new(rx1);
+    let client = raw_endpoint();
+    t1.set_peer_addr(2, client.local_addr().unwrap());
+    t1.set_peer_addr(3, client.local_addr().unwrap());
+    let conn = raw_connect(&client, &id2, t1.local_addr(), 1).await;
+    let mut stream = open_stream(&conn).await;
+    let max = frame::DEFAULT_MAX_FRAME;
+    let forged = frame::encode_election(4, &msg(3, 1, 66), max).unwrap();
+    let honest = frame::encode_election(4, &msg(2, 1, 77), max).unwrap();
+    let root = frame::encode(&msg(2, 1, 78), max).unwrap();
+    stream.write_all(&forged).await.unwrap();
+    stream.write_all(&honest).await.unwrap();
+    stream.write_all(&root).await.unwrap();
+    wait_for(
+        || inbox1.has_election(4, 2, 77) && inbox1.has(2, 78),
+        "node 1 receives node 2's honest election and root messages",
+        TIMEOUT,
+    )
+    .await;
+    let s = t1.stats();
+    assert_eq!(
+        (s.from_mismatch, s.received, s.election_received),
+        (1, 2, 1)
+    );
+    assert!(!inbox1.any_from(3) && inbox1.elections.iter().all(|(_, m)| m.from == 2));
+
+    // An envelope naming election 0 (the root travels without one) closes the connection.
+    let mut zero = 5u32.to_be_bytes().to_vec();
+    zero.extend_from_slice(&[0x00, 0, 0, 0, 0]);
+    stream.write_all(&zero).await.unwrap();
+    assert_eq!(
+        closed_with_code(&conn).await,
+        Some(close_code::MALFORMED.into())
+    );
+    assert_eq!(t1.stats().frames_malformed, 1);
+
+    // So does a header cut off by the end of its frame.
+    let conn = raw_connect(&client, &id2, t1.local_addr(), 1).await;
+    let mut stream = open_stream(&conn).await;
+    stream.write_all(&[0, 0, 0, 2, 0x00, 0x01]).await.unwrap();
+    assert_eq!(
+        closed_with_code(&conn).await,
+        Some(close_code::MALFORMED.into())
+    );
+    assert_eq!(t1.stats().frames_malformed, 2);
 }
