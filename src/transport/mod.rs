@@ -8,7 +8,10 @@
 //! * [`mem`]: an in-process network for tests, with the same fault hooks.
 //!
 //! The driver sees only the [`Transport`] trait (to send) and a channel of [`Inbound`]
-//! items (to receive).
+//! items (to receive). Every transport carries the root election's messages
+//! ([`Transport::send`], [`Inbound::Message`]) and named elections' (ids ≥ 1:
+//! [`Transport::send_election`], [`Inbound::Election`]) the same way, over the same
+//! connection.
 //!
 //! # Layout
 //!
@@ -16,7 +19,7 @@
 //! |---|---|
 //! | `mod.rs` | [`Transport`], [`Inbound`], [`Faults`], [`TransportStats`] |
 //! | `hello.rs` | [`Hello`]: what a node says first on every connection |
-//! | `frame/mod.rs` | frames: the limits, encoding, decoding, reading them from a stream |
+//! | `frame/mod.rs` | frames (root frames and named elections' frames): the limits, encoding, decoding, reading them from a stream |
 //! | `frame/scan.rs` | the wire scan: entries and unknown fields counted before decoding |
 //! | `quic/` | the QUIC transport, a file per part (see [`quic`]) |
 //! | `mem.rs` | [`mem::MemNetwork`]: the in-process network |
