@@ -1,7 +1,12 @@
 //! One conformance suite for both stores: every case is written once, generic over a
 //! [`Harness`] that makes and reopens a store, and runs against [`RocksStore`] (in a
-//! temporary directory) and [`MemStore`]. "Reopen" drops every handle and opens the
-//! store again from its disk, which is what a restart after a crash sees.
+//! temporary directory) and [`MemStore`], each on the store itself (the root election)
+//! and on a named election's handle in a store that holds other groups too
+//! ([`ElectionHarness`]). "Reopen" drops every handle and opens the store again from its
+//! disk, which is what a restart after a crash sees.
+//!
+//! The named-election cases (`elections_*`) cover what only many groups in one store
+//! have: shared handles, `write_all`, founding, removal and tombstones.
 //!
 //! The RocksDB-only cases at the end cover opening: missing, locked, corrupt and foreign
 //! directories.
@@ -70,8 +75,80 @@ impl Harness for MemHarness {
     }
 }
 
+/// Runs a case on named election [`ELECTION`]'s handle instead of the store itself. The
+/// store also holds root entries and a founded neighbour election, both checked on
+/// every reopen: a write of the election's that lands in another group's keys fails
+/// the case.
+struct ElectionHarness<H> {
+    inner: H,
+}
+
+/// The election the suite runs on, and its neighbours' ids (one below, one above: its
+/// keys lie between theirs).
+const ELECTION: u32 = 0x0100;
+const NEIGHBOURS: [u32; 2] = [ELECTION - 1, ELECTION + 1];
+
+impl<H: Harness> ElectionHarness<H> {
+    fn new(inner: H) -> Self {
+        ElectionHarness { inner }
+    }
+}
+
+/// What [`ElectionHarness`] writes beside the election, and checks on every reopen.
+fn fill_neighbours(root: &impl RaftStore) {
+    append(root, entries(1..=3, 9));
+    set_hard_state(root, hard_state(9, 2, 3));
+    for id in NEIGHBOURS {
+        let e = root
+            .found_election(id, term_floor(id), voters(&[1, 2, 3]), b"neighbour".to_vec())
+            .expect("found a neighbour election");
+        append(&e, entries(2..=4, term_floor(id) + 1));
+    }
+}
+
+#[track_caller]
+fn check_neighbours<S: RaftStore>(root: &S) {
+    assert_eq!(bounds(root), (1, 3), "the root's log");
+    assert_eq!(terms(root), vec![9, 9, 9]);
+    assert_eq!(root.hard_state(), hard_state(9, 2, 3));
+    assert_eq!(root.conf_state(), voters(&[1, 2, 3]));
+    for id in NEIGHBOURS {
+        let e = root.election(id).unwrap().expect("the neighbour election");
+        let floor = term_floor(id);
+        assert_eq!(bounds(&e), (2, 4), "election {id}'s log");
+        assert_eq!(read(&e, 2, 5), Ok(entries(2..=4, floor + 1)));
+        assert_eq!(e.hard_state(), hard_state(floor, 0, 1));
+        assert_eq!(&e.snapshot(1, 2).unwrap().data[..], b"neighbour");
+    }
+}
+
+impl<H: Harness> Harness for ElectionHarness<H> {
+    type S = H::S;
+
+    fn fresh(&mut self, initial: ConfState) -> H::S {
+        let root = self.inner.fresh(voters(&[1, 2, 3]));
+        fill_neighbours(&root);
+        root.join_election(ELECTION, initial)
+            .expect("create the election")
+    }
+
+    fn reopen(&mut self, store: H::S) -> H::S {
+        // The inner harness reopens the whole store from any handle of it.
+        let root = self.inner.reopen(store);
+        check_neighbours(&root);
+        root.election(ELECTION)
+            .expect("open the election")
+            .expect("the election survives a reopen")
+    }
+}
+
 // ---------------------------------------------------------------------------------
 // Helpers
+
+/// Design section 11: election `id` is founded at term `id << 40`.
+fn term_floor(id: u32) -> u64 {
+    u64::from(id) << 40
+}
 
 fn voters(ids: &[u64]) -> ConfState {
     ConfState::from((ids.to_vec(), Vec::<u64>::new()))
@@ -592,6 +669,8 @@ macro_rules! suite {
 
 suite!(rocks, RocksHarness::new());
 suite!(mem, MemHarness);
+suite!(rocks_election, ElectionHarness::new(RocksHarness::new()));
+suite!(mem_election, ElectionHarness::new(MemHarness));
 
 // ---------------------------------------------------------------------------------
 // RocksStore: opening missing, locked, corrupt and foreign directories
@@ -866,9 +945,9 @@ mod rocks_open {
         let dir = tempfile::tempdir().unwrap();
         let path = store_with_entries(dir.path());
         let mut meta = b"tenure-raft-store".to_vec();
-        meta.extend_from_slice(&3u32.to_be_bytes());
+        meta.extend_from_slice(&4u32.to_be_bytes());
         raw_db(&path).put(b"tenure/meta", meta).unwrap();
-        assert_corrupt(RocksStore::open(&path), &path, "format version 3");
+        assert_corrupt(RocksStore::open(&path), &path, "format version 4");
     }
 
     #[test]

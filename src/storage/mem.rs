@@ -156,6 +156,30 @@ impl MemStore {
         self.election
     }
 
+    /// Puts a new election's state on the disk, unless `id` is the root's, live or
+    /// removed.
+    fn add_election(
+        &self,
+        id: u32,
+        what: &str,
+        group: impl FnOnce() -> GroupDisk,
+    ) -> Result<Self, StorageError> {
+        if id == 0 {
+            return Err(refused_id_zero(what));
+        }
+        let mut disk = self.disk.lock();
+        if disk.removed.contains(&id) {
+            return Err(StorageError::ElectionRemoved { id });
+        }
+        if disk.elections.contains_key(&id) {
+            return Err(StorageError::invalid(format!(
+                "cannot {what} named election {id}: it is already founded in this store"
+            )));
+        }
+        disk.elections.insert(id, group());
+        Ok(self.handle(id))
+    }
+
     fn handle(&self, election: u32) -> Self {
         MemStore {
             disk: self.disk.clone(),
@@ -295,21 +319,17 @@ impl RaftStore for MemStore {
         conf_state: ConfState,
         data: Vec<u8>,
     ) -> Result<Self, StorageError> {
-        if id == 0 {
-            return Err(refused_id_zero("found"));
-        }
-        let mut disk = self.disk.lock();
-        if disk.removed.contains(&id) {
-            return Err(StorageError::ElectionRemoved { id });
-        }
-        if disk.elections.contains_key(&id) {
-            return Err(StorageError::invalid(format!(
-                "cannot found named election {id}: it is already founded in this store"
-            )));
-        }
-        disk.elections
-            .insert(id, GroupDisk::founded(term, conf_state, data));
-        Ok(self.handle(id))
+        self.add_election(id, "found", || GroupDisk {
+            log: LogState::founded(term, conf_state),
+            snapshot_data: Bytes::from(data),
+        })
+    }
+
+    fn join_election(&self, id: u32, initial: ConfState) -> Result<Self, StorageError> {
+        self.add_election(id, "create", || GroupDisk {
+            log: LogState::new(initial),
+            snapshot_data: Bytes::new(),
+        })
     }
 
     fn remove_election(&self, id: u32) -> Result<(), StorageError> {
@@ -361,16 +381,5 @@ impl RaftStore for MemStore {
             disk.group_mut(id)?.apply_write(plan);
         }
         Ok(())
-    }
-}
-
-impl GroupDisk {
-    /// A founded election: the snapshot at index 1 (term `term`, membership
-    /// `conf_state`, data `data`), hard state term `term`, no vote, commit 1.
-    fn founded(term: u64, conf_state: ConfState, data: Vec<u8>) -> Self {
-        GroupDisk {
-            log: LogState::founded(term, conf_state),
-            snapshot_data: Bytes::from(data),
-        }
     }
 }

@@ -172,6 +172,20 @@ pub trait RaftStore: raft::Storage + Clone + Send + Sync + 'static {
         })
     }
 
+    /// Creates named election `id`'s raft state empty, as a member that is not among its
+    /// founders starts it (a joiner, `docs/design.md` sections 6 and 11): no entries,
+    /// snapshot index and term 0, default hard state, membership `initial`. Written
+    /// synced before it returns its handle; refused as
+    /// [`found_election`](Self::found_election) is.
+    ///
+    /// The default returns [`StorageError::Unsupported`].
+    fn join_election(&self, id: u32, initial: ConfState) -> Result<Self, StorageError> {
+        let _ = initial;
+        Err(StorageError::Unsupported {
+            detail: format!("cannot create named election {id}: this store has no named elections"),
+        })
+    }
+
     /// Deletes every record of named election `id` and writes its tombstone, as one
     /// synced batch. Handles of it that still exist refuse writes from then on
     /// ([`StorageError::ElectionRemoved`]), their reads fail the same way, and their

@@ -516,6 +516,45 @@ impl RocksStore {
             .is_some())
     }
 
+    /// Writes a new election's state (synced) and registers its cache, unless `id` is
+    /// the root's, live or removed.
+    fn add_election(
+        &self,
+        id: u32,
+        what: &str,
+        log: LogState<u64>,
+        snapshot_data: &[u8],
+    ) -> Result<Self, StorageError> {
+        if id == 0 {
+            return Err(refused_id_zero(what));
+        }
+        let mut registry = self.registry();
+        if self.has_tombstone(id)? {
+            return Err(StorageError::ElectionRemoved { id });
+        }
+        if registry.groups.contains_key(&id) || self.holds_election_keys(id)? {
+            return Err(StorageError::invalid(format!(
+                "cannot {what} named election {id}: it is already founded in this store"
+            )));
+        }
+        let keys = Keys::election(id);
+        let mut batch = WriteBatch::default();
+        Self::upgrade_in(&registry, &mut batch);
+        keys.add_state(&mut batch, &log, snapshot_data)?;
+        self.write_batch(batch, true)?;
+        registry.version = ELECTIONS_VERSION;
+        let group = Arc::new(Group {
+            id,
+            keys,
+            state: RwLock::new(GroupState {
+                log,
+                removed: false,
+            }),
+        });
+        registry.groups.insert(id, Arc::clone(&group));
+        Ok(self.handle(group))
+    }
+
     /// Adds the version-3 metadata record to `batch` if the disk is still at version 2.
     fn upgrade_in(registry: &Registry, batch: &mut WriteBatch) {
         if registry.version < ELECTIONS_VERSION {
@@ -768,35 +807,11 @@ impl RaftStore for RocksStore {
         conf_state: ConfState,
         data: Vec<u8>,
     ) -> Result<Self, StorageError> {
-        if id == 0 {
-            return Err(refused_id_zero("found"));
-        }
-        let mut registry = self.registry();
-        if self.has_tombstone(id)? {
-            return Err(StorageError::ElectionRemoved { id });
-        }
-        if registry.groups.contains_key(&id) || self.holds_election_keys(id)? {
-            return Err(StorageError::invalid(format!(
-                "cannot found named election {id}: it is already founded in this store"
-            )));
-        }
-        let keys = Keys::election(id);
-        let log = LogState::<u64>::founded(term, conf_state);
-        let mut batch = WriteBatch::default();
-        Self::upgrade_in(&registry, &mut batch);
-        keys.add_state(&mut batch, &log, &data)?;
-        self.write_batch(batch, true)?;
-        registry.version = ELECTIONS_VERSION;
-        let group = Arc::new(Group {
-            id,
-            keys,
-            state: RwLock::new(GroupState {
-                log,
-                removed: false,
-            }),
-        });
-        registry.groups.insert(id, Arc::clone(&group));
-        Ok(self.handle(group))
+        self.add_election(id, "found", LogState::founded(term, conf_state), &data)
+    }
+
+    fn join_election(&self, id: u32, initial: ConfState) -> Result<Self, StorageError> {
+        self.add_election(id, "create", LogState::new(initial), b"")
     }
 
     fn remove_election(&self, id: u32) -> Result<(), StorageError> {
