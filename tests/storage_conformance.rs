@@ -18,7 +18,9 @@ use bytes::Bytes;
 use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, Storage, StorageError as RaftStorageError};
-use tenure::storage::{MemDisk, MemStore, RaftStore, ReadyWrite, RocksStore, StorageError};
+use tenure::storage::{
+    ElectionIds, MemDisk, MemStore, RaftStore, ReadyWrite, RocksStore, StorageError,
+};
 
 /// Makes a fresh store and reopens it.
 trait Harness {
@@ -671,6 +673,377 @@ suite!(rocks, RocksHarness::new());
 suite!(mem, MemHarness);
 suite!(rocks_election, ElectionHarness::new(RocksHarness::new()));
 suite!(mem_election, ElectionHarness::new(MemHarness));
+
+// ---------------------------------------------------------------------------------
+// Named elections, on both stores
+
+/// Founds election `id` (term floor, voters 1-3, data `e<id>`) and appends entries
+/// 2..=`1 + n` in the floor's next term, committing them all.
+fn found_with_entries<S: RaftStore>(root: &S, id: u32, n: u64) -> S {
+    let floor = term_floor(id);
+    let e = root
+        .found_election(id, floor, voters(&[1, 2, 3]), format!("e{id}").into_bytes())
+        .expect("found");
+    e.write(ReadyWrite {
+        entries: entries(2..=1 + n, floor + 1),
+        hard_state: Some(hard_state(floor + 1, 1, 1 + n)),
+        ..Default::default()
+    })
+    .expect("write the election's entries");
+    e
+}
+
+#[track_caller]
+fn check_founded_with_entries(e: &impl RaftStore, id: u32, n: u64) {
+    let floor = term_floor(id);
+    assert_eq!(bounds(e), (2, 1 + n), "election {id}");
+    assert_eq!(read(e, 2, 2 + n), Ok(entries(2..=1 + n, floor + 1)));
+    assert_eq!(e.term(1), Ok(floor), "the founding snapshot's term");
+    assert_eq!(e.hard_state(), hard_state(floor + 1, 1, 1 + n));
+    assert_eq!(e.conf_state(), voters(&[1, 2, 3]));
+    let snap = e.snapshot(1, 2).unwrap();
+    assert_eq!(snap.get_metadata().index, 1);
+    assert_eq!(snap.get_metadata().term, floor);
+    assert_eq!(snap.get_metadata().get_conf_state(), &voters(&[1, 2, 3]));
+    assert_eq!(&snap.data[..], format!("e{id}").as_bytes());
+}
+
+#[track_caller]
+fn assert_invalid_naming<T: std::fmt::Debug>(result: Result<T, StorageError>, needle: &str) {
+    match result {
+        Err(e @ StorageError::InvalidWrite { .. }) => {
+            assert!(e.to_string().contains(needle), "{e} does not mention {needle:?}");
+        }
+        other => panic!("expected InvalidWrite mentioning {needle:?}, got {other:?}"),
+    }
+}
+
+#[track_caller]
+fn assert_removed<T: std::fmt::Debug>(result: Result<T, StorageError>, id: u32) {
+    match result {
+        Err(e @ StorageError::ElectionRemoved { .. }) => {
+            assert_eq!(e, StorageError::ElectionRemoved { id });
+            let text = e.to_string();
+            assert!(
+                text.contains(&format!("election {id}")) && text.contains("removed"),
+                "{text}"
+            );
+        }
+        other => panic!("expected ElectionRemoved {{ id: {id} }}, got {other:?}"),
+    }
+}
+
+fn ids(live: impl IntoIterator<Item = u32>, removed: impl IntoIterator<Item = u32>) -> ElectionIds {
+    ElectionIds {
+        live: live.into_iter().collect(),
+        removed: removed.into_iter().collect(),
+    }
+}
+
+fn elections_founding_gives_the_founding_state<H: Harness>(h: &mut H) {
+    let root = h.fresh(voters(&[1, 2, 3]));
+    assert_eq!(root.election_ids(), Ok(ElectionIds::default()));
+    assert!(root.election(3).unwrap().is_none(), "never founded");
+    let floor = term_floor(3);
+    let e = root
+        .found_election(3, floor, voters(&[1, 2]), b"empty history".to_vec())
+        .unwrap();
+    let check = |e: &H::S| {
+        let state = e.initial_state().unwrap();
+        assert_eq!(state.hard_state, hard_state(floor, 0, 1));
+        assert_eq!(state.conf_state, voters(&[1, 2]));
+        assert_eq!(bounds(e), (2, 1), "the log starts after the founding snapshot");
+        assert_eq!(e.term(1), Ok(floor));
+        assert_eq!(e.term(0), err(RaftStorageError::Compacted));
+        let snap = e.snapshot(1, 2).unwrap();
+        assert_eq!(snap.get_metadata().index, 1);
+        assert_eq!(snap.get_metadata().term, floor);
+        assert_eq!(&snap.data[..], b"empty history");
+    };
+    check(&e);
+    assert_eq!(e.node_id(), root.node_id(), "node_id() is the store's");
+    // The first leader's term, right after the floor.
+    e.write(ReadyWrite {
+        entries: entries(2..=2, floor + 1),
+        hard_state: Some(hard_state(floor + 1, 1, 1)),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(root.election_ids(), Ok(ids([3], [])));
+    // The root is untouched.
+    assert_eq!(bounds(&root), (1, 0));
+    assert_eq!(root.hard_state(), HardState::default());
+    drop(e);
+    let root = h.reopen(root);
+    let e = root.election(3).unwrap().expect("founded before the reopen");
+    assert_eq!(bounds(&e), (2, 2));
+    assert_eq!(e.hard_state(), hard_state(floor + 1, 1, 1));
+    assert_eq!(root.election_ids(), Ok(ids([3], [])));
+}
+
+fn elections_handles_of_one_id_share_one_state<H: Harness>(h: &mut H) {
+    let root = h.fresh(voters(&[1]));
+    let founded = found_with_entries(&root, 5, 2);
+    let a = root.election(5).unwrap().unwrap();
+    let b = root.election(5).unwrap().unwrap();
+    let from_handle = a.election(5).unwrap().unwrap();
+    append(&a, entries(4..=4, term_floor(5) + 1));
+    for (name, handle) in [("founded", &founded), ("b", &b), ("from a handle", &from_handle)] {
+        assert_eq!(handle.last_index(), Ok(4), "{name} sees a's write");
+        assert_eq!(read(handle, 4, 5), Ok(entries(4..=4, term_floor(5) + 1)));
+    }
+    b.compact(3, b.conf_state(), b"at 3".to_vec()).unwrap();
+    assert_eq!(a.first_index(), Ok(4), "a sees b's compaction");
+    assert_eq!(&founded.snapshot(0, 2).unwrap().data[..], b"at 3");
+    assert_eq!(bounds(&root), (1, 0), "the root is another group");
+}
+
+fn elections_sixteen_survive_reopen<H: Harness>(h: &mut H) {
+    let root = h.fresh(voters(&[1, 2, 3]));
+    for id in 1..=16 {
+        found_with_entries(&root, id, u64::from(id));
+    }
+    append(&root, entries(1..=2, 1));
+    let root = h.reopen(root);
+    assert_eq!(root.election_ids(), Ok(ids(1..=16, [])));
+    for id in 1..=16 {
+        let e = root.election(id).unwrap().expect("founded before the reopen");
+        check_founded_with_entries(&e, id, u64::from(id));
+    }
+    assert_eq!(terms(&root), vec![1, 1]);
+    assert!(root.election(17).unwrap().is_none());
+}
+
+fn elections_write_all_writes_every_group<H: Harness>(h: &mut H) {
+    let root = h.fresh(voters(&[1, 2, 3]));
+    let handles: Vec<H::S> = (1..=16).map(|id| found_with_entries(&root, id, 1)).collect();
+    let mut parts = vec![(
+        root.clone(),
+        ReadyWrite {
+            entries: entries(1..=2, 3),
+            hard_state: Some(hard_state(3, 1, 1)),
+            ..Default::default()
+        },
+    )];
+    // Not in id order: the order of the parts does not matter.
+    for (i, e) in handles.iter().enumerate().rev() {
+        let id = i as u32 + 1;
+        let floor = term_floor(id);
+        parts.push((
+            e.clone(),
+            ReadyWrite {
+                entries: entries(3..=3 + u64::from(id % 3), floor + 2),
+                hard_state: Some(hard_state(floor + 2, 2, 3)),
+                ..Default::default()
+            },
+        ));
+    }
+    H::S::write_all(parts).unwrap();
+    let check = |root: &H::S| {
+        assert_eq!(terms(root), vec![3, 3]);
+        assert_eq!(root.hard_state(), hard_state(3, 1, 1));
+        for id in 1..=16u32 {
+            let e = root.election(id).unwrap().unwrap();
+            let floor = term_floor(id);
+            let last = 3 + u64::from(id % 3);
+            assert_eq!(bounds(&e), (2, last), "election {id}");
+            assert_eq!(e.term(2), Ok(floor + 1));
+            assert_eq!(read(&e, 3, last + 1), Ok(entries(3..=last, floor + 2)));
+            assert_eq!(e.hard_state(), hard_state(floor + 2, 2, 3));
+        }
+    };
+    check(&root);
+    drop(handles);
+    let root = h.reopen(root);
+    check(&root);
+    // Nothing to write at all is fine.
+    H::S::write_all(Vec::new()).unwrap();
+    H::S::write_all(vec![(root.clone(), ReadyWrite::default())]).unwrap();
+}
+
+fn elections_write_all_is_atomic<H: Harness>(h: &mut H) {
+    let root = h.fresh(voters(&[1, 2, 3]));
+    append(&root, entries(1..=2, 1));
+    let e1 = found_with_entries(&root, 1, 2);
+    let e2 = found_with_entries(&root, 2, 2);
+    let check = |root: &H::S| {
+        assert_eq!(terms(root), vec![1, 1]);
+        assert_eq!(root.hard_state(), HardState::default());
+        check_founded_with_entries(&root.election(1).unwrap().unwrap(), 1, 2);
+        check_founded_with_entries(&root.election(2).unwrap().unwrap(), 2, 2);
+    };
+    let valid_root = || ReadyWrite {
+        entries: entries(3..=3, 1),
+        hard_state: Some(hard_state(1, 1, 3)),
+        ..Default::default()
+    };
+    let valid_e1 = || ReadyWrite {
+        entries: entries(4..=5, term_floor(1) + 1),
+        commit: Some(5),
+        ..Default::default()
+    };
+    // The last part leaves a gap after election 2's last entry (3).
+    let gap_e2 = ReadyWrite {
+        entries: entries(5..=5, term_floor(2) + 1),
+        ..Default::default()
+    };
+    assert_invalid_naming(
+        H::S::write_all(vec![
+            (root.clone(), valid_root()),
+            (e1.clone(), valid_e1()),
+            (e2.clone(), gap_e2),
+        ]),
+        "named election 2",
+    );
+    check(&root);
+    // An invalid root part names the root.
+    assert_invalid_naming(
+        H::S::write_all(vec![
+            (e1.clone(), valid_e1()),
+            (
+                root.clone(),
+                ReadyWrite {
+                    commit: Some(9),
+                    ..Default::default()
+                },
+            ),
+        ]),
+        "root election",
+    );
+    check(&root);
+    // Two parts of one group.
+    assert_invalid_naming(
+        H::S::write_all(vec![(e1.clone(), valid_e1()), (e1.clone(), valid_e1())]),
+        "two parts for election 1",
+    );
+    check(&root);
+    drop((e1, e2));
+    let root = h.reopen(root);
+    check(&root);
+}
+
+fn elections_write_all_refuses_another_stores_handle<H: Harness>(h: &mut H) {
+    let a = h.fresh(voters(&[1]));
+    let b = h.fresh(voters(&[1]));
+    let b7 = b.found_election(7, term_floor(7), voters(&[1]), Vec::new()).unwrap();
+    assert_invalid_naming(
+        H::S::write_all(vec![
+            (
+                a.clone(),
+                ReadyWrite {
+                    entries: entries(1..=1, 1),
+                    ..Default::default()
+                },
+            ),
+            (
+                b7.clone(),
+                ReadyWrite {
+                    entries: entries(2..=2, term_floor(7) + 1),
+                    ..Default::default()
+                },
+            ),
+        ]),
+        "another store",
+    );
+    assert_eq!(bounds(&a), (1, 0), "nothing written in the first store");
+    assert_eq!(bounds(&b7), (2, 1), "nothing written in the second");
+}
+
+fn elections_id_zero_and_live_ids_are_refused<H: Harness>(h: &mut H) {
+    let root = h.fresh(voters(&[1]));
+    assert_invalid_naming(
+        root.found_election(0, 0, voters(&[1]), Vec::new()),
+        "election 0",
+    );
+    assert_invalid_naming(root.join_election(0, voters(&[1])), "election 0");
+    assert_invalid_naming(root.election(0), "election 0");
+    assert_invalid_naming(root.remove_election(0), "election 0");
+    let e = found_with_entries(&root, 4, 2);
+    assert_invalid_naming(
+        root.found_election(4, 1, voters(&[9]), b"again".to_vec()),
+        "named election 4: it is already founded",
+    );
+    assert_invalid_naming(root.join_election(4, voters(&[9])), "election 4");
+    check_founded_with_entries(&e, 4, 2);
+    assert_eq!(root.election_ids(), Ok(ids([4], [])));
+    drop(e);
+    let root = h.reopen(root);
+    check_founded_with_entries(&root.election(4).unwrap().unwrap(), 4, 2);
+}
+
+fn elections_removal_is_for_good<H: Harness>(h: &mut H) {
+    let root = h.fresh(voters(&[1, 2, 3]));
+    let e1 = found_with_entries(&root, 1, 2);
+    let e2 = found_with_entries(&root, 2, 3);
+    let e3 = found_with_entries(&root, 3, 2);
+    let other = root.election(2).unwrap().unwrap();
+    root.remove_election(2).unwrap();
+    // Every handle of it refuses writes, compactions and reads.
+    for handle in [&e2, &other] {
+        assert_removed(
+            handle.write(ReadyWrite {
+                entries: entries(5..=5, term_floor(2) + 1),
+                ..Default::default()
+            }),
+            2,
+        );
+        assert_removed(handle.compact(2, voters(&[1]), Vec::new()), 2);
+        assert!(handle.initial_state().is_err());
+        assert!(handle.last_index().is_err());
+        assert!(read(handle, 2, 3).is_err());
+        assert_eq!(handle.hard_state(), HardState::default());
+    }
+    assert_removed(
+        H::S::write_all(vec![
+            (e1.clone(), ReadyWrite::default()),
+            (e2.clone(), ReadyWrite::default()),
+        ]),
+        2,
+    );
+    // A removal of an id never held writes the tombstone only; again, nothing changes.
+    root.remove_election(9).unwrap();
+    root.remove_election(2).unwrap();
+    let check = |root: &H::S| {
+        assert_eq!(root.election_ids(), Ok(ids([1, 3], [2, 9])));
+        for id in [2, 9] {
+            assert!(root.election(id).unwrap().is_none(), "election {id}");
+            assert_removed(
+                root.found_election(id, term_floor(id), voters(&[1]), Vec::new()),
+                id,
+            );
+            assert_removed(root.join_election(id, voters(&[1])), id);
+        }
+        check_founded_with_entries(&root.election(1).unwrap().unwrap(), 1, 2);
+        check_founded_with_entries(&root.election(3).unwrap().unwrap(), 3, 2);
+    };
+    check(&root);
+    drop((e1, e2, e3, other));
+    let root = h.reopen(root);
+    check(&root);
+}
+
+macro_rules! elections {
+    ($store:ident, $harness:expr) => {
+        conformance!(
+            $store,
+            $harness,
+            [
+                elections_founding_gives_the_founding_state,
+                elections_handles_of_one_id_share_one_state,
+                elections_sixteen_survive_reopen,
+                elections_write_all_writes_every_group,
+                elections_write_all_is_atomic,
+                elections_write_all_refuses_another_stores_handle,
+                elections_id_zero_and_live_ids_are_refused,
+                elections_removal_is_for_good,
+            ]
+        );
+    };
+}
+
+elections!(rocks_elections, RocksHarness::new());
+// MemHarness::reopen drops the store and opens its MemDisk again: a simulated crash.
+elections!(mem_elections, MemHarness);
 
 // ---------------------------------------------------------------------------------
 // RocksStore: opening missing, locked, corrupt and foreign directories

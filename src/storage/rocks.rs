@@ -847,8 +847,8 @@ impl RaftStore for RocksStore {
         for (i, (store, _)) in parts.iter().enumerate() {
             if !Arc::ptr_eq(&store.shared, &first.shared) {
                 return Err(StorageError::invalid(format!(
-                    "write_all: part {i} (election {}) is a handle of the store at {}, \
-                     not of the store at {} that part 0 is of",
+                    "write_all: part {i} (election {}) is a handle of another store \
+                     (at {}; part 0's is at {})",
                     store.group.id,
                     store.shared.path.display(),
                     first.shared.path.display()
