@@ -1046,6 +1046,242 @@ elections!(rocks_elections, RocksHarness::new());
 elections!(mem_elections, MemHarness);
 
 // ---------------------------------------------------------------------------------
+// Named elections, RocksStore only: write counts, format version, raw keys, corruption
+
+mod rocks_elections_disk {
+    use super::*;
+
+    fn election_key(id: u32, suffix: &[u8]) -> Vec<u8> {
+        [b"tenure/e/".as_slice(), &id.to_be_bytes(), b"/", suffix].concat()
+    }
+
+    fn meta_version(path: &Path) -> u32 {
+        let db = rocksdb::DB::open_default(path).expect("raw rocksdb open");
+        let meta = db.get(b"tenure/meta").unwrap().expect("meta record");
+        let version = meta.strip_prefix(b"tenure-raft-store").expect("magic");
+        u32::from_be_bytes(version.try_into().expect("a u32"))
+    }
+
+    /// Every key of the database that starts with `prefix`.
+    fn keys_under(path: &Path, prefix: &[u8]) -> Vec<Vec<u8>> {
+        let db = rocksdb::DB::open_default(path).expect("raw rocksdb open");
+        db.iterator(rocksdb::IteratorMode::From(prefix, rocksdb::Direction::Forward))
+            .map(|item| item.expect("iterate").0.to_vec())
+            .take_while(|key| key.starts_with(prefix))
+            .collect()
+    }
+
+    #[track_caller]
+    fn assert_corrupt_naming<T: std::fmt::Debug>(result: Result<T, StorageError>, needles: &[&str]) {
+        match result {
+            Err(e @ StorageError::Corrupt { .. }) => {
+                for needle in needles {
+                    assert!(e.to_string().contains(needle), "{e} does not mention {needle:?}");
+                }
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+
+    /// The driver's turn: one write_all for the root and 16 elections is one fsync, and
+    /// a turn that only moves commit indexes is one unsynced write.
+    #[test]
+    fn write_all_of_sixteen_elections_and_the_root_is_one_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = RocksStore::create(dir.path().join("store"), 1, voters(&[1, 2, 3])).unwrap();
+        let handles: Vec<RocksStore> = (1..=16).map(|id| found_with_entries(&root, id, 1)).collect();
+        let before = root.write_counts();
+        let turn = |commit_only: bool| {
+            let mut parts = vec![(
+                root.clone(),
+                if commit_only {
+                    ReadyWrite {
+                        commit: Some(2),
+                        ..Default::default()
+                    }
+                } else {
+                    ReadyWrite {
+                        entries: entries(1..=2, 1),
+                        hard_state: Some(hard_state(1, 1, 1)),
+                        ..Default::default()
+                    }
+                },
+            )];
+            for (i, e) in handles.iter().enumerate() {
+                let floor = term_floor(i as u32 + 1);
+                parts.push((
+                    e.clone(),
+                    if commit_only {
+                        ReadyWrite {
+                            commit: Some(3),
+                            ..Default::default()
+                        }
+                    } else {
+                        ReadyWrite {
+                            entries: entries(3..=3, floor + 1),
+                            hard_state: Some(hard_state(floor + 1, 1, 2)),
+                            ..Default::default()
+                        }
+                    },
+                ));
+            }
+            RocksStore::write_all(parts).unwrap();
+        };
+        turn(false);
+        assert_eq!(root.write_counts(), (before.0 + 1, before.1), "one synced write");
+        turn(true);
+        assert_eq!(root.write_counts(), (before.0 + 1, before.1 + 1), "one unsynced write");
+        for e in &handles {
+            assert_eq!(e.hard_state().commit, 3);
+            assert_eq!(e.write_counts(), root.write_counts(), "one counter per store");
+        }
+        assert_eq!(root.hard_state(), hard_state(1, 1, 2));
+        // One synced part makes the whole batch synced.
+        let e1 = &handles[0];
+        RocksStore::write_all(vec![
+            (
+                root.clone(),
+                ReadyWrite {
+                    commit: Some(2),
+                    ..Default::default()
+                },
+            ),
+            (
+                e1.clone(),
+                ReadyWrite {
+                    entries: entries(4..=4, term_floor(1) + 1),
+                    ..Default::default()
+                },
+            ),
+        ])
+        .unwrap();
+        assert_eq!(root.write_counts(), (before.0 + 2, before.1 + 1));
+        // A refused write_all writes nothing and counts nothing.
+        assert_invalid(RocksStore::write_all(vec![(
+            e1.clone(),
+            ReadyWrite {
+                commit: Some(99),
+                ..Default::default()
+            },
+        )]));
+        assert_eq!(root.write_counts(), (before.0 + 2, before.1 + 1));
+    }
+
+    #[test]
+    fn the_format_becomes_version_3_with_the_first_election() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let root = RocksStore::create(&path, 1, voters(&[1])).unwrap();
+        append(&root, entries(1..=1, 1));
+        drop(root);
+        assert_eq!(meta_version(&path), 2, "a store without elections stays version 2");
+        let root = RocksStore::open(&path).unwrap();
+        drop(found_with_entries(&root, 1, 1));
+        drop(root);
+        assert_eq!(meta_version(&path), 3);
+        let root = RocksStore::open(&path).unwrap();
+        check_founded_with_entries(&root.election(1).unwrap().unwrap(), 1, 1);
+        drop(root);
+        // A removal alone also writes election keys (the tombstone).
+        let other = dir.path().join("other");
+        let root = RocksStore::create(&other, 1, voters(&[1])).unwrap();
+        root.remove_election(5).unwrap();
+        drop(root);
+        assert_eq!(meta_version(&other), 3);
+        // A version above 3 is refused, naming it.
+        let mut meta = b"tenure-raft-store".to_vec();
+        meta.extend_from_slice(&4u32.to_be_bytes());
+        rocksdb::DB::open_default(&path).unwrap().put(b"tenure/meta", meta).unwrap();
+        assert_corrupt_naming(RocksStore::open(&path), &["format version 4", "versions 2 and 3"]);
+    }
+
+    #[test]
+    fn removal_leaves_only_the_tombstone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let root = RocksStore::create(&path, 1, voters(&[1, 2, 3])).unwrap();
+        for id in [1, 2, 3] {
+            let e = found_with_entries(&root, id, 5);
+            e.compact(3, e.conf_state(), b"compacted".to_vec()).unwrap();
+        }
+        let (synced, _) = root.write_counts();
+        root.remove_election(2).unwrap();
+        assert_eq!(root.write_counts().0, synced + 1, "a removal is one synced write");
+        drop(root);
+        assert_eq!(keys_under(&path, &election_key(2, b"")), vec![election_key(2, b"removed")]);
+        for id in [1, 3] {
+            let keys = keys_under(&path, &election_key(id, b""));
+            assert!(keys.contains(&election_key(id, b"hard_state")), "election {id}: {keys:?}");
+            assert_eq!(keys.len(), 4 + 3, "4 records and entries 4..=6 of election {id}");
+        }
+        let root = RocksStore::open(&path).unwrap();
+        assert_eq!(root.election_ids(), Ok(ids([1, 3], [2])));
+        assert!(root.election(2).unwrap().is_none());
+        assert_removed(root.found_election(2, term_floor(2), voters(&[1]), Vec::new()), 2);
+        for id in [1, 3] {
+            let e = root.election(id).unwrap().unwrap();
+            assert_eq!(bounds(&e), (4, 6));
+            assert_eq!(&e.snapshot(0, 2).unwrap().data[..], b"compacted");
+        }
+    }
+
+    #[test]
+    fn a_damaged_election_is_corrupt_naming_it_and_the_root_still_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let root = RocksStore::create(&path, 1, voters(&[1])).unwrap();
+        for id in [5, 6, 7] {
+            found_with_entries(&root, id, 3);
+        }
+        drop(root);
+        {
+            let db = rocksdb::DB::open_default(&path).unwrap();
+            db.put(election_key(5, b"hard_state"), [0xff; 16]).unwrap();
+            let mut log3 = election_key(6, b"log/");
+            log3.extend_from_slice(&3u64.to_be_bytes());
+            db.delete(&log3).unwrap();
+            let hs = hard_state(term_floor(7) + 1, 1, 99).write_to_bytes().unwrap();
+            db.put(election_key(7, b"hard_state"), hs).unwrap();
+        }
+        let root = RocksStore::open(&path).expect("the root is whole");
+        assert_eq!(root.election_ids(), Ok(ids([5, 6, 7], [])));
+        assert_corrupt_naming(root.election(5), &["named election 5", "does not decode"]);
+        assert_corrupt_naming(
+            root.election(6),
+            &["named election 6", "entry 4 found where entry 3"],
+        );
+        assert_corrupt_naming(root.election(7), &["named election 7", "commit index 99"]);
+        // Refused again, not cached as whole by the first attempt.
+        assert_corrupt_naming(root.election(5), &["named election 5"]);
+        assert_invalid_naming(
+            root.found_election(5, term_floor(5), voters(&[1]), Vec::new()),
+            "already founded",
+        );
+    }
+
+    #[test]
+    fn election_keys_are_not_the_roots_log() {
+        // The root's log range (tenure/log/..tenure/log0) and the elections' prefix
+        // (tenure/e/) are disjoint: the root opens whole beside elections and its
+        // snapshot (a DeleteRange of its log) leaves them alone.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let root = RocksStore::create(&path, 1, voters(&[1])).unwrap();
+        append(&root, entries(1..=3, 1));
+        found_with_entries(&root, 1, 2);
+        root.write(ReadyWrite {
+            snapshot: Some(snapshot_at(10, 2, voters(&[1]), b"root")),
+            ..Default::default()
+        })
+        .unwrap();
+        drop(root);
+        let root = RocksStore::open(&path).unwrap();
+        assert_eq!(bounds(&root), (11, 10));
+        check_founded_with_entries(&root.election(1).unwrap().unwrap(), 1, 2);
+    }
+}
+
+// ---------------------------------------------------------------------------------
 // RocksStore: opening missing, locked, corrupt and foreign directories
 
 mod rocks_open {
