@@ -102,7 +102,12 @@ fn fill_neighbours(root: &impl RaftStore) {
     set_hard_state(root, hard_state(9, 2, 3));
     for id in NEIGHBOURS {
         let e = root
-            .found_election(id, term_floor(id), voters(&[1, 2, 3]), b"neighbour".to_vec())
+            .found_election(
+                id,
+                term_floor(id),
+                voters(&[1, 2, 3]),
+                b"neighbour".to_vec(),
+            )
             .expect("found a neighbour election");
         append(&e, entries(2..=4, term_floor(id) + 1));
     }
@@ -712,7 +717,10 @@ fn check_founded_with_entries(e: &impl RaftStore, id: u32, n: u64) {
 fn assert_invalid_naming<T: std::fmt::Debug>(result: Result<T, StorageError>, needle: &str) {
     match result {
         Err(e @ StorageError::InvalidWrite { .. }) => {
-            assert!(e.to_string().contains(needle), "{e} does not mention {needle:?}");
+            assert!(
+                e.to_string().contains(needle),
+                "{e} does not mention {needle:?}"
+            );
         }
         other => panic!("expected InvalidWrite mentioning {needle:?}, got {other:?}"),
     }
@@ -752,7 +760,11 @@ fn elections_founding_gives_the_founding_state<H: Harness>(h: &mut H) {
         let state = e.initial_state().unwrap();
         assert_eq!(state.hard_state, hard_state(floor, 0, 1));
         assert_eq!(state.conf_state, voters(&[1, 2]));
-        assert_eq!(bounds(e), (2, 1), "the log starts after the founding snapshot");
+        assert_eq!(
+            bounds(e),
+            (2, 1),
+            "the log starts after the founding snapshot"
+        );
         assert_eq!(e.term(1), Ok(floor));
         assert_eq!(e.term(0), err(RaftStorageError::Compacted));
         let snap = e.snapshot(1, 2).unwrap();
@@ -775,7 +787,10 @@ fn elections_founding_gives_the_founding_state<H: Harness>(h: &mut H) {
     assert_eq!(root.hard_state(), HardState::default());
     drop(e);
     let root = h.reopen(root);
-    let e = root.election(3).unwrap().expect("founded before the reopen");
+    let e = root
+        .election(3)
+        .unwrap()
+        .expect("founded before the reopen");
     assert_eq!(bounds(&e), (2, 2));
     assert_eq!(e.hard_state(), hard_state(floor + 1, 1, 1));
     assert_eq!(root.election_ids(), Ok(ids([3], [])));
@@ -788,7 +803,11 @@ fn elections_handles_of_one_id_share_one_state<H: Harness>(h: &mut H) {
     let b = root.election(5).unwrap().unwrap();
     let from_handle = a.election(5).unwrap().unwrap();
     append(&a, entries(4..=4, term_floor(5) + 1));
-    for (name, handle) in [("founded", &founded), ("b", &b), ("from a handle", &from_handle)] {
+    for (name, handle) in [
+        ("founded", &founded),
+        ("b", &b),
+        ("from a handle", &from_handle),
+    ] {
         assert_eq!(handle.last_index(), Ok(4), "{name} sees a's write");
         assert_eq!(read(handle, 4, 5), Ok(entries(4..=4, term_floor(5) + 1)));
     }
@@ -807,7 +826,10 @@ fn elections_sixteen_survive_reopen<H: Harness>(h: &mut H) {
     let root = h.reopen(root);
     assert_eq!(root.election_ids(), Ok(ids(1..=16, [])));
     for id in 1..=16 {
-        let e = root.election(id).unwrap().expect("founded before the reopen");
+        let e = root
+            .election(id)
+            .unwrap()
+            .expect("founded before the reopen");
         check_founded_with_entries(&e, id, u64::from(id));
     }
     assert_eq!(terms(&root), vec![1, 1]);
@@ -816,7 +838,9 @@ fn elections_sixteen_survive_reopen<H: Harness>(h: &mut H) {
 
 fn elections_write_all_writes_every_group<H: Harness>(h: &mut H) {
     let root = h.fresh(voters(&[1, 2, 3]));
-    let handles: Vec<H::S> = (1..=16).map(|id| found_with_entries(&root, id, 1)).collect();
+    let handles: Vec<H::S> = (1..=16)
+        .map(|id| found_with_entries(&root, id, 1))
+        .collect();
     let mut parts = vec![(
         root.clone(),
         ReadyWrite {
@@ -925,7 +949,9 @@ fn elections_write_all_is_atomic<H: Harness>(h: &mut H) {
 fn elections_write_all_refuses_another_stores_handle<H: Harness>(h: &mut H) {
     let a = h.fresh(voters(&[1]));
     let b = h.fresh(voters(&[1]));
-    let b7 = b.found_election(7, term_floor(7), voters(&[1]), Vec::new()).unwrap();
+    let b7 = b
+        .found_election(7, term_floor(7), voters(&[1]), Vec::new())
+        .unwrap();
     assert_invalid_naming(
         H::S::write_all(vec![
             (
@@ -1065,18 +1091,27 @@ mod rocks_elections_disk {
     /// Every key of the database that starts with `prefix`.
     fn keys_under(path: &Path, prefix: &[u8]) -> Vec<Vec<u8>> {
         let db = rocksdb::DB::open_default(path).expect("raw rocksdb open");
-        db.iterator(rocksdb::IteratorMode::From(prefix, rocksdb::Direction::Forward))
-            .map(|item| item.expect("iterate").0.to_vec())
-            .take_while(|key| key.starts_with(prefix))
-            .collect()
+        db.iterator(rocksdb::IteratorMode::From(
+            prefix,
+            rocksdb::Direction::Forward,
+        ))
+        .map(|item| item.expect("iterate").0.to_vec())
+        .take_while(|key| key.starts_with(prefix))
+        .collect()
     }
 
     #[track_caller]
-    fn assert_corrupt_naming<T: std::fmt::Debug>(result: Result<T, StorageError>, needles: &[&str]) {
+    fn assert_corrupt_naming<T: std::fmt::Debug>(
+        result: Result<T, StorageError>,
+        needles: &[&str],
+    ) {
         match result {
             Err(e @ StorageError::Corrupt { .. }) => {
                 for needle in needles {
-                    assert!(e.to_string().contains(needle), "{e} does not mention {needle:?}");
+                    assert!(
+                        e.to_string().contains(needle),
+                        "{e} does not mention {needle:?}"
+                    );
                 }
             }
             other => panic!("expected Corrupt, got {other:?}"),
@@ -1089,7 +1124,9 @@ mod rocks_elections_disk {
     fn write_all_of_sixteen_elections_and_the_root_is_one_write() {
         let dir = tempfile::tempdir().unwrap();
         let root = RocksStore::create(dir.path().join("store"), 1, voters(&[1, 2, 3])).unwrap();
-        let handles: Vec<RocksStore> = (1..=16).map(|id| found_with_entries(&root, id, 1)).collect();
+        let handles: Vec<RocksStore> = (1..=16)
+            .map(|id| found_with_entries(&root, id, 1))
+            .collect();
         let before = root.write_counts();
         let turn = |commit_only: bool| {
             let mut parts = vec![(
@@ -1128,12 +1165,24 @@ mod rocks_elections_disk {
             RocksStore::write_all(parts).unwrap();
         };
         turn(false);
-        assert_eq!(root.write_counts(), (before.0 + 1, before.1), "one synced write");
+        assert_eq!(
+            root.write_counts(),
+            (before.0 + 1, before.1),
+            "one synced write"
+        );
         turn(true);
-        assert_eq!(root.write_counts(), (before.0 + 1, before.1 + 1), "one unsynced write");
+        assert_eq!(
+            root.write_counts(),
+            (before.0 + 1, before.1 + 1),
+            "one unsynced write"
+        );
         for e in &handles {
             assert_eq!(e.hard_state().commit, 3);
-            assert_eq!(e.write_counts(), root.write_counts(), "one counter per store");
+            assert_eq!(
+                e.write_counts(),
+                root.write_counts(),
+                "one counter per store"
+            );
         }
         assert_eq!(root.hard_state(), hard_state(1, 1, 2));
         // One synced part makes the whole batch synced.
@@ -1174,7 +1223,11 @@ mod rocks_elections_disk {
         let root = RocksStore::create(&path, 1, voters(&[1])).unwrap();
         append(&root, entries(1..=1, 1));
         drop(root);
-        assert_eq!(meta_version(&path), 2, "a store without elections stays version 2");
+        assert_eq!(
+            meta_version(&path),
+            2,
+            "a store without elections stays version 2"
+        );
         let root = RocksStore::open(&path).unwrap();
         drop(found_with_entries(&root, 1, 1));
         drop(root);
@@ -1191,8 +1244,14 @@ mod rocks_elections_disk {
         // A version above 3 is refused, naming it.
         let mut meta = b"tenure-raft-store".to_vec();
         meta.extend_from_slice(&4u32.to_be_bytes());
-        rocksdb::DB::open_default(&path).unwrap().put(b"tenure/meta", meta).unwrap();
-        assert_corrupt_naming(RocksStore::open(&path), &["format version 4", "versions 2 and 3"]);
+        rocksdb::DB::open_default(&path)
+            .unwrap()
+            .put(b"tenure/meta", meta)
+            .unwrap();
+        assert_corrupt_naming(
+            RocksStore::open(&path),
+            &["format version 4", "versions 2 and 3"],
+        );
     }
 
     #[test]
@@ -1206,18 +1265,35 @@ mod rocks_elections_disk {
         }
         let (synced, _) = root.write_counts();
         root.remove_election(2).unwrap();
-        assert_eq!(root.write_counts().0, synced + 1, "a removal is one synced write");
+        assert_eq!(
+            root.write_counts().0,
+            synced + 1,
+            "a removal is one synced write"
+        );
         drop(root);
-        assert_eq!(keys_under(&path, &election_key(2, b"")), vec![election_key(2, b"removed")]);
+        assert_eq!(
+            keys_under(&path, &election_key(2, b"")),
+            vec![election_key(2, b"removed")]
+        );
         for id in [1, 3] {
             let keys = keys_under(&path, &election_key(id, b""));
-            assert!(keys.contains(&election_key(id, b"hard_state")), "election {id}: {keys:?}");
-            assert_eq!(keys.len(), 4 + 3, "4 records and entries 4..=6 of election {id}");
+            assert!(
+                keys.contains(&election_key(id, b"hard_state")),
+                "election {id}: {keys:?}"
+            );
+            assert_eq!(
+                keys.len(),
+                4 + 3,
+                "4 records and entries 4..=6 of election {id}"
+            );
         }
         let root = RocksStore::open(&path).unwrap();
         assert_eq!(root.election_ids(), Ok(ids([1, 3], [2])));
         assert!(root.election(2).unwrap().is_none());
-        assert_removed(root.found_election(2, term_floor(2), voters(&[1]), Vec::new()), 2);
+        assert_removed(
+            root.found_election(2, term_floor(2), voters(&[1]), Vec::new()),
+            2,
+        );
         for id in [1, 3] {
             let e = root.election(id).unwrap().unwrap();
             assert_eq!(bounds(&e), (4, 6));
@@ -1240,7 +1316,9 @@ mod rocks_elections_disk {
             let mut log3 = election_key(6, b"log/");
             log3.extend_from_slice(&3u64.to_be_bytes());
             db.delete(&log3).unwrap();
-            let hs = hard_state(term_floor(7) + 1, 1, 99).write_to_bytes().unwrap();
+            let hs = hard_state(term_floor(7) + 1, 1, 99)
+                .write_to_bytes()
+                .unwrap();
             db.put(election_key(7, b"hard_state"), hs).unwrap();
         }
         let root = RocksStore::open(&path).expect("the root is whole");

@@ -227,12 +227,20 @@ impl raft::Storage for MemStore {
 
     fn first_index(&self) -> raft::Result<u64> {
         let disk = self.disk.lock();
-        Ok(disk.group(self.election).map_err(raft_err)?.log.first_index())
+        Ok(disk
+            .group(self.election)
+            .map_err(raft_err)?
+            .log
+            .first_index())
     }
 
     fn last_index(&self) -> raft::Result<u64> {
         let disk = self.disk.lock();
-        Ok(disk.group(self.election).map_err(raft_err)?.log.last_index())
+        Ok(disk
+            .group(self.election)
+            .map_err(raft_err)?
+            .log
+            .last_index())
     }
 
     fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {

@@ -110,9 +110,11 @@ impl<T: LogItem> LogState<T> {
     /// A named election as founded: the snapshot at index 1 with term `term` and
     /// membership `conf_state`, hard state term `term`, no vote, commit 1, no entries.
     pub(crate) fn founded(term: u64, conf_state: ConfState) -> Self {
-        let mut snapshot = SnapshotMetadata::default();
-        snapshot.index = 1;
-        snapshot.term = term;
+        let mut snapshot = SnapshotMetadata {
+            index: 1,
+            term,
+            ..Default::default()
+        };
         snapshot.set_conf_state(conf_state.clone());
         LogState {
             hard_state: HardState {

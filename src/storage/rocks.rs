@@ -212,7 +212,10 @@ impl Keys {
     }
 
     fn parse_log(&self, key: &[u8]) -> Option<u64> {
-        let index: [u8; 8] = key.strip_prefix(self.log_prefix.as_slice())?.try_into().ok()?;
+        let index: [u8; 8] = key
+            .strip_prefix(self.log_prefix.as_slice())?
+            .try_into()
+            .ok()?;
         Some(u64::from_be_bytes(index))
     }
 
@@ -414,13 +417,7 @@ impl RocksStore {
         self.group.id
     }
 
-    fn from_parts(
-        path: PathBuf,
-        db: DB,
-        node: NodeId,
-        state: LogState<u64>,
-        version: u32,
-    ) -> Self {
+    fn from_parts(path: PathBuf, db: DB, node: NodeId, state: LogState<u64>, version: u32) -> Self {
         RocksStore {
             shared: Arc::new(Shared {
                 path,
@@ -739,8 +736,8 @@ impl RaftStore for RocksStore {
             return Ok(None);
         }
         let keys = Keys::election(id);
-        let log = load_group(&self.shared.path, &self.shared.db, &keys)
-            .map_err(|e| e.in_election(id))?;
+        let log =
+            load_group(&self.shared.path, &self.shared.db, &keys).map_err(|e| e.in_election(id))?;
         let group = Arc::new(Group {
             id,
             keys,
