@@ -5,6 +5,11 @@
 //! or not at all when refused; so the disk always holds exactly the writes that
 //! returned `Ok`. To simulate a crash, drop every handle of the store (including the one
 //! given to raft-rs) and call [`MemStore::open`] on the same disk.
+//!
+//! The disk also holds every named election's state and every removed election's
+//! tombstone, so a crash keeps them too. All groups share the disk's one lock: a
+//! [`RaftStore::write_all`] validates every part and then applies them all under it,
+//! so it is atomic here as in RocksDB.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
