@@ -1,7 +1,12 @@
 //! One conformance suite for both stores: every case is written once, generic over a
 //! [`Harness`] that makes and reopens a store, and runs against [`RocksStore`] (in a
-//! temporary directory) and [`MemStore`]. "Reopen" drops every handle and opens the
-//! store again from its disk, which is what a restart after a crash sees.
+//! temporary directory) and [`MemStore`], each on the store itself (the root election)
+//! and on a named election's handle in a store that holds other groups too
+//! ([`ElectionHarness`]). "Reopen" drops every handle and opens the store again from its
+//! disk, which is what a restart after a crash sees.
+//!
+//! The named-election cases (`elections_*`) cover what only many groups in one store
+//! have: shared handles, `write_all`, founding, removal and tombstones.
 //!
 //! The RocksDB-only cases at the end cover opening: missing, locked, corrupt and foreign
 //! directories.
@@ -13,7 +18,9 @@ use bytes::Bytes;
 use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, Storage, StorageError as RaftStorageError};
-use tenure::storage::{MemDisk, MemStore, RaftStore, ReadyWrite, RocksStore, StorageError};
+use tenure::storage::{
+    ElectionIds, MemDisk, MemStore, RaftStore, ReadyWrite, RocksStore, StorageError,
+};
 
 /// Makes a fresh store and reopens it.
 trait Harness {
@@ -70,8 +77,85 @@ impl Harness for MemHarness {
     }
 }
 
+/// Runs a case on named election [`ELECTION`]'s handle instead of the store itself. The
+/// store also holds root entries and a founded neighbour election, both checked on
+/// every reopen: a write of the election's that lands in another group's keys fails
+/// the case.
+struct ElectionHarness<H> {
+    inner: H,
+}
+
+/// The election the suite runs on, and its neighbours' ids (one below, one above: its
+/// keys lie between theirs).
+const ELECTION: u32 = 0x0100;
+const NEIGHBOURS: [u32; 2] = [ELECTION - 1, ELECTION + 1];
+
+impl<H: Harness> ElectionHarness<H> {
+    fn new(inner: H) -> Self {
+        ElectionHarness { inner }
+    }
+}
+
+/// What [`ElectionHarness`] writes beside the election, and checks on every reopen.
+fn fill_neighbours(root: &impl RaftStore) {
+    append(root, entries(1..=3, 9));
+    set_hard_state(root, hard_state(9, 2, 3));
+    for id in NEIGHBOURS {
+        let e = root
+            .found_election(
+                id,
+                term_floor(id),
+                voters(&[1, 2, 3]),
+                b"neighbour".to_vec(),
+            )
+            .expect("found a neighbour election");
+        append(&e, entries(2..=4, term_floor(id) + 1));
+    }
+}
+
+#[track_caller]
+fn check_neighbours<S: RaftStore>(root: &S) {
+    assert_eq!(bounds(root), (1, 3), "the root's log");
+    assert_eq!(terms(root), vec![9, 9, 9]);
+    assert_eq!(root.hard_state(), hard_state(9, 2, 3));
+    assert_eq!(root.conf_state(), voters(&[1, 2, 3]));
+    for id in NEIGHBOURS {
+        let e = root.election(id).unwrap().expect("the neighbour election");
+        let floor = term_floor(id);
+        assert_eq!(bounds(&e), (2, 4), "election {id}'s log");
+        assert_eq!(read(&e, 2, 5), Ok(entries(2..=4, floor + 1)));
+        assert_eq!(e.hard_state(), hard_state(floor, 0, 1));
+        assert_eq!(&e.snapshot(1, 2).unwrap().data[..], b"neighbour");
+    }
+}
+
+impl<H: Harness> Harness for ElectionHarness<H> {
+    type S = H::S;
+
+    fn fresh(&mut self, initial: ConfState) -> H::S {
+        let root = self.inner.fresh(voters(&[1, 2, 3]));
+        fill_neighbours(&root);
+        root.join_election(ELECTION, initial)
+            .expect("create the election")
+    }
+
+    fn reopen(&mut self, store: H::S) -> H::S {
+        // The inner harness reopens the whole store from any handle of it.
+        let root = self.inner.reopen(store);
+        check_neighbours(&root);
+        root.election(ELECTION)
+            .expect("open the election")
+            .expect("the election survives a reopen")
+    }
+}
+
 // ---------------------------------------------------------------------------------
 // Helpers
+
+/// Design section 11: election `id` is founded at term `id << 40`.
+fn term_floor(id: u32) -> u64 {
+    u64::from(id) << 40
+}
 
 fn voters(ids: &[u64]) -> ConfState {
     ConfState::from((ids.to_vec(), Vec::<u64>::new()))
@@ -592,6 +676,688 @@ macro_rules! suite {
 
 suite!(rocks, RocksHarness::new());
 suite!(mem, MemHarness);
+suite!(rocks_election, ElectionHarness::new(RocksHarness::new()));
+suite!(mem_election, ElectionHarness::new(MemHarness));
+
+// ---------------------------------------------------------------------------------
+// Named elections, on both stores
+
+/// Founds election `id` (term floor, voters 1-3, data `e<id>`) and appends entries
+/// 2..=`1 + n` in the floor's next term, committing them all.
+fn found_with_entries<S: RaftStore>(root: &S, id: u32, n: u64) -> S {
+    let floor = term_floor(id);
+    let e = root
+        .found_election(id, floor, voters(&[1, 2, 3]), format!("e{id}").into_bytes())
+        .expect("found");
+    e.write(ReadyWrite {
+        entries: entries(2..=1 + n, floor + 1),
+        hard_state: Some(hard_state(floor + 1, 1, 1 + n)),
+        ..Default::default()
+    })
+    .expect("write the election's entries");
+    e
+}
+
+#[track_caller]
+fn check_founded_with_entries(e: &impl RaftStore, id: u32, n: u64) {
+    let floor = term_floor(id);
+    assert_eq!(bounds(e), (2, 1 + n), "election {id}");
+    assert_eq!(read(e, 2, 2 + n), Ok(entries(2..=1 + n, floor + 1)));
+    assert_eq!(e.term(1), Ok(floor), "the founding snapshot's term");
+    assert_eq!(e.hard_state(), hard_state(floor + 1, 1, 1 + n));
+    assert_eq!(e.conf_state(), voters(&[1, 2, 3]));
+    let snap = e.snapshot(1, 2).unwrap();
+    assert_eq!(snap.get_metadata().index, 1);
+    assert_eq!(snap.get_metadata().term, floor);
+    assert_eq!(snap.get_metadata().get_conf_state(), &voters(&[1, 2, 3]));
+    assert_eq!(&snap.data[..], format!("e{id}").as_bytes());
+}
+
+#[track_caller]
+fn assert_invalid_naming<T: std::fmt::Debug>(result: Result<T, StorageError>, needle: &str) {
+    match result {
+        Err(e @ StorageError::InvalidWrite { .. }) => {
+            assert!(
+                e.to_string().contains(needle),
+                "{e} does not mention {needle:?}"
+            );
+        }
+        other => panic!("expected InvalidWrite mentioning {needle:?}, got {other:?}"),
+    }
+}
+
+#[track_caller]
+fn assert_removed<T: std::fmt::Debug>(result: Result<T, StorageError>, id: u32) {
+    match result {
+        Err(e @ StorageError::ElectionRemoved { .. }) => {
+            assert_eq!(e, StorageError::ElectionRemoved { id });
+            let text = e.to_string();
+            assert!(
+                text.contains(&format!("election {id}")) && text.contains("removed"),
+                "{text}"
+            );
+        }
+        other => panic!("expected ElectionRemoved {{ id: {id} }}, got {other:?}"),
+    }
+}
+
+fn ids(live: impl IntoIterator<Item = u32>, removed: impl IntoIterator<Item = u32>) -> ElectionIds {
+    ElectionIds {
+        live: live.into_iter().collect(),
+        removed: removed.into_iter().collect(),
+    }
+}
+
+fn elections_founding_gives_the_founding_state<H: Harness>(h: &mut H) {
+    let root = h.fresh(voters(&[1, 2, 3]));
+    assert_eq!(root.election_ids(), Ok(ElectionIds::default()));
+    assert!(root.election(3).unwrap().is_none(), "never founded");
+    let floor = term_floor(3);
+    let e = root
+        .found_election(3, floor, voters(&[1, 2]), b"empty history".to_vec())
+        .unwrap();
+    let check = |e: &H::S| {
+        let state = e.initial_state().unwrap();
+        assert_eq!(state.hard_state, hard_state(floor, 0, 1));
+        assert_eq!(state.conf_state, voters(&[1, 2]));
+        assert_eq!(
+            bounds(e),
+            (2, 1),
+            "the log starts after the founding snapshot"
+        );
+        assert_eq!(e.term(1), Ok(floor));
+        assert_eq!(e.term(0), err(RaftStorageError::Compacted));
+        let snap = e.snapshot(1, 2).unwrap();
+        assert_eq!(snap.get_metadata().index, 1);
+        assert_eq!(snap.get_metadata().term, floor);
+        assert_eq!(&snap.data[..], b"empty history");
+    };
+    check(&e);
+    assert_eq!(e.node_id(), root.node_id(), "node_id() is the store's");
+    // The first leader's term, right after the floor.
+    e.write(ReadyWrite {
+        entries: entries(2..=2, floor + 1),
+        hard_state: Some(hard_state(floor + 1, 1, 1)),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(root.election_ids(), Ok(ids([3], [])));
+    // The root is untouched.
+    assert_eq!(bounds(&root), (1, 0));
+    assert_eq!(root.hard_state(), HardState::default());
+    drop(e);
+    let root = h.reopen(root);
+    let e = root
+        .election(3)
+        .unwrap()
+        .expect("founded before the reopen");
+    assert_eq!(bounds(&e), (2, 2));
+    assert_eq!(e.hard_state(), hard_state(floor + 1, 1, 1));
+    assert_eq!(root.election_ids(), Ok(ids([3], [])));
+}
+
+fn elections_handles_of_one_id_share_one_state<H: Harness>(h: &mut H) {
+    let root = h.fresh(voters(&[1]));
+    let founded = found_with_entries(&root, 5, 2);
+    let a = root.election(5).unwrap().unwrap();
+    let b = root.election(5).unwrap().unwrap();
+    let from_handle = a.election(5).unwrap().unwrap();
+    append(&a, entries(4..=4, term_floor(5) + 1));
+    for (name, handle) in [
+        ("founded", &founded),
+        ("b", &b),
+        ("from a handle", &from_handle),
+    ] {
+        assert_eq!(handle.last_index(), Ok(4), "{name} sees a's write");
+        assert_eq!(read(handle, 4, 5), Ok(entries(4..=4, term_floor(5) + 1)));
+    }
+    b.compact(3, b.conf_state(), b"at 3".to_vec()).unwrap();
+    assert_eq!(a.first_index(), Ok(4), "a sees b's compaction");
+    assert_eq!(&founded.snapshot(0, 2).unwrap().data[..], b"at 3");
+    assert_eq!(bounds(&root), (1, 0), "the root is another group");
+}
+
+fn elections_sixteen_survive_reopen<H: Harness>(h: &mut H) {
+    let root = h.fresh(voters(&[1, 2, 3]));
+    for id in 1..=16 {
+        found_with_entries(&root, id, u64::from(id));
+    }
+    append(&root, entries(1..=2, 1));
+    let root = h.reopen(root);
+    assert_eq!(root.election_ids(), Ok(ids(1..=16, [])));
+    for id in 1..=16 {
+        let e = root
+            .election(id)
+            .unwrap()
+            .expect("founded before the reopen");
+        check_founded_with_entries(&e, id, u64::from(id));
+    }
+    assert_eq!(terms(&root), vec![1, 1]);
+    assert!(root.election(17).unwrap().is_none());
+}
+
+fn elections_write_all_writes_every_group<H: Harness>(h: &mut H) {
+    let root = h.fresh(voters(&[1, 2, 3]));
+    let handles: Vec<H::S> = (1..=16)
+        .map(|id| found_with_entries(&root, id, 1))
+        .collect();
+    let mut parts = vec![(
+        root.clone(),
+        ReadyWrite {
+            entries: entries(1..=2, 3),
+            hard_state: Some(hard_state(3, 1, 1)),
+            ..Default::default()
+        },
+    )];
+    // Not in id order: the order of the parts does not matter.
+    for (i, e) in handles.iter().enumerate().rev() {
+        let id = i as u32 + 1;
+        let floor = term_floor(id);
+        parts.push((
+            e.clone(),
+            ReadyWrite {
+                entries: entries(3..=3 + u64::from(id % 3), floor + 2),
+                hard_state: Some(hard_state(floor + 2, 2, 3)),
+                ..Default::default()
+            },
+        ));
+    }
+    H::S::write_all(parts).unwrap();
+    let check = |root: &H::S| {
+        assert_eq!(terms(root), vec![3, 3]);
+        assert_eq!(root.hard_state(), hard_state(3, 1, 1));
+        for id in 1..=16u32 {
+            let e = root.election(id).unwrap().unwrap();
+            let floor = term_floor(id);
+            let last = 3 + u64::from(id % 3);
+            assert_eq!(bounds(&e), (2, last), "election {id}");
+            assert_eq!(e.term(2), Ok(floor + 1));
+            assert_eq!(read(&e, 3, last + 1), Ok(entries(3..=last, floor + 2)));
+            assert_eq!(e.hard_state(), hard_state(floor + 2, 2, 3));
+        }
+    };
+    check(&root);
+    drop(handles);
+    let root = h.reopen(root);
+    check(&root);
+    // Nothing to write at all is fine.
+    H::S::write_all(Vec::new()).unwrap();
+    H::S::write_all(vec![(root.clone(), ReadyWrite::default())]).unwrap();
+}
+
+fn elections_write_all_is_atomic<H: Harness>(h: &mut H) {
+    let root = h.fresh(voters(&[1, 2, 3]));
+    append(&root, entries(1..=2, 1));
+    let e1 = found_with_entries(&root, 1, 2);
+    let e2 = found_with_entries(&root, 2, 2);
+    let check = |root: &H::S| {
+        assert_eq!(terms(root), vec![1, 1]);
+        assert_eq!(root.hard_state(), HardState::default());
+        check_founded_with_entries(&root.election(1).unwrap().unwrap(), 1, 2);
+        check_founded_with_entries(&root.election(2).unwrap().unwrap(), 2, 2);
+    };
+    let valid_root = || ReadyWrite {
+        entries: entries(3..=3, 1),
+        hard_state: Some(hard_state(1, 1, 3)),
+        ..Default::default()
+    };
+    let valid_e1 = || ReadyWrite {
+        entries: entries(4..=5, term_floor(1) + 1),
+        commit: Some(5),
+        ..Default::default()
+    };
+    // The last part leaves a gap after election 2's last entry (3).
+    let gap_e2 = ReadyWrite {
+        entries: entries(5..=5, term_floor(2) + 1),
+        ..Default::default()
+    };
+    assert_invalid_naming(
+        H::S::write_all(vec![
+            (root.clone(), valid_root()),
+            (e1.clone(), valid_e1()),
+            (e2.clone(), gap_e2),
+        ]),
+        "named election 2",
+    );
+    check(&root);
+    // An invalid root part names the root.
+    assert_invalid_naming(
+        H::S::write_all(vec![
+            (e1.clone(), valid_e1()),
+            (
+                root.clone(),
+                ReadyWrite {
+                    commit: Some(9),
+                    ..Default::default()
+                },
+            ),
+        ]),
+        "root election",
+    );
+    check(&root);
+    // Two parts of one group.
+    assert_invalid_naming(
+        H::S::write_all(vec![(e1.clone(), valid_e1()), (e1.clone(), valid_e1())]),
+        "two parts for election 1",
+    );
+    check(&root);
+    drop((e1, e2));
+    let root = h.reopen(root);
+    check(&root);
+}
+
+fn elections_write_all_refuses_another_stores_handle<H: Harness>(h: &mut H) {
+    let a = h.fresh(voters(&[1]));
+    let b = h.fresh(voters(&[1]));
+    let b7 = b
+        .found_election(7, term_floor(7), voters(&[1]), Vec::new())
+        .unwrap();
+    assert_invalid_naming(
+        H::S::write_all(vec![
+            (
+                a.clone(),
+                ReadyWrite {
+                    entries: entries(1..=1, 1),
+                    ..Default::default()
+                },
+            ),
+            (
+                b7.clone(),
+                ReadyWrite {
+                    entries: entries(2..=2, term_floor(7) + 1),
+                    ..Default::default()
+                },
+            ),
+        ]),
+        "another store",
+    );
+    assert_eq!(bounds(&a), (1, 0), "nothing written in the first store");
+    assert_eq!(bounds(&b7), (2, 1), "nothing written in the second");
+}
+
+fn elections_id_zero_and_live_ids_are_refused<H: Harness>(h: &mut H) {
+    let root = h.fresh(voters(&[1]));
+    assert_invalid_naming(
+        root.found_election(0, 0, voters(&[1]), Vec::new()),
+        "election 0",
+    );
+    assert_invalid_naming(root.join_election(0, voters(&[1])), "election 0");
+    assert_invalid_naming(root.election(0), "election 0");
+    assert_invalid_naming(root.remove_election(0), "election 0");
+    let e = found_with_entries(&root, 4, 2);
+    assert_invalid_naming(
+        root.found_election(4, 1, voters(&[9]), b"again".to_vec()),
+        "named election 4: it is already founded",
+    );
+    assert_invalid_naming(root.join_election(4, voters(&[9])), "election 4");
+    check_founded_with_entries(&e, 4, 2);
+    assert_eq!(root.election_ids(), Ok(ids([4], [])));
+    drop(e);
+    let root = h.reopen(root);
+    check_founded_with_entries(&root.election(4).unwrap().unwrap(), 4, 2);
+}
+
+fn elections_removal_is_for_good<H: Harness>(h: &mut H) {
+    let root = h.fresh(voters(&[1, 2, 3]));
+    let e1 = found_with_entries(&root, 1, 2);
+    let e2 = found_with_entries(&root, 2, 3);
+    let e3 = found_with_entries(&root, 3, 2);
+    let other = root.election(2).unwrap().unwrap();
+    root.remove_election(2).unwrap();
+    // Every handle of it refuses writes, compactions and reads.
+    for handle in [&e2, &other] {
+        assert_removed(
+            handle.write(ReadyWrite {
+                entries: entries(5..=5, term_floor(2) + 1),
+                ..Default::default()
+            }),
+            2,
+        );
+        assert_removed(handle.compact(2, voters(&[1]), Vec::new()), 2);
+        assert!(handle.initial_state().is_err());
+        assert!(handle.last_index().is_err());
+        assert!(read(handle, 2, 3).is_err());
+        assert_eq!(handle.hard_state(), HardState::default());
+    }
+    assert_removed(
+        H::S::write_all(vec![
+            (e1.clone(), ReadyWrite::default()),
+            (e2.clone(), ReadyWrite::default()),
+        ]),
+        2,
+    );
+    // A removal of an id never held writes the tombstone only; again, nothing changes.
+    root.remove_election(9).unwrap();
+    root.remove_election(2).unwrap();
+    let check = |root: &H::S| {
+        assert_eq!(root.election_ids(), Ok(ids([1, 3], [2, 9])));
+        for id in [2, 9] {
+            assert!(root.election(id).unwrap().is_none(), "election {id}");
+            assert_removed(
+                root.found_election(id, term_floor(id), voters(&[1]), Vec::new()),
+                id,
+            );
+            assert_removed(root.join_election(id, voters(&[1])), id);
+        }
+        check_founded_with_entries(&root.election(1).unwrap().unwrap(), 1, 2);
+        check_founded_with_entries(&root.election(3).unwrap().unwrap(), 3, 2);
+    };
+    check(&root);
+    drop((e1, e2, e3, other));
+    let root = h.reopen(root);
+    check(&root);
+}
+
+macro_rules! elections {
+    ($store:ident, $harness:expr) => {
+        conformance!(
+            $store,
+            $harness,
+            [
+                elections_founding_gives_the_founding_state,
+                elections_handles_of_one_id_share_one_state,
+                elections_sixteen_survive_reopen,
+                elections_write_all_writes_every_group,
+                elections_write_all_is_atomic,
+                elections_write_all_refuses_another_stores_handle,
+                elections_id_zero_and_live_ids_are_refused,
+                elections_removal_is_for_good,
+            ]
+        );
+    };
+}
+
+elections!(rocks_elections, RocksHarness::new());
+// MemHarness::reopen drops the store and opens its MemDisk again: a simulated crash.
+elections!(mem_elections, MemHarness);
+
+// ---------------------------------------------------------------------------------
+// Named elections, RocksStore only: write counts, format version, raw keys, corruption
+
+mod rocks_elections_disk {
+    use super::*;
+
+    fn election_key(id: u32, suffix: &[u8]) -> Vec<u8> {
+        [b"tenure/e/".as_slice(), &id.to_be_bytes(), b"/", suffix].concat()
+    }
+
+    fn meta_version(path: &Path) -> u32 {
+        let db = rocksdb::DB::open_default(path).expect("raw rocksdb open");
+        let meta = db.get(b"tenure/meta").unwrap().expect("meta record");
+        let version = meta.strip_prefix(b"tenure-raft-store").expect("magic");
+        u32::from_be_bytes(version.try_into().expect("a u32"))
+    }
+
+    /// Every key of the database that starts with `prefix`.
+    fn keys_under(path: &Path, prefix: &[u8]) -> Vec<Vec<u8>> {
+        let db = rocksdb::DB::open_default(path).expect("raw rocksdb open");
+        db.iterator(rocksdb::IteratorMode::From(
+            prefix,
+            rocksdb::Direction::Forward,
+        ))
+        .map(|item| item.expect("iterate").0.to_vec())
+        .take_while(|key| key.starts_with(prefix))
+        .collect()
+    }
+
+    #[track_caller]
+    fn assert_corrupt_naming<T: std::fmt::Debug>(
+        result: Result<T, StorageError>,
+        needles: &[&str],
+    ) {
+        match result {
+            Err(e @ StorageError::Corrupt { .. }) => {
+                for needle in needles {
+                    assert!(
+                        e.to_string().contains(needle),
+                        "{e} does not mention {needle:?}"
+                    );
+                }
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+
+    /// The driver's turn: one write_all for the root and 16 elections is one fsync, and
+    /// a turn that only moves commit indexes is one unsynced write.
+    #[test]
+    fn write_all_of_sixteen_elections_and_the_root_is_one_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = RocksStore::create(dir.path().join("store"), 1, voters(&[1, 2, 3])).unwrap();
+        let handles: Vec<RocksStore> = (1..=16)
+            .map(|id| found_with_entries(&root, id, 1))
+            .collect();
+        let before = root.write_counts();
+        let turn = |commit_only: bool| {
+            let mut parts = vec![(
+                root.clone(),
+                if commit_only {
+                    ReadyWrite {
+                        commit: Some(2),
+                        ..Default::default()
+                    }
+                } else {
+                    ReadyWrite {
+                        entries: entries(1..=2, 1),
+                        hard_state: Some(hard_state(1, 1, 1)),
+                        ..Default::default()
+                    }
+                },
+            )];
+            for (i, e) in handles.iter().enumerate() {
+                let floor = term_floor(i as u32 + 1);
+                parts.push((
+                    e.clone(),
+                    if commit_only {
+                        ReadyWrite {
+                            commit: Some(3),
+                            ..Default::default()
+                        }
+                    } else {
+                        ReadyWrite {
+                            entries: entries(3..=3, floor + 1),
+                            hard_state: Some(hard_state(floor + 1, 1, 2)),
+                            ..Default::default()
+                        }
+                    },
+                ));
+            }
+            RocksStore::write_all(parts).unwrap();
+        };
+        turn(false);
+        assert_eq!(
+            root.write_counts(),
+            (before.0 + 1, before.1),
+            "one synced write"
+        );
+        turn(true);
+        assert_eq!(
+            root.write_counts(),
+            (before.0 + 1, before.1 + 1),
+            "one unsynced write"
+        );
+        for e in &handles {
+            assert_eq!(e.hard_state().commit, 3);
+            assert_eq!(
+                e.write_counts(),
+                root.write_counts(),
+                "one counter per store"
+            );
+        }
+        assert_eq!(root.hard_state(), hard_state(1, 1, 2));
+        // One synced part makes the whole batch synced.
+        let e1 = &handles[0];
+        RocksStore::write_all(vec![
+            (
+                root.clone(),
+                ReadyWrite {
+                    commit: Some(2),
+                    ..Default::default()
+                },
+            ),
+            (
+                e1.clone(),
+                ReadyWrite {
+                    entries: entries(4..=4, term_floor(1) + 1),
+                    ..Default::default()
+                },
+            ),
+        ])
+        .unwrap();
+        assert_eq!(root.write_counts(), (before.0 + 2, before.1 + 1));
+        // A refused write_all writes nothing and counts nothing.
+        assert_invalid(RocksStore::write_all(vec![(
+            e1.clone(),
+            ReadyWrite {
+                commit: Some(99),
+                ..Default::default()
+            },
+        )]));
+        assert_eq!(root.write_counts(), (before.0 + 2, before.1 + 1));
+    }
+
+    #[test]
+    fn the_format_becomes_version_3_with_the_first_election() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let root = RocksStore::create(&path, 1, voters(&[1])).unwrap();
+        append(&root, entries(1..=1, 1));
+        drop(root);
+        assert_eq!(
+            meta_version(&path),
+            2,
+            "a store without elections stays version 2"
+        );
+        let root = RocksStore::open(&path).unwrap();
+        drop(found_with_entries(&root, 1, 1));
+        drop(root);
+        assert_eq!(meta_version(&path), 3);
+        let root = RocksStore::open(&path).unwrap();
+        check_founded_with_entries(&root.election(1).unwrap().unwrap(), 1, 1);
+        drop(root);
+        // A removal alone also writes election keys (the tombstone).
+        let other = dir.path().join("other");
+        let root = RocksStore::create(&other, 1, voters(&[1])).unwrap();
+        root.remove_election(5).unwrap();
+        drop(root);
+        assert_eq!(meta_version(&other), 3);
+        // A version above 3 is refused, naming it.
+        let mut meta = b"tenure-raft-store".to_vec();
+        meta.extend_from_slice(&4u32.to_be_bytes());
+        rocksdb::DB::open_default(&path)
+            .unwrap()
+            .put(b"tenure/meta", meta)
+            .unwrap();
+        assert_corrupt_naming(
+            RocksStore::open(&path),
+            &["format version 4", "versions 2 and 3"],
+        );
+    }
+
+    #[test]
+    fn removal_leaves_only_the_tombstone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let root = RocksStore::create(&path, 1, voters(&[1, 2, 3])).unwrap();
+        for id in [1, 2, 3] {
+            let e = found_with_entries(&root, id, 5);
+            e.compact(3, e.conf_state(), b"compacted".to_vec()).unwrap();
+        }
+        let (synced, _) = root.write_counts();
+        root.remove_election(2).unwrap();
+        assert_eq!(
+            root.write_counts().0,
+            synced + 1,
+            "a removal is one synced write"
+        );
+        drop(root);
+        assert_eq!(
+            keys_under(&path, &election_key(2, b"")),
+            vec![election_key(2, b"removed")]
+        );
+        for id in [1, 3] {
+            let keys = keys_under(&path, &election_key(id, b""));
+            assert!(
+                keys.contains(&election_key(id, b"hard_state")),
+                "election {id}: {keys:?}"
+            );
+            assert_eq!(
+                keys.len(),
+                4 + 3,
+                "4 records and entries 4..=6 of election {id}"
+            );
+        }
+        let root = RocksStore::open(&path).unwrap();
+        assert_eq!(root.election_ids(), Ok(ids([1, 3], [2])));
+        assert!(root.election(2).unwrap().is_none());
+        assert_removed(
+            root.found_election(2, term_floor(2), voters(&[1]), Vec::new()),
+            2,
+        );
+        for id in [1, 3] {
+            let e = root.election(id).unwrap().unwrap();
+            assert_eq!(bounds(&e), (4, 6));
+            assert_eq!(&e.snapshot(0, 2).unwrap().data[..], b"compacted");
+        }
+    }
+
+    #[test]
+    fn a_damaged_election_is_corrupt_naming_it_and_the_root_still_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let root = RocksStore::create(&path, 1, voters(&[1])).unwrap();
+        for id in [5, 6, 7] {
+            found_with_entries(&root, id, 3);
+        }
+        drop(root);
+        {
+            let db = rocksdb::DB::open_default(&path).unwrap();
+            db.put(election_key(5, b"hard_state"), [0xff; 16]).unwrap();
+            let mut log3 = election_key(6, b"log/");
+            log3.extend_from_slice(&3u64.to_be_bytes());
+            db.delete(&log3).unwrap();
+            let hs = hard_state(term_floor(7) + 1, 1, 99)
+                .write_to_bytes()
+                .unwrap();
+            db.put(election_key(7, b"hard_state"), hs).unwrap();
+        }
+        let root = RocksStore::open(&path).expect("the root is whole");
+        assert_eq!(root.election_ids(), Ok(ids([5, 6, 7], [])));
+        assert_corrupt_naming(root.election(5), &["named election 5", "does not decode"]);
+        assert_corrupt_naming(
+            root.election(6),
+            &["named election 6", "entry 4 found where entry 3"],
+        );
+        assert_corrupt_naming(root.election(7), &["named election 7", "commit index 99"]);
+        // Refused again, not cached as whole by the first attempt.
+        assert_corrupt_naming(root.election(5), &["named election 5"]);
+        assert_invalid_naming(
+            root.found_election(5, term_floor(5), voters(&[1]), Vec::new()),
+            "already founded",
+        );
+    }
+
+    #[test]
+    fn election_keys_are_not_the_roots_log() {
+        // The root's log range (tenure/log/..tenure/log0) and the elections' prefix
+        // (tenure/e/) are disjoint: the root opens whole beside elections and its
+        // snapshot (a DeleteRange of its log) leaves them alone.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let root = RocksStore::create(&path, 1, voters(&[1])).unwrap();
+        append(&root, entries(1..=3, 1));
+        found_with_entries(&root, 1, 2);
+        root.write(ReadyWrite {
+            snapshot: Some(snapshot_at(10, 2, voters(&[1]), b"root")),
+            ..Default::default()
+        })
+        .unwrap();
+        drop(root);
+        let root = RocksStore::open(&path).unwrap();
+        assert_eq!(bounds(&root), (11, 10));
+        check_founded_with_entries(&root.election(1).unwrap().unwrap(), 1, 2);
+    }
+}
 
 // ---------------------------------------------------------------------------------
 // RocksStore: opening missing, locked, corrupt and foreign directories
@@ -866,9 +1632,9 @@ mod rocks_open {
         let dir = tempfile::tempdir().unwrap();
         let path = store_with_entries(dir.path());
         let mut meta = b"tenure-raft-store".to_vec();
-        meta.extend_from_slice(&3u32.to_be_bytes());
+        meta.extend_from_slice(&4u32.to_be_bytes());
         raw_db(&path).put(b"tenure/meta", meta).unwrap();
-        assert_corrupt(RocksStore::open(&path), &path, "format version 3");
+        assert_corrupt(RocksStore::open(&path), &path, "format version 4");
     }
 
     #[test]

@@ -107,6 +107,29 @@ pub enum StorageError {
         /// Which invariant the write would have broken.
         detail: String,
     },
+
+    /// Named election `id` was removed from this store (its tombstone is there): its
+    /// handles refuse writes and reads, and the id is never founded here again. Nothing
+    /// was written.
+    ///
+    /// Fix: this is a bug in the caller (the driver stops an election's group when it
+    /// applies its removal); a removed election's id is retired for good.
+    #[error("named election {id} was removed from this store: its handles refuse writes and reads, and it is never founded again")]
+    ElectionRemoved {
+        /// The removed election's id.
+        id: u32,
+    },
+
+    /// The store does not implement what was asked (a [`RaftStore`](super::RaftStore)
+    /// written before named elections, using the trait's defaults). Nothing was written.
+    ///
+    /// Fix: use [`RocksStore`](super::RocksStore) or [`MemStore`](super::MemStore), or
+    /// implement the named-election methods of the store.
+    #[error("unsupported by this store: {detail}")]
+    Unsupported {
+        /// What was asked.
+        detail: String,
+    },
 }
 
 impl StorageError {
@@ -147,6 +170,36 @@ impl StorageError {
     pub(crate) fn invalid(detail: impl Into<String>) -> Self {
         StorageError::InvalidWrite {
             detail: detail.into(),
+        }
+    }
+
+    /// Names the group an error is about in its detail: `named election 7: ...` (the
+    /// root, id 0, keeps its errors as they were). Only `Corrupt` and `InvalidWrite` carry
+    /// a detail worth prefixing; the others are returned as they are.
+    pub(crate) fn in_election(self, id: u32) -> Self {
+        if id == 0 {
+            return self;
+        }
+        match self {
+            StorageError::Corrupt { path, detail } => StorageError::Corrupt {
+                path,
+                detail: format!("named election {id}: {detail}"),
+            },
+            StorageError::InvalidWrite { detail } => StorageError::InvalidWrite {
+                detail: format!("named election {id}: {detail}"),
+            },
+            other => other,
+        }
+    }
+
+    /// Names the group of a refused part of a `write_all`, the root included (`root
+    /// election: ...`).
+    pub(crate) fn in_part(self, id: u32) -> Self {
+        match (id, self) {
+            (0, StorageError::InvalidWrite { detail }) => StorageError::InvalidWrite {
+                detail: format!("root election: {detail}"),
+            },
+            (_, err) => err.in_election(id),
         }
     }
 }

@@ -21,6 +21,17 @@
 //! Both stores share one log model (`model.rs`): the validation of a write, how it
 //! changes the log, and the range rules of the reads. They differ only in where the
 //! bytes go.
+//!
+//! # Named elections
+//!
+//! One store also holds the raft state of the worker's named elections
+//! (`docs/design.md`, section 11): each is its own raft group with its own log, reached
+//! through a handle ([`RaftStore::election`], [`RaftStore::found_election`]) that
+//! implements [`raft::Storage`] and [`RaftStore`] for that group alone. The store itself
+//! is the handle of the root election (id 0). [`RaftStore::write_all`] writes one Ready
+//! of many groups of one store as one atomic batch (one fsync per driver turn), and
+//! [`RaftStore::remove_election`] deletes an election and leaves a tombstone so its id is
+//! never founded again.
 
 mod error;
 mod mem;
@@ -30,6 +41,8 @@ mod rocks;
 pub use error::StorageError;
 pub use mem::{MemDisk, MemStore};
 pub use rocks::RocksStore;
+
+use std::collections::BTreeSet;
 
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 
@@ -63,6 +76,16 @@ impl ReadyWrite {
             && self.conf_state.is_none()
             && self.commit.is_none()
     }
+}
+
+/// Ids of the named elections a store holds ([`RaftStore::election_ids`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ElectionIds {
+    /// Elections founded in this store and not removed.
+    pub live: BTreeSet<u32>,
+    /// Elections removed from this store: only their tombstone is left, and they are
+    /// never founded here again.
+    pub removed: BTreeSet<u32>,
 }
 
 /// The write side of Raft storage that the driver needs, on top of [`raft::Storage`].
@@ -101,4 +124,103 @@ pub trait RaftStore: raft::Storage + Clone + Send + Sync + 'static {
     /// does; a [`MemDisk`] made with [`MemDisk::for_node`] does). A node refuses to start
     /// on a store of another node.
     fn node_id(&self) -> Option<crate::NodeId>;
+
+    /// A handle of named election `id`'s raft state in this same store, or `None` if it
+    /// was never founded here or was removed.
+    ///
+    /// The handle implements [`raft::Storage`] and [`RaftStore`] for that election's log
+    /// alone (its own hard state, conf state, snapshot, entries and compaction); its
+    /// [`node_id`](Self::node_id) is the store's. Two calls for one id give handles that
+    /// share one in-memory state: a write through one is seen by the other. Opening
+    /// checks the election's stored log as opening the store checks the root's: damage
+    /// is [`StorageError::Corrupt`] naming the election. Id 0 (the root: the store
+    /// itself) is refused with [`StorageError::InvalidWrite`].
+    ///
+    /// The default (a store without named elections) holds none: `Ok(None)`.
+    fn election(&self, id: u32) -> Result<Option<Self>, StorageError> {
+        let _ = id;
+        Ok(None)
+    }
+
+    /// Every named election id this store holds: live ones and removed (tombstoned)
+    /// ones. The root (id 0) is in neither set.
+    ///
+    /// The default (a store without named elections) holds none.
+    fn election_ids(&self) -> Result<ElectionIds, StorageError> {
+        Ok(ElectionIds::default())
+    }
+
+    /// Founds named election `id`: a snapshot at index 1 with term `term`, membership
+    /// `conf_state` and data `data`; hard state term `term`, no vote, commit 1; an empty
+    /// log. Written synced before it returns its handle.
+    ///
+    /// Refused, with nothing written: id 0 ([`StorageError::InvalidWrite`]), an id live
+    /// in this store ([`StorageError::InvalidWrite`] naming it), an id removed from it
+    /// ([`StorageError::ElectionRemoved`]).
+    ///
+    /// The default returns [`StorageError::Unsupported`].
+    fn found_election(
+        &self,
+        id: u32,
+        term: u64,
+        conf_state: ConfState,
+        data: Vec<u8>,
+    ) -> Result<Self, StorageError> {
+        let _ = (term, conf_state, data);
+        Err(StorageError::Unsupported {
+            detail: format!("cannot found named election {id}: this store has no named elections"),
+        })
+    }
+
+    /// Creates named election `id`'s raft state empty, as a member that is not among its
+    /// founders starts it (a joiner, `docs/design.md` sections 6 and 11): no entries,
+    /// snapshot index and term 0, default hard state, membership `initial`. Written
+    /// synced before it returns its handle; refused as
+    /// [`found_election`](Self::found_election) is.
+    ///
+    /// The default returns [`StorageError::Unsupported`].
+    fn join_election(&self, id: u32, initial: ConfState) -> Result<Self, StorageError> {
+        let _ = initial;
+        Err(StorageError::Unsupported {
+            detail: format!("cannot create named election {id}: this store has no named elections"),
+        })
+    }
+
+    /// Deletes every record of named election `id` and writes its tombstone, as one
+    /// synced batch. Handles of it that still exist refuse writes from then on
+    /// ([`StorageError::ElectionRemoved`]), their reads fail the same way, and their
+    /// [`hard_state`](Self::hard_state) and [`conf_state`](Self::conf_state) are empty.
+    /// Removing an id this store never held just writes the tombstone; removing it
+    /// again changes nothing. Id 0 is refused ([`StorageError::InvalidWrite`]).
+    ///
+    /// The default returns [`StorageError::Unsupported`].
+    fn remove_election(&self, id: u32) -> Result<(), StorageError> {
+        Err(StorageError::Unsupported {
+            detail: format!("cannot remove named election {id}: this store has no named elections"),
+        })
+    }
+
+    /// Writes `parts`, each one group's [`ReadyWrite`] on that group's handle (the store
+    /// itself for the root, or an election handle of the same store), as one atomic
+    /// batch.
+    ///
+    /// Every part is first validated against its own group's log, with the rules of
+    /// [`write`](Self::write); one invalid part means nothing is written
+    /// ([`StorageError::InvalidWrite`] naming the election). Also refused, with nothing
+    /// written: a handle of another store, two parts of one group, a part of a removed
+    /// election ([`StorageError::ElectionRemoved`]). The batch is synced iff any part
+    /// would be synced on its own (only commit-index moves go unsynced), and the
+    /// groups' in-memory state changes only after it was written.
+    ///
+    /// The default writes each part with [`write`](Self::write), in order: **not
+    /// atomic** (a failed part leaves the parts before it written).
+    fn write_all(parts: Vec<(Self, ReadyWrite)>) -> Result<(), StorageError>
+    where
+        Self: Sized,
+    {
+        for (store, write) in parts {
+            store.write(write)?;
+        }
+        Ok(())
+    }
 }

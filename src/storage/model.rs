@@ -107,6 +107,28 @@ impl<T: LogItem> LogState<T> {
         }
     }
 
+    /// A named election as founded: the snapshot at index 1 with term `term` and
+    /// membership `conf_state`, hard state term `term`, no vote, commit 1, no entries.
+    pub(crate) fn founded(term: u64, conf_state: ConfState) -> Self {
+        let mut snapshot = SnapshotMetadata {
+            index: 1,
+            term,
+            ..Default::default()
+        };
+        snapshot.set_conf_state(conf_state.clone());
+        LogState {
+            hard_state: HardState {
+                term,
+                vote: 0,
+                commit: 1,
+                ..Default::default()
+            },
+            conf_state,
+            snapshot,
+            log: VecDeque::new(),
+        }
+    }
+
     /// Checks a state read back from disk: what raft-rs assumes when it starts (the
     /// commit index lies inside the log) and what a Raft log always satisfies (terms
     /// never go down). Returns what is wrong.

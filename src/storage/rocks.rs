@@ -15,10 +15,20 @@
 //! could take back, commit-index moves aside. [`RocksStore::write_counts`] counts synced
 //! and unsynced batches.
 //!
-//! # On-disk format (version 2)
+//! Named elections (`docs/design.md`, section 11) live in the same database: every
+//! handle of one store shares the database, its write counters and one registry of the
+//! elections opened so far, so [`RaftStore::election`] hands out handles that share one
+//! cache per election. [`RaftStore::write_all`] puts the parts of many groups into one
+//! `WriteBatch`: one write, one fsync (or none, when every part only moves a commit
+//! index), counted once by [`RocksStore::write_counts`].
+//!
+//! # On-disk format (versions 2 and 3)
 //!
 //! One RocksDB database, default column family. Values are protobuf (raft-rs's
-//! `eraftpb` messages) unless noted.
+//! `eraftpb` messages) unless noted. A store is created at version 2; it becomes
+//! version 3 with the first write of a named election's key (founding or removing one),
+//! so a build that reads only version 2 refuses it instead of ignoring its elections.
+//! This build opens versions 2 and 3.
 //!
 //! | key | value |
 //! |---|---|
@@ -29,11 +39,22 @@
 //! | `tenure/snapshot_meta` | `SnapshotMetadata` of the stored snapshot (index 0 when none) |
 //! | `tenure/snapshot_data` | the stored snapshot's data, raw bytes |
 //! | `tenure/log/` + index (u64, big endian) | `Entry` |
+//! | `tenure/e/` + id (u32, big endian) + `/hard_state` | named election `id`'s `HardState` (version 3) |
+//! | `tenure/e/` + id + `/conf_state` | its `ConfState` |
+//! | `tenure/e/` + id + `/snapshot_meta` | its `SnapshotMetadata` (index 1 when founded) |
+//! | `tenure/e/` + id + `/snapshot_data` | its snapshot's data, raw bytes |
+//! | `tenure/e/` + id + `/log/` + index (u64, big endian) | its `Entry`s |
+//! | `tenure/e/` + id + `/removed` | the tombstone of a removed election: empty; no other key of `id` is left |
 //!
-//! Entries are exactly the indexes `snapshot index + 1 ..= last index`, without holes.
-//! Opening checks all of this (and that the commit index lies inside the log, which
-//! raft-rs assumes) and reports anything else as [`StorageError::Corrupt`], instead of
-//! letting raft-rs panic on it later.
+//! The keys above are the root election's (id 0), which a version 2 store holds alone.
+//! Each log's entries are exactly the indexes `snapshot index + 1 ..= last index`,
+//! without holes. Opening checks all of this for the root (and that the commit index lies
+//! inside the log, which raft-rs assumes) and reports anything else as
+//! [`StorageError::Corrupt`], instead of letting raft-rs panic on it later; an
+//! election's records are checked the same way when its handle is first opened
+//! ([`RaftStore::election`]), not when the store is. Removing an election is one synced
+//! batch: a `DeleteRange` of `tenure/e/<id>/` to `tenure/e/<id>0` (`'0'` follows `'/'`)
+//! and then the tombstone.
 //!
 //! # What a folder may hold
 //!
@@ -46,20 +67,20 @@
 //! `tenure/node` record) are refused with a message saying so. See `docs/design.md`,
 //! section 6.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use bytes::Bytes;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState};
 use rocksdb::{DBCompressionType, Options, ReadOptions, WriteBatch, WriteOptions, DB};
 
-use super::model::{LogState, SizeLimit, MAX_INDEX};
-use super::{RaftStore, ReadyWrite, StorageError};
+use super::model::{LogState, SizeLimit, WritePlan, MAX_INDEX};
+use super::{ElectionIds, RaftStore, ReadyWrite, StorageError};
 use crate::transport::NodeId;
 
 const META_KEY: &[u8] = b"tenure/meta";
@@ -71,21 +92,33 @@ const SNAPSHOT_DATA_KEY: &[u8] = b"tenure/snapshot_data";
 const LOG_PREFIX: &[u8] = b"tenure/log/";
 /// The first key after every log key (`'0'` follows `'/'`).
 const LOG_END: &[u8] = b"tenure/log0";
+/// Every named election's keys start with this, then the id (u32, big endian) and `/`.
+const ELECTIONS_PREFIX: &[u8] = b"tenure/e/";
+/// The first key after every named election's key.
+const ELECTIONS_END: &[u8] = b"tenure/e0";
+/// The tombstone of a removed election, after its prefix.
+const REMOVED: &[u8] = b"removed";
 
 const MAGIC: &[u8] = b"tenure-raft-store";
+/// The version `create` writes: the root's keys only.
 const FORMAT_VERSION: u32 = 2;
+/// The version of a store that holds named elections' keys; the newest this build reads.
+const ELECTIONS_VERSION: u32 = 3;
 
 /// A [`RaftStore`] on RocksDB: the durable state of one node.
 ///
 /// `Clone` is cheap and shares the same open database, so the driver can keep one
 /// handle and give raft-rs another. The database (and its lock on the directory) is
-/// closed when the last handle is dropped.
+/// closed when the last handle is dropped, election handles included. A handle of a
+/// named election ([`RaftStore::election`]) is a `RocksStore` too, on the same database.
 #[derive(Clone)]
 pub struct RocksStore {
-    inner: Arc<Inner>,
+    shared: Arc<Shared>,
+    group: Arc<Group>,
 }
 
-struct Inner {
+/// What every handle of one store shares.
+struct Shared {
     /// The data directory, named in every error.
     path: PathBuf,
     /// The node the store was created for.
@@ -94,16 +127,166 @@ struct Inner {
     stats: WriteCounts,
     /// The open database.
     db: DB,
+    /// The named elections opened so far and the format version on disk. Held while
+    /// founding, opening or removing an election (never while a group's lock is held
+    /// first), so each election has at most one cache.
+    registry: Mutex<Registry>,
+}
+
+struct Registry {
+    /// Each named election opened (or founded) since the store was opened, until it is
+    /// removed.
+    groups: HashMap<u32, Arc<Group>>,
+    /// The format version the disk holds.
+    version: u32,
+}
+
+/// One raft group's keys and cache: the root's (id 0) or a named election's.
+struct Group {
+    id: u32,
+    keys: Keys,
     /// What the disk holds, minus entry payloads and snapshot data. Held for writing
     /// across a whole write (including the sync), so readers never see the disk and
     /// the cache disagree.
-    state: RwLock<LogState<u64>>,
+    state: RwLock<GroupState>,
+}
+
+struct GroupState {
+    log: LogState<u64>,
+    /// The election was removed: its handles refuse reads and writes.
+    removed: bool,
+}
+
+impl GroupState {
+    fn live(&self, id: u32) -> Result<&LogState<u64>, StorageError> {
+        if self.removed {
+            return Err(StorageError::ElectionRemoved { id });
+        }
+        Ok(&self.log)
+    }
+}
+
+/// Where one group's records are.
+struct Keys {
+    hard_state: Vec<u8>,
+    conf_state: Vec<u8>,
+    snapshot_meta: Vec<u8>,
+    snapshot_data: Vec<u8>,
+    log_prefix: Vec<u8>,
+    /// The first key after every log key of the group.
+    log_end: Vec<u8>,
+}
+
+impl Keys {
+    /// The root election's keys, exactly as version 2 has them.
+    fn root() -> Self {
+        Keys {
+            hard_state: HARD_STATE_KEY.to_vec(),
+            conf_state: CONF_STATE_KEY.to_vec(),
+            snapshot_meta: SNAPSHOT_META_KEY.to_vec(),
+            snapshot_data: SNAPSHOT_DATA_KEY.to_vec(),
+            log_prefix: LOG_PREFIX.to_vec(),
+            log_end: LOG_END.to_vec(),
+        }
+    }
+
+    /// Named election `id`'s keys, under `tenure/e/<id>/`.
+    fn election(id: u32) -> Self {
+        let prefix = election_prefix(id);
+        let key = |suffix: &[u8]| [prefix.as_slice(), suffix].concat();
+        Keys {
+            hard_state: key(b"hard_state"),
+            conf_state: key(b"conf_state"),
+            snapshot_meta: key(b"snapshot_meta"),
+            snapshot_data: key(b"snapshot_data"),
+            log_prefix: key(b"log/"),
+            log_end: key(b"log0"),
+        }
+    }
+
+    fn log(&self, index: u64) -> Vec<u8> {
+        let mut key = Vec::with_capacity(self.log_prefix.len() + 8);
+        key.extend_from_slice(&self.log_prefix);
+        key.extend_from_slice(&index.to_be_bytes());
+        key
+    }
+
+    fn parse_log(&self, key: &[u8]) -> Option<u64> {
+        let index: [u8; 8] = key
+            .strip_prefix(self.log_prefix.as_slice())?
+            .try_into()
+            .ok()?;
+        Some(u64::from_be_bytes(index))
+    }
+
+    /// Puts what `plan` changes into `batch`, in the order of [`ReadyWrite`].
+    fn add_plan(&self, batch: &mut WriteBatch, plan: &WritePlan) -> Result<(), StorageError> {
+        if let Some(snapshot) = &plan.snapshot {
+            batch.delete_range(&self.log_prefix, &self.log_end);
+            batch.put(&self.snapshot_meta, encode(snapshot.get_metadata())?);
+            batch.put(&self.snapshot_data, &snapshot.data);
+        }
+        if let Some(from) = plan.truncate_from {
+            batch.delete_range(self.log(from), self.log_end.clone());
+        }
+        for entry in &plan.entries {
+            batch.put(self.log(entry.index), encode(entry)?);
+        }
+        if let Some(hs) = &plan.hard_state {
+            batch.put(&self.hard_state, encode(hs)?);
+        }
+        if let Some(cs) = &plan.conf_state {
+            batch.put(&self.conf_state, encode(cs)?);
+        }
+        Ok(())
+    }
+
+    /// Puts a whole group state (no entries) and its snapshot data into `batch`.
+    fn add_state(
+        &self,
+        batch: &mut WriteBatch,
+        state: &LogState<u64>,
+        snapshot_data: &[u8],
+    ) -> Result<(), StorageError> {
+        batch.put(&self.hard_state, encode(&state.hard_state)?);
+        batch.put(&self.conf_state, encode(&state.conf_state)?);
+        batch.put(&self.snapshot_meta, encode(&state.snapshot)?);
+        batch.put(&self.snapshot_data, snapshot_data);
+        Ok(())
+    }
+}
+
+/// `tenure/e/<id as u32, big endian>/`.
+fn election_prefix(id: u32) -> Vec<u8> {
+    [ELECTIONS_PREFIX, &id.to_be_bytes(), b"/"].concat()
+}
+
+/// The first key after every key of election `id`: `tenure/e/<id>0`.
+fn election_end(id: u32) -> Vec<u8> {
+    [ELECTIONS_PREFIX, &id.to_be_bytes(), b"0"].concat()
+}
+
+fn tombstone_key(id: u32) -> Vec<u8> {
+    [election_prefix(id).as_slice(), REMOVED].concat()
+}
+
+fn meta_record(version: u32) -> Vec<u8> {
+    let mut meta = MAGIC.to_vec();
+    meta.extend_from_slice(&version.to_be_bytes());
+    meta
+}
+
+fn refused_id_zero(what: &str) -> StorageError {
+    StorageError::invalid(format!(
+        "cannot {what} election 0: id 0 is the root election, the store itself"
+    ))
 }
 
 impl fmt::Debug for RocksStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RocksStore")
-            .field("path", &self.inner.path)
+            .field("path", &self.shared.path)
+            .field("election", &self.group.id)
             .finish_non_exhaustive()
     }
 }
@@ -157,26 +340,25 @@ impl RocksStore {
         }
         let state = LogState::<u64>::new(initial);
         let mut batch = WriteBatch::default();
-        let mut meta = MAGIC.to_vec();
-        meta.extend_from_slice(&FORMAT_VERSION.to_be_bytes());
-        batch.put(META_KEY, meta);
+        batch.put(META_KEY, meta_record(FORMAT_VERSION));
         batch.put(NODE_KEY, node.to_be_bytes());
-        batch.put(HARD_STATE_KEY, encode(&state.hard_state)?);
-        batch.put(CONF_STATE_KEY, encode(&state.conf_state)?);
-        batch.put(SNAPSHOT_META_KEY, encode(&state.snapshot)?);
-        batch.put(SNAPSHOT_DATA_KEY, b"");
+        Keys::root().add_state(&mut batch, &state, b"")?;
         write_synced(&path, &db, batch)?;
-        Ok(Self::from_parts(path, db, node, state))
+        Ok(Self::from_parts(path, db, node, state, FORMAT_VERSION))
     }
 
     /// Opens the store in `path`, as the last successful write left it. Writes nothing
     /// before the store is known to be whole.
     ///
+    /// Only the root election's records are read and checked here; a named election's
+    /// are when its handle is first opened ([`RaftStore::election`]).
+    ///
     /// Errors: [`StorageError::Missing`] if the directory does not exist, is empty, or
     /// holds the empty database of a `create` interrupted before its first write;
     /// [`StorageError::Locked`] if it is already open (by another process or by another
     /// `RocksStore` in this one); [`StorageError::Corrupt`] if it holds files that are
-    /// not a whole tenure store (no `CURRENT`, damaged records, another database).
+    /// not a whole tenure store (no `CURRENT`, damaged records, another database, a
+    /// format version above 3).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StorageError> {
         let path = path.as_ref().to_path_buf();
         match fs::metadata(&path) {
@@ -203,18 +385,22 @@ impl RocksStore {
         }
         let db = open_db(&path, false)?;
         match load(&path, &db)? {
-            Some(state) => {
+            Some((state, version)) => {
                 let node = read_node(&path, &db)?;
-                Ok(Self::from_parts(path, db, node, state))
+                Ok(Self::from_parts(path, db, node, state, version))
             }
             None => Err(StorageError::Missing { path }),
         }
     }
 
-    /// How many [`write`](RaftStore::write)s this handle's store has made synced (an
-    /// fsync each) and unsynced (commit-index moves), since it was opened.
+    /// How many writes this handle's store has made synced (an fsync each) and unsynced
+    /// (commit-index moves), since it was opened, through any of its handles:
+    /// [`write`](RaftStore::write)s, [`write_all`](RaftStore::write_all)s (one each,
+    /// however many groups it wrote), [`found_election`](RaftStore::found_election)s and
+    /// [`remove_election`](RaftStore::remove_election)s (synced). Compactions and writes
+    /// that changed nothing are not counted.
     pub fn write_counts(&self) -> (u64, u64) {
-        let c = &self.inner.stats;
+        let c = &self.shared.stats;
         (
             c.synced.load(std::sync::atomic::Ordering::Relaxed),
             c.unsynced.load(std::sync::atomic::Ordering::Relaxed),
@@ -223,48 +409,164 @@ impl RocksStore {
 
     /// The data directory.
     pub fn path(&self) -> &Path {
-        &self.inner.path
+        &self.shared.path
     }
 
-    fn from_parts(path: PathBuf, db: DB, node: NodeId, state: LogState<u64>) -> Self {
+    /// The election this handle is of: 0 for the store itself (the root election).
+    pub fn election_id(&self) -> u32 {
+        self.group.id
+    }
+
+    fn from_parts(path: PathBuf, db: DB, node: NodeId, state: LogState<u64>, version: u32) -> Self {
         RocksStore {
-            inner: Arc::new(Inner {
+            shared: Arc::new(Shared {
                 path,
                 node,
                 stats: WriteCounts::default(),
                 db,
-                state: RwLock::new(state),
+                registry: Mutex::new(Registry {
+                    groups: HashMap::new(),
+                    version,
+                }),
             }),
+            group: Arc::new(Group {
+                id: 0,
+                keys: Keys::root(),
+                state: RwLock::new(GroupState {
+                    log: state,
+                    removed: false,
+                }),
+            }),
+        }
+    }
+
+    fn handle(&self, group: Arc<Group>) -> Self {
+        RocksStore {
+            shared: Arc::clone(&self.shared),
+            group,
         }
     }
 
     /// The cache is only changed after a successful write, by code that does not
     /// panic, so a poisoned lock still guards a consistent state.
-    fn read_state(&self) -> RwLockReadGuard<'_, LogState<u64>> {
-        self.inner
+    fn read_state(&self) -> RwLockReadGuard<'_, GroupState> {
+        self.group
             .state
             .read()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn write_state(&self) -> RwLockWriteGuard<'_, LogState<u64>> {
-        self.inner
+    fn write_state(&self) -> RwLockWriteGuard<'_, GroupState> {
+        self.group
             .state
             .write()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Only changed by code that does not panic between its checks and its changes.
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.shared
+            .registry
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn rocks_err(&self, err: rocksdb::Error) -> StorageError {
-        StorageError::from_rocks(&self.inner.path, err)
+        StorageError::from_rocks(&self.shared.path, err)
+    }
+
+    /// Errors of this handle's group name it (a named election; the root's stay as
+    /// they were).
+    fn named(&self, err: StorageError) -> StorageError {
+        err.in_election(self.group.id)
+    }
+
+    /// Writes `batch`, synced or not, and counts it.
+    fn write_batch(&self, batch: WriteBatch, sync: bool) -> Result<(), StorageError> {
+        let shared = &self.shared;
+        if sync {
+            write_synced(&shared.path, &shared.db, batch)?;
+        } else {
+            shared.db.write(batch).map_err(|e| self.rocks_err(e))?;
+        }
+        shared.stats.count(sync);
+        Ok(())
+    }
+
+    /// Whether the database holds any key of election `id` (its tombstone included).
+    fn holds_election_keys(&self, id: u32) -> Result<bool, StorageError> {
+        let mut opts = ReadOptions::default();
+        opts.set_iterate_upper_bound(election_end(id));
+        let mut iter = self.shared.db.raw_iterator_opt(opts);
+        iter.seek(election_prefix(id));
+        let found = iter.valid();
+        iter.status().map_err(|e| self.rocks_err(e))?;
+        Ok(found)
+    }
+
+    fn has_tombstone(&self, id: u32) -> Result<bool, StorageError> {
+        Ok(self
+            .shared
+            .db
+            .get_pinned(tombstone_key(id))
+            .map_err(|e| self.rocks_err(e))?
+            .is_some())
+    }
+
+    /// Writes a new election's state (synced) and registers its cache, unless `id` is
+    /// the root's, live or removed.
+    fn add_election(
+        &self,
+        id: u32,
+        what: &str,
+        log: LogState<u64>,
+        snapshot_data: &[u8],
+    ) -> Result<Self, StorageError> {
+        if id == 0 {
+            return Err(refused_id_zero(what));
+        }
+        let mut registry = self.registry();
+        if self.has_tombstone(id)? {
+            return Err(StorageError::ElectionRemoved { id });
+        }
+        if registry.groups.contains_key(&id) || self.holds_election_keys(id)? {
+            return Err(StorageError::invalid(format!(
+                "cannot {what} named election {id}: it is already founded in this store"
+            )));
+        }
+        let keys = Keys::election(id);
+        let mut batch = WriteBatch::default();
+        Self::upgrade_in(&registry, &mut batch);
+        keys.add_state(&mut batch, &log, snapshot_data)?;
+        self.write_batch(batch, true)?;
+        registry.version = ELECTIONS_VERSION;
+        let group = Arc::new(Group {
+            id,
+            keys,
+            state: RwLock::new(GroupState {
+                log,
+                removed: false,
+            }),
+        });
+        registry.groups.insert(id, Arc::clone(&group));
+        Ok(self.handle(group))
+    }
+
+    /// Adds the version-3 metadata record to `batch` if the disk is still at version 2.
+    fn upgrade_in(registry: &Registry, batch: &mut WriteBatch) {
+        if registry.version < ELECTIONS_VERSION {
+            batch.put(META_KEY, meta_record(ELECTIONS_VERSION));
+        }
     }
 }
 
 impl raft::Storage for RocksStore {
     fn initial_state(&self) -> raft::Result<RaftState> {
         let state = self.read_state();
+        let log = state.live(self.group.id)?;
         Ok(RaftState::new(
-            state.hard_state.clone(),
-            state.conf_state.clone(),
+            log.hard_state.clone(),
+            log.conf_state.clone(),
         ))
     }
 
@@ -275,34 +577,37 @@ impl raft::Storage for RocksStore {
         max_size: impl Into<Option<u64>>,
         _context: GetEntriesContext,
     ) -> raft::Result<Vec<Entry>> {
-        let path = &self.inner.path;
+        let path = &self.shared.path;
+        let keys = &self.group.keys;
         // Held while reading, so no write changes the log underneath.
         let state = self.read_state();
-        state.check_range(low, high)?;
+        let log = state.live(self.group.id)?;
+        log.check_range(low, high)?;
         let mut out = Vec::new();
         if low == high {
             return Ok(out);
         }
         let mut limit = SizeLimit::new(max_size.into());
         let mut opts = ReadOptions::default();
-        opts.set_iterate_upper_bound(log_key(high));
-        let mut iter = self.inner.db.raw_iterator_opt(opts);
-        iter.seek(log_key(low));
+        opts.set_iterate_upper_bound(keys.log(high));
+        let mut iter = self.shared.db.raw_iterator_opt(opts);
+        iter.seek(keys.log(low));
         let mut expected = low;
         while expected < high {
             let Some((key, value)) = iter.item() else {
                 break;
             };
-            if key != log_key(expected) {
+            if key != keys.log(expected) {
                 break;
             }
-            let entry: Entry = decode(path, key, value)?;
+            let entry: Entry = decode(path, key, value).map_err(|e| self.named(e))?;
             if entry.index != expected {
-                return Err(StorageError::corrupt(
-                    path,
-                    format!("log key {expected} holds entry {}", entry.index),
-                )
-                .into());
+                return Err(self
+                    .named(StorageError::corrupt(
+                        path,
+                        format!("log key {expected} holds entry {}", entry.index),
+                    ))
+                    .into());
             }
             if !limit.admit(&entry) {
                 return Ok(out);
@@ -313,40 +618,49 @@ impl raft::Storage for RocksStore {
         }
         iter.status().map_err(|e| self.rocks_err(e))?;
         if expected < high {
-            return Err(
-                StorageError::corrupt(path, format!("log entry {expected} is missing")).into(),
-            );
+            return Err(self
+                .named(StorageError::corrupt(
+                    path,
+                    format!("log entry {expected} is missing"),
+                ))
+                .into());
         }
         Ok(out)
     }
 
     fn term(&self, idx: u64) -> raft::Result<u64> {
-        self.read_state().term(idx)
+        self.read_state().live(self.group.id)?.term(idx)
     }
 
     fn first_index(&self) -> raft::Result<u64> {
-        Ok(self.read_state().first_index())
+        Ok(self.read_state().live(self.group.id)?.first_index())
     }
 
     fn last_index(&self) -> raft::Result<u64> {
-        Ok(self.read_state().last_index())
+        Ok(self.read_state().live(self.group.id)?.last_index())
     }
 
     fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
         let state = self.read_state();
-        if state.snapshot.index < request_index {
+        let log = state.live(self.group.id)?;
+        if log.snapshot.index < request_index {
             return Err(raft::Error::Store(
                 raft::StorageError::SnapshotTemporarilyUnavailable,
             ));
         }
         let data = self
-            .inner
+            .shared
             .db
-            .get(SNAPSHOT_DATA_KEY)
+            .get(&self.group.keys.snapshot_data)
             .map_err(|e| self.rocks_err(e))?
-            .ok_or_else(|| StorageError::corrupt(&self.inner.path, "snapshot data is missing"))?;
+            .ok_or_else(|| {
+                self.named(StorageError::corrupt(
+                    &self.shared.path,
+                    "snapshot data is missing",
+                ))
+            })?;
         let mut snapshot = Snapshot::default();
-        snapshot.set_metadata(state.snapshot.clone());
+        snapshot.set_metadata(log.snapshot.clone());
         snapshot.data = Bytes::from(data);
         Ok(snapshot)
     }
@@ -355,38 +669,20 @@ impl raft::Storage for RocksStore {
 impl RaftStore for RocksStore {
     fn write(&self, write: ReadyWrite) -> Result<(), StorageError> {
         let mut state = self.write_state();
-        let plan = state.plan_write(write)?;
+        let plan = state
+            .live(self.group.id)?
+            .plan_write(write)
+            .map_err(|e| self.named(e))?;
         if plan.is_empty() {
             return Ok(());
         }
         let mut batch = WriteBatch::default();
-        if let Some(snapshot) = &plan.snapshot {
-            batch.delete_range(LOG_PREFIX, LOG_END);
-            batch.put(SNAPSHOT_META_KEY, encode(snapshot.get_metadata())?);
-            batch.put(SNAPSHOT_DATA_KEY, &snapshot.data);
-        }
-        if let Some(from) = plan.truncate_from {
-            batch.delete_range(log_key(from), LOG_END.to_vec());
-        }
-        for entry in &plan.entries {
-            batch.put(log_key(entry.index), encode(entry)?);
-        }
-        if let Some(hs) = &plan.hard_state {
-            batch.put(HARD_STATE_KEY, encode(hs)?);
-        }
-        if let Some(cs) = &plan.conf_state {
-            batch.put(CONF_STATE_KEY, encode(cs)?);
-        }
-        if plan.sync {
-            write_synced(&self.inner.path, &self.inner.db, batch)?;
-        } else {
-            self.inner
-                .db
-                .write(batch)
-                .map_err(|e| StorageError::from_rocks(&self.inner.path, e))?;
-        }
-        self.inner.stats.count(plan.sync);
-        state.apply_write(plan);
+        self.group
+            .keys
+            .add_plan(&mut batch, &plan)
+            .map_err(|e| self.named(e))?;
+        self.write_batch(batch, plan.sync)?;
+        state.log.apply_write(plan);
         Ok(())
     }
 
@@ -396,32 +692,213 @@ impl RaftStore for RocksStore {
         conf_state: ConfState,
         data: Vec<u8>,
     ) -> Result<(), StorageError> {
+        let keys = &self.group.keys;
         let mut state = self.write_state();
-        let mut snapshot = state.plan_compact(index, conf_state, data)?;
+        let mut snapshot = state
+            .live(self.group.id)?
+            .plan_compact(index, conf_state, data)
+            .map_err(|e| self.named(e))?;
         let mut batch = WriteBatch::default();
         // index <= commit <= last index <= MAX_INDEX, so index + 1 does not overflow.
-        batch.delete_range(log_key(0), log_key(index + 1));
-        batch.put(SNAPSHOT_META_KEY, encode(snapshot.get_metadata())?);
+        batch.delete_range(keys.log(0), keys.log(index + 1));
+        batch.put(&keys.snapshot_meta, encode(snapshot.get_metadata())?);
         batch.put(
-            CONF_STATE_KEY,
+            &keys.conf_state,
             encode(snapshot.get_metadata().get_conf_state())?,
         );
-        batch.put(SNAPSHOT_DATA_KEY, &snapshot.data);
-        write_synced(&self.inner.path, &self.inner.db, batch)?;
-        state.apply_compact(snapshot.take_metadata());
+        batch.put(&keys.snapshot_data, &snapshot.data);
+        write_synced(&self.shared.path, &self.shared.db, batch)?;
+        state.log.apply_compact(snapshot.take_metadata());
         Ok(())
     }
 
     fn hard_state(&self) -> HardState {
-        self.read_state().hard_state.clone()
+        self.read_state().log.hard_state.clone()
     }
 
     fn conf_state(&self) -> ConfState {
-        self.read_state().conf_state.clone()
+        self.read_state().log.conf_state.clone()
     }
 
     fn node_id(&self) -> Option<NodeId> {
-        Some(self.inner.node)
+        Some(self.shared.node)
+    }
+
+    fn election(&self, id: u32) -> Result<Option<Self>, StorageError> {
+        if id == 0 {
+            return Err(refused_id_zero("open"));
+        }
+        let mut registry = self.registry();
+        if let Some(group) = registry.groups.get(&id) {
+            return Ok(Some(self.handle(Arc::clone(group))));
+        }
+        if self.has_tombstone(id)? || !self.holds_election_keys(id)? {
+            return Ok(None);
+        }
+        let keys = Keys::election(id);
+        let log =
+            load_group(&self.shared.path, &self.shared.db, &keys).map_err(|e| e.in_election(id))?;
+        let group = Arc::new(Group {
+            id,
+            keys,
+            state: RwLock::new(GroupState {
+                log,
+                removed: false,
+            }),
+        });
+        registry.groups.insert(id, Arc::clone(&group));
+        Ok(Some(self.handle(group)))
+    }
+
+    fn election_ids(&self) -> Result<ElectionIds, StorageError> {
+        let path = &self.shared.path;
+        let mut ids = ElectionIds::default();
+        let mut opts = ReadOptions::default();
+        opts.set_iterate_upper_bound(ELECTIONS_END);
+        let mut iter = self.shared.db.raw_iterator_opt(opts);
+        iter.seek(ELECTIONS_PREFIX);
+        while let Some(key) = iter.key() {
+            let parsed = key
+                .strip_prefix(ELECTIONS_PREFIX)
+                .filter(|rest| rest.len() > 5 && rest[4] == b'/')
+                .and_then(|rest| Some((<[u8; 4]>::try_from(&rest[..4]).ok()?, &rest[5..])));
+            let Some((id, suffix)) = parsed else {
+                return Err(StorageError::corrupt(
+                    path,
+                    format!("malformed named election key {}", key.escape_ascii()),
+                ));
+            };
+            let id = u32::from_be_bytes(id);
+            if id == 0 {
+                return Err(StorageError::corrupt(
+                    path,
+                    format!("a named election key with id 0: {}", key.escape_ascii()),
+                ));
+            }
+            if suffix == REMOVED {
+                ids.removed.insert(id);
+            } else {
+                ids.live.insert(id);
+            }
+            if suffix.starts_with(b"log/") {
+                // Skip the rest of the election's log.
+                iter.seek(Keys::election(id).log_end);
+            } else {
+                iter.next();
+            }
+        }
+        iter.status().map_err(|e| self.rocks_err(e))?;
+        if let Some(id) = ids.live.intersection(&ids.removed).next() {
+            return Err(StorageError::corrupt(
+                path,
+                format!("named election {id}: its tombstone lies beside records of its log"),
+            ));
+        }
+        Ok(ids)
+    }
+
+    fn found_election(
+        &self,
+        id: u32,
+        term: u64,
+        conf_state: ConfState,
+        data: Vec<u8>,
+    ) -> Result<Self, StorageError> {
+        self.add_election(id, "found", LogState::founded(term, conf_state), &data)
+    }
+
+    fn join_election(&self, id: u32, initial: ConfState) -> Result<Self, StorageError> {
+        self.add_election(id, "create", LogState::new(initial), b"")
+    }
+
+    fn remove_election(&self, id: u32) -> Result<(), StorageError> {
+        if id == 0 {
+            return Err(refused_id_zero("remove"));
+        }
+        let mut registry = self.registry();
+        let group = registry.groups.get(&id).cloned();
+        // Held across the write: no write of the election slips in after the delete.
+        let mut state = group
+            .as_ref()
+            .map(|g| g.state.write().unwrap_or_else(PoisonError::into_inner));
+        let mut batch = WriteBatch::default();
+        Self::upgrade_in(&registry, &mut batch);
+        batch.delete_range(election_prefix(id), election_end(id));
+        batch.put(tombstone_key(id), b"");
+        self.write_batch(batch, true)?;
+        registry.version = ELECTIONS_VERSION;
+        if let Some(state) = state.as_mut() {
+            state.removed = true;
+            state.log = LogState::new(ConfState::default());
+        }
+        drop(state);
+        registry.groups.remove(&id);
+        Ok(())
+    }
+
+    fn write_all(parts: Vec<(Self, ReadyWrite)>) -> Result<(), StorageError> {
+        let Some((first, _)) = parts.first() else {
+            return Ok(());
+        };
+        let first = first.clone();
+        for (i, (store, _)) in parts.iter().enumerate() {
+            if !Arc::ptr_eq(&store.shared, &first.shared) {
+                return Err(StorageError::invalid(format!(
+                    "write_all: part {i} (election {}) is a handle of another store \
+                     (at {}; part 0's is at {})",
+                    store.group.id,
+                    store.shared.path.display(),
+                    first.shared.path.display()
+                )));
+            }
+        }
+        // Locks are taken in id order (the root first), so two write_alls cannot
+        // deadlock; the groups are disjoint, so the order changes nothing on disk.
+        let mut parts = parts;
+        parts.sort_by_key(|(store, _)| store.group.id);
+        if let Some(pair) = parts
+            .windows(2)
+            .find(|pair| pair[0].0.group.id == pair[1].0.group.id)
+        {
+            return Err(StorageError::invalid(format!(
+                "write_all: two parts for election {}; one part per group",
+                pair[0].0.group.id
+            )));
+        }
+        let (stores, writes): (Vec<Self>, Vec<ReadyWrite>) = parts.into_iter().unzip();
+        let mut states: Vec<_> = stores.iter().map(Self::write_state).collect();
+        // Validate every part before writing anything.
+        let mut plans = Vec::with_capacity(writes.len());
+        for ((store, state), write) in stores.iter().zip(&states).zip(writes) {
+            let id = store.group.id;
+            let plan = state
+                .live(id)?
+                .plan_write(write)
+                .map_err(|e| e.in_part(id))?;
+            plans.push(plan);
+        }
+        let mut batch = WriteBatch::default();
+        let mut sync = false;
+        let mut any = false;
+        for (store, plan) in stores.iter().zip(&plans) {
+            if plan.is_empty() {
+                continue;
+            }
+            store
+                .group
+                .keys
+                .add_plan(&mut batch, plan)
+                .map_err(|e| e.in_part(store.group.id))?;
+            sync |= plan.sync;
+            any = true;
+        }
+        if any {
+            first.write_batch(batch, sync)?;
+        }
+        for (state, plan) in states.iter_mut().zip(plans) {
+            state.log.apply_write(plan);
+        }
+        Ok(())
     }
 }
 
@@ -505,18 +982,6 @@ fn read_node(path: &Path, db: &DB) -> Result<NodeId, StorageError> {
     }
 }
 
-fn log_key(index: u64) -> Vec<u8> {
-    let mut key = Vec::with_capacity(LOG_PREFIX.len() + 8);
-    key.extend_from_slice(LOG_PREFIX);
-    key.extend_from_slice(&index.to_be_bytes());
-    key
-}
-
-fn parse_log_key(key: &[u8]) -> Option<u64> {
-    let index: [u8; 8] = key.strip_prefix(LOG_PREFIX)?.try_into().ok()?;
-    Some(u64::from_be_bytes(index))
-}
-
 fn open_db(path: &Path, create: bool) -> Result<DB, StorageError> {
     let mut opts = Options::default();
     opts.create_if_missing(create);
@@ -570,9 +1035,10 @@ fn get_required<M: protobuf::Message>(path: &Path, db: &DB, key: &[u8]) -> Resul
     }
 }
 
-/// Reads and checks the whole store. `None`: an empty database, which is what a
-/// `create` interrupted before its first write leaves behind.
-fn load(path: &Path, db: &DB) -> Result<Option<LogState<u64>>, StorageError> {
+/// Reads and checks the whole store (the root's records; elections are checked when
+/// opened). `None`: an empty database, which is what a `create` interrupted before its
+/// first write leaves behind. Also returns the format version.
+fn load(path: &Path, db: &DB) -> Result<Option<(LogState<u64>, u32)>, StorageError> {
     let rocks = |e| StorageError::from_rocks(path, e);
     let Some(meta) = db.get(META_KEY).map_err(rocks)? else {
         let mut iter = db.raw_iterator();
@@ -586,12 +1052,17 @@ fn load(path: &Path, db: &DB) -> Result<Option<LogState<u64>>, StorageError> {
         iter.status().map_err(rocks)?;
         return Ok(None);
     };
-    check_meta(path, &meta)?;
+    let version = check_meta(path, &meta)?;
+    Ok(Some((load_group(path, db, &Keys::root())?, version)))
+}
 
-    let hard_state: HardState = get_required(path, db, HARD_STATE_KEY)?;
-    let conf_state: ConfState = get_required(path, db, CONF_STATE_KEY)?;
-    let snapshot: SnapshotMetadata = get_required(path, db, SNAPSHOT_META_KEY)?;
-    if db.get_pinned(SNAPSHOT_DATA_KEY).map_err(rocks)?.is_none() {
+/// Reads and checks one group's records.
+fn load_group(path: &Path, db: &DB, keys: &Keys) -> Result<LogState<u64>, StorageError> {
+    let rocks = |e| StorageError::from_rocks(path, e);
+    let hard_state: HardState = get_required(path, db, &keys.hard_state)?;
+    let conf_state: ConfState = get_required(path, db, &keys.conf_state)?;
+    let snapshot: SnapshotMetadata = get_required(path, db, &keys.snapshot_meta)?;
+    if db.get_pinned(&keys.snapshot_data).map_err(rocks)?.is_none() {
         return Err(StorageError::corrupt(path, "snapshot data is missing"));
     }
     if snapshot.index > MAX_INDEX {
@@ -600,12 +1071,12 @@ fn load(path: &Path, db: &DB) -> Result<Option<LogState<u64>>, StorageError> {
 
     let mut log = VecDeque::new();
     let mut opts = ReadOptions::default();
-    opts.set_iterate_upper_bound(LOG_END);
+    opts.set_iterate_upper_bound(keys.log_end.clone());
     let mut iter = db.raw_iterator_opt(opts);
-    iter.seek(LOG_PREFIX);
+    iter.seek(&keys.log_prefix);
     let mut expected = snapshot.index + 1;
     while let Some((key, value)) = iter.item() {
-        let index = parse_log_key(key).ok_or_else(|| {
+        let index = keys.parse_log(key).ok_or_else(|| {
             StorageError::corrupt(path, format!("malformed log key {}", key.escape_ascii()))
         })?;
         if index != expected {
@@ -641,10 +1112,11 @@ fn load(path: &Path, db: &DB) -> Result<Option<LogState<u64>>, StorageError> {
     state
         .check_restored()
         .map_err(|detail| StorageError::corrupt(path, detail))?;
-    Ok(Some(state))
+    Ok(state)
 }
 
-fn check_meta(path: &Path, meta: &[u8]) -> Result<(), StorageError> {
+/// Checks the metadata record and returns the format version (2 or 3).
+fn check_meta(path: &Path, meta: &[u8]) -> Result<u32, StorageError> {
     let version = meta
         .strip_prefix(MAGIC)
         .and_then(|rest| <[u8; 4]>::try_from(rest).ok())
@@ -656,15 +1128,18 @@ fn check_meta(path: &Path, meta: &[u8]) -> Result<(), StorageError> {
         return Err(StorageError::corrupt(
             path,
             "store format version 1, written before stores recorded their node and group; \
-             this build reads version 2. Remove the folder and add the node back as a new \
-             member, or found the group again",
+             this build reads versions 2 and 3. Remove the folder and add the node back as a \
+             new member, or found the group again",
         ));
     }
-    if version != FORMAT_VERSION {
+    if !(FORMAT_VERSION..=ELECTIONS_VERSION).contains(&version) {
         return Err(StorageError::corrupt(
             path,
-            format!("store format version {version}; this build reads version {FORMAT_VERSION}"),
+            format!(
+                "store format version {version}; this build reads versions \
+                 {FORMAT_VERSION} and {ELECTIONS_VERSION}"
+            ),
         ));
     }
-    Ok(())
+    Ok(version)
 }
