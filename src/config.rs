@@ -267,6 +267,10 @@ pub struct Config {
     /// The group this node must belong to: a data directory of another group is
     /// refused. Defaults to `found`; `None` accepts the stored group.
     pub group: Option<GroupId>,
+    /// Named elections this group should have (`docs/design.md`, section 11): while
+    /// this node leads the group, it creates those the catalog lacks (it never removes
+    /// one). Every worker of a group may declare the same list.
+    pub elections: Vec<(String, crate::election::ElectionOptions)>,
     /// Test hooks (set them with the `testing` feature's [`Config::hooks_mut`]).
     pub(crate) hooks: TestHooks,
 }
@@ -363,6 +367,7 @@ impl Config {
                 join: false,
                 found: None,
                 group: None,
+                elections: Vec::new(),
             },
         }
     }
@@ -485,6 +490,11 @@ impl ConfigBuilder {
     /// Where tenure logs.
     pub fn logger(mut self, logger: slog::Logger) -> Self {
         self.config.logger = Some(logger);
+        self
+    }
+    /// Declares named election `name` (see [`Config::elections`]).
+    pub fn election(mut self, name: &str, options: crate::election::ElectionOptions) -> Self {
+        self.config.elections.push((name.to_string(), options));
         self
     }
     /// How many tenures the leadership history keeps.

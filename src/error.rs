@@ -167,6 +167,8 @@ pub enum LostReason {
     Shutdown,
     /// The node stopped on a fatal error (e.g. its disk failed).
     Failed,
+    /// The named election was removed from the group's catalog.
+    Removed,
 }
 
 impl LostReason {
@@ -179,6 +181,7 @@ impl LostReason {
             LostReason::HandedOver => "handed_over",
             LostReason::Shutdown => "shutdown",
             LostReason::Failed => "failed",
+            LostReason::Removed => "removed",
         }
     }
 }

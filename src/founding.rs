@@ -100,6 +100,7 @@ pub(crate) async fn wait_to_found(
         leader: None,
         role: Role::Founding,
         leased: false,
+        election: None,
     });
     info!(logger, "founding the group: waiting until every first member has said hello";
           "group" => %group, "members" => ?members);

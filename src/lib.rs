@@ -311,6 +311,7 @@ pub mod admin;
 pub mod clock;
 pub mod config;
 mod driver;
+pub mod election;
 mod election_rng;
 pub mod error;
 pub mod fence;
@@ -339,6 +340,9 @@ mod token;
 pub mod transport;
 
 pub use config::{Config, ConfigBuilder, ReadMode, Timing, TlsSource};
+pub use election::{
+    Election, ElectionError, ElectionId, ElectionInfo, ElectionOptions, ElectionsView, Removed,
+};
 pub use error::{
     LeaseLost, LostReason, MembershipError, NodeStopped, StartError, StopCause, TransferError,
 };

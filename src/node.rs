@@ -11,7 +11,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, ReadMode, TlsSource};
-use crate::driver::{discard_logger, Command, Driver, DriverParts, MemberChange};
+use crate::driver::{
+    discard_logger, watch_of, Command, Driver, DriverParts, ElectionsView, MemberChange,
+    NamedParts, Watches,
+};
+use crate::election::{Election, ElectionError, ElectionInfo, ElectionOptions, Removed};
 use crate::error::{
     ConfigError, MembershipError, NodeStopped, StartError, StopCause, StorageError, TransferError,
 };
@@ -48,6 +52,9 @@ pub struct Node {
     /// socket is released, so a restart in the same process can bind the port again.
     quic: Option<Arc<QuicTransport>>,
     metrics: Arc<Metrics>,
+    /// The named elections' leadership watches, shared with the driver.
+    watches: Watches,
+    elections: watch::Receiver<ElectionsView>,
 }
 
 type DriverTask = JoinHandle<Result<(), NodeStopped>>;
@@ -154,8 +161,11 @@ impl Node {
                 StoreKind::Member => Role::Follower,
             },
             leased: false,
+            election: None,
         };
         let (ltx, lrx) = watch::channel(initial);
+        let watches = Watches::default();
+        let (view_tx, view_rx) = watch::channel(ElectionsView::default());
         let metrics = Metrics::new(config.id);
         let id = config.id;
         let read_mode = config.read_mode;
@@ -172,6 +182,8 @@ impl Node {
             metrics: metrics.clone(),
             logger,
             path,
+            watches: watches.clone(),
+            view: view_tx,
         };
         let task = match kind {
             StoreKind::Fresh => tokio::spawn(setup.found_then_run()),
@@ -190,6 +202,8 @@ impl Node {
             task: Arc::new(tokio::sync::Mutex::new(Some(task))),
             quic: None,
             metrics,
+            watches,
+            elections: view_rx,
         })
     }
 
@@ -220,7 +234,68 @@ impl Node {
     ///
     /// Wrap it in `tokio::time::timeout` to bound the wait.
     pub async fn lease(&self) -> Result<Lease, NodeStopped> {
-        self.ask(|reply| Command::Lease { reply }).await
+        match self.ask(|reply| Command::Lease { reply }).await? {
+            Ok(lease) => Ok(lease),
+            Err(e) => Err(NodeStopped::shutdown(&e.to_string())),
+        }
+    }
+
+    /// The handle of named election `name` (`docs/design.md`, section 11). It need not
+    /// exist yet: its watch shows no leader and [`Election::lease`] waits until this node
+    /// runs the election and leads it.
+    pub fn election(&self, name: &str) -> Election {
+        let watch = watch_of(&self.watches, name);
+        Election {
+            name: name.into(),
+            commands: self.commands.clone(),
+            watch: watch.subscribe(),
+        }
+    }
+
+    /// Creates named election `name`, replicated through the group; resolves once this
+    /// node applied it. Only the group's leader changes the catalog: elsewhere this fails
+    /// with [`ElectionError::NotLeader`] naming the leader it knows.
+    ///
+    /// # Errors
+    /// [`ElectionError::Exists`], [`ElectionError::InvalidName`], [`ElectionError::Full`],
+    /// [`ElectionError::NotLeader`], [`ElectionError::TimedOut`] (look at the catalog).
+    pub async fn create_election(
+        &self,
+        name: &str,
+        options: ElectionOptions,
+    ) -> Result<ElectionInfo, ElectionError> {
+        let name = name.to_string();
+        self.ask(|reply| Command::CreateElection {
+            name,
+            options,
+            reply,
+        })
+        .await?
+    }
+
+    /// Removes named election `name`: every holder revokes its lease as it applies the
+    /// removal, and its data is deleted. Root leader only, as [`Node::create_election`].
+    ///
+    /// # Errors
+    /// [`ElectionError::NotFound`], [`ElectionError::NotLeader`], [`ElectionError::TimedOut`].
+    pub async fn remove_election(&self, name: &str) -> Result<Removed, ElectionError> {
+        let name = name.to_string();
+        self.ask(|reply| Command::RemoveElection { name, reply })
+            .await?
+    }
+
+    /// The catalog of named elections as this node applied it.
+    ///
+    /// # Errors
+    /// [`NodeStopped`] if the node stopped.
+    pub async fn list_elections(&self) -> Result<Vec<ElectionInfo>, NodeStopped> {
+        self.ask(|reply| Command::Elections { reply }).await
+    }
+
+    /// Every named election's leadership on this node, by name; changes once per driver
+    /// turn that changed any.
+    pub fn elections(&self) -> watch::Receiver<ElectionsView> {
+        self.elections.clone()
     }
 
     /// Hands leadership to `to`, or to the most up-to-date follower when `None`. This
@@ -570,6 +645,8 @@ struct Setup<S: RaftStore> {
     metrics: Arc<Metrics>,
     logger: Logger,
     path: std::path::PathBuf,
+    watches: Watches,
+    view: watch::Sender<ElectionsView>,
 }
 
 impl<S: RaftStore> Setup<S> {
@@ -652,6 +729,15 @@ impl<S: RaftStore> Setup<S> {
             ..Default::default()
         };
         raft_config.validate()?;
+        let named = NamedParts {
+            watches: self.watches,
+            view: self.view,
+            raft_config: raft_config.clone(),
+            raft_logger: self.logger.new(o!("component" => "raft")),
+            election_seed: config.hooks.election_seed,
+            timeouts_at_minimum: config.hooks.election_timeouts_at_minimum,
+            declared: config.elections.clone(),
+        };
         let raw = RawNode::new(
             &raft_config,
             store.clone(),
@@ -681,6 +767,7 @@ impl<S: RaftStore> Setup<S> {
             compact_after: config.compact_after,
             election_seed: config.hooks.election_seed,
             election_timeouts_at_minimum: config.hooks.election_timeouts_at_minimum,
+            named,
         }))
     }
 }

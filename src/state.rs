@@ -6,7 +6,9 @@
 //! snapshot plus the log above it.
 //!
 //! Entries are tagged by their first byte: `H` a tenure record ([`History::entry`]),
-//! `D` a drain or undrain ([`GroupState::drain_entry`]). Conf changes carry the
+//! `D` a drain or undrain ([`GroupState::drain_entry`]), `C` and `X` the creation and
+//! removal of a named election ([`GroupState::create_entry`], [`GroupState::remove_entry`];
+//! `docs/design.md`, section 11, "The catalog"). Conf changes carry the
 //! addresses of the nodes they add in their context ([`encode_addrs`]).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,12 +16,15 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::election::{ElectionError, ElectionId, ElectionOptions, MAX_ELECTIONS, MAX_ELECTION_ID};
 use crate::group_id::GroupId;
 use crate::history::History;
 use crate::transport::NodeId;
 
 /// Tag byte of a drain entry.
 const DRAIN_TAG: u8 = b'D';
+const CREATE_TAG: u8 = b'C';
+const REMOVE_TAG: u8 = b'X';
 
 /// The replicated application state (the snapshot's data).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -36,6 +41,72 @@ pub(crate) struct GroupState {
     /// groups had ids).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) group: Option<GroupId>,
+    /// The named elections, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) elections: BTreeMap<String, ElectionSpec>,
+    /// The id the next created election gets (ids are never reused).
+    #[serde(default = "first_election_id")]
+    pub(crate) next_election_id: ElectionId,
+}
+
+fn first_election_id() -> ElectionId {
+    1
+}
+
+/// A named election in the catalog.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ElectionSpec {
+    pub(crate) id: ElectionId,
+    #[serde(default)]
+    pub(crate) options: ElectionOptions,
+    /// The root index of the entry that created it.
+    pub(crate) created_at: u64,
+    /// The root's voters and learners when it was created: its first membership.
+    pub(crate) voters: Vec<NodeId>,
+    #[serde(default)]
+    pub(crate) learners: Vec<NodeId>,
+}
+
+/// Who proposed a catalog change and which request of theirs it was (so the proposer can
+/// answer its caller when the entry applies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Request {
+    pub(crate) node: NodeId,
+    pub(crate) nonce: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CreateEntry {
+    name: String,
+    #[serde(default)]
+    options: ElectionOptions,
+    req: Request,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RemoveEntry {
+    name: String,
+    id: ElectionId,
+    req: Request,
+}
+
+/// What applying a catalog entry did.
+#[derive(Debug, Clone)]
+pub(crate) enum CatalogChange {
+    /// Not a catalog entry.
+    NotCatalog,
+    Created {
+        name: String,
+        spec: ElectionSpec,
+        req: Request,
+    },
+    Removed {
+        name: String,
+        id: ElectionId,
+        req: Request,
+    },
+    /// The entry applied as a no-op: why.
+    Refused { req: Request, error: ElectionError },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,6 +134,101 @@ impl GroupState {
             addrs,
             group: Some(group),
             ..Default::default()
+        }
+    }
+
+    /// The entry that creates election `name`.
+    pub(crate) fn create_entry(name: &str, options: &ElectionOptions, req: Request) -> Vec<u8> {
+        let mut out = vec![CREATE_TAG];
+        let e = CreateEntry {
+            name: name.into(),
+            options: options.clone(),
+            req,
+        };
+        out.extend(serde_json::to_vec(&e).unwrap_or_default());
+        out
+    }
+
+    /// The entry that removes election `name` if its id is still `id`.
+    pub(crate) fn remove_entry(name: &str, id: ElectionId, req: Request) -> Vec<u8> {
+        let mut out = vec![REMOVE_TAG];
+        let e = RemoveEntry {
+            name: name.into(),
+            id,
+            req,
+        };
+        out.extend(serde_json::to_vec(&e).unwrap_or_default());
+        out
+    }
+
+    /// Applies a catalog entry at root `index`, where the root's applied membership is
+    /// `voters` and `learners` (a new election's first membership). Every member applies
+    /// the same log, so every member gives a name the same id.
+    pub(crate) fn apply_catalog(
+        &mut self,
+        data: &[u8],
+        index: u64,
+        voters: &[NodeId],
+        learners: &[NodeId],
+    ) -> CatalogChange {
+        match data.split_first() {
+            Some((&CREATE_TAG, json)) => {
+                let Ok(e) = serde_json::from_slice::<CreateEntry>(json) else {
+                    return CatalogChange::NotCatalog;
+                };
+                let refused = |error| CatalogChange::Refused { req: e.req, error };
+                if let Err(err) = crate::election::check_name(&e.name) {
+                    return refused(err);
+                }
+                if self.elections.contains_key(&e.name) {
+                    return refused(ElectionError::Exists(e.name.clone()));
+                }
+                if self.elections.len() >= MAX_ELECTIONS {
+                    return refused(ElectionError::Full(format!(
+                        "the catalog holds {MAX_ELECTIONS} elections"
+                    )));
+                }
+                if self.next_election_id.max(1) > MAX_ELECTION_ID {
+                    return refused(ElectionError::Full(format!(
+                        "every election id up to {MAX_ELECTION_ID} was used"
+                    )));
+                }
+                let id = self.next_election_id.max(1);
+                self.next_election_id = id + 1;
+                let spec = ElectionSpec {
+                    id,
+                    options: e.options,
+                    created_at: index,
+                    voters: voters.to_vec(),
+                    learners: learners.to_vec(),
+                };
+                self.elections.insert(e.name.clone(), spec.clone());
+                CatalogChange::Created {
+                    name: e.name,
+                    spec,
+                    req: e.req,
+                }
+            }
+            Some((&REMOVE_TAG, json)) => {
+                let Ok(e) = serde_json::from_slice::<RemoveEntry>(json) else {
+                    return CatalogChange::NotCatalog;
+                };
+                match self.elections.get(&e.name) {
+                    Some(spec) if spec.id == e.id => {
+                        self.elections.remove(&e.name);
+                        CatalogChange::Removed {
+                            name: e.name,
+                            id: e.id,
+                            req: e.req,
+                        }
+                    }
+                    _ => CatalogChange::Refused {
+                        req: e.req,
+                        error: ElectionError::NotFound(e.name),
+                    },
+                }
+            }
+            _ => CatalogChange::NotCatalog,
         }
     }
 

@@ -66,6 +66,8 @@ pub struct Leadership {
     pub role: Role,
     /// Whether this node holds a confirmed lease right now.
     pub leased: bool,
+    /// The named election this is the leadership of (`None`: the group's own election).
+    pub election: Option<std::sync::Arc<str>>,
 }
 
 /// The group's membership as a node has applied it.

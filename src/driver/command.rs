@@ -1,10 +1,12 @@
 //! What `Node` handles ask of the driver, and how each request is answered.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
 use super::{Driver, PendingTransfer, StopKind};
+use crate::election::{ElectionError, ElectionInfo, ElectionOptions, Removed};
 use crate::error::{MembershipError, NodeStopped, TransferError};
 use crate::history::TenureRecord;
 use crate::lease::Lease;
@@ -16,7 +18,40 @@ use crate::transport::NodeId;
 /// their own, [`ConfirmRequest`](crate::lease::ConfirmRequest)).
 pub(crate) enum Command {
     /// Resolve with a lease once this node holds a confirmed one.
-    Lease { reply: oneshot::Sender<Lease> },
+    Lease {
+        reply: oneshot::Sender<Result<Lease, ElectionError>>,
+    },
+    /// A lease of a named election.
+    ElectionLease {
+        name: Arc<str>,
+        reply: oneshot::Sender<Result<Lease, ElectionError>>,
+    },
+    /// Hand a named election's leadership over.
+    ElectionTransfer {
+        name: Arc<str>,
+        to: Option<NodeId>,
+        reply: oneshot::Sender<Result<NodeId, TransferError>>,
+    },
+    /// A named election's history.
+    ElectionHistory {
+        name: Arc<str>,
+        reply: oneshot::Sender<Result<Vec<TenureRecord>, ElectionError>>,
+    },
+    /// Create a named election (root leader only).
+    CreateElection {
+        name: String,
+        options: ElectionOptions,
+        reply: oneshot::Sender<Result<ElectionInfo, ElectionError>>,
+    },
+    /// Remove a named election (root leader only).
+    RemoveElection {
+        name: String,
+        reply: oneshot::Sender<Result<Removed, ElectionError>>,
+    },
+    /// The catalog of named elections, as this node applied it.
+    Elections {
+        reply: oneshot::Sender<Vec<ElectionInfo>>,
+    },
     /// Hand leadership over.
     Transfer {
         to: Option<NodeId>,
@@ -62,9 +97,9 @@ impl<S: RaftStore> Driver<S> {
         match cmd {
             Command::Lease { reply } => {
                 if let Some(lease) = self.current_lease() {
-                    let _ = reply.send(lease);
+                    let _ = reply.send(Ok(lease));
                 } else {
-                    self.lease_waiters.push(reply);
+                    self.root.lease_waiters.push(reply);
                 }
             }
             Command::Transfer { to, reply } => {
@@ -76,9 +111,9 @@ impl<S: RaftStore> Driver<S> {
                 }
                 match self.start_transfer(to) {
                     Ok(target) => {
-                        self.transfer = Some(PendingTransfer {
+                        self.root.transfer = Some(PendingTransfer {
                             to: target,
-                            deadline: self.clock.now() + self.timing.election_timeout() * 2,
+                            deadline: self.env.clock.now() + self.env.timing.election_timeout() * 2,
                             reply: Some(reply),
                         });
                     }
@@ -86,6 +121,22 @@ impl<S: RaftStore> Driver<S> {
                         let _ = reply.send(Err(e));
                     }
                 }
+            }
+            Command::ElectionLease { name, reply } => self.election_lease(name, reply),
+            Command::ElectionTransfer { name, to, reply } => {
+                self.election_transfer(&name, to, reply);
+            }
+            Command::ElectionHistory { name, reply } => {
+                let _ = reply.send(self.election_history(&name));
+            }
+            Command::CreateElection {
+                name,
+                options,
+                reply,
+            } => self.create_election(&name, options, reply),
+            Command::RemoveElection { name, reply } => self.remove_election(&name, reply),
+            Command::Elections { reply } => {
+                let _ = reply.send(self.catalog());
             }
             Command::Shutdown { reply } => self.begin_shutdown(Some(reply)),
             Command::Kill { reply } => self.stop = Some(StopKind::Killed(reply)),
@@ -96,7 +147,7 @@ impl<S: RaftStore> Driver<S> {
                 let _ = reply.send(self.status());
             }
             Command::ChangeMembers { change, reply } => {
-                let now = self.clock.now();
+                let now = self.env.clock.now();
                 match self.propose_change(change, now) {
                     Ok(mut pending) => {
                         pending.reply = Some(reply);
@@ -109,8 +160,8 @@ impl<S: RaftStore> Driver<S> {
             }
             #[cfg(feature = "testing")]
             Command::LogSpan { reply } => {
-                let first = self.store.first_index().unwrap_or(0);
-                let last = self.store.last_index().unwrap_or(0);
+                let first = self.root.store.first_index().unwrap_or(0);
+                let last = self.root.store.last_index().unwrap_or(0);
                 let _ = reply.send((first, last));
             }
         }

@@ -7,6 +7,9 @@ use slog::{debug, info, warn};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use std::collections::BTreeSet;
+
+use super::group::{Env, Group};
 use super::{Driver, PendingTransfer, StopKind};
 use crate::error::{LostReason, NodeStopped, TransferError};
 use crate::mutation;
@@ -14,38 +17,9 @@ use crate::storage::RaftStore;
 use crate::transport::{Inbound, NodeId};
 
 impl<S: RaftStore> Driver<S> {
-    /// Validates and starts a transfer; revokes the lease first.
+    /// Validates and starts a root transfer; revokes the lease first.
     pub(super) fn start_transfer(&mut self, to: Option<NodeId>) -> Result<NodeId, TransferError> {
-        let raft = &self.raw.raft;
-        if raft.state != StateRole::Leader {
-            let hint = (raft.leader_id != 0).then_some(raft.leader_id);
-            return Err(TransferError::NotLeader { leader_hint: hint });
-        }
-        let voters: Vec<NodeId> = raft.prs().conf().voters().ids().iter().collect();
-        let target = match to {
-            Some(t) if t == self.id => return Err(TransferError::AlreadyLeader(t)),
-            Some(t) if !voters.contains(&t) => return Err(TransferError::UnknownNode(t)),
-            Some(t) if self.state.is_drained(t) => return Err(TransferError::Drained(t)),
-            Some(t) => t,
-            None => self.best_follower().ok_or(TransferError::NoCandidate)?,
-        };
-        info!(self.logger, "handing leadership over"; "to" => target, "term" => raft.term);
-        self.revoke(LostReason::HandedOver);
-        self.raw.transfer_leader(target);
-        Ok(target)
-    }
-
-    /// The most up-to-date voter other than this node (recently active ones first).
-    pub(super) fn best_follower(&self) -> Option<NodeId> {
-        let raft = &self.raw.raft;
-        let voters = raft.prs().conf().voters().ids();
-        raft.prs()
-            .iter()
-            .filter(|(id, _)| {
-                **id != self.id && voters.contains(**id) && !self.state.is_drained(**id)
-            })
-            .max_by_key(|(id, pr)| (pr.recent_active, pr.matched, std::cmp::Reverse(**id)))
-            .map(|(id, _)| *id)
+        self.root.start_transfer(&self.env, to, &self.state.drained)
     }
 
     pub(super) fn begin_shutdown(&mut self, reply: Option<oneshot::Sender<()>>) {
@@ -61,20 +35,20 @@ impl<S: RaftStore> Driver<S> {
             }
             return;
         }
-        let leading = self.raw.raft.state == StateRole::Leader;
-        if leading && self.raw.raft.prs().conf().voters().ids().len() > 1 {
+        let leading = self.root.raw.raft.state == StateRole::Leader;
+        if leading && self.root.raw.raft.prs().conf().voters().ids().len() > 1 {
             match self.start_transfer(None) {
                 Ok(target) => {
-                    let deadline = self.clock.now() + self.timing.election_timeout();
-                    info!(self.logger, "shutdown: waiting for handover"; "to" => target);
-                    if let Some(t) = self.transfer.take() {
+                    let deadline = self.env.clock.now() + self.env.timing.election_timeout();
+                    info!(self.env.logger, "shutdown: waiting for handover"; "to" => target);
+                    if let Some(t) = self.root.transfer.take() {
                         if let Some(r) = t.reply {
                             let _ = r.send(Err(TransferError::Stopped(NodeStopped::shutdown(
                                 "shutting down",
                             ))));
                         }
                     }
-                    self.transfer = Some(PendingTransfer {
+                    self.root.transfer = Some(PendingTransfer {
                         to: target,
                         deadline,
                         reply: None,
@@ -84,42 +58,33 @@ impl<S: RaftStore> Driver<S> {
                     self.shutdown = Some((deadline, reply.unwrap_or(tx)));
                     return;
                 }
-                Err(e) => debug!(self.logger, "shutdown without handover"; "why" => %e),
+                Err(e) => debug!(self.env.logger, "shutdown without handover"; "why" => %e),
             }
         }
         self.stop = Some(StopKind::Graceful(reply));
     }
 
-    /// Whether a drained node may campaign: only as a last resort, once it has known no
-    /// leader for twice the longest election timeout (docs/design.md, section 4). Its
-    /// log may be the only up-to-date one left, and an undrain needs a leader.
-    pub(super) fn drained_may_campaign(&self, now: Instant) -> bool {
-        let longest = self.timing.tick * self.timing.election_ticks_max as u32;
-        self.leaderless_since
-            .is_some_and(|t| now.saturating_duration_since(t) >= longest * 2)
-    }
-
     /// What a leader owes the group beyond raft-rs: hand over when drained,
     /// and finish a joint configuration a previous leader left behind.
     pub(super) fn leader_duties(&mut self, now: Instant) {
-        if self.raw.raft.state != StateRole::Leader || self.shutdown.is_some() {
+        if self.root.raw.raft.state != StateRole::Leader || self.shutdown.is_some() {
             return;
         }
         // (A removed leader does not get here: it steps down as it applies its removal,
         // `Driver::step_down_removed`.)
-        let drained = self.state.is_drained(self.id);
-        if drained && self.transfer.is_none() && self.raw.raft.lead_transferee.is_none() {
+        let drained = self.state.is_drained(self.env.id);
+        if drained && self.root.transfer.is_none() && self.root.raw.raft.lead_transferee.is_none() {
             match self.start_transfer(None) {
                 Ok(to) => {
-                    info!(self.logger, "handing leadership over"; "why" => "drained", "to" => to);
-                    self.transfer = Some(PendingTransfer {
+                    info!(self.env.logger, "handing leadership over"; "why" => "drained", "to" => to);
+                    self.root.transfer = Some(PendingTransfer {
                         to,
-                        deadline: now + self.timing.election_timeout() * 2,
+                        deadline: now + self.env.timing.election_timeout() * 2,
                         reply: None,
                     });
                 }
                 Err(e) => {
-                    warn!(self.logger, "cannot hand leadership over"; "why" => "drained", "error" => %e);
+                    warn!(self.env.logger, "cannot hand leadership over"; "why" => "drained", "error" => %e);
                 }
             }
             return;
@@ -128,6 +93,108 @@ impl<S: RaftStore> Driver<S> {
     }
 
     pub(super) fn progress_transfer(&mut self, now: Instant) {
+        self.root.progress_transfer(&self.env, now);
+    }
+
+    /// The root's failed handover ends in a new election.
+    pub(super) fn end_failed_handover(&mut self) {
+        if self
+            .root
+            .end_failed_handover(&self.env, self.shutdown.is_some())
+        {
+            self.handle_ready();
+        }
+    }
+
+    /// A `MsgTimeoutNow` held while this node was drained: step it once the undrain has
+    /// been applied here, refuse it after two heartbeats.
+    pub(super) fn release_held_timeout_now(&mut self, now: Instant) {
+        if let Some((m, at)) = self.root.held_timeout_now.take() {
+            if !self.state.is_drained(self.env.id) {
+                self.on_inbound(Inbound::Message(m));
+                self.handle_ready();
+            } else if now.duration_since(at) < self.env.timing.heartbeat_interval() * 2 {
+                self.root.held_timeout_now = Some((m, at));
+            } else {
+                info!(self.env.logger, "drained: refused to take over leadership"; "from" => m.from);
+            }
+        }
+    }
+
+    /// A shutdown that waited for its handover stops once another node leads, or at the
+    /// deadline.
+    pub(super) fn progress_shutdown(&mut self, now: Instant) {
+        if let Some((deadline, _)) = &self.shutdown {
+            let handed = self.root.raw.raft.state != StateRole::Leader;
+            if handed || now >= *deadline {
+                if !handed {
+                    warn!(
+                        self.env.logger,
+                        "shutdown: handover did not finish in time; stopping anyway"
+                    );
+                }
+                if let Some((_, reply)) = self.shutdown.take() {
+                    self.stop = Some(StopKind::Graceful(Some(reply)));
+                }
+            }
+        }
+    }
+}
+
+impl<S: RaftStore> Group<S> {
+    /// Whether a drained node may campaign in this election: only as a last resort,
+    /// once it has known no leader for twice the longest election timeout
+    /// (docs/design.md, section 4). Its log may be the only up-to-date one left, and an
+    /// undrain needs a leader.
+    pub(super) fn drained_may_campaign(&self, env: &Env, now: Instant) -> bool {
+        let longest = env.timing.tick * env.timing.election_ticks_max as u32;
+        self.leaderless_since
+            .is_some_and(|t| now.saturating_duration_since(t) >= longest * 2)
+    }
+
+    /// Validates and starts a transfer of this election; revokes the lease first.
+    /// `drained`: the nodes that take over nothing.
+    pub(super) fn start_transfer(
+        &mut self,
+        env: &Env,
+        to: Option<NodeId>,
+        drained: &BTreeSet<NodeId>,
+    ) -> Result<NodeId, TransferError> {
+        let raft = &self.raw.raft;
+        if raft.state != StateRole::Leader {
+            let hint = (raft.leader_id != 0).then_some(raft.leader_id);
+            return Err(TransferError::NotLeader { leader_hint: hint });
+        }
+        let voters: Vec<NodeId> = raft.prs().conf().voters().ids().iter().collect();
+        let target = match to {
+            Some(t) if t == env.id => return Err(TransferError::AlreadyLeader(t)),
+            Some(t) if !voters.contains(&t) => return Err(TransferError::UnknownNode(t)),
+            Some(t) if drained.contains(&t) => return Err(TransferError::Drained(t)),
+            Some(t) => t,
+            None => self
+                .best_follower(env, drained)
+                .ok_or(TransferError::NoCandidate)?,
+        };
+        info!(env.logger, "handing leadership over"; "to" => target, "term" => raft.term,
+              "election" => self.name.as_deref());
+        self.revoke(env, LostReason::HandedOver);
+        self.raw.transfer_leader(target);
+        Ok(target)
+    }
+
+    /// The most up-to-date voter other than this node (recently active ones first).
+    pub(super) fn best_follower(&self, env: &Env, drained: &BTreeSet<NodeId>) -> Option<NodeId> {
+        let raft = &self.raw.raft;
+        let voters = raft.prs().conf().voters().ids();
+        raft.prs()
+            .iter()
+            .filter(|(id, _)| **id != env.id && voters.contains(**id) && !drained.contains(*id))
+            .max_by_key(|(id, pr)| (pr.recent_active, pr.matched, std::cmp::Reverse(**id)))
+            .map(|(id, _)| *id)
+    }
+
+    /// A transfer in flight ends: done, timed out, or lost to another leader.
+    pub(super) fn progress_transfer(&mut self, env: &Env, now: Instant) {
         let Some(t) = &mut self.transfer else {
             return;
         };
@@ -142,7 +209,7 @@ impl<S: RaftStore> Driver<S> {
         {
             Some(Err(TransferError::TimedOut {
                 to: t.to,
-                timeout_ms: self.timing.election_timeout().as_millis() as u64 * 2,
+                timeout_ms: env.timing.election_timeout().as_millis() as u64 * 2,
             }))
         } else {
             None
@@ -164,56 +231,24 @@ impl<S: RaftStore> Driver<S> {
 
     /// A handover that failed (the transfer is over, and this node still leads in the
     /// term it sent MsgTimeoutNow in) ends in a new election: this node steps down into
-    /// the next term, because it may not hold a lease in this one again.
-    pub(super) fn end_failed_handover(&mut self) {
+    /// the next term, because it may not hold a lease in this one again. True if it
+    /// stepped down (a new Ready waits). `shutting_down`: a shutdown waits for the
+    /// handover, and ends it itself.
+    pub(super) fn end_failed_handover(&mut self, env: &Env, shutting_down: bool) -> bool {
         let raft = &self.raw.raft;
         let term = raft.term;
         if raft.state != StateRole::Leader
             || self.may_hold_lease_in(term)
             || raft.lead_transferee.is_some()
             || self.transfer.is_some()
-            || self.shutdown.is_some()
+            || shutting_down
         {
-            return;
+            return false;
         }
-        warn!(self.logger,
+        warn!(env.logger,
             "leadership transfer failed; stepping down into the next term (a leader that asked for a handover holds no lease in that term again)";
-            "term" => term, "next_term" => term + 1);
+            "term" => term, "next_term" => term + 1, "election" => self.name.as_deref());
         self.raw.raft.become_follower(term + 1, raft::INVALID_ID);
-        self.handle_ready();
-    }
-
-    /// A `MsgTimeoutNow` held while this node was drained: step it once the undrain has
-    /// been applied here, refuse it after two heartbeats.
-    pub(super) fn release_held_timeout_now(&mut self, now: Instant) {
-        if let Some((m, at)) = self.held_timeout_now.take() {
-            if !self.state.is_drained(self.id) {
-                self.on_inbound(Inbound::Message(m));
-                self.handle_ready();
-            } else if now.duration_since(at) < self.timing.heartbeat_interval() * 2 {
-                self.held_timeout_now = Some((m, at));
-            } else {
-                info!(self.logger, "drained: refused to take over leadership"; "from" => m.from);
-            }
-        }
-    }
-
-    /// A shutdown that waited for its handover stops once another node leads, or at the
-    /// deadline.
-    pub(super) fn progress_shutdown(&mut self, now: Instant) {
-        if let Some((deadline, _)) = &self.shutdown {
-            let handed = self.raw.raft.state != StateRole::Leader;
-            if handed || now >= *deadline {
-                if !handed {
-                    warn!(
-                        self.logger,
-                        "shutdown: handover did not finish in time; stopping anyway"
-                    );
-                }
-                if let Some((_, reply)) = self.shutdown.take() {
-                    self.stop = Some(StopKind::Graceful(Some(reply)));
-                }
-            }
-        }
+        true
     }
 }

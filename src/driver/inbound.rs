@@ -42,32 +42,32 @@ impl<S: RaftStore> Driver<S> {
                             r,
                             peer_input::Refusal::BadSender | peer_input::Refusal::NotForThisNode
                         ) {
-                            self.last_heard.insert(m.from, self.clock.now());
+                            self.last_heard.insert(m.from, self.env.clock.now());
                         }
                         self.refused(r, &m);
                         return;
                     }
                     Verdict::Fatal(cause) => {
-                        error!(self.logger, "stopping: this node lost entries it had acknowledged";
+                        error!(self.env.logger, "stopping: this node lost entries it had acknowledged";
                                "from" => m.from, "type" => ?m.get_msg_type(), "term" => m.term,
-                               "commit" => m.commit, "last_index" => self.raw.raft.raft_log.last_index(),
+                               "commit" => m.commit, "last_index" => self.root.raw.raft.raft_log.last_index(),
                                "detail" => %cause);
                         self.fail(cause);
                         return;
                     }
                 }
-                self.last_heard.insert(m.from, self.clock.now());
+                self.last_heard.insert(m.from, self.env.clock.now());
                 let t = m.get_msg_type();
-                if t == MessageType::MsgTimeoutNow && self.state.is_drained(self.id) {
+                if t == MessageType::MsgTimeoutNow && self.state.is_drained(self.env.id) {
                     // Drained nodes do not take over. The leader checked its own (newer)
                     // state before sending, so an undrain may just not be applied here
                     // yet: hold the message for a heartbeat before refusing it.
-                    self.held_timeout_now = Some((m, self.clock.now()));
+                    self.root.held_timeout_now = Some((m, self.env.clock.now()));
                     return;
                 }
                 if t == MessageType::MsgTimeoutNow {
                     // The leader hands over to us: the election it starts is a handover.
-                    self.handover_term = Some(self.raw.raft.term + 1);
+                    self.root.handover_term = Some(self.root.raw.raft.term + 1);
                 }
                 // A handover's vote request passes: the leader that asked for it (with
                 // MsgTimeoutNow, in its own term) revoked its lease before asking.
@@ -77,23 +77,25 @@ impl<S: RaftStore> Driver<S> {
                     t,
                     MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
                 ) && !handover_vote
-                    && self.clock.now() < self.quiet_until
+                    && self.env.clock.now() < self.quiet_until
                 {
-                    debug!(self.logger, "ignoring vote request during restart quiet period";
+                    debug!(self.env.logger, "ignoring vote request during restart quiet period";
                            "from" => m.from, "type" => ?t, "term" => m.term);
                     return;
                 }
-                if let Err(e) = self.raw.step(m) {
-                    debug!(self.logger, "raft rejected a message"; "error" => %e);
+                if let Err(e) = self.root.raw.step(m) {
+                    debug!(self.env.logger, "raft rejected a message"; "error" => %e);
                 }
             }
-            // Named elections are not run yet (docs/design.md, section 11): a peer
-            // sends none, and what arrives is dropped.
             Inbound::Election { election, message } => {
-                debug!(self.logger, "dropped a message of a named election (not run yet)";
-                       "election" => election, "from" => message.from);
+                self.on_election_message(election, message);
             }
-            Inbound::Unreachable(peer) => self.raw.report_unreachable(peer),
+            Inbound::Unreachable(peer) => {
+                self.root.raw.report_unreachable(peer);
+                for ng in self.named.groups.values_mut() {
+                    ng.g.raw.report_unreachable(peer);
+                }
+            }
             // Hellos matter before the group exists (founding) and at the transport
             // (groups are checked there).
             Inbound::Hello { .. } => {}
@@ -102,19 +104,19 @@ impl<S: RaftStore> Driver<S> {
 
     /// What [`peer_input::admit`] needs to know of this node, for a message from `from`.
     pub(super) fn local_view(&self, from: NodeId) -> Local {
-        Local::of(&self.raw.raft, from)
+        Local::of(&self.root.raw.raft, from)
     }
 
     /// Counts a refused peer message; warns about it at most once per reason every 10 s.
     pub(super) fn refused(&mut self, r: peer_input::Refusal, m: &Message) {
-        self.metrics.peer_refused_one(r);
+        self.env.metrics.peer_refused_one(r);
         let t = m.get_msg_type();
-        match self.refusals.note(r, self.clock.now()) {
-            Some(suppressed) => warn!(self.logger, "refused a message from a peer";
+        match self.refusals.note(r, self.env.clock.now()) {
+            Some(suppressed) => warn!(self.env.logger, "refused a message from a peer";
                 "reason" => r.as_str(), "from" => m.from, "type" => ?t, "term" => m.term,
                 "index" => m.index, "commit" => m.commit,
                 "refused_since_last_warning" => suppressed),
-            None => debug!(self.logger, "refused a message from a peer";
+            None => debug!(self.env.logger, "refused a message from a peer";
                 "reason" => r.as_str(), "from" => m.from, "type" => ?t, "term" => m.term),
         }
     }

@@ -1,12 +1,14 @@
-//! tenure's lease, as the driver runs it: ReadIndex rounds through raft-rs, the
-//! [`LeaseKeeper`](super::keeper::LeaseKeeper)'s arithmetic, and the [`Lease`] handles
-//! users hold. `docs/design.md`, section 2, has the argument.
+//! tenure's lease, as the driver runs it for each election: ReadIndex rounds through
+//! raft-rs, the [`LeaseKeeper`](super::keeper::LeaseKeeper)'s arithmetic, and the
+//! [`Lease`] handles users hold. `docs/design.md`, section 2, has the argument; every
+//! election (the root and each named one) runs it on its own group, with its own rounds.
 
 use std::sync::Arc;
 
 use raft::StateRole;
 use slog::{info, warn};
 
+use super::group::{Env, Group};
 use super::keeper::{decode_ctx, encode_ctx, Acked};
 use super::Driver;
 use crate::clock::Stamp;
@@ -17,14 +19,20 @@ use crate::mutation;
 use crate::storage::RaftStore;
 use crate::token::FencingToken;
 
-impl<S: RaftStore> Driver<S> {
+impl<S: RaftStore> Group<S> {
+    /// Whether this node leads this election as one of its voters.
+    pub(super) fn leads_as_voter(&self, env: &Env) -> bool {
+        self.raw.raft.state == StateRole::Leader
+            && self.raw.raft.prs().conf().voters().contains(env.id)
+    }
+
     /// A `Lease` asks to confirm: answered locally inside a valid lease in `LeaseBased`
     /// mode, otherwise by the next round.
-    pub(super) fn on_confirm(&mut self, req: ConfirmRequest) {
+    pub(super) fn on_confirm(&mut self, env: &Env, req: ConfirmRequest) {
         let ConfirmRequest { term, reply } = req;
         match &self.lease {
             Some(l) if l.token.term() == term && self.raw.raft.term == term => {
-                if self.read_mode == ReadMode::LeaseBased && l.is_valid_at(self.clock.stamp()) {
+                if env.read_mode == ReadMode::LeaseBased && l.is_valid_at(env.clock.stamp()) {
                     let _ = reply.send(Ok(l.token));
                 } else {
                     self.keeper.queue_confirm(reply);
@@ -42,7 +50,7 @@ impl<S: RaftStore> Driver<S> {
     }
 
     /// raft-rs reports rounds acknowledged by a quorum.
-    pub(super) fn on_read_states(&mut self, states: Vec<raft::ReadState>) {
+    pub(super) fn on_read_states(&mut self, env: &Env, states: Vec<raft::ReadState>) {
         let term = self.raw.raft.term;
         let leading = self.raw.raft.state == StateRole::Leader;
         for rs in states {
@@ -50,8 +58,10 @@ impl<S: RaftStore> Driver<S> {
                 continue;
             };
             if let Acked::Renewed { sent, until } = self.keeper.acknowledged(ctx, leading, term) {
-                self.metrics
-                    .renew_round_trip(self.clock.now().saturating_duration_since(sent.mono));
+                if self.election == 0 {
+                    env.metrics
+                        .renew_round_trip(env.clock.now().saturating_duration_since(sent.mono));
+                }
                 if let Some(l) = &self.lease {
                     l.extend(until);
                 }
@@ -62,18 +72,17 @@ impl<S: RaftStore> Driver<S> {
     /// After a Ready: a lease lives only while this node leads (as a voter) in its
     /// term. A leader that applied its own removal hands over (it stops acting now,
     /// before it sends `MsgTimeoutNow`).
-    pub(super) fn lease_follows_role(&mut self) {
-        let raft = &self.raw.raft;
-        let term = raft.term;
-        let leading = raft.state == StateRole::Leader && self.is_voter(self.id);
-        let removed_leader = raft.state == StateRole::Leader && !leading;
+    pub(super) fn lease_follows_role(&mut self, env: &Env) {
+        let term = self.raw.raft.term;
+        let leading = self.leads_as_voter(env);
+        let removed_leader = self.raw.raft.state == StateRole::Leader && !leading;
         if let Some(l) = &self.lease {
             if l.token.term() != term {
-                self.revoke(LostReason::TermChanged);
+                self.revoke(env, LostReason::TermChanged);
             } else if removed_leader {
-                self.revoke(LostReason::HandedOver);
+                self.revoke(env, LostReason::HandedOver);
             } else if !leading {
-                self.revoke(LostReason::SteppedDown);
+                self.revoke(env, LostReason::SteppedDown);
             }
         }
         self.keeper.follow(leading, term);
@@ -81,13 +90,14 @@ impl<S: RaftStore> Driver<S> {
 
     /// After a Ready, for a leader: grant the lease once a round of its term was
     /// acknowledged (and it committed in its term), hand it to those waiting, and start
-    /// a round for waiting confirms or the heartbeat's renewal.
-    pub(super) fn grant_and_renew(&mut self, at: Stamp) {
+    /// a round for waiting confirms or the heartbeat's renewal. `handing_over`: the node
+    /// hands this election over (or shuts down), so it earns no lease. Returns whether a
+    /// round started (its heartbeats are in a new Ready).
+    pub(super) fn grant_and_renew(&mut self, env: &Env, at: Stamp, handing_over: bool) -> bool {
         let term = self.raw.raft.term;
-        let leading = self.raw.raft.state == StateRole::Leader && self.is_voter(self.id);
-        let handing_over = self.raw.raft.lead_transferee.is_some() || self.shutdown.is_some();
-        if !leading {
-            return;
+        let handing_over = handing_over || self.raw.raft.lead_transferee.is_some();
+        if !self.leads_as_voter(env) {
+            return false;
         }
         if mutation::active("lease-before-read-index") {
             // Broken on purpose (mutation testing): the lease is granted and renewed on
@@ -95,7 +105,7 @@ impl<S: RaftStore> Driver<S> {
             // (what raft-rs's own LeaseBased read does).
             self.keeper.grant_unconfirmed(term, at);
             if let Some(l) = &self.lease {
-                l.extend(at.add(self.timing.lease_duration()));
+                l.extend(at.add(env.timing.lease_duration()));
             }
         }
         // The commit of the term's first entry earns the first lease, a round sooner
@@ -109,24 +119,22 @@ impl<S: RaftStore> Driver<S> {
             || !(committed || mutation::active("lease-at-election"))
         {
             self.keeper.refuse_pending(LostReason::HandedOver);
-            return;
+            return false;
         }
         if let Some(until) = self.keeper.valid_until(term, at) {
             if self.lease.is_none() {
-                let shared = LeaseShared::new(
-                    FencingToken::new(term),
-                    self.epoch,
-                    until,
-                    self.clock.clone(),
-                );
-                info!(self.logger, "lease acquired"; "token" => term);
-                self.metrics.lease_acquired();
+                let shared =
+                    LeaseShared::new(FencingToken::new(term), env.epoch, until, env.clock.clone());
+                info!(env.logger, "lease acquired"; "token" => term, "election" => self.name.as_deref());
+                if self.election == 0 {
+                    env.metrics.lease_acquired();
+                }
                 self.lease = Some(shared);
             }
         }
-        if let Some(lease) = self.current_lease() {
+        if let Some(lease) = self.current_lease(env) {
             for w in self.lease_waiters.drain(..) {
-                let _ = w.send(lease.clone());
+                let _ = w.send(Ok(lease.clone()));
             }
         }
         self.lease_waiters.retain(|w| !w.is_closed());
@@ -134,52 +142,98 @@ impl<S: RaftStore> Driver<S> {
         if self.keeper.has_pending()
             || self
                 .keeper
-                .renewal_due(at.mono, self.timing.heartbeat_interval())
+                .renewal_due(at.mono, env.timing.heartbeat_interval())
         {
-            self.start_round(at);
+            let ctx = self.keeper.start_round(at, term);
+            self.raw.read_index(encode_ctx(ctx));
+            return true;
+        }
+        false
+    }
+
+    /// A handle of the current lease, while it is valid.
+    pub(super) fn current_lease(&self, env: &Env) -> Option<Lease> {
+        let shared = self.lease.as_ref()?;
+        if !shared.is_valid_at(env.clock.stamp()) {
+            return None;
+        }
+        let confirms = env.confirm_tx.upgrade()?;
+        Some(Lease {
+            shared: Arc::clone(shared),
+            confirms,
+            mode: env.read_mode,
+        })
+    }
+
+    /// Revokes a lease whose period ran out on either clock; true if it did.
+    pub(super) fn expire_lease(&mut self, env: &Env, now: Stamp) -> bool {
+        if let Some(l) = &self.lease {
+            if !now.before(l.valid_until()) {
+                warn!(env.logger, "lease expired unrenewed"; "token" => l.token.term(),
+                      "election" => self.name.as_deref());
+                self.revoke(env, LostReason::Expired);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Ends the lease (every handle sees `reason`) and answers every waiting confirm.
+    pub(super) fn revoke(&mut self, env: &Env, reason: LostReason) {
+        if let Some(l) = self.lease.take() {
+            info!(env.logger, "lease revoked"; "token" => l.token.term(), "reason" => reason.as_str(),
+                  "election" => self.name.as_deref());
+            l.revoke(reason);
+            if self.election == 0 {
+                env.metrics.lease_revoked(reason);
+            }
+        }
+        self.keeper.revoke(reason);
+    }
+}
+
+impl<S: RaftStore> Driver<S> {
+    /// A `Lease` asks to confirm: routed to its election by the token (`term >> 40`).
+    pub(super) fn on_confirm(&mut self, req: ConfirmRequest) {
+        let election = crate::election::election_of_term(req.term);
+        match self.group_mut(election) {
+            Some((g, env)) => g.on_confirm(env, req),
+            None => {
+                let _ = req.reply.send(Err(LostReason::Removed));
+            }
+        }
+    }
+
+    /// The root's lease follows its role.
+    pub(super) fn lease_follows_role(&mut self) {
+        self.root.lease_follows_role(&self.env);
+    }
+
+    /// The root's lease is granted and renewed.
+    pub(super) fn grant_and_renew(&mut self, at: Stamp) {
+        if self
+            .root
+            .grant_and_renew(&self.env, at, self.shutdown.is_some())
+        {
             // The round's heartbeats are in a new Ready: send them now.
             self.handle_ready();
         }
     }
 
-    /// Starts a ReadIndex round of this term, carrying the waiting confirms.
-    pub(super) fn start_round(&mut self, now: Stamp) {
-        let ctx = self.keeper.start_round(now, self.raw.raft.term);
-        self.raw.read_index(encode_ctx(ctx));
-    }
-
-    /// A handle of the current lease, while it is valid.
+    /// A handle of the root's current lease, while it is valid.
     pub(super) fn current_lease(&self) -> Option<Lease> {
-        let shared = self.lease.as_ref()?;
-        if !shared.is_valid_at(self.clock.stamp()) {
-            return None;
-        }
-        let confirms = self.confirm_tx.upgrade()?;
-        Some(Lease {
-            shared: Arc::clone(shared),
-            confirms,
-            mode: self.read_mode,
-        })
+        self.root.current_lease(&self.env)
     }
 
-    /// Revokes a lease whose period ran out on either clock.
+    /// Revokes a root lease whose period ran out on either clock.
     pub(super) fn expire_lease(&mut self, now: Stamp) {
-        if let Some(l) = &self.lease {
-            if !now.before(l.valid_until()) {
-                warn!(self.logger, "lease expired unrenewed"; "token" => l.token.term());
-                self.revoke(LostReason::Expired);
-                self.publish();
-            }
+        if self.root.expire_lease(&self.env, now) {
+            self.publish();
         }
     }
 
-    /// Ends the lease (every handle sees `reason`) and answers every waiting confirm.
+    /// Ends the root's lease.
     pub(super) fn revoke(&mut self, reason: LostReason) {
-        if let Some(l) = self.lease.take() {
-            info!(self.logger, "lease revoked"; "token" => l.token.term(), "reason" => reason.as_str());
-            l.revoke(reason);
-            self.metrics.lease_revoked(reason);
-        }
-        self.keeper.revoke(reason);
+        self.root.revoke(&self.env, reason);
     }
 }

@@ -60,18 +60,19 @@ impl<S: RaftStore> Driver<S> {
         index: u64,
     ) -> Result<(), StorageError> {
         let before = self.members_now();
-        let leading = self.raw.raft.state == StateRole::Leader;
+        let leading = self.root.raw.raft.state == StateRole::Leader;
         let matched: BTreeMap<NodeId, u64> = self
+            .root
             .raw
             .raft
             .prs()
             .iter()
             .map(|(id, p)| (*id, p.matched))
             .collect();
-        match self.raw.apply_conf_change(cc) {
+        match self.root.raw.apply_conf_change(cc) {
             Ok(cs) => {
-                self.joint = !cs.voters_outgoing.is_empty();
-                info!(self.logger, "membership changed";
+                self.root.joint = !cs.voters_outgoing.is_empty();
+                info!(self.env.logger, "membership changed";
                       "voters" => ?cs.voters, "learners" => ?cs.learners,
                       "outgoing" => ?cs.voters_outgoing);
                 let added = decode_addrs(&cc.context);
@@ -83,25 +84,25 @@ impl<S: RaftStore> Driver<S> {
                 for gone in before.difference(&after) {
                     self.state.addrs.remove(gone);
                     self.state.drained.remove(gone);
-                    if *gone != self.id {
-                        info!(self.logger, "node left the group"; "node" => *gone);
+                    if *gone != self.env.id {
+                        info!(self.env.logger, "node left the group"; "node" => *gone);
                         self.farewells.push(Farewell {
                             to: *gone,
                             matched: matched.get(gone).copied().filter(|_| leading),
                             removal: index,
-                            until: self.clock.now() + self.timing.election_timeout() * 3,
+                            until: self.env.clock.now() + self.env.timing.election_timeout() * 3,
                             last_sent: None,
                         });
                     }
                 }
-                self.force_compact = true;
-                if leading && !self.is_voter(self.id) {
+                self.root.force_compact = true;
+                if leading && !self.is_voter(self.env.id) {
                     self.step_down_removed();
                 }
                 Ok(())
             }
             Err(e) => {
-                warn!(self.logger, "conf change rejected by raft"; "error" => %e);
+                warn!(self.env.logger, "conf change rejected by raft"; "error" => %e);
                 Ok(())
             }
         }
@@ -115,17 +116,17 @@ impl<S: RaftStore> Driver<S> {
     /// elected with the entry that removes it still uncommitted in its log meets this
     /// (simulation seed 373).
     fn step_down_removed(&mut self) {
-        let term = self.raw.raft.term;
+        let term = self.root.raw.raft.term;
         match self.start_transfer(None) {
             Ok(to) => {
-                info!(self.logger, "removed from the group: handed leadership over"; "to" => to, "term" => term);
+                info!(self.env.logger, "removed from the group: handed leadership over"; "to" => to, "term" => term);
             }
             Err(e) => {
-                warn!(self.logger, "removed from the group: stepping down without a handover"; "error" => %e);
+                warn!(self.env.logger, "removed from the group: stepping down without a handover"; "error" => %e);
                 self.revoke(LostReason::SteppedDown);
             }
         }
-        self.raw.raft.become_follower(term, raft::INVALID_ID);
+        self.root.raw.raft.become_follower(term, raft::INVALID_ID);
     }
 
     /// Tells nodes that left the group so (see `farewells`), then forgets them.
@@ -136,15 +137,15 @@ impl<S: RaftStore> Driver<S> {
         let mut keep = Vec::new();
         for mut f in std::mem::take(&mut self.farewells) {
             if now >= f.until {
-                self.transport.set_peer(f.to, None);
+                self.env.transport.set_peer(f.to, None);
                 continue;
             }
             let due = f
                 .last_sent
-                .is_none_or(|t| now.duration_since(t) >= self.timing.heartbeat_interval());
-            if due && self.raw.raft.state == StateRole::Leader {
+                .is_none_or(|t| now.duration_since(t) >= self.env.timing.heartbeat_interval());
+            if due && self.root.raw.raft.state == StateRole::Leader {
                 if let Some(m) = self.farewell_message(&f) {
-                    self.transport.send(m);
+                    self.env.transport.send(m);
                 }
                 f.last_sent = Some(now);
             }
@@ -156,9 +157,10 @@ impl<S: RaftStore> Driver<S> {
     /// An append carrying the entries up to the removal and a commit index covering it.
     pub(super) fn farewell_message(&self, f: &Farewell) -> Option<Message> {
         let prev = f.matched?;
-        let log_term = self.store.term(prev).ok()?;
+        let log_term = self.root.store.term(prev).ok()?;
         let entries = if prev < f.removal {
-            self.store
+            self.root
+                .store
                 .entries(
                     prev + 1,
                     f.removal + 1,
@@ -173,18 +175,21 @@ impl<S: RaftStore> Driver<S> {
         let mut m = Message::default();
         m.set_msg_type(MessageType::MsgAppend);
         m.to = f.to;
-        m.from = self.id;
-        m.term = self.raw.raft.term;
+        m.from = self.env.id;
+        m.term = self.root.raw.raft.term;
         m.index = prev;
         m.log_term = log_term;
-        m.commit = f.removal.min(last).min(self.raw.raft.raft_log.committed);
+        m.commit = f
+            .removal
+            .min(last)
+            .min(self.root.raw.raft.raft_log.committed);
         m.entries = entries.into();
         Some(m)
     }
 
     /// Every member of the applied configuration (voters of both halves, learners).
     pub(super) fn members_now(&self) -> BTreeSet<NodeId> {
-        let cs = self.raw.raft.prs().conf().to_conf_state();
+        let cs = self.root.raw.raft.prs().conf().to_conf_state();
         cs.voters
             .iter()
             .chain(&cs.voters_outgoing)
@@ -195,15 +200,15 @@ impl<S: RaftStore> Driver<S> {
     }
 
     pub(super) fn is_voter(&self, id: NodeId) -> bool {
-        self.raw.raft.prs().conf().voters().contains(id)
+        self.root.raw.raft.prs().conf().voters().contains(id)
     }
 
     /// Tells the transport where replicated members listen (configured peers keep the
     /// address they were started with).
     pub(super) fn apply_addrs(&self, addrs: &BTreeMap<NodeId, SocketAddr>) {
         for (id, addr) in addrs {
-            if *id != self.id && !self.configured.contains(id) {
-                self.transport.set_peer(*id, Some(*addr));
+            if *id != self.env.id && !self.configured.contains(id) {
+                self.env.transport.set_peer(*id, Some(*addr));
             }
         }
     }
@@ -229,7 +234,8 @@ impl<S: RaftStore> Driver<S> {
         }
         let joint = self.is_joint();
         let members = self.membership();
-        let leader_hint = (self.raw.raft.leader_id != 0).then_some(self.raw.raft.leader_id);
+        let leader_hint =
+            (self.root.raw.raft.leader_id != 0).then_some(self.root.raw.raft.leader_id);
         let mut keep = Vec::new();
         for p in self.pending_changes.drain(..) {
             let result = if p.applied && !(p.until_not_joint && joint) {
@@ -255,7 +261,7 @@ impl<S: RaftStore> Driver<S> {
     }
 
     pub(super) fn is_joint(&self) -> bool {
-        self.joint
+        self.root.joint
     }
 
     /// Validates and proposes a membership change or drain (leader only).
@@ -264,12 +270,12 @@ impl<S: RaftStore> Driver<S> {
         change: MemberChange,
         now: Instant,
     ) -> Result<PendingChange, MembershipError> {
-        let raft = &self.raw.raft;
+        let raft = &self.root.raw.raft;
         if raft.state != StateRole::Leader {
             let leader_hint = (raft.leader_id != 0).then_some(raft.leader_id);
             return Err(MembershipError::NotLeader { leader_hint });
         }
-        if !self.is_voter(self.id) {
+        if !self.is_voter(self.env.id) {
             // Removed, and handing over: it appends nothing more (raft-rs 0.7 keeps no
             // progress for a leader outside its configuration; see `ready_pass`).
             return Err(MembershipError::NotLeader { leader_hint: None });
@@ -385,23 +391,23 @@ impl<S: RaftStore> Driver<S> {
                 cc.changes.push(single(old, ConfChangeType::RemoveNode));
                 if explicit {
                     cc.set_transition(ConfChangeTransition::Explicit);
-                    self.explicit_joint_term = Some(self.raw.raft.term);
+                    self.explicit_joint_term = Some(self.root.raw.raft.term);
                 } else {
                     until_not_joint = true;
                 }
                 what = format!("replacing node {old} by node {new}");
             }
         }
-        if let Err(e) = self.raw.propose_conf_change(vec![], cc) {
-            warn!(self.logger, "conf change not proposed"; "error" => %e);
+        if let Err(e) = self.root.raw.propose_conf_change(vec![], cc) {
+            warn!(self.env.logger, "conf change not proposed"; "error" => %e);
             return Err(MembershipError::ChangeInFlight);
         }
-        let index = self.raw.raft.raft_log.last_index();
-        if self.raw.raft.pending_conf_index != index {
+        let index = self.root.raw.raft.raft_log.last_index();
+        if self.root.raw.raft.pending_conf_index != index {
             // raft-rs turned it into an empty entry (it saw a change in flight).
             return Err(MembershipError::ChangeInFlight);
         }
-        info!(self.logger, "membership change proposed"; "what" => &what, "index" => index);
+        info!(self.env.logger, "membership change proposed"; "what" => &what, "index" => index);
         Ok(self.pending(index, what, true, until_not_joint, now))
     }
 
@@ -411,11 +417,11 @@ impl<S: RaftStore> Driver<S> {
         what: String,
         now: Instant,
     ) -> Result<PendingChange, MembershipError> {
-        if let Err(e) = self.raw.propose(vec![], data) {
-            warn!(self.logger, "proposal dropped"; "what" => &what, "error" => %e);
+        if let Err(e) = self.root.raw.propose(vec![], data) {
+            warn!(self.env.logger, "proposal dropped"; "what" => &what, "error" => %e);
             return Err(MembershipError::TimedOut { what });
         }
-        let index = self.raw.raft.raft_log.last_index();
+        let index = self.root.raw.raft.raft_log.last_index();
         Ok(self.pending(index, what, false, false, now))
     }
 
@@ -427,10 +433,10 @@ impl<S: RaftStore> Driver<S> {
         until_not_joint: bool,
         now: Instant,
     ) -> PendingChange {
-        let wait = (self.timing.election_timeout() * 5).max(std::time::Duration::from_secs(2));
+        let wait = (self.env.timing.election_timeout() * 5).max(std::time::Duration::from_secs(2));
         PendingChange {
             index,
-            term: self.raw.raft.term,
+            term: self.root.raw.raft.term,
             what,
             conf,
             until_not_joint,
@@ -461,7 +467,7 @@ impl<S: RaftStore> Driver<S> {
     pub(super) fn check_quorum_now(&self, m: &Membership) -> Result<(), MembershipError> {
         // The lease ran out unrenewed (on either clock): no quorum acknowledged a round
         // for a lease period.
-        let lapsed = self.keeper.lapsed(self.clock.stamp());
+        let lapsed = self.root.keeper.lapsed(self.env.clock.stamp());
         let active = |v: &NodeId| self.heard_recently(*v);
         let majority = |set: &[NodeId]| {
             set.is_empty() || set.iter().filter(|v| active(v)).count() > set.len() / 2
@@ -482,21 +488,22 @@ impl<S: RaftStore> Driver<S> {
 
     /// Whether `id` is this node or was heard from within an election timeout.
     pub(super) fn heard_recently(&self, id: NodeId) -> bool {
-        id == self.id
+        id == self.env.id
             || self.last_heard.get(&id).is_some_and(|t| {
-                self.clock.now().saturating_duration_since(*t) < self.timing.election_timeout()
+                self.env.clock.now().saturating_duration_since(*t)
+                    < self.env.timing.election_timeout()
             })
     }
 
     pub(super) fn change_in_flight(&self) -> bool {
-        self.raw.raft.has_pending_conf()
+        self.root.raw.raft.has_pending_conf()
             || self.is_joint()
             || self.pending_changes.iter().any(|p| p.conf && !p.applied)
     }
 
     /// The applied membership, drains and addresses.
     pub(super) fn membership(&self) -> Membership {
-        let cs = self.raw.raft.prs().conf().to_conf_state();
+        let cs = self.root.raw.raft.prs().conf().to_conf_state();
         let sorted = |v: &[NodeId]| {
             let mut v = v.to_vec();
             v.sort_unstable();
@@ -522,21 +529,22 @@ impl<S: RaftStore> Driver<S> {
     /// A joint configuration nobody is leaving (its leader crashed, or the change asked
     /// for an explicit leave): this leader leaves it, so the group does not stay joint.
     pub(super) fn leave_stale_joint(&mut self) {
-        let raft = &self.raw.raft;
+        let raft = &self.root.raw.raft;
         if self.is_joint()
-            && self.is_voter(self.id)
+            && self.is_voter(self.env.id)
             && !raft.has_pending_conf()
             && raft.commit_to_current_term()
             && self.explicit_joint_term != Some(raft.term)
         {
             // A joint configuration nobody is leaving (its leader crashed, or the change
             // asked for an explicit leave): leave it, so the group does not stay joint.
-            info!(self.logger, "leaving the joint configuration"; "config" => ?raft.prs().conf());
+            info!(self.env.logger, "leaving the joint configuration"; "config" => ?raft.prs().conf());
             if let Err(e) = self
+                .root
                 .raw
                 .propose_conf_change(vec![], ConfChangeV2::default())
             {
-                debug!(self.logger, "leave-joint not proposed yet"; "error" => %e);
+                debug!(self.env.logger, "leave-joint not proposed yet"; "error" => %e);
             }
         }
     }

@@ -21,20 +21,23 @@
 //! | `publish.rs` | leadership, role, health, status, tenure records |
 
 mod command;
+mod group;
 mod handover;
 mod inbound;
 mod keeper;
 mod leases;
 mod membership;
+mod named;
 mod publish;
 mod ready;
 
 pub(crate) use command::{Command, MemberChange};
+pub(crate) use named::ElectionsView;
+pub(crate) use named::{watch_of, NamedParts, Watches};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use raft::eraftpb::Message;
 use raft::prelude::RawNode;
 use slog::{error, info, o, Logger};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -44,7 +47,7 @@ use crate::clock::{LocalClock, Stamp};
 use crate::config::{ReadMode, Timing};
 use crate::election_rng::ElectionTimeouts;
 use crate::error::{LostReason, NodeStopped, StopCause, TransferError};
-use crate::lease::{ConfirmRequest, Lease, LeaseShared};
+use crate::lease::ConfirmRequest;
 use crate::metrics::Metrics;
 use crate::mutation;
 use crate::peer_input::RefusalLog;
@@ -52,7 +55,7 @@ use crate::state::GroupState;
 use crate::status::{Leadership, Role};
 use crate::storage::RaftStore;
 use crate::transport::{Hello, Inbox, NodeId, Standing, Transport};
-use keeper::LeaseKeeper;
+use group::{Env, Group};
 use membership::{Farewell, PendingChange};
 use publish::role_code;
 
@@ -90,35 +93,26 @@ pub(crate) struct DriverParts<S: RaftStore> {
     pub election_seed: Option<u64>,
     /// Every election timeout at its minimum (a test hook).
     pub election_timeouts_at_minimum: bool,
+    /// What the named elections need.
+    pub named: NamedParts,
 }
 
 pub(crate) struct Driver<S: RaftStore> {
-    id: NodeId,
-    raw: RawNode<S>,
-    store: S,
-    transport: Arc<dyn Transport>,
+    /// What every group's code needs of this node.
+    env: Env,
+    /// The root election: the group's own (id 0), which replicates the membership, the
+    /// drains and the catalog of named elections.
+    root: Group<S>,
+    /// The named elections this node runs (docs/design.md, section 11).
+    named: named::Named<S>,
     inbound: Inbox,
     commands: mpsc::Receiver<Command>,
     /// Every `Node` handle is gone (`Lease` handles may remain).
     commands_closed: bool,
     confirms: mpsc::Receiver<ConfirmRequest>,
-    confirm_tx: mpsc::WeakSender<ConfirmRequest>,
-    leadership: watch::Sender<Leadership>,
-    timing: Timing,
-    read_mode: ReadMode,
-    logger: Logger,
-    /// This node's clock: real time, except in clock-skew tests.
-    clock: LocalClock,
-    metrics: Arc<Metrics>,
-    /// Since when this node has known no leader, as last published (for the failover
-    /// histogram, and a drained node's last-resort campaign).
-    leaderless_since: Option<Instant>,
     /// The replicated state the log builds: history, drained nodes, addresses.
     state: GroupState,
     configured: BTreeSet<NodeId>,
-    /// Compact at the next chance even below the threshold (after a conf change, so a
-    /// node that joins gets a snapshot whose membership includes it).
-    force_compact: bool,
     pending_changes: Vec<PendingChange>,
     /// Nodes that just left the group: until `until`, the leader resends them the
     /// entries up to their removal with its commit index (raft-rs stops replicating to a
@@ -128,27 +122,12 @@ pub(crate) struct Driver<S: RaftStore> {
     /// When each peer was last heard from (any message): raft-rs's `recent_active` is
     /// reset at every check-quorum and only means "heard since the last check".
     last_heard: BTreeMap<NodeId, Instant>,
-    /// Whether the applied configuration is joint (kept here: raft-rs only tells by
-    /// building a whole `ConfState`). Set where the configuration changes: start,
-    /// snapshots, conf changes.
-    joint: bool,
-    /// A MsgTimeoutNow that arrived while this node was drained (see `on_inbound`).
-    held_timeout_now: Option<(Message, Instant)>,
     /// The term in which this leader entered a joint configuration meant to be left
     /// explicitly (a test hook): it does not leave it itself.
     explicit_joint_term: Option<u64>,
-    /// The index of the last entry applied.
-    applied: u64,
     history_retention: usize,
     /// Compact the log when this many applied entries sit above the last snapshot.
     compact_after: u64,
-    /// The term this node recorded its tenure for (one record per tenure).
-    recorded_term: u64,
-    /// The term a leadership transfer to this node (MsgTimeoutNow) would start.
-    handover_term: Option<u64>,
-    /// The term in which this node, leading, last sent MsgTimeoutNow: it never holds a
-    /// lease in that term again (docs/design.md, section 4).
-    timeout_now_sent: Option<u64>,
     /// raft-rs panicked: the RawNode is never used again (the driver stops).
     raft_panicked: bool,
     /// Nesting of [`Driver::guarded`] calls (only the outermost catches).
@@ -159,21 +138,9 @@ pub(crate) struct Driver<S: RaftStore> {
     /// Until then, vote and pre-vote requests are dropped: a restarted node has forgotten
     /// when it last heard from a leader that may still hold a lease.
     quiet_until: Instant,
-    /// A base for the lease's atomic clock.
-    epoch: Instant,
 
-    /// The lease's arithmetic and rounds (no I/O; see `keeper.rs`).
-    keeper: LeaseKeeper,
-    /// The tenure handed out to users, while valid.
-    lease: Option<Arc<LeaseShared>>,
-    lease_waiters: Vec<oneshot::Sender<Lease>>,
-
-    transfer: Option<PendingTransfer>,
     shutdown: Option<(Instant, oneshot::Sender<()>)>,
     stop: Option<StopKind>,
-    last_published: Leadership,
-    /// Seeded election timeouts in place of raft-rs's own draws (simulation only).
-    election_timeouts: Option<ElectionTimeouts>,
     /// What this node last told the transport to say to peers (`update_hello`).
     hello: Option<Hello>,
 }
@@ -189,71 +156,66 @@ impl<S: RaftStore> Driver<S> {
     pub(crate) fn new(parts: DriverParts<S>) -> Self {
         let now = parts.clock.now();
         let id = parts.raw.raft.id;
-        let initial = parts.leadership.borrow().clone();
-        let joint = joint_config(&parts.raw);
+        let t = parts.timing;
+        let election_timeouts = if parts.election_timeouts_at_minimum {
+            Some(ElectionTimeouts::new(
+                0,
+                id,
+                t.election_ticks,
+                t.election_ticks,
+            ))
+        } else {
+            parts
+                .election_seed
+                .map(|seed| ElectionTimeouts::new(seed, id, t.election_ticks, t.election_ticks_max))
+        };
+        let root = Group::new(
+            0,
+            None,
+            parts.raw,
+            parts.store,
+            parts.applied,
+            Arc::new(parts.leadership),
+            &t,
+            election_timeouts,
+            now,
+        );
         Driver {
-            id,
+            env: Env {
+                id,
+                timing: parts.timing,
+                read_mode: parts.read_mode,
+                logger: parts.logger,
+                clock: parts.clock,
+                metrics: parts.metrics,
+                transport: parts.transport,
+                confirm_tx: parts.confirm_tx,
+                epoch: now,
+            },
+            root,
+            named: named::Named::new(parts.named),
             quiet_until: if mutation::active("no-restart-quiet") {
                 now
             } else {
                 now + parts.timing.election_timeout()
             },
-            epoch: now,
-            raw: parts.raw,
-            store: parts.store,
-            transport: parts.transport,
             inbound: parts.inbound,
             commands: parts.commands,
             commands_closed: false,
             confirms: parts.confirms,
-            confirm_tx: parts.confirm_tx,
-            leadership: parts.leadership,
-            timing: parts.timing,
-            read_mode: parts.read_mode,
-            logger: parts.logger,
-            clock: parts.clock,
-            metrics: parts.metrics,
-            leaderless_since: Some(now),
             state: parts.state,
             configured: parts.configured,
-            force_compact: false,
             pending_changes: Vec::new(),
             explicit_joint_term: None,
             farewells: Vec::new(),
-            held_timeout_now: None,
-            joint,
             last_heard: BTreeMap::new(),
-            applied: parts.applied,
             history_retention: parts.history_retention,
             compact_after: parts.compact_after.max(1),
-            recorded_term: 0,
-            handover_term: None,
-            timeout_now_sent: None,
             raft_panicked: false,
             guard_depth: 0,
             refusals: RefusalLog::new(std::time::Duration::from_secs(10)),
-            keeper: LeaseKeeper::new(parts.timing.lease_duration()),
-            lease: None,
-            lease_waiters: Vec::new(),
-            transfer: None,
             shutdown: None,
             stop: None,
-            last_published: initial,
-            election_timeouts: {
-                let t = &parts.timing;
-                if parts.election_timeouts_at_minimum {
-                    Some(ElectionTimeouts::new(
-                        0,
-                        id,
-                        t.election_ticks,
-                        t.election_ticks,
-                    ))
-                } else {
-                    parts.election_seed.map(|seed| {
-                        ElectionTimeouts::new(seed, id, t.election_ticks, t.election_ticks_max)
-                    })
-                }
-            },
             hello: None,
         }
     }
@@ -261,12 +223,17 @@ impl<S: RaftStore> Driver<S> {
     /// Runs until shutdown, kill, a fatal error, or every handle is dropped.
     pub(crate) async fn run(mut self) -> Result<(), NodeStopped> {
         // Ticks on this node's clock: a stalled clock stalls them, as in a frozen guest.
-        let mut ticker = self.clock.ticker(self.timing.tick);
-        info!(self.logger, "driver started"; "term" => self.raw.raft.term,
-              "quiet_ms" => self.timing.election_timeout().as_millis() as u64);
+        let mut ticker = self.env.clock.ticker(self.env.timing.tick);
+        info!(self.env.logger, "driver started"; "term" => self.root.raw.raft.term,
+              "quiet_ms" => self.env.timing.election_timeout().as_millis() as u64);
         // Replay the committed log above the snapshot (history, drains, conf changes)
         // before anything else, so the membership is current from the first message on.
         self.apply_addrs(&self.state.addrs.clone());
+        if let Err(e) = self.load_removed_elections() {
+            error!(self.env.logger, "storage failed; stopping"; "error" => %e);
+            self.fail(StopCause::Storage(e));
+        }
+        self.open_catalog();
         self.handle_ready();
         self.publish();
         self.update_hello();
@@ -274,9 +241,9 @@ impl<S: RaftStore> Driver<S> {
             self.redraw_election_timeout();
             // A stalled process must not act on a lease that ran out while it slept
             // (suspended: by the boot-time clock): check before anything else.
-            self.expire_lease(self.clock.stamp());
-            let deadline = self.lease.as_ref().map(|l| l.valid_until());
-            let clock = self.clock.clone();
+            self.expire_lease(self.env.clock.stamp());
+            let deadline = self.root.lease.as_ref().map(|l| l.valid_until());
+            let clock = self.env.clock.clone();
             tokio::select! {
                 biased;
                 cmd = self.commands.recv(), if !self.commands_closed => match cmd {
@@ -307,7 +274,7 @@ impl<S: RaftStore> Driver<S> {
                     }
                 },
                 _ = sleep_until_opt(&clock, deadline) => {
-                    self.expire_lease(self.clock.stamp());
+                    self.expire_lease(self.env.clock.stamp());
                 }
                 inbound = self.inbound.recv() => {
                     match inbound {
@@ -330,7 +297,10 @@ impl<S: RaftStore> Driver<S> {
                     }
                 }
                 _ = ticker.tick() => {
-                    self.guarded(|| "ticking".into(), |d| d.raw.tick());
+                    self.guarded(|| "ticking".into(), |d| {
+                        d.root.raw.tick();
+                        d.tick_named();
+                    });
                     self.update_health();
                 }
             }
@@ -338,7 +308,7 @@ impl<S: RaftStore> Driver<S> {
                 self.handle_ready();
             }
             if self.stop.is_none() {
-                let now = self.clock.stamp();
+                let now = self.env.clock.stamp();
                 self.guarded(
                     || "acting on a Ready (leases, handover, membership)".into(),
                     |d| d.after_ready(now),
@@ -355,7 +325,7 @@ impl<S: RaftStore> Driver<S> {
     /// node has the group's state, then a member with its term (pristine while nothing
     /// happened since founding).
     fn update_hello(&mut self) {
-        let raft = &self.raw.raft;
+        let raft = &self.root.raw.raft;
         let hello = if self.role() == Role::Joining {
             Hello {
                 group: self.state.group,
@@ -370,7 +340,7 @@ impl<S: RaftStore> Driver<S> {
             )
         };
         if self.hello != Some(hello) {
-            self.transport.set_hello(hello);
+            self.env.transport.set_hello(hello);
             self.hello = Some(hello);
         }
     }
@@ -378,8 +348,13 @@ impl<S: RaftStore> Driver<S> {
     /// With a seeded election RNG: replaces any timeout raft-rs drew since the last
     /// turn of the loop (before the next tick reads it).
     fn redraw_election_timeout(&mut self) {
-        if let Some(t) = &mut self.election_timeouts {
-            t.redraw(&mut self.raw.raft);
+        if let Some(t) = &mut self.root.election_timeouts {
+            t.redraw(&mut self.root.raw.raft);
+        }
+        for ng in self.named.groups.values_mut() {
+            if let Some(t) = &mut ng.g.election_timeouts {
+                t.redraw(&mut ng.g.raw.raft);
+            }
         }
     }
 
@@ -422,7 +397,7 @@ impl<S: RaftStore> Driver<S> {
                     })
                     .unwrap_or_else(|| "(no message)".into());
                 let during = during();
-                error!(self.logger, "raft-rs panicked; stopping this node (its raft state is not used again)";
+                error!(self.env.logger, "raft-rs panicked; stopping this node (its raft state is not used again)";
                        "during" => &during, "panic" => &message);
                 self.raft_panicked = true;
                 self.fail(StopCause::RaftPanicked { during, message });
@@ -450,10 +425,14 @@ impl<S: RaftStore> Driver<S> {
         // The phases above may have moved the term or the role.
         self.record_tenure();
         self.grant_and_renew(at);
-        self.keeper
-            .forget_unanswered(now, self.timing.election_timeout() * 2);
+        self.root
+            .keeper
+            .forget_unanswered(now, self.env.timing.election_timeout() * 2);
         self.progress_shutdown(now);
         self.publish();
+        if self.named_after_ready(at) {
+            self.handle_ready();
+        }
     }
 
     fn finish(mut self, stop: StopKind) -> Result<(), NodeStopped> {
@@ -463,29 +442,31 @@ impl<S: RaftStore> Driver<S> {
             StopKind::Failed(cause) => (LostReason::Failed, Err(NodeStopped::new(cause.clone()))),
         };
         self.revoke(reason);
-        self.keeper.finish(reason);
-        if let Some(t) = self.transfer.take() {
+        self.root.keeper.finish(reason);
+        self.finish_named(reason);
+        if let Some(t) = self.root.transfer.take() {
             if let Some(reply) = t.reply {
                 let _ = reply.send(Err(TransferError::Stopped(NodeStopped::shutdown(
                     "node stopped",
                 ))));
             }
         }
-        self.lease_waiters.clear();
-        self.transport.close();
+        self.root.lease_waiters.clear();
+        self.env.transport.close();
         // Close the store before saying "stopped": whoever waits for that (Node::shutdown,
         // Node::join) may exit the process next, and RocksDB must not be closing then
         // (a worker aborted with "pthread lock: Invalid argument" in 1 of 20 stops).
-        drop(self.raw);
-        drop(self.store);
-        let mut last = self.last_published.clone();
-        self.metrics
+        drop(self.root.raw);
+        drop(self.root.store);
+        let mut last = self.root.last_published.clone();
+        self.env
+            .metrics
             .set_state(last.term, role_code(Role::Stopped), 0, false);
         last.role = Role::Stopped;
         last.leased = false;
         last.leader = None;
-        self.leadership.send_replace(last);
-        info!(self.logger, "driver stopped");
+        self.root.leadership.send_replace(last);
+        info!(self.env.logger, "driver stopped");
         match stop {
             StopKind::Graceful(Some(r)) | StopKind::Killed(r) => {
                 let _ = r.send(());

@@ -5,10 +5,11 @@
 use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType};
 use slog::{debug, error, info, warn};
 
+use super::group::{Env, Group};
 use super::{joint_config, Driver};
 use crate::error::{StopCause, StorageError};
 use crate::mutation;
-use crate::state::{Applied, GroupState};
+use crate::state::{Applied, CatalogChange, GroupState};
 use crate::storage::{RaftStore, ReadyWrite};
 
 impl<S: RaftStore> Driver<S> {
@@ -17,75 +18,239 @@ impl<S: RaftStore> Driver<S> {
     pub(super) fn handle_ready(&mut self) {
         match self.guarded(|| "handling a Ready".into(), super::Driver::ready_pass) {
             Some(Err(StorageError::LostData { detail })) => {
-                error!(self.logger, "this node lost its data; stopping"; "detail" => &detail);
+                error!(self.env.logger, "this node lost its data; stopping"; "detail" => &detail);
                 self.fail(StopCause::LostData { detail });
             }
             Some(Err(e)) => {
-                error!(self.logger, "storage failed; stopping"; "error" => %e);
+                error!(self.env.logger, "storage failed; stopping"; "error" => %e);
                 self.fail(StopCause::Storage(e));
             }
             _ => {}
         }
     }
 
-    /// One pass over raft-rs's Ready, in the required order.
+    /// One turn over every group's Ready, in the order raft-rs requires of each
+    /// (docs/design.md, section 11, "The driver"): pass 1 takes each group's Ready (a
+    /// leader's messages leave, what to persist goes into one batch), pass 2 writes the
+    /// batch (one synced write for all groups), pass 3 sends each group's persisted
+    /// messages, advances it and applies what it committed.
     pub(super) fn ready_pass(&mut self) -> Result<(), StorageError> {
-        if !self.raw.has_ready() {
+        let drained = self.state.is_drained(self.env.id);
+        let mut parts = Vec::new();
+        // Pass 1.
+        let root = match self.root.take_ready(&self.env, drained) {
+            Some((rd, write)) => {
+                let snapshot_state = match &write.snapshot {
+                    Some(snap) => Some(self.check_root_snapshot(snap)?),
+                    None => None,
+                };
+                if !write.is_empty() {
+                    parts.push((self.root.store.clone(), write));
+                }
+                Some((rd, snapshot_state))
+            }
+            None => None,
+        };
+        let mut named = Vec::new();
+        for (id, ng) in &mut self.named.groups {
+            if let Some((rd, write)) = ng.g.take_ready(&self.env, drained) {
+                let history = match &write.snapshot {
+                    Some(snap) => Some(ng.decode_snapshot(snap)?),
+                    None => None,
+                };
+                if !write.is_empty() {
+                    parts.push((ng.g.store.clone(), write));
+                }
+                named.push((*id, rd, history));
+            }
+        }
+        // Pass 2: what the votes and acknowledgements below promise is on disk first.
+        if !parts.is_empty() {
+            S::write_all(parts)?;
+        }
+        // Pass 3.
+        if let Some((rd, snapshot_state)) = root {
+            self.root_after_write(rd, snapshot_state)?;
+        }
+        for (id, rd, history) in named {
+            if let Some(ng) = self.named.groups.get_mut(&id) {
+                ng.after_write(&self.env, drained, rd, history, self.history_retention)?;
+                ng.maybe_compact(&self.env, self.compact_after)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The root snapshot a Ready installs, checked before anything is written: a joiner
+    /// must not be named a voter by its first one, and the data must decode.
+    fn check_root_snapshot(
+        &self,
+        snap: &raft::eraftpb::Snapshot,
+    ) -> Result<(GroupState, u64), StorageError> {
+        let cs = snap.get_metadata().get_conf_state();
+        // raft-rs has already taken the snapshot's membership in memory; the store
+        // still holds what this node had: no membership at all when it is joining.
+        let stored = self.root.store.conf_state();
+        let joining = stored.voters.is_empty()
+            && stored.learners.is_empty()
+            && stored.voters_outgoing.is_empty();
+        if joining
+            && (cs.voters.contains(&self.env.id) || cs.voters_outgoing.contains(&self.env.id))
+        {
+            // A node that joins is added as a learner and promoted only once it has
+            // caught up, so its first snapshot names it a learner. One that names it
+            // a voter means the group counts on a vote and log this (empty) store
+            // never held: the node lost its data. Refuse before writing anything.
+            return Err(StorageError::LostData {
+                detail: format!(
+                    "node {} started with an empty store to join, but the leader's snapshot \
+                     (index {}) names it a voter of the group: it was a member and lost its \
+                     data folder. It must not return as that voter: replace it by a new node \
+                     id that joins (README: a replacement machine)",
+                    self.env.id,
+                    snap.get_metadata().index
+                ),
+            });
+        }
+        // A snapshot replaces the applied state: decode it before anything changes.
+        match GroupState::from_snapshot(&snap.data) {
+            Ok(h) => Ok((h, snap.get_metadata().index)),
+            Err(e) => Err(StorageError::BadSnapshot {
+                detail: format!(
+                    "the snapshot at index {} that node {} sent does not decode ({e}); \
+                     nothing was written",
+                    snap.get_metadata().index,
+                    self.root.raw.raft.leader_id
+                ),
+            }),
+        }
+    }
+
+    /// Pass 3 for the root.
+    fn root_after_write(
+        &mut self,
+        rd: raft::Ready,
+        snapshot_state: Option<(GroupState, u64)>,
+    ) -> Result<(), StorageError> {
+        let drained = self.state.is_drained(self.env.id);
+        let (committed, read_states, mut light) = self.root.advance(&self.env, drained, rd)?;
+        // An installed snapshot replaces the group state.
+        if let Some((state, index)) = snapshot_state {
+            self.root.joint = joint_config(&self.root.raw);
+            info!(self.env.logger, "installed a snapshot of the group"; "index" => index);
+            self.apply_addrs(&state.addrs);
+            self.state = state;
+            self.root.applied = self.root.applied.max(index);
+        }
+        // Apply, then say so (raft-rs leaves a joint configuration once it is applied).
+        self.apply(committed)?;
+        self.root.on_read_states(&self.env, read_states);
+        self.apply(light.take_committed_entries())?;
+        self.root.raw.advance_apply();
+        self.maybe_compact()?;
+        Ok(())
+    }
+
+    /// Keeps the log bounded: once `compact_after` applied entries sit above the last
+    /// snapshot, snapshot the history at the applied index and drop the entries below.
+    pub(super) fn maybe_compact(&mut self) -> Result<(), StorageError> {
+        let first = self.root.store.first_index().unwrap_or(1);
+        if self.root.applied.saturating_add(1) < first.saturating_add(self.compact_after)
+            && !self.root.force_compact
+        {
             return Ok(());
+        }
+        let commit = self.root.store.hard_state().commit;
+        let index = self.root.applied.min(commit);
+        if index < first {
+            return Ok(());
+        }
+        // The snapshot's membership is the one applied at `index` (raft-rs's current
+        // configuration: everything up to `applied` is applied).
+        let cs = self.root.raw.raft.prs().conf().to_conf_state();
+        self.root
+            .store
+            .compact(index, cs, self.state.to_snapshot())?;
+        self.root.force_compact = false;
+        debug!(self.env.logger, "log compacted"; "index" => index);
+        Ok(())
+    }
+
+    pub(super) fn apply(&mut self, entries: Vec<Entry>) -> Result<(), StorageError> {
+        for e in entries {
+            self.root.applied = self.root.applied.max(e.index);
+            self.entry_applied(e.index, e.term);
+            match e.get_entry_type() {
+                EntryType::EntryNormal => {
+                    if !e.data.is_empty() {
+                        let conf = self.root.raw.raft.prs().conf();
+                        let voters: Vec<_> = conf.voters().ids().iter().collect();
+                        let learners: Vec<_> = conf.learners().iter().copied().collect();
+                        match self
+                            .state
+                            .apply_catalog(&e.data, e.index, &voters, &learners)
+                        {
+                            CatalogChange::NotCatalog => {
+                                if let Applied::Drain(id, drained) =
+                                    self.state.apply(&e.data, self.history_retention)
+                                {
+                                    info!(self.env.logger, "drain applied"; "node" => id, "drained" => drained);
+                                }
+                            }
+                            change => self.catalog_applied(change)?,
+                        }
+                    }
+                }
+                EntryType::EntryConfChange => {
+                    let cc: ConfChange = match protobuf::Message::parse_from_bytes(&e.data) {
+                        Ok(cc) => cc,
+                        Err(err) => {
+                            warn!(self.env.logger, "undecodable conf change skipped"; "index" => e.index, "error" => %err);
+                            continue;
+                        }
+                    };
+                    self.apply_conf_change(&raft_proto::ConfChangeI::into_v2(cc), e.index)?;
+                }
+                EntryType::EntryConfChangeV2 => {
+                    let cc: ConfChangeV2 = match protobuf::Message::parse_from_bytes(&e.data) {
+                        Ok(cc) => cc,
+                        Err(err) => {
+                            warn!(self.env.logger, "undecodable conf change skipped"; "index" => e.index, "error" => %err);
+                            continue;
+                        }
+                    };
+                    self.apply_conf_change(&cc, e.index)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<S: RaftStore> Group<S> {
+    /// Pass 1 of a turn for this group: takes its Ready, lets a leader's messages leave
+    /// (they may leave before its own log is persisted), and returns what to persist.
+    pub(super) fn take_ready(
+        &mut self,
+        env: &Env,
+        drained: bool,
+    ) -> Option<(raft::Ready, ReadyWrite)> {
+        if !self.raw.has_ready() {
+            return None;
         }
         let mut rd = self.raw.ready();
         if self.raw.raft.state == raft::StateRole::Leader {
             // Before this Ready's messages leave: a new leader's first appends are in it.
-            let now = self.clock.stamp();
-            self.keeper.began_leading(self.raw.raft.term, now);
+            self.keeper
+                .began_leading(self.raw.raft.term, env.clock.stamp());
         }
-        // 1. A leader's messages may leave before its own log is persisted.
         if !rd.messages().is_empty() {
-            self.send(rd.take_messages());
+            let msgs = rd.take_messages();
+            self.send(env, drained, msgs);
         }
-        // 2. One synced batch for everything this Ready asks to persist.
         let mut write = ReadyWrite::default();
-        let mut snapshot_state = None;
         if !rd.snapshot().is_empty() {
-            let snap = rd.snapshot().clone();
-            let cs = snap.get_metadata().get_conf_state();
-            // raft-rs has already taken the snapshot's membership in memory; the store
-            // still holds what this node had: no membership at all when it is joining.
-            let stored = self.store.conf_state();
-            let joining = stored.voters.is_empty()
-                && stored.learners.is_empty()
-                && stored.voters_outgoing.is_empty();
-            if joining && (cs.voters.contains(&self.id) || cs.voters_outgoing.contains(&self.id)) {
-                // A node that joins is added as a learner and promoted only once it has
-                // caught up, so its first snapshot names it a learner. One that names it
-                // a voter means the group counts on a vote and log this (empty) store
-                // never held: the node lost its data. Refuse before writing anything.
-                return Err(StorageError::LostData {
-                    detail: format!(
-                        "node {} started with an empty store to join, but the leader's snapshot \
-                         (index {}) names it a voter of the group: it was a member and lost its \
-                         data folder. It must not return as that voter: replace it by a new node \
-                         id that joins (README: a replacement machine)",
-                        self.id,
-                        snap.get_metadata().index
-                    ),
-                });
-            }
-            // A snapshot replaces the applied state: decode it before anything changes.
-            match GroupState::from_snapshot(&snap.data) {
-                Ok(h) => snapshot_state = Some((h, snap.get_metadata().index)),
-                Err(e) => {
-                    return Err(StorageError::BadSnapshot {
-                        detail: format!(
-                            "the snapshot at index {} that node {} sent does not decode ({e}); \
-                             nothing was written",
-                            snap.get_metadata().index,
-                            self.raw.raft.leader_id
-                        ),
-                    })
-                }
-            }
-            write.snapshot = Some(snap);
+            write.snapshot = Some(rd.snapshot().clone());
         }
         if !rd.entries().is_empty() {
             write.entries = rd.take_entries();
@@ -93,31 +258,31 @@ impl<S: RaftStore> Driver<S> {
         if let Some(hs) = rd.hs() {
             write.hard_state = Some(hs.clone());
         }
-        if mutation::active("persist-after-send") {
+        if mutation::active("persist-after-send") && !rd.persisted_messages().is_empty() {
             // Broken on purpose (mutation testing): promises leave before the disk has them.
-            if !rd.persisted_messages().is_empty() {
-                self.send(rd.take_persisted_messages());
-            }
+            let msgs = rd.take_persisted_messages();
+            self.send(env, drained, msgs);
         }
-        if !write.is_empty() {
-            self.store.write(write)?;
-        }
-        // 3. Votes and append responses only once what they promise is on disk.
+        Some((rd, write))
+    }
+
+    /// Pass 3's first half: the turn's write returned, so the votes and append responses
+    /// may leave; raft-rs hears what is persisted (before anything committed is applied:
+    /// a leader that applies its own removal steps down then and there, and must have
+    /// heard of its persisted entries while it still led, with its own progress still
+    /// tracked, as raft-rs 0.7 unwraps it in `Raft::on_persist_entries`). Returns what to
+    /// apply, the acknowledged rounds and the light Ready (whose commit is written here).
+    #[allow(clippy::type_complexity)]
+    pub(super) fn advance(
+        &mut self,
+        env: &Env,
+        drained: bool,
+        mut rd: raft::Ready,
+    ) -> Result<(Vec<Entry>, Vec<raft::ReadState>, raft::LightReady), StorageError> {
         if !rd.persisted_messages().is_empty() {
-            self.send(rd.take_persisted_messages());
+            let msgs = rd.take_persisted_messages();
+            self.send(env, drained, msgs);
         }
-        // 4. An installed snapshot replaces the group state.
-        if let Some((state, index)) = snapshot_state {
-            self.joint = joint_config(&self.raw);
-            info!(self.logger, "installed a snapshot of the group"; "index" => index);
-            self.apply_addrs(&state.addrs);
-            self.state = state;
-            self.applied = self.applied.max(index);
-        }
-        // 5. Tell raft-rs what is persisted before applying what is committed: a leader
-        // that applies its own removal steps down then and there (`step_down_removed`),
-        // and must have heard of its persisted entries while it still led, with its own
-        // progress still tracked (raft-rs 0.7 unwraps it in `Raft::on_persist_entries`).
         let committed = rd.take_committed_entries();
         let read_states = rd.take_read_states();
         let mut light = self.raw.advance_append(rd);
@@ -127,55 +292,31 @@ impl<S: RaftStore> Driver<S> {
                 ..Default::default()
             })?;
         }
-        self.send(light.take_messages());
-        // 6. Apply, then say so (raft-rs leaves a joint configuration once it is applied).
-        self.apply(committed)?;
-        self.on_read_states(read_states);
-        self.apply(light.take_committed_entries())?;
-        self.raw.advance_apply();
-        self.maybe_compact()?;
-        Ok(())
+        let msgs = light.take_messages();
+        self.send(env, drained, msgs);
+        Ok((committed, read_states, light))
     }
 
-    /// Keeps the log bounded: once `compact_after` applied entries sit above the last
-    /// snapshot, snapshot the history at the applied index and drop the entries below.
-    pub(super) fn maybe_compact(&mut self) -> Result<(), StorageError> {
-        let first = self.store.first_index().unwrap_or(1);
-        if self.applied.saturating_add(1) < first.saturating_add(self.compact_after)
-            && !self.force_compact
-        {
-            return Ok(());
-        }
-        let commit = self.store.hard_state().commit;
-        let index = self.applied.min(commit);
-        if index < first {
-            return Ok(());
-        }
-        // The snapshot's membership is the one applied at `index` (raft-rs's current
-        // configuration: everything up to `applied` is applied).
-        let cs = self.raw.raft.prs().conf().to_conf_state();
-        self.store.compact(index, cs, self.state.to_snapshot())?;
-        self.force_compact = false;
-        debug!(self.logger, "log compacted"; "index" => index);
-        Ok(())
-    }
-
-    pub(super) fn send(&mut self, msgs: Vec<Message>) {
-        let drained =
-            self.state.is_drained(self.id) && !self.drained_may_campaign(self.clock.now());
+    /// Sends this group's messages, except what this node must not send: raft-rs's own
+    /// heartbeats while the lease's rounds beat for them, and a drained node's
+    /// (pre-)vote requests.
+    pub(super) fn send(&mut self, env: &Env, drained: bool, msgs: Vec<Message>) {
+        let drained = drained && !self.drained_may_campaign(env, env.clock.now());
         // A leader renewing its lease every heartbeat sends its rounds' heartbeats; raft-rs's
         // own ones would only repeat them (docs/design.md, section 2).
         // Within a heartbeat interval and a tick: rounds run by the clock, raft-rs's
         // heartbeats by ticks, and at one interval exactly they met at its edge.
         let rounds_beat = self.raw.raft.state == raft::StateRole::Leader
             && self.keeper.round_within(
-                self.clock.now(),
-                self.timing.heartbeat_interval() + self.timing.tick,
+                env.clock.now(),
+                env.timing.heartbeat_interval() + env.timing.tick,
             );
         for m in msgs {
             if rounds_beat && m.get_msg_type() == MessageType::MsgHeartbeat && m.context.is_empty()
             {
-                self.metrics.heartbeat_merged();
+                if self.election == 0 {
+                    env.metrics.heartbeat_merged();
+                }
                 continue;
             }
             if m.get_msg_type() == MessageType::MsgTimeoutNow {
@@ -190,49 +331,15 @@ impl<S: RaftStore> Driver<S> {
             {
                 // A drained node does not campaign while a leader may come from elsewhere:
                 // its (pre-)vote requests stay here (docs/design.md, section 4).
-                debug!(self.logger, "drained: not campaigning"; "to" => m.to);
+                debug!(env.logger, "drained: not campaigning"; "to" => m.to,
+                       "election" => self.name.as_deref());
                 continue;
             }
-            self.transport.send(m);
-        }
-    }
-
-    pub(super) fn apply(&mut self, entries: Vec<Entry>) -> Result<(), StorageError> {
-        for e in entries {
-            self.applied = self.applied.max(e.index);
-            self.entry_applied(e.index, e.term);
-            match e.get_entry_type() {
-                EntryType::EntryNormal => {
-                    if !e.data.is_empty() {
-                        if let Applied::Drain(id, drained) =
-                            self.state.apply(&e.data, self.history_retention)
-                        {
-                            info!(self.logger, "drain applied"; "node" => id, "drained" => drained);
-                        }
-                    }
-                }
-                EntryType::EntryConfChange => {
-                    let cc: ConfChange = match protobuf::Message::parse_from_bytes(&e.data) {
-                        Ok(cc) => cc,
-                        Err(err) => {
-                            warn!(self.logger, "undecodable conf change skipped"; "index" => e.index, "error" => %err);
-                            continue;
-                        }
-                    };
-                    self.apply_conf_change(&raft_proto::ConfChangeI::into_v2(cc), e.index)?;
-                }
-                EntryType::EntryConfChangeV2 => {
-                    let cc: ConfChangeV2 = match protobuf::Message::parse_from_bytes(&e.data) {
-                        Ok(cc) => cc,
-                        Err(err) => {
-                            warn!(self.logger, "undecodable conf change skipped"; "index" => e.index, "error" => %err);
-                            continue;
-                        }
-                    };
-                    self.apply_conf_change(&cc, e.index)?;
-                }
+            if self.election == 0 {
+                env.transport.send(m);
+            } else {
+                env.transport.send_election(self.election, m);
             }
         }
-        Ok(())
     }
 }

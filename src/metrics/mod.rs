@@ -104,13 +104,14 @@ const FAILOVER_BUCKETS: &[f64] = &[
     0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0,
 ];
 
-const REASONS: [LostReason; 6] = [
+const REASONS: [LostReason; 7] = [
     LostReason::Expired,
     LostReason::TermChanged,
     LostReason::SteppedDown,
     LostReason::HandedOver,
     LostReason::Shutdown,
     LostReason::Failed,
+    LostReason::Removed,
 ];
 
 /// A gauge of a count (never negative).
@@ -144,6 +145,12 @@ pub struct Metrics {
     renew: Histogram,
     failover: Histogram,
     fences: Fences,
+    named_elections: CountGauge,
+    named_led: CountGauge,
+    named_leased: CountGauge,
+    named_leaderless: CountGauge,
+    named_dropped_unknown: Counter,
+    named_dropped_removed: Counter,
 }
 
 impl Metrics {
@@ -174,7 +181,40 @@ impl Metrics {
             renew: Histogram::new(RENEW_BUCKETS.iter().copied()),
             failover: Histogram::new(FAILOVER_BUCKETS.iter().copied()),
             fences: Fences::default(),
+            named_elections: CountGauge::default(),
+            named_led: CountGauge::default(),
+            named_leased: CountGauge::default(),
+            named_leaderless: CountGauge::default(),
+            named_dropped_unknown: Counter::default(),
+            named_dropped_removed: Counter::default(),
         })
+    }
+
+    /// The named elections this node runs, leads, holds a lease of, and knows no leader of.
+    pub(crate) fn set_named(&self, running: u64, led: u64, leased: u64, leaderless: u64) {
+        self.named_elections.set(running);
+        self.named_led.set(led);
+        self.named_leased.set(leased);
+        self.named_leaderless.set(leaderless);
+    }
+
+    /// A message of a named election this node does not run was dropped: one it has not
+    /// founded yet (`removed` false) or one removed (or never run) here.
+    pub(crate) fn election_message_dropped(&self, removed: bool) {
+        if removed {
+            self.named_dropped_removed.inc();
+        } else {
+            self.named_dropped_unknown.inc();
+        }
+    }
+
+    /// (elections led, leased, leaderless) as last set, for tests.
+    pub fn named_elections(&self) -> (u64, u64, u64) {
+        (
+            self.named_led.get(),
+            self.named_leased.get(),
+            self.named_leaderless.get(),
+        )
     }
 
     /// Adds a fence's counters to the exposition (`tenure_fence_*{fence="name"}`), in
@@ -237,6 +277,18 @@ impl Metrics {
                 "Leader: holds its lease. Follower: hears from a leader.",
                 &self.quorum_healthy,
             ),
+            ("named_elections", "Named elections this node runs.", &self.named_elections),
+            ("named_elections_led", "Named elections this node leads.", &self.named_led),
+            (
+                "named_elections_leased",
+                "Named elections this node holds a confirmed lease of.",
+                &self.named_leased,
+            ),
+            (
+                "named_elections_leaderless",
+                "Named elections this node knows no leader of.",
+                &self.named_leaderless,
+            ),
         ];
         for (name, help, gauge) in gauges {
             register(node, name, help, gauge.clone());
@@ -253,6 +305,16 @@ impl Metrics {
                 &self.elections_won,
             ),
             ("leases_acquired", "Leases granted.", &self.leases_acquired),
+            (
+                "named_election_messages_unknown",
+                "Messages of a named election this node has not founded yet, dropped.",
+                &self.named_dropped_unknown,
+            ),
+            (
+                "named_election_messages_removed",
+                "Messages of a named election removed here (or never run here), dropped.",
+                &self.named_dropped_removed,
+            ),
             (
                 "heartbeats_merged",
                 "raft-rs heartbeats not sent: a lease round's heartbeats had just gone to every peer.",
@@ -370,6 +432,7 @@ fn reason_index(reason: LostReason) -> usize {
         LostReason::HandedOver => 3,
         LostReason::Shutdown => 4,
         LostReason::Failed => 5,
+        LostReason::Removed => 6,
     }
 }
 

@@ -27,9 +27,12 @@ use crate::error::StopCause;
 use crate::state::GroupState;
 use crate::transport::NodeId;
 
-/// Terms above this are refused: 2^48 elections take millennia even at one per
-/// millisecond, and raft-rs adds to terms without overflow checks.
-pub const MAX_TERM: u64 = 1 << 48;
+/// The root election's terms above this are refused: 2^40 elections take centuries even
+/// at one per 10 ms, raft-rs adds to terms without overflow checks, and the terms above
+/// belong to the named elections (election `i` uses `[i × 2^40, (i + 1) × 2^40)`,
+/// [`crate::election::term_range`]; a message of election `i` outside its range is
+/// refused the same way).
+pub const MAX_TERM: u64 = (1 << crate::election::TERM_BITS) - 1;
 
 /// Indices above this are refused: no log gets there, and raft-rs adds to indices
 /// without overflow checks.
@@ -139,6 +142,8 @@ pub(crate) struct Local {
     pub has_membership: bool,
     /// raft-rs tracks the sender's progress (it is a member this node knows of).
     pub sender_tracked: bool,
+    /// The election the message belongs to (0: the root): its terms' range.
+    pub election: crate::election::ElectionId,
 }
 
 impl Local {
@@ -156,6 +161,7 @@ impl Local {
             },
             has_membership: raft.prs().iter().len() > 0,
             sender_tracked: raft.prs().get(from).is_some(),
+            election: crate::election::election_of_term(raft.term),
         }
     }
 }
@@ -198,7 +204,7 @@ pub(crate) fn admit(m: &Message, local: &Local) -> Verdict {
     if m.from == raft::INVALID_ID || m.from == local.id {
         return refuse(Refusal::BadSender);
     }
-    if m.term == 0 || m.term > MAX_TERM {
+    if !crate::election::term_range(local.election).contains(&m.term) {
         return refuse(Refusal::TermOutOfRange);
     }
     let indices = [m.index, m.commit, m.reject_hint, m.request_snapshot];

@@ -14,6 +14,7 @@ fn follower() -> Local {
         committed: (8, 4),
         has_membership: true,
         sender_tracked: true,
+        election: 0,
     }
 }
 
@@ -201,6 +202,7 @@ fn responses_beyond_the_leaders_log_or_from_strangers_are_refused() {
     assert_eq!(refused(&snap, &l), Some(Refusal::Malformed));
     let stranger = Local {
         sender_tracked: false,
+        election: 0,
         ..l
     };
     assert_eq!(refused(&m, &stranger), Some(Refusal::UnknownPeer));

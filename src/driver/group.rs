@@ -1,0 +1,124 @@
+//! One raft group as the driver runs it: the root election (the group's own, id 0) or a
+//! named election (`docs/design.md`, section 11). Everything here is per election: the
+//! `RawNode`, its lease, its transfer and handover state, what it last published. What is
+//! per node (the clock, timing, logger, metrics, transport) is the [`Env`] every group's
+//! code is given.
+
+use std::sync::Arc;
+
+use raft::eraftpb::Message;
+use raft::prelude::RawNode;
+use slog::Logger;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use super::keeper::LeaseKeeper;
+use super::PendingTransfer;
+use crate::clock::LocalClock;
+use crate::config::{ReadMode, Timing};
+use crate::election::{ElectionError, ElectionId};
+use crate::election_rng::ElectionTimeouts;
+use crate::lease::{ConfirmRequest, Lease, LeaseShared};
+use crate::metrics::Metrics;
+use crate::status::Leadership;
+use crate::storage::RaftStore;
+use crate::transport::{NodeId, Transport};
+
+/// Who waits for a lease of an election.
+pub(super) type LeaseWaiter = oneshot::Sender<Result<Lease, ElectionError>>;
+
+/// What every group's code needs of the node it runs on.
+pub(super) struct Env {
+    pub(super) id: NodeId,
+    pub(super) timing: Timing,
+    pub(super) read_mode: ReadMode,
+    pub(super) logger: Logger,
+    /// This node's clock: real time, except in clock-skew tests.
+    pub(super) clock: LocalClock,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) transport: Arc<dyn Transport>,
+    pub(super) confirm_tx: mpsc::WeakSender<ConfirmRequest>,
+    /// A base for the leases' atomic clocks.
+    pub(super) epoch: Instant,
+}
+
+/// One election's raft state and lease, on this node.
+pub(super) struct Group<S: RaftStore> {
+    /// 0 for the root election.
+    pub(super) election: ElectionId,
+    /// The election's name (`None`: the root).
+    pub(super) name: Option<Arc<str>>,
+    pub(super) raw: RawNode<S>,
+    pub(super) store: S,
+    /// The lease's arithmetic and rounds (no I/O; see `keeper.rs`).
+    pub(super) keeper: LeaseKeeper,
+    /// The tenure handed out to users, while valid.
+    pub(super) lease: Option<Arc<LeaseShared>>,
+    pub(super) lease_waiters: Vec<LeaseWaiter>,
+    pub(super) transfer: Option<PendingTransfer>,
+    /// The term this node recorded its tenure for (one record per tenure).
+    pub(super) recorded_term: u64,
+    /// The term a leadership transfer to this node (MsgTimeoutNow) would start.
+    pub(super) handover_term: Option<u64>,
+    /// The term in which this node, leading, last sent MsgTimeoutNow: it never holds a
+    /// lease in that term again (docs/design.md, section 4).
+    pub(super) timeout_now_sent: Option<u64>,
+    /// A MsgTimeoutNow that arrived while this node was drained (see `on_inbound`).
+    pub(super) held_timeout_now: Option<(Message, Instant)>,
+    /// Seeded election timeouts in place of raft-rs's own draws (simulation only).
+    pub(super) election_timeouts: Option<ElectionTimeouts>,
+    /// Since when this node has known no leader of this election, as last published
+    /// (for the failover histogram, and a drained node's last-resort campaign).
+    pub(super) leaderless_since: Option<Instant>,
+    pub(super) last_published: Leadership,
+    pub(super) leadership: Arc<watch::Sender<Leadership>>,
+    /// Whether the applied configuration is joint (kept here: raft-rs only tells by
+    /// building a whole `ConfState`). Set where the configuration changes: start,
+    /// snapshots, conf changes.
+    pub(super) joint: bool,
+    /// The index of the last entry applied.
+    pub(super) applied: u64,
+    /// Compact at the next chance even below the threshold (after a conf change, so a
+    /// node that joins gets a snapshot whose membership includes it).
+    pub(super) force_compact: bool,
+}
+
+impl<S: RaftStore> Group<S> {
+    /// A group over `raw` (whose storage is `store`), publishing to `leadership`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        election: ElectionId,
+        name: Option<Arc<str>>,
+        raw: RawNode<S>,
+        store: S,
+        applied: u64,
+        leadership: Arc<watch::Sender<Leadership>>,
+        timing: &Timing,
+        election_timeouts: Option<ElectionTimeouts>,
+        now: Instant,
+    ) -> Self {
+        let joint = super::joint_config(&raw);
+        let initial = leadership.borrow().clone();
+        Group {
+            election,
+            name,
+            raw,
+            store,
+            keeper: LeaseKeeper::new(timing.lease_duration()),
+            lease: None,
+            lease_waiters: Vec::new(),
+            transfer: None,
+            recorded_term: 0,
+            handover_term: None,
+            timeout_now_sent: None,
+            held_timeout_now: None,
+            election_timeouts,
+            leaderless_since: Some(now),
+            last_published: initial,
+            leadership,
+            joint,
+            applied,
+            force_compact: false,
+        }
+    }
+}

@@ -1,0 +1,915 @@
+//! Named elections on this node (`docs/design.md`, section 11): each one a raft group of
+//! its own, founded and removed when this node applies the root's catalog entries, run by
+//! the same driver turn as the root (one synced write for all, see `ready.rs`).
+//!
+//! | what | where |
+//! |---|---|
+//! | the table of groups, founding and removal | [`Named`], `Driver::open_election`, `Driver::close_election` |
+//! | messages of named elections from peers | `Driver::on_election_message` |
+//! | catalog commands (create, remove, list) | `Driver::on_catalog_command`, `Driver::catalog_applied` |
+//! | per-turn duties (leases, transfers, drains, publishing) | `Driver::named_after_ready` |
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use raft::eraftpb::{ConfChangeV2, ConfState, Entry, EntryType, MessageType, Snapshot};
+use raft::prelude::RawNode;
+use raft::StateRole;
+use slog::{debug, error, info, warn, Logger};
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+
+use super::group::{Env, Group, LeaseWaiter};
+use super::{Driver, PendingTransfer};
+use crate::clock::Stamp;
+use crate::election::{
+    term_floor, ElectionError, ElectionId, ElectionInfo, ElectionOptions, Removed,
+};
+use crate::election_rng::ElectionTimeouts;
+use crate::error::{LostReason, NodeStopped, StopCause, TransferError};
+use crate::history::History;
+use crate::lease::Lease;
+use crate::peer_input::{self, Local, Verdict};
+use crate::state::{CatalogChange, ElectionSpec, GroupState, Request};
+use crate::status::{Leadership, Role};
+use crate::storage::{RaftStore, ReadyWrite, StorageError};
+use crate::token::FencingToken;
+use crate::transport::NodeId;
+
+pub(crate) use crate::election::ElectionsView;
+
+/// The watch senders of every named election's leadership, by name, shared with the
+/// `Node` handles (so `Node::election(name)` can watch a name this node does not know yet).
+pub(crate) type Watches = Arc<Mutex<HashMap<Arc<str>, Arc<watch::Sender<Leadership>>>>>;
+
+/// The sender of `name`'s leadership watch, made if nobody asked for it before.
+pub(crate) fn watch_of(watches: &Watches, name: &str) -> Arc<watch::Sender<Leadership>> {
+    let mut map = watches
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(w) = map.get(name) {
+        return Arc::clone(w);
+    }
+    let name: Arc<str> = name.into();
+    let (tx, _) = watch::channel(Leadership {
+        term: 0,
+        leader: None,
+        role: Role::Follower,
+        leased: false,
+        election: Some(Arc::clone(&name)),
+    });
+    let tx = Arc::new(tx);
+    map.insert(name, Arc::clone(&tx));
+    tx
+}
+
+/// One named election's group and the state its log builds (its tenure history).
+pub(super) struct NamedGroup<S: RaftStore> {
+    pub(super) g: Group<S>,
+    pub(super) history: History,
+}
+
+/// A caller waiting for a catalog entry it proposed to apply.
+struct PendingCatalog {
+    nonce: u64,
+    deadline: Instant,
+    reply: CatalogReply,
+}
+
+enum CatalogReply {
+    Create(oneshot::Sender<Result<ElectionInfo, ElectionError>>),
+    Remove(oneshot::Sender<Result<Removed, ElectionError>>),
+}
+
+/// The named elections this node runs, and what the driver needs to run them.
+pub(super) struct Named<S: RaftStore> {
+    pub(super) groups: BTreeMap<ElectionId, NamedGroup<S>>,
+    by_name: HashMap<Arc<str>, ElectionId>,
+    pub(super) watches: Watches,
+    view: watch::Sender<ElectionsView>,
+    view_dirty: bool,
+    /// Ids removed here (tombstoned): never founded again.
+    removed: BTreeSet<ElectionId>,
+    pending: Vec<PendingCatalog>,
+    next_nonce: u64,
+    /// Lease requests for names this node does not run (yet).
+    waiting: Vec<(Arc<str>, LeaseWaiter)>,
+    raft_config: raft::Config,
+    raft_logger: Logger,
+    election_seed: Option<u64>,
+    timeouts_at_minimum: bool,
+    /// Elections the configuration declares: the root leader creates those missing.
+    declared: Vec<(String, ElectionOptions)>,
+    last_declared_check: Option<Instant>,
+}
+
+/// What `Named` is built from.
+pub(crate) struct NamedParts {
+    pub(crate) watches: Watches,
+    pub(crate) view: watch::Sender<ElectionsView>,
+    pub(crate) raft_config: raft::Config,
+    pub(crate) raft_logger: Logger,
+    pub(crate) election_seed: Option<u64>,
+    pub(crate) timeouts_at_minimum: bool,
+    pub(crate) declared: Vec<(String, ElectionOptions)>,
+}
+
+impl<S: RaftStore> Named<S> {
+    pub(super) fn new(parts: NamedParts) -> Self {
+        Named {
+            groups: BTreeMap::new(),
+            by_name: HashMap::new(),
+            watches: parts.watches,
+            view: parts.view,
+            view_dirty: false,
+            removed: BTreeSet::new(),
+            pending: Vec::new(),
+            // Random, so a restarted proposer's requests never match an entry of its
+            // previous run still in the log.
+            next_nonce: rand::random::<u64>() >> 1,
+            waiting: Vec::new(),
+            raft_config: parts.raft_config,
+            raft_logger: parts.raft_logger,
+            election_seed: parts.election_seed,
+            timeouts_at_minimum: parts.timeouts_at_minimum,
+            declared: parts.declared,
+            last_declared_check: None,
+        }
+    }
+
+    /// The group of election `name`, if this node runs it.
+    fn by_name_mut(&mut self, name: &str) -> Option<&mut NamedGroup<S>> {
+        let id = *self.by_name.get(name)?;
+        self.groups.get_mut(&id)
+    }
+}
+
+impl<S: RaftStore> NamedGroup<S> {
+    /// Decodes a snapshot's data (the election's tenure history) before anything is written.
+    pub(super) fn decode_snapshot(&self, snap: &Snapshot) -> Result<History, StorageError> {
+        if snap.data.is_empty() {
+            return Ok(History::default());
+        }
+        serde_json::from_slice(&snap.data).map_err(|e| StorageError::BadSnapshot {
+            detail: format!(
+                "the snapshot at index {} of election {:?} (id {}) that node {} sent does not \
+                 decode ({e}); nothing was written",
+                snap.get_metadata().index,
+                self.g.name.as_deref().unwrap_or(""),
+                self.g.election,
+                self.g.raw.raft.leader_id
+            ),
+        })
+    }
+
+    /// Pass 3 of a turn for a named election: advance, install, apply.
+    pub(super) fn after_write(
+        &mut self,
+        env: &Env,
+        drained: bool,
+        rd: raft::Ready,
+        snapshot: Option<History>,
+        retention: usize,
+    ) -> Result<(), StorageError> {
+        let (committed, read_states, mut light) = self.g.advance(env, drained, rd)?;
+        if let Some(h) = snapshot {
+            self.g.joint = super::joint_config(&self.g.raw);
+            let index = self
+                .g
+                .raw
+                .raft
+                .raft_log
+                .committed
+                .min(self.g.store.hard_state().commit);
+            self.g.applied = self.g.applied.max(index);
+            self.history = h;
+        }
+        self.apply(env, committed, retention);
+        self.g.on_read_states(env, read_states);
+        self.apply(env, light.take_committed_entries(), retention);
+        self.g.raw.advance_apply();
+        Ok(())
+    }
+
+    fn apply(&mut self, env: &Env, entries: Vec<Entry>, retention: usize) {
+        for e in entries {
+            self.g.applied = self.g.applied.max(e.index);
+            match e.get_entry_type() {
+                EntryType::EntryNormal => {
+                    if !e.data.is_empty() {
+                        self.history.apply(&e.data, retention);
+                    }
+                }
+                EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
+                    let cc = if e.get_entry_type() == EntryType::EntryConfChange {
+                        protobuf::Message::parse_from_bytes(&e.data).map(
+                            |cc: raft::eraftpb::ConfChange| raft_proto::ConfChangeI::into_v2(cc),
+                        )
+                    } else {
+                        protobuf::Message::parse_from_bytes(&e.data)
+                    };
+                    let cc: ConfChangeV2 = match cc {
+                        Ok(cc) => cc,
+                        Err(err) => {
+                            warn!(env.logger, "undecodable conf change skipped"; "index" => e.index,
+                                  "election" => self.g.name.as_deref(), "error" => %err);
+                            continue;
+                        }
+                    };
+                    match self.g.raw.apply_conf_change(&cc) {
+                        Ok(cs) => {
+                            self.g.joint = !cs.voters_outgoing.is_empty();
+                            self.g.force_compact = true;
+                        }
+                        Err(err) => {
+                            warn!(env.logger, "conf change rejected by raft"; "error" => %err,
+                                  "election" => self.g.name.as_deref());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Keeps the election's log bounded, as the root's (`Driver::maybe_compact`).
+    pub(super) fn maybe_compact(
+        &mut self,
+        env: &Env,
+        compact_after: u64,
+    ) -> Result<(), StorageError> {
+        let first = self.g.store.first_index().unwrap_or(1);
+        if self.g.applied.saturating_add(1) < first.saturating_add(compact_after)
+            && !self.g.force_compact
+        {
+            return Ok(());
+        }
+        let commit = self.g.store.hard_state().commit;
+        let index = self.g.applied.min(commit);
+        if index < first {
+            return Ok(());
+        }
+        let cs = self.g.raw.raft.prs().conf().to_conf_state();
+        let data = serde_json::to_vec(&self.history).unwrap_or_default();
+        self.g.store.compact(index, cs, data)?;
+        self.g.force_compact = false;
+        debug!(env.logger, "log compacted"; "index" => index, "election" => self.g.name.as_deref());
+        Ok(())
+    }
+}
+
+impl<S: RaftStore> Driver<S> {
+    /// The group of `election` (0: the root) and the node's environment.
+    pub(super) fn group_mut(&mut self, election: ElectionId) -> Option<(&mut Group<S>, &Env)> {
+        if election == 0 {
+            return Some((&mut self.root, &self.env));
+        }
+        let ng = self.named.groups.get_mut(&election)?;
+        Some((&mut ng.g, &self.env))
+    }
+
+    /// Runs every election of the catalog restored from the root's snapshot (the log
+    /// above it founds and removes the rest as it is replayed).
+    pub(super) fn open_catalog(&mut self) {
+        let specs: Vec<(String, ElectionSpec)> = self
+            .state
+            .elections
+            .iter()
+            .map(|(n, s)| (n.clone(), s.clone()))
+            .collect();
+        for (name, spec) in specs {
+            if let Err(e) = self.open_election(&name, &spec) {
+                error!(self.env.logger, "an election's store does not open; stopping";
+                       "election" => &name, "id" => spec.id, "error" => %e);
+                self.fail(StopCause::Storage(e));
+                return;
+            }
+        }
+    }
+
+    /// Notes the ids this store removed before (their tombstones), at start.
+    pub(super) fn load_removed_elections(&mut self) -> Result<(), StorageError> {
+        let ids = self.root.store.election_ids()?;
+        self.named.removed = ids.removed;
+        Ok(())
+    }
+
+    /// Runs election `name` (catalog entry `spec`) on this node: opens its store, or
+    /// founds it at its term floor if this node has none (section 11, "Founding an
+    /// election's group"). A removed id is never founded again.
+    pub(super) fn open_election(
+        &mut self,
+        name: &str,
+        spec: &ElectionSpec,
+    ) -> Result<(), StorageError> {
+        if self.named.groups.contains_key(&spec.id) || self.named.removed.contains(&spec.id) {
+            return Ok(());
+        }
+        let store = match self.root.store.election(spec.id)? {
+            Some(s) => s,
+            None => {
+                let me = self.env.id;
+                if spec.voters.contains(&me) || spec.learners.contains(&me) {
+                    let cs = ConfState {
+                        voters: spec.voters.clone(),
+                        learners: spec.learners.clone(),
+                        ..Default::default()
+                    };
+                    let data = serde_json::to_vec(&History::default()).unwrap_or_default();
+                    self.root
+                        .store
+                        .found_election(spec.id, term_floor(spec.id), cs, data)?
+                } else {
+                    // Not among its first members (a node that joined later): a store with
+                    // no membership, as a joiner's (section 6); a member's snapshot brings it.
+                    self.root
+                        .store
+                        .join_election(spec.id, ConfState::default())?
+                }
+            }
+        };
+        let snap = raft::Storage::snapshot(&store, 0, 0).map_err(|e| StorageError::Corrupt {
+            path: std::path::PathBuf::new(),
+            detail: format!("election {name:?} (id {}): {e}", spec.id),
+        })?;
+        let applied = snap.get_metadata().index;
+        let history: History = if snap.data.is_empty() {
+            History::default()
+        } else {
+            serde_json::from_slice(&snap.data).map_err(|e| StorageError::Corrupt {
+                path: std::path::PathBuf::new(),
+                detail: format!("election {name:?} (id {}): snapshot data: {e}", spec.id),
+            })?
+        };
+        let mut cfg = self.named.raft_config.clone();
+        cfg.id = self.env.id;
+        let logger = self
+            .named
+            .raft_logger
+            .new(slog::o!("election" => name.to_string()));
+        let raw = match RawNode::new(&cfg, store.clone(), &logger) {
+            Ok(raw) => raw,
+            Err(e) => {
+                return Err(StorageError::Corrupt {
+                    path: std::path::PathBuf::new(),
+                    detail: format!("election {name:?} (id {}) does not start: {e}", spec.id),
+                })
+            }
+        };
+        let t = self.env.timing;
+        let seed_mix = u64::from(spec.id).wrapping_mul(0x2545_f491_4f6c_dd1d);
+        let timeouts = if self.named.timeouts_at_minimum {
+            Some(ElectionTimeouts::new(
+                seed_mix,
+                self.env.id,
+                t.election_ticks,
+                t.election_ticks,
+            ))
+        } else {
+            self.named.election_seed.map(|seed| {
+                ElectionTimeouts::new(
+                    seed ^ seed_mix,
+                    self.env.id,
+                    t.election_ticks,
+                    t.election_ticks_max,
+                )
+            })
+        };
+        let name: Arc<str> = name.into();
+        let watch = watch_of(&self.named.watches, &name);
+        let group = Group::new(
+            spec.id,
+            Some(Arc::clone(&name)),
+            raw,
+            store,
+            applied,
+            watch,
+            &t,
+            timeouts,
+            self.env.clock.now(),
+        );
+        info!(self.env.logger, "election running"; "election" => &*name, "id" => spec.id,
+              "term" => group.raw.raft.term);
+        self.named.by_name.insert(Arc::clone(&name), spec.id);
+        self.named
+            .groups
+            .insert(spec.id, NamedGroup { g: group, history });
+        self.named.view_dirty = true;
+        // Lease requests that waited for this name.
+        let (now_known, still): (Vec<_>, Vec<_>) = std::mem::take(&mut self.named.waiting)
+            .into_iter()
+            .partition(|(n, _)| **n == *name);
+        self.named.waiting = still;
+        if let Some(ng) = self.named.groups.get_mut(&spec.id) {
+            ng.g.lease_waiters
+                .extend(now_known.into_iter().map(|(_, w)| w));
+        }
+        Ok(())
+    }
+
+    /// Stops election `id` on this node: its lease is revoked before anything else, its
+    /// waiters are told, its group dropped and its data deleted with a tombstone
+    /// (section 11, "Removal").
+    pub(super) fn close_election(
+        &mut self,
+        name: &str,
+        id: ElectionId,
+    ) -> Result<(), StorageError> {
+        if let Some(mut ng) = self.named.groups.remove(&id) {
+            ng.g.revoke(&self.env, LostReason::Removed);
+            ng.g.keeper.finish(LostReason::Removed);
+            for w in ng.g.lease_waiters.drain(..) {
+                let _ = w.send(Err(ElectionError::Removed(name.into())));
+            }
+            if let Some(t) = ng.g.transfer.take() {
+                if let Some(reply) = t.reply {
+                    let _ = reply.send(Err(TransferError::Stopped(NodeStopped::shutdown(
+                        "the election was removed",
+                    ))));
+                }
+            }
+            let mut last = ng.g.last_published.clone();
+            last.role = Role::Stopped;
+            last.leased = false;
+            last.leader = None;
+            ng.g.leadership.send_replace(last);
+            info!(self.env.logger, "election removed"; "election" => name, "id" => id);
+        }
+        self.named.by_name.remove(name);
+        self.named.removed.insert(id);
+        self.named.view_dirty = true;
+        self.root.store.remove_election(id)
+    }
+
+    /// A message of a named election from a peer: judged against that election's group,
+    /// then stepped. An id this node does not run is counted and dropped.
+    pub(super) fn on_election_message(&mut self, election: ElectionId, m: raft::eraftpb::Message) {
+        let Some(ng) = self.named.groups.get_mut(&election) else {
+            let removed = self.named.removed.contains(&election)
+                || election < self.state.next_election_id.max(1);
+            self.env.metrics.election_message_dropped(removed);
+            debug!(self.env.logger, "message of an election this node does not run dropped";
+                   "election_id" => election, "from" => m.from, "removed" => removed);
+            return;
+        };
+        let mut local = Local::of(&ng.g.raw.raft, m.from);
+        local.election = election;
+        match peer_input::admit(&m, &local) {
+            Verdict::Admit => {}
+            Verdict::Refuse(r) => {
+                self.refused(r, &m);
+                return;
+            }
+            Verdict::Fatal(cause) => {
+                error!(self.env.logger, "stopping: this node lost entries it had acknowledged";
+                       "election_id" => election, "from" => m.from, "detail" => %cause);
+                self.fail(cause);
+                return;
+            }
+        }
+        self.last_heard.insert(m.from, self.env.clock.now());
+        let t = m.get_msg_type();
+        if t == MessageType::MsgTimeoutNow && self.state.is_drained(self.env.id) {
+            debug!(self.env.logger, "drained: refused to take over an election"; "election_id" => election);
+            return;
+        }
+        if t == MessageType::MsgTimeoutNow {
+            ng.g.handover_term = Some(ng.g.raw.raft.term + 1);
+        }
+        let handover_vote =
+            t == MessageType::MsgRequestVote && m.context.as_ref() == raft::CAMPAIGN_TRANSFER;
+        if matches!(
+            t,
+            MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
+        ) && !handover_vote
+            && self.env.clock.now() < self.quiet_until
+        {
+            return;
+        }
+        if let Err(e) = ng.g.raw.step(m) {
+            debug!(self.env.logger, "raft rejected a message"; "error" => %e, "election_id" => election);
+        }
+    }
+
+    /// Ticks every named election.
+    pub(super) fn tick_named(&mut self) {
+        for ng in self.named.groups.values_mut() {
+            ng.g.raw.tick();
+        }
+    }
+
+    /// A lease of election `name`: now if this node holds one, else when it gets one.
+    pub(super) fn election_lease(
+        &mut self,
+        name: Arc<str>,
+        reply: oneshot::Sender<Result<Lease, ElectionError>>,
+    ) {
+        let env = &self.env;
+        match self.named.by_name_mut(&name) {
+            Some(ng) => match ng.g.current_lease(env) {
+                Some(l) => {
+                    let _ = reply.send(Ok(l));
+                }
+                None => ng.g.lease_waiters.push(reply),
+            },
+            None => self.named.waiting.push((name, reply)),
+        }
+    }
+
+    /// Hands election `name` over.
+    pub(super) fn election_transfer(
+        &mut self,
+        name: &str,
+        to: Option<NodeId>,
+        reply: oneshot::Sender<Result<NodeId, TransferError>>,
+    ) {
+        if self.shutdown.is_some() {
+            let _ = reply.send(Err(TransferError::Stopped(NodeStopped::shutdown(
+                "shutting down",
+            ))));
+            return;
+        }
+        let env = &self.env;
+        let drained = &self.state.drained;
+        let Some(ng) = self.named.by_name_mut(name) else {
+            let _ = reply.send(Err(TransferError::NotLeader { leader_hint: None }));
+            return;
+        };
+        match ng.g.start_transfer(env, to, drained) {
+            Ok(target) => {
+                ng.g.transfer = Some(PendingTransfer {
+                    to: target,
+                    deadline: env.clock.now() + env.timing.election_timeout() * 2,
+                    reply: Some(reply),
+                });
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
+    /// Election `name`'s replicated history.
+    pub(super) fn election_history(
+        &self,
+        name: &str,
+    ) -> Result<Vec<crate::history::TenureRecord>, ElectionError> {
+        let id = self
+            .named
+            .by_name
+            .get(name)
+            .ok_or_else(|| ElectionError::NotFound(name.into()))?;
+        let ng = self
+            .named
+            .groups
+            .get(id)
+            .ok_or_else(|| ElectionError::NotFound(name.into()))?;
+        Ok(ng.history.records())
+    }
+
+    /// The catalog as this node applied it.
+    pub(super) fn catalog(&self) -> Vec<ElectionInfo> {
+        self.state
+            .elections
+            .iter()
+            .map(|(name, spec)| ElectionInfo {
+                name: name.clone(),
+                id: spec.id,
+                options: spec.options.clone(),
+                created_at: spec.created_at,
+            })
+            .collect()
+    }
+
+    fn catalog_leader_check(&self) -> Result<(), ElectionError> {
+        let raft = &self.root.raw.raft;
+        if raft.state == StateRole::Leader && self.is_voter(self.env.id) {
+            Ok(())
+        } else {
+            Err(ElectionError::NotLeader {
+                leader_hint: (raft.leader_id != 0).then_some(raft.leader_id),
+            })
+        }
+    }
+
+    fn propose_catalog(&mut self, data: Vec<u8>, nonce: u64, reply: CatalogReply) {
+        let fail = |reply: CatalogReply, e: ElectionError| match reply {
+            CatalogReply::Create(r) => {
+                let _ = r.send(Err(e));
+            }
+            CatalogReply::Remove(r) => {
+                let _ = r.send(Err(e));
+            }
+        };
+        if let Err(e) = self.catalog_leader_check() {
+            fail(reply, e);
+            return;
+        }
+        match self.root.raw.propose(vec![], data) {
+            Ok(()) => self.named.pending.push(PendingCatalog {
+                nonce,
+                deadline: self.env.clock.now() + self.env.timing.election_timeout() * 4,
+                reply,
+            }),
+            Err(e) => {
+                debug!(self.env.logger, "catalog change not proposed"; "error" => %e);
+                fail(reply, ElectionError::NotLeader { leader_hint: None });
+            }
+        }
+    }
+
+    fn next_request(&mut self) -> Request {
+        let nonce = self.named.next_nonce;
+        self.named.next_nonce += 1;
+        Request {
+            node: self.env.id,
+            nonce,
+        }
+    }
+
+    /// Proposes the creation of election `name` (root leader only).
+    pub(super) fn create_election(
+        &mut self,
+        name: &str,
+        options: ElectionOptions,
+        reply: oneshot::Sender<Result<ElectionInfo, ElectionError>>,
+    ) {
+        if let Err(e) = crate::election::check_name(name) {
+            let _ = reply.send(Err(e));
+            return;
+        }
+        if self.state.elections.contains_key(name) {
+            let _ = reply.send(Err(ElectionError::Exists(name.into())));
+            return;
+        }
+        let req = self.next_request();
+        let data = GroupState::create_entry(name, &options, req);
+        self.propose_catalog(data, req.nonce, CatalogReply::Create(reply));
+    }
+
+    /// Proposes the removal of election `name` (root leader only).
+    pub(super) fn remove_election(
+        &mut self,
+        name: &str,
+        reply: oneshot::Sender<Result<Removed, ElectionError>>,
+    ) {
+        let Some(spec) = self.state.elections.get(name) else {
+            let _ = reply.send(Err(ElectionError::NotFound(name.into())));
+            return;
+        };
+        let id = spec.id;
+        let req = self.next_request();
+        let data = GroupState::remove_entry(name, id, req);
+        self.propose_catalog(data, req.nonce, CatalogReply::Remove(reply));
+    }
+
+    /// A catalog entry applied at root `index`: found or remove the election here, and
+    /// answer the caller if this node proposed it.
+    pub(super) fn catalog_applied(&mut self, change: CatalogChange) -> Result<(), StorageError> {
+        let (req, answer): (Request, Box<dyn FnOnce(CatalogReply)>) = match change {
+            CatalogChange::NotCatalog => return Ok(()),
+            CatalogChange::Created { name, spec, req } => {
+                info!(self.env.logger, "election created"; "election" => &name, "id" => spec.id);
+                self.open_election(&name, &spec)?;
+                let info = ElectionInfo {
+                    name,
+                    id: spec.id,
+                    options: spec.options,
+                    created_at: spec.created_at,
+                };
+                (
+                    req,
+                    Box::new(move |r| match r {
+                        CatalogReply::Create(r) => {
+                            let _ = r.send(Ok(info));
+                        }
+                        CatalogReply::Remove(r) => {
+                            let _ = r.send(Err(ElectionError::Exists(info.name)));
+                        }
+                    }),
+                )
+            }
+            CatalogChange::Removed { name, id, req } => {
+                self.close_election(&name, id)?;
+                let removed = Removed {
+                    id,
+                    retired_above: FencingToken::new(term_floor(id.saturating_add(1))),
+                };
+                (
+                    req,
+                    Box::new(move |r| match r {
+                        CatalogReply::Remove(r) => {
+                            let _ = r.send(Ok(removed));
+                        }
+                        CatalogReply::Create(r) => {
+                            let _ = r.send(Err(ElectionError::Removed(name)));
+                        }
+                    }),
+                )
+            }
+            CatalogChange::Refused { req, error } => (
+                req,
+                Box::new(move |r| match r {
+                    CatalogReply::Create(r) => {
+                        let _ = r.send(Err(error));
+                    }
+                    CatalogReply::Remove(r) => {
+                        let _ = r.send(Err(error));
+                    }
+                }),
+            ),
+        };
+        if req.node == self.env.id {
+            if let Some(i) = self.named.pending.iter().position(|p| p.nonce == req.nonce) {
+                answer(self.named.pending.swap_remove(i).reply);
+            }
+        }
+        Ok(())
+    }
+
+    /// After every turn, for every named election: its lease follows its role, its
+    /// transfer progresses, a failed handover steps down, an expired lease ends, a
+    /// drained node hands over what it leads, a new leader records its tenure, leases
+    /// are granted and renewed; then the leaderships that changed are published.
+    /// Returns whether a group has a new Ready (a round started, a step-down).
+    pub(super) fn named_after_ready(&mut self, at: Stamp) -> bool {
+        let now = at.mono;
+        let env = &self.env;
+        let shutting_down = self.shutdown.is_some();
+        let drained_set = &self.state.drained;
+        let drained = drained_set.contains(&env.id);
+        let mut again = false;
+        let mut changed = false;
+        let (mut led, mut leased, mut leaderless) = (0, 0, 0);
+        for ng in self.named.groups.values_mut() {
+            let g = &mut ng.g;
+            g.lease_follows_role(env);
+            g.progress_transfer(env, now);
+            again |= g.end_failed_handover(env, shutting_down);
+            g.expire_lease(env, at);
+            if drained
+                && g.raw.raft.state == StateRole::Leader
+                && g.transfer.is_none()
+                && g.raw.raft.lead_transferee.is_none()
+                && !shutting_down
+            {
+                match g.start_transfer(env, None, drained_set) {
+                    Ok(to) => {
+                        g.transfer = Some(PendingTransfer {
+                            to,
+                            deadline: now + env.timing.election_timeout() * 2,
+                            reply: None,
+                        });
+                    }
+                    Err(e) => {
+                        debug!(env.logger, "cannot hand an election over"; "why" => "drained",
+                               "election" => g.name.as_deref(), "error" => %e);
+                    }
+                }
+            }
+            g.record_tenure(env, shutting_down);
+            again |= g.grant_and_renew(env, at, shutting_down);
+            g.keeper
+                .forget_unanswered(now, env.timing.election_timeout() * 2);
+            g.lease_waiters.retain(|w| !w.is_closed());
+            changed |= g.publish_named(env);
+            again |= g.raw.has_ready();
+            led += u64::from(g.raw.raft.state == StateRole::Leader);
+            leased += u64::from(g.lease.is_some());
+            leaderless += u64::from(g.raw.raft.leader_id == 0);
+        }
+        env.metrics
+            .set_named(self.named.groups.len() as u64, led, leased, leaderless);
+        self.named.view_dirty |= changed;
+        // Catalog calls that were not applied in time.
+        let (late, pending): (Vec<_>, Vec<_>) = std::mem::take(&mut self.named.pending)
+            .into_iter()
+            .partition(|p| now >= p.deadline);
+        self.named.pending = pending;
+        let ms = self.env.timing.election_timeout().as_millis() as u64 * 4;
+        for p in late {
+            match p.reply {
+                CatalogReply::Create(r) => {
+                    let _ = r.send(Err(ElectionError::TimedOut(ms)));
+                }
+                CatalogReply::Remove(r) => {
+                    let _ = r.send(Err(ElectionError::TimedOut(ms)));
+                }
+            }
+        }
+        self.ensure_declared(now);
+        self.publish_view();
+        again
+    }
+
+    /// The root leader creates the elections the configuration declares, once a second
+    /// until the catalog holds them (a name that exists is left as it is).
+    fn ensure_declared(&mut self, now: Instant) {
+        if self.named.declared.is_empty()
+            || self.root.lease.is_none()
+            || self.named.last_declared_check.is_some_and(|t| {
+                now.saturating_duration_since(t) < std::time::Duration::from_secs(1)
+            })
+        {
+            return;
+        }
+        self.named.last_declared_check = Some(now);
+        let missing: Vec<(String, ElectionOptions)> = self
+            .named
+            .declared
+            .iter()
+            .filter(|(n, _)| !self.state.elections.contains_key(n))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            info!(self.env.logger, "creating the declared elections"; "missing" => missing.len());
+        }
+        for (name, options) in missing {
+            let (tx, _rx) = oneshot::channel();
+            self.create_election(&name, options, tx);
+        }
+    }
+
+    /// Publishes every election's leadership as one view, if one changed.
+    fn publish_view(&mut self) {
+        if !self.named.view_dirty {
+            return;
+        }
+        self.named.view_dirty = false;
+        let view: BTreeMap<String, Leadership> = self
+            .named
+            .groups
+            .values()
+            .filter_map(|ng| {
+                let name = ng.g.name.as_deref()?;
+                Some((name.to_string(), ng.g.last_published.clone()))
+            })
+            .collect();
+        self.named.view.send_replace(Arc::new(view));
+    }
+
+    /// Ends every named election on this node as it stops.
+    pub(super) fn finish_named(&mut self, reason: LostReason) {
+        for ng in self.named.groups.values_mut() {
+            ng.g.revoke(&self.env, reason);
+            ng.g.keeper.finish(reason);
+            ng.g.lease_waiters.clear();
+            if let Some(t) = ng.g.transfer.take() {
+                if let Some(reply) = t.reply {
+                    let _ = reply.send(Err(TransferError::Stopped(NodeStopped::shutdown(
+                        "node stopped",
+                    ))));
+                }
+            }
+            let mut last = ng.g.last_published.clone();
+            last.role = Role::Stopped;
+            last.leased = false;
+            last.leader = None;
+            ng.g.leadership.send_replace(last);
+        }
+        for (_, w) in self.named.waiting.drain(..) {
+            let _ = w.send(Err(ElectionError::Stopped(NodeStopped::shutdown(
+                "node stopped",
+            ))));
+        }
+        for p in self.named.pending.drain(..) {
+            let e = ElectionError::Stopped(NodeStopped::shutdown("node stopped"));
+            match p.reply {
+                CatalogReply::Create(r) => {
+                    let _ = r.send(Err(e));
+                }
+                CatalogReply::Remove(r) => {
+                    let _ = r.send(Err(e));
+                }
+            }
+        }
+        self.named.groups.clear();
+        let _ = StopCause::TransportClosed; // (the stop cause is the root's)
+        let _ = ReadyWrite::default();
+    }
+}
+
+impl<S: RaftStore> Group<S> {
+    /// Publishes a named election's leadership if it changed; true if it did.
+    pub(super) fn publish_named(&mut self, env: &Env) -> bool {
+        let raft = &self.raw.raft;
+        let now = Leadership {
+            term: raft.term,
+            leader: (raft.leader_id != 0).then_some(raft.leader_id),
+            role: self.role(env),
+            leased: self.lease.is_some(),
+            election: self.name.clone(),
+        };
+        if now == self.last_published {
+            return false;
+        }
+        let t = env.clock.now();
+        match (now.leader, self.leaderless_since) {
+            (None, None) => self.leaderless_since = Some(t),
+            (Some(_), Some(_)) => self.leaderless_since = None,
+            _ => {}
+        }
+        self.last_published = now.clone();
+        self.leadership.send_replace(now);
+        true
+    }
+}

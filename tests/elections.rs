@@ -1,0 +1,242 @@
+//! Named elections end to end (`docs/design.md`, section 11): real nodes over QUIC with
+//! RocksDB, one worker group running the root election and named ones.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use support::cluster::{wait_for, Cluster};
+use tenure::election::{election_of_term, term_floor};
+use tenure::{ElectionError, ElectionOptions, Leadership, LostReason, NodeId, Role};
+
+const T: Duration = Duration::from_secs(20);
+
+/// The node that leads election `name` with a lease, if exactly one running node does,
+/// and every running node follows it.
+fn named_leader(c: &Cluster, ids: &[NodeId], name: &str) -> Option<(NodeId, u64)> {
+    let views: Vec<(NodeId, Leadership)> = ids
+        .iter()
+        .map(|id| (*id, c.node(*id).election(name).leadership()))
+        .collect();
+    let leased: Vec<_> = views
+        .iter()
+        .filter(|(_, l)| l.leased && l.role == Role::Leader)
+        .collect();
+    if leased.len() != 1 {
+        return None;
+    }
+    let (leader, term) = (leased[0].0, leased[0].1.term);
+    views
+        .iter()
+        .all(|(_, l)| l.leader == Some(leader) && l.term == term)
+        .then_some((leader, term))
+}
+
+async fn create_on_leader(c: &Cluster, name: &str) -> tenure::ElectionInfo {
+    let (root, _) = c.steady_leader(T).await;
+    c.node(root)
+        .create_election(name, ElectionOptions::new())
+        .await
+        .unwrap_or_else(|e| panic!("create {name}: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_named_election_elects_its_own_leader_with_tokens_in_its_range() {
+    let c = Cluster::start(3).await;
+    let ids = [1, 2, 3];
+    let mut infos = Vec::new();
+    for name in ["shard-0", "shard-1", "shard-2", "shard-3"] {
+        infos.push(create_on_leader(&c, name).await);
+    }
+    // Ids count up from 1 in creation order, and every node applied the same catalog.
+    assert_eq!(
+        infos.iter().map(|i| i.id).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+    for id in ids {
+        let listed = wait_for("every node applied the catalog", T, || {
+            let n = c.node(id).clone();
+            let l = futures_now(async move { n.list_elections().await.ok() })??;
+            (l.len() == 4).then_some(l)
+        })
+        .await;
+        assert_eq!(
+            listed.iter().map(|i| i.id).collect::<Vec<_>>(),
+            vec![1, 2, 3, 4]
+        );
+    }
+    for info in &infos {
+        let (leader, term) = wait_for(&format!("a leased leader of {}", info.name), T, || {
+            named_leader(&c, &ids, &info.name)
+        })
+        .await;
+        assert_eq!(
+            election_of_term(term),
+            info.id,
+            "{}'s term {term}",
+            info.name
+        );
+        assert!(term > term_floor(info.id));
+        let lease = c.node(leader).election(&info.name).lease().await.unwrap();
+        assert_eq!(lease.token().term(), term);
+        assert_eq!(lease.confirm().await.unwrap().term(), term);
+        let history = c.node(leader).election(&info.name).history().await.unwrap();
+        assert!(
+            history.iter().any(|r| r.term == term && r.leader == leader),
+            "{}'s history {history:?}",
+            info.name
+        );
+    }
+    // The root's own lease is unaffected: its token stays below every named range.
+    let (root, root_term) = c.steady_leader(T).await;
+    assert!(root_term < term_floor(1));
+    assert_eq!(
+        c.node(root).lease().await.unwrap().token().term(),
+        root_term
+    );
+    c.assert_leases_never_overlap();
+    c.shutdown().await;
+}
+
+/// Polls a future once (the node's answers come from its driver within a turn; the
+/// caller's `wait_for` retries).
+fn futures_now<F: std::future::Future>(f: F) -> Option<F::Output> {
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::block_in_place(|| {
+        handle.block_on(async {
+            tokio::time::timeout(Duration::from_millis(500), f)
+                .await
+                .ok()
+        })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_catalog_is_changed_by_the_leader_and_names_are_checked() {
+    let c = Cluster::start(3).await;
+    let (root, _) = c.steady_leader(T).await;
+    let follower = [1, 2, 3].into_iter().find(|i| *i != root).unwrap();
+    match c
+        .node(follower)
+        .create_election("x", ElectionOptions::new())
+        .await
+    {
+        Err(ElectionError::NotLeader { leader_hint }) => assert_eq!(leader_hint, Some(root)),
+        other => panic!("a follower created an election: {other:?}"),
+    }
+    match c
+        .node(root)
+        .create_election("not a name", ElectionOptions::new())
+        .await
+    {
+        Err(ElectionError::InvalidName { why, .. }) => assert!(why.contains("' '"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    c.node(root)
+        .create_election("x", ElectionOptions::new())
+        .await
+        .unwrap();
+    assert!(matches!(
+        c.node(root)
+            .create_election("x", ElectionOptions::new())
+            .await,
+        Err(ElectionError::Exists(_))
+    ));
+    assert!(matches!(
+        c.node(root).remove_election("nope").await,
+        Err(ElectionError::NotFound(_))
+    ));
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removal_revokes_the_lease_and_a_name_created_again_hands_out_higher_tokens() {
+    let c = Cluster::start(3).await;
+    let ids = [1, 2, 3];
+    let first = create_on_leader(&c, "ledger").await;
+    let (leader, term) = wait_for("a leased leader of ledger", T, || {
+        named_leader(&c, &ids, "ledger")
+    })
+    .await;
+    let old = c.node(leader).election("ledger").lease().await.unwrap();
+    assert_eq!(old.token().term(), term);
+    let (root, _) = c.steady_leader(T).await;
+    let removed = c.node(root).remove_election("ledger").await.unwrap();
+    assert_eq!(removed.id, first.id);
+    assert!(removed.retired_above.term() > term);
+    // The holder revoked its lease as it applied the removal.
+    let reason = tokio::time::timeout(T, old.lost())
+        .await
+        .expect("lease lost");
+    assert_eq!(reason, LostReason::Removed);
+    assert!(old.confirm().await.is_err());
+    for id in ids {
+        wait_for("every node stopped running the removed election", T, || {
+            (c.node(id).election("ledger").leadership().role == Role::Stopped).then_some(())
+        })
+        .await;
+    }
+    // Created again: a new id, so every token is above the old incarnation's.
+    let again = create_on_leader(&c, "ledger").await;
+    assert!(again.id > first.id);
+    let (leader2, term2) = wait_for("a leased leader of the new ledger", T, || {
+        named_leader(&c, &ids, "ledger").filter(|(_, t)| election_of_term(*t) == again.id)
+    })
+    .await;
+    assert!(term2 > removed.retired_above.term());
+    // A fence keyed by the name accepts the new incarnation and refuses the old token.
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = rusqlite::Connection::open(dir.path().join("fence.db")).unwrap();
+    let fence = tenure::SqliteFence::install(&conn, "ledger").unwrap();
+    fence.write(&mut conn, old.token(), |_| Ok(())).unwrap();
+    let new = c.node(leader2).election("ledger").lease().await.unwrap();
+    fence.write(&mut conn, new.token(), |_| Ok(())).unwrap();
+    assert!(fence.write(&mut conn, old.token(), |_| Ok(())).is_err());
+    c.assert_leases_never_overlap();
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_election_fails_over_when_its_leader_dies_and_survives_restarts() {
+    let mut c = Cluster::start(3).await;
+    let mut ids = vec![1, 2, 3];
+    for name in ["a", "b", "c"] {
+        create_on_leader(&c, name).await;
+    }
+    let mut before = BTreeMap::new();
+    for name in ["a", "b", "c"] {
+        let l = wait_for(&format!("a leased leader of {name}"), T, || {
+            named_leader(&c, &ids, name)
+        })
+        .await;
+        before.insert(name, l);
+    }
+    let (victim, _) = before["a"];
+    c.kill(victim).await;
+    ids.retain(|i| *i != victim);
+    for name in ["a", "b", "c"] {
+        let (leader, term) = wait_for(&format!("{name} led by a live node"), T, || {
+            named_leader(&c, &ids, name)
+        })
+        .await;
+        assert_ne!(leader, victim);
+        if before[name].0 == victim {
+            assert!(
+                term > before[name].1,
+                "{name}: a new term after the failover"
+            );
+        }
+    }
+    // The killed node comes back with every election it ran.
+    c.restart(victim).await;
+    ids.push(victim);
+    for name in ["a", "b", "c"] {
+        wait_for(&format!("{name} followed by the restarted node"), T, || {
+            named_leader(&c, &ids, name)
+        })
+        .await;
+    }
+    c.assert_leases_never_overlap();
+    c.shutdown().await;
+}
