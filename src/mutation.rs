@@ -14,6 +14,7 @@
 //! | `lease-at-election` | a new leader's first lease counts from its election, not from the commit of its term's first entry (voters that voted but have not heard its append do not refuse a pre-vote yet) |
 //! | `lease-one-tick-long` | the lease as long as before the voters' refusal window was shortened by a tick: `(election_ticks − 1)` ticks |
 //! | `fence-accepts-any` | the SQLite fence accepts every token |
+//! | `lease-from-other-election` | a confirm is answered by any election's lease this node holds, not by its own election's (a leader of one name confirms a lease of another it lost) |
 //!
 //! Without the feature, [`active`] is a constant `false` and the checks compile away.
 

@@ -196,6 +196,21 @@ impl<S: RaftStore> Driver<S> {
     /// A `Lease` asks to confirm: routed to its election by the token (`term >> 40`).
     pub(super) fn on_confirm(&mut self, req: ConfirmRequest) {
         let election = crate::election::election_of_term(req.term);
+        if mutation::active("lease-from-other-election") {
+            // Broken on purpose (mutation testing): a confirm is answered by whichever
+            // election's lease this node holds, not by its own election's.
+            let stamp = self.env.clock.stamp();
+            let any = self.root.lease.iter().chain(
+                self.named
+                    .groups
+                    .values()
+                    .filter_map(|ng| ng.g.lease.as_ref()),
+            );
+            if any.into_iter().any(|l| l.is_valid_at(stamp)) {
+                let _ = req.reply.send(Ok(FencingToken::new(req.term)));
+                return;
+            }
+        }
         match self.group_mut(election) {
             Some((g, env)) => g.on_confirm(env, req),
             None => {

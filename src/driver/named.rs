@@ -146,20 +146,23 @@ impl<S: RaftStore> Named<S> {
 
 impl<S: RaftStore> NamedGroup<S> {
     /// Decodes a snapshot's data (the election's tenure history) before anything is written.
-    pub(super) fn decode_snapshot(&self, snap: &Snapshot) -> Result<History, StorageError> {
+    pub(super) fn decode_snapshot(&self, snap: &Snapshot) -> Result<(History, u64), StorageError> {
+        let index = snap.get_metadata().index;
         if snap.data.is_empty() {
-            return Ok(History::default());
+            return Ok((History::default(), index));
         }
-        serde_json::from_slice(&snap.data).map_err(|e| StorageError::BadSnapshot {
-            detail: format!(
-                "the snapshot at index {} of election {:?} (id {}) that node {} sent does not \
+        serde_json::from_slice(&snap.data)
+            .map(|h| (h, index))
+            .map_err(|e| StorageError::BadSnapshot {
+                detail: format!(
+                    "the snapshot at index {} of election {:?} (id {}) that node {} sent does not \
                  decode ({e}); nothing was written",
-                snap.get_metadata().index,
-                self.g.name.as_deref().unwrap_or(""),
-                self.g.election,
-                self.g.raw.raft.leader_id
-            ),
-        })
+                    snap.get_metadata().index,
+                    self.g.name.as_deref().unwrap_or(""),
+                    self.g.election,
+                    self.g.raw.raft.leader_id
+                ),
+            })
     }
 
     /// Pass 3 of a turn for a named election: advance, install, apply.
@@ -168,19 +171,12 @@ impl<S: RaftStore> NamedGroup<S> {
         env: &Env,
         drained: bool,
         rd: raft::Ready,
-        snapshot: Option<History>,
+        snapshot: Option<(History, u64)>,
         retention: usize,
     ) -> Result<(), StorageError> {
         let (committed, read_states, mut light) = self.g.advance(env, drained, rd)?;
-        if let Some(h) = snapshot {
+        if let Some((h, index)) = snapshot {
             self.g.joint = super::joint_config(&self.g.raw);
-            let index = self
-                .g
-                .raw
-                .raft
-                .raft_log
-                .committed
-                .min(self.g.store.hard_state().commit);
             self.g.applied = self.g.applied.max(index);
             self.history = h;
         }
