@@ -240,3 +240,135 @@ async fn a_named_election_fails_over_when_its_leader_dies_and_survives_restarts(
     c.assert_leases_never_overlap();
     c.shutdown().await;
 }
+
+/// How many named elections each running node leads with a lease, by its own view.
+fn leaderships(c: &Cluster, ids: &[NodeId]) -> BTreeMap<NodeId, usize> {
+    ids.iter()
+        .map(|id| {
+            let view = c.node(*id).elections().borrow().clone();
+            let led = view
+                .values()
+                .filter(|l| l.role == Role::Leader && l.leased)
+                .count();
+            (*id, led)
+        })
+        .collect()
+}
+
+/// Waits until the running nodes lead `n` elections between them, each ⌊n/k⌋ or ⌈n/k⌉.
+async fn spread_evenly(
+    c: &Cluster,
+    ids: &[NodeId],
+    n: usize,
+    what: &str,
+) -> BTreeMap<NodeId, usize> {
+    let k = ids.len();
+    wait_for(what, Duration::from_secs(30), || {
+        let counts = leaderships(c, ids);
+        let total: usize = counts.values().sum();
+        (total == n && counts.values().all(|c| *c == n / k || *c == n.div_ceil(k)))
+            .then_some(counts)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaderships_spread_evenly_and_again_after_a_worker_returns() {
+    let mut c = Cluster::start(5).await;
+    let mut ids = vec![1, 2, 3, 4, 5];
+    let (root, _) = c.steady_leader(T).await;
+    for i in 0..16 {
+        c.node(root)
+            .create_election(&format!("shard-{i}"), ElectionOptions::new())
+            .await
+            .unwrap();
+    }
+    let counts = spread_evenly(&c, &ids, 16, "16 elections spread 3 or 4 per node").await;
+    eprintln!("after start: {counts:?}");
+    // A worker dies: its elections fail over to the others, and the spread follows.
+    let victim = *counts.iter().max_by_key(|(_, n)| **n).unwrap().0;
+    c.kill(victim).await;
+    ids.retain(|i| *i != victim);
+    let counts = spread_evenly(&c, &ids, 16, "16 elections over the 4 live nodes, 4 each").await;
+    eprintln!("after killing node {victim}: {counts:?}");
+    c.restart(victim).await;
+    ids.push(victim);
+    ids.sort_unstable();
+    let counts = spread_evenly(&c, &ids, 16, "the returned node got its share back").await;
+    assert!(counts[&victim] >= 3, "{counts:?}");
+    c.assert_leases_never_overlap();
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn affinity_places_an_election_on_its_preferred_node() {
+    let c = Cluster::start(3).await;
+    let ids = [1, 2, 3];
+    let (root, _) = c.steady_leader(T).await;
+    let want = [1, 2, 3].into_iter().find(|i| *i != root).unwrap();
+    c.node(root)
+        .create_election("pinned", ElectionOptions::new().affinity([want]))
+        .await
+        .unwrap();
+    for i in 0..5 {
+        c.node(root)
+            .create_election(&format!("free-{i}"), ElectionOptions::new())
+            .await
+            .unwrap();
+    }
+    wait_for(
+        "pinned led by its preferred node",
+        Duration::from_secs(30),
+        || named_leader(&c, &ids, "pinned").filter(|(l, _)| *l == want),
+    )
+    .await;
+    spread_evenly(&c, &ids, 6, "6 elections, 2 per node").await;
+    assert_eq!(named_leader(&c, &ids, "pinned").map(|(l, _)| l), Some(want));
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_elections_follow_a_replaced_member() {
+    let mut c = Cluster::start(3).await;
+    let (root, _) = c.steady_leader(T).await;
+    for i in 0..6 {
+        c.node(root)
+            .create_election(&format!("e-{i}"), ElectionOptions::new())
+            .await
+            .unwrap();
+    }
+    spread_evenly(&c, &[1, 2, 3], 6, "6 elections over 3 nodes").await;
+    // Node 3 is replaced by node 4, which joins: every election takes 4 in and drops 3.
+    let old = if root == 3 { 2 } else { 3 };
+    let addr = c.start_joining(4).await;
+    let (root, _) = c.steady_leader(T).await;
+    c.node(root).add_learner(4, addr).await.unwrap();
+    wait_for("node 4 caught up as a learner", T, || {
+        (c.node(4).leadership().role == Role::Learner).then_some(())
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        match c.node(root).replace_member(old, 4).await {
+            Ok(_) => break,
+            Err(tenure::MembershipError::LearnerBehind { .. })
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await; // the learner catches up
+            }
+            Err(e) => panic!("replace {old} by 4: {e}"),
+        }
+    }
+    c.kill(old).await;
+    let ids: Vec<NodeId> = [1, 2, 3, 4].into_iter().filter(|i| *i != old).collect();
+    let counts = spread_evenly(
+        &c,
+        &ids,
+        6,
+        "6 elections over the new membership, node 4 included",
+    )
+    .await;
+    assert_eq!(counts[&4], 2, "{counts:?}");
+    c.assert_leases_never_overlap();
+    c.shutdown().await;
+}

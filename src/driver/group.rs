@@ -81,6 +81,12 @@ pub(super) struct Group<S: RaftStore> {
     /// Compact at the next chance even below the threshold (after a conf change, so a
     /// node that joins gets a snapshot whose membership includes it).
     pub(super) force_compact: bool,
+    /// This leader proposed a conf change of the election that is not carried out yet:
+    /// its rounds earn no lease (docs/design.md, section 11, "Leases across a
+    /// configuration change").
+    pub(super) conf_hold: bool,
+    /// Only rounds sent at or after this earn a lease (set when a conf hold ends).
+    pub(super) credit_from: Option<Instant>,
 }
 
 impl<S: RaftStore> Group<S> {
@@ -119,6 +125,17 @@ impl<S: RaftStore> Group<S> {
             joint,
             applied,
             force_compact: false,
+            conf_hold: false,
+            credit_from: None,
+        }
+    }
+
+    /// Ends a conf hold once the final (non-joint) configuration is applied: rounds sent
+    /// from `now` on earn a lease again.
+    pub(super) fn release_conf_hold(&mut self, now: Instant) {
+        if self.conf_hold && !self.joint && !self.raw.raft.has_pending_conf() {
+            self.conf_hold = false;
+            self.credit_from = Some(now);
         }
     }
 }

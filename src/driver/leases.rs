@@ -58,6 +58,11 @@ impl<S: RaftStore> Group<S> {
                 continue;
             };
             if let Acked::Renewed { sent, until } = self.keeper.acknowledged(ctx, leading, term) {
+                if self.conf_hold || self.credit_from.is_some_and(|t| sent.mono < t) {
+                    // A round that left before this leader's conf change was carried out
+                    // (section 11): it earns nothing.
+                    continue;
+                }
                 if self.election == 0 {
                     env.metrics
                         .renew_round_trip(env.clock.now().saturating_duration_since(sent.mono));

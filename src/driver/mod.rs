@@ -30,6 +30,7 @@ mod membership;
 mod named;
 mod publish;
 mod ready;
+mod spread;
 
 pub(crate) use command::{Command, MemberChange};
 pub(crate) use named::ElectionsView;
@@ -105,6 +106,8 @@ pub(crate) struct Driver<S: RaftStore> {
     root: Group<S>,
     /// The named elections this node runs (docs/design.md, section 11).
     named: named::Named<S>,
+    /// The balancer's memory (`spread.rs`).
+    spread: spread::Spread,
     inbound: Inbox,
     commands: mpsc::Receiver<Command>,
     /// Every `Node` handle is gone (`Lease` handles may remain).
@@ -194,6 +197,7 @@ impl<S: RaftStore> Driver<S> {
             },
             root,
             named: named::Named::new(parts.named),
+            spread: spread::Spread::default(),
             quiet_until: if mutation::active("no-restart-quiet") {
                 now
             } else {

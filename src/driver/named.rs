@@ -84,6 +84,8 @@ enum CatalogReply {
 /// The named elections this node runs, and what the driver needs to run them.
 pub(super) struct Named<S: RaftStore> {
     pub(super) groups: BTreeMap<ElectionId, NamedGroup<S>>,
+    /// Each running election's options (as the catalog had them when it was opened).
+    options: HashMap<ElectionId, ElectionOptions>,
     by_name: HashMap<Arc<str>, ElectionId>,
     pub(super) watches: Watches,
     view: watch::Sender<ElectionsView>,
@@ -118,6 +120,7 @@ impl<S: RaftStore> Named<S> {
     pub(super) fn new(parts: NamedParts) -> Self {
         Named {
             groups: BTreeMap::new(),
+            options: HashMap::new(),
             by_name: HashMap::new(),
             watches: parts.watches,
             view: parts.view,
@@ -135,6 +138,11 @@ impl<S: RaftStore> Named<S> {
             declared: parts.declared,
             last_declared_check: None,
         }
+    }
+
+    /// The catalog options of election `id` (from the root's applied state).
+    pub(super) fn options_of(&self, id: ElectionId) -> Option<&ElectionOptions> {
+        self.options.get(&id)
     }
 
     /// The group of election `name`, if this node runs it.
@@ -266,6 +274,45 @@ impl<S: RaftStore> Driver<S> {
     /// Runs every election of the catalog restored from the root's snapshot (the log
     /// above it founds and removes the rest as it is replayed).
     pub(super) fn open_catalog(&mut self) {
+        if let Err(e) = self.sync_catalog() {
+            error!(self.env.logger, "an election's store does not open; stopping"; "error" => %e);
+            self.fail(StopCause::Storage(e));
+        }
+    }
+
+    /// Makes the elections this node runs those of the applied catalog: opens (or
+    /// founds) the missing ones, closes (removes) those the catalog lost, as after a
+    /// root snapshot that carried the catalog past several creates and removes.
+    pub(super) fn sync_catalog(&mut self) -> Result<(), StorageError> {
+        let gone: Vec<(String, ElectionId)> = self
+            .named
+            .groups
+            .values()
+            .filter(|ng| {
+                let name = ng.g.name.as_deref().unwrap_or("");
+                self.state.elections.get(name).map(|s| s.id) != Some(ng.g.election)
+            })
+            .map(|ng| {
+                (
+                    ng.g.name.as_deref().unwrap_or("").to_string(),
+                    ng.g.election,
+                )
+            })
+            .collect();
+        for (name, id) in gone {
+            self.close_election(&name, id)?;
+        }
+        // Stores of elections removed while this node was away (the catalog moved past
+        // their id and no longer holds it): delete them, tombstone kept.
+        let live: BTreeSet<ElectionId> = self.state.elections.values().map(|s| s.id).collect();
+        let next = self.state.next_election_id.max(1);
+        for id in self.root.store.election_ids()?.live {
+            if id < next && !live.contains(&id) {
+                info!(self.env.logger, "deleting the store of an election removed meanwhile"; "id" => id);
+                self.root.store.remove_election(id)?;
+                self.named.removed.insert(id);
+            }
+        }
         let specs: Vec<(String, ElectionSpec)> = self
             .state
             .elections
@@ -273,13 +320,9 @@ impl<S: RaftStore> Driver<S> {
             .map(|(n, s)| (n.clone(), s.clone()))
             .collect();
         for (name, spec) in specs {
-            if let Err(e) = self.open_election(&name, &spec) {
-                error!(self.env.logger, "an election's store does not open; stopping";
-                       "election" => &name, "id" => spec.id, "error" => %e);
-                self.fail(StopCause::Storage(e));
-                return;
-            }
+            self.open_election(&name, &spec)?;
         }
+        Ok(())
     }
 
     /// Notes the ids this store removed before (their tombstones), at start.
@@ -386,6 +429,7 @@ impl<S: RaftStore> Driver<S> {
         info!(self.env.logger, "election running"; "election" => &*name, "id" => spec.id,
               "term" => group.raw.raft.term);
         self.named.by_name.insert(Arc::clone(&name), spec.id);
+        self.named.options.insert(spec.id, spec.options.clone());
         self.named
             .groups
             .insert(spec.id, NamedGroup { g: group, history });
@@ -431,6 +475,7 @@ impl<S: RaftStore> Driver<S> {
             info!(self.env.logger, "election removed"; "election" => name, "id" => id);
         }
         self.named.by_name.remove(name);
+        self.named.options.remove(&id);
         self.named.removed.insert(id);
         self.named.view_dirty = true;
         self.root.store.remove_election(id)
@@ -793,8 +838,10 @@ impl<S: RaftStore> Driver<S> {
             }
         }
         self.ensure_declared(now);
+        self.follow_root_membership(now);
+        self.balance(now);
         self.publish_view();
-        again
+        again || self.named.groups.values().any(|ng| ng.g.raw.has_ready())
     }
 
     /// The root leader creates the elections the configuration declares, once a second

@@ -141,6 +141,8 @@ impl<S: RaftStore> Driver<S> {
             self.apply_addrs(&state.addrs);
             self.state = state;
             self.root.applied = self.root.applied.max(index);
+            // The catalog came with it: run what it holds, stop what it no longer does.
+            self.sync_catalog()?;
         }
         // Apply, then say so (raft-rs leaves a joint configuration once it is applied).
         self.apply(committed)?;

@@ -1,0 +1,518 @@
+//! Spreading the named elections' leaderships over the workers, and keeping each named
+//! election's membership that of the root (`docs/design.md`, section 11, "Spread" and
+//! "Membership follows the root").
+//!
+//! **Spread.** Every node sees every named election's leader (it is a voter of each), so
+//! every node can compute the same placement and the same moves; each node carries out
+//! only the moves of the elections it leads, by an ordinary handover (section 4). There
+//! is no coordinator and no message of its own. The rule, from one node's view:
+//!
+//! * `H`: the root's voters heard from for at least [`HEALTHY_AFTER`] and within an
+//!   election timeout (this node always, unless drained), minus the drained ones;
+//!   `k = |H|`, `N` the elections led by a node of `H`.
+//! * targets: sorted by (leaderships now, descending; id), the first `N mod k` nodes of
+//!   `H` should lead `⌈N/k⌉`, the others `⌊N/k⌋` (a balanced group moves nothing).
+//! * moves start only when some node of `H` is outside `[⌊N/k⌋, ⌈N/k⌉]`, every election
+//!   has a known leader, and [`COOLDOWN`] passed since this node's last moves; the
+//!   surplus units of the nodes over target (in id order) are matched to the deficits
+//!   (in id order), so nodes that agree on the placement agree on the moves.
+//! * affinity: an election whose affinity list names a node of `H` (the first such one)
+//!   that is not this node moves there while that node leads less than its target plus
+//!   one; the balancer never moves it elsewhere.
+//! * a move goes only to a voter whose log is at the election's last index and that was
+//!   heard recently, so its gap is a handover's; lower priority, no affinity, lower id
+//!   move first; one move in flight per election; an election moved waits [`COOLDOWN`]
+//!   before it moves again.
+//!
+//! **Membership.** The leader of a named election proposes, with the election's own conf
+//! changes (joint consensus when more than one voter changes), the difference between
+//! its configuration and the root's applied one: new root members join as learners, are
+//! promoted once caught up, members gone from the root are removed. A leader that is
+//! itself no longer a root voter hands the election over instead. While such a change is
+//! in flight, the election's rounds earn no lease (see [`Group::conf_hold`]).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use raft::eraftpb::{ConfChangeSingle, ConfChangeType, ConfChangeV2};
+use raft::StateRole;
+use slog::{debug, info};
+use tokio::time::Instant;
+
+use super::group::Group;
+use super::{Driver, PendingTransfer};
+use crate::election::ElectionId;
+use crate::storage::RaftStore;
+use crate::transport::NodeId;
+
+/// A peer counts as healthy once heard from continuously for this long.
+pub(super) const HEALTHY_AFTER: Duration = Duration::from_secs(1);
+/// A node waits this long after its own moves before it moves again, and an election
+/// moved waits this long before it moves again.
+pub(super) const COOLDOWN: Duration = Duration::from_secs(2);
+/// How often the balancer looks.
+const EVERY: Duration = Duration::from_millis(200);
+
+/// The balancer's memory (nothing of it is replicated).
+#[derive(Debug, Default)]
+pub(super) struct Spread {
+    /// Since when each peer has been heard from without a gap of an election timeout.
+    healthy_since: BTreeMap<NodeId, Instant>,
+    last_look: Option<Instant>,
+    last_moves: Option<Instant>,
+    moved_at: HashMap<ElectionId, Instant>,
+}
+
+/// One move: election `election`, led here, to node `to`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Move {
+    pub(super) election: ElectionId,
+    pub(super) to: NodeId,
+}
+
+/// What the placement rule needs of one election.
+#[derive(Debug, Clone)]
+pub(super) struct Placed {
+    pub(super) election: ElectionId,
+    pub(super) leader: NodeId,
+    pub(super) priority: u8,
+    pub(super) affinity: Vec<NodeId>,
+}
+
+/// The targets of every node of `healthy` for `n` elections: the first `n mod k` by
+/// (count descending, id) get the ceiling, the others the floor.
+pub(super) fn targets(
+    healthy: &BTreeSet<NodeId>,
+    counts: &BTreeMap<NodeId, usize>,
+    n: usize,
+) -> BTreeMap<NodeId, usize> {
+    let k = healthy.len();
+    if k == 0 {
+        return BTreeMap::new();
+    }
+    let mut order: Vec<NodeId> = healthy.iter().copied().collect();
+    order.sort_by_key(|id| (std::cmp::Reverse(counts.get(id).copied().unwrap_or(0)), *id));
+    let (floor, extra) = (n / k, n % k);
+    order
+        .into_iter()
+        .enumerate()
+        .map(|(i, id)| (id, floor + usize::from(i < extra)))
+        .collect()
+}
+
+/// The moves of the elections `me` leads, from a placement every node can compute.
+/// `movable(e, to)`: whether election `e` may go to `to` now (cool-down, target's log).
+pub(super) fn plan(
+    me: NodeId,
+    healthy: &BTreeSet<NodeId>,
+    placed: &[Placed],
+    mut movable: impl FnMut(ElectionId, NodeId) -> bool,
+) -> Vec<Move> {
+    let mut counts: BTreeMap<NodeId, usize> = healthy.iter().map(|id| (*id, 0)).collect();
+    let in_h: Vec<&Placed> = placed
+        .iter()
+        .filter(|p| healthy.contains(&p.leader))
+        .collect();
+    for p in &in_h {
+        *counts.entry(p.leader).or_default() += 1;
+    }
+    let n = in_h.len();
+    let target = targets(healthy, &counts, n);
+    let mut moves = Vec::new();
+    // Affinity first, for every election (every node computes the same): an election
+    // belongs on the first healthy node of its list, while that node is below its target
+    // plus one. Only this node's own such moves are carried out; the others count.
+    let preferred = |p: &Placed| p.affinity.iter().copied().find(|a| healthy.contains(a));
+    let mut moving_in: BTreeSet<ElectionId> = BTreeSet::new();
+    for p in &in_h {
+        let Some(pref) = preferred(p) else { continue };
+        if pref == p.leader || counts[&pref] > target[&pref] {
+            continue;
+        }
+        if p.leader == me && !movable(p.election, pref) {
+            continue;
+        }
+        *counts.get_mut(&p.leader).expect("leader in H") -= 1;
+        *counts.get_mut(&pref).expect("pref in H") += 1;
+        moving_in.insert(p.election);
+        if p.leader == me {
+            moves.push(Move {
+                election: p.election,
+                to: pref,
+            });
+        }
+    }
+    let (floor, ceil) = (n / healthy.len(), n.div_ceil(healthy.len()));
+    if !counts.values().any(|c| *c < floor || *c > ceil) {
+        return moves;
+    }
+    // Surplus units in id order, matched to deficit slots in id order.
+    let mut deficits: Vec<NodeId> = Vec::new();
+    for (id, c) in &counts {
+        for _ in *c..target[id] {
+            deficits.push(*id);
+        }
+    }
+    let mut slot = 0;
+    for (id, c) in &counts {
+        let surplus = c.saturating_sub(target[id]);
+        if *id != me {
+            slot += surplus;
+            continue;
+        }
+        // Mine: the lowest priority, no affinity, lowest id first; never one whose
+        // affinity prefers this node.
+        let mut mine: Vec<&&Placed> = in_h
+            .iter()
+            .filter(|p| p.leader == me && !moving_in.contains(&p.election))
+            .filter(|p| preferred(p) != Some(me))
+            .collect();
+        mine.sort_by_key(|p| (p.priority, !p.affinity.is_empty(), p.election));
+        let mut candidates = mine.into_iter();
+        for to in deficits.iter().skip(slot).take(surplus) {
+            if let Some(p) = candidates.by_ref().find(|p| movable(p.election, *to)) {
+                moves.push(Move {
+                    election: p.election,
+                    to: *to,
+                });
+            }
+        }
+        break;
+    }
+    moves
+}
+
+impl<S: RaftStore> Driver<S> {
+    /// Notes which peers are healthy (heard from within an election timeout, for at
+    /// least [`HEALTHY_AFTER`]).
+    fn healthy_voters(&mut self, now: Instant) -> BTreeSet<NodeId> {
+        let et = self.env.timing.election_timeout();
+        let voters: Vec<NodeId> = self
+            .root
+            .raw
+            .raft
+            .prs()
+            .conf()
+            .voters()
+            .ids()
+            .iter()
+            .collect();
+        let mut healthy = BTreeSet::new();
+        for id in voters {
+            if self.state.is_drained(id) {
+                continue;
+            }
+            if id == self.env.id {
+                healthy.insert(id);
+                continue;
+            }
+            let heard = self
+                .last_heard
+                .get(&id)
+                .is_some_and(|t| now.saturating_duration_since(*t) < et);
+            if heard {
+                let since = *self.spread.healthy_since.entry(id).or_insert(now);
+                if now.saturating_duration_since(since) >= HEALTHY_AFTER {
+                    healthy.insert(id);
+                }
+            } else {
+                self.spread.healthy_since.remove(&id);
+            }
+        }
+        healthy
+    }
+
+    /// The balancer's look, every [`EVERY`]: moves of the elections this node leads.
+    pub(super) fn balance(&mut self, now: Instant) {
+        if self
+            .spread
+            .last_look
+            .is_some_and(|t| now.saturating_duration_since(t) < EVERY)
+        {
+            return;
+        }
+        self.spread.last_look = Some(now);
+        let healthy = self.healthy_voters(now);
+        if self.named.groups.is_empty()
+            || self.shutdown.is_some()
+            || !healthy.contains(&self.env.id)
+            || self.root.joint
+            || self
+                .spread
+                .last_moves
+                .is_some_and(|t| now.saturating_duration_since(t) < COOLDOWN)
+        {
+            return;
+        }
+        let mut placed = Vec::with_capacity(self.named.groups.len());
+        for ng in self.named.groups.values() {
+            let raft = &ng.g.raw.raft;
+            let leader = if raft.state == StateRole::Leader {
+                self.env.id
+            } else {
+                raft.leader_id
+            };
+            if leader == 0 || raft.lead_transferee.is_some() || ng.g.transfer.is_some() {
+                return; // not settled: look again later
+            }
+            let options = self.named.options_of(ng.g.election);
+            placed.push(Placed {
+                election: ng.g.election,
+                leader,
+                priority: options.map_or(128, |o| o.priority),
+                affinity: options.map(|o| o.affinity.clone()).unwrap_or_default(),
+            });
+        }
+        let me = self.env.id;
+        let moved_at = &self.spread.moved_at;
+        let groups = &self.named.groups;
+        let moves = plan(me, &healthy, &placed, |e, to| {
+            let cooled = moved_at
+                .get(&e)
+                .is_none_or(|t| now.saturating_duration_since(*t) >= COOLDOWN);
+            cooled && groups.get(&e).is_some_and(|ng| caught_up(&ng.g, to))
+        });
+        if moves.is_empty() {
+            return;
+        }
+        info!(self.env.logger, "balancer: handing elections over"; "moves" => moves.len(),
+              "healthy" => ?healthy);
+        self.spread.last_moves = Some(now);
+        let drained = self.state.drained.clone();
+        for m in moves {
+            let Some(ng) = self.named.groups.get_mut(&m.election) else {
+                continue;
+            };
+            match ng.g.start_transfer(&self.env, Some(m.to), &drained) {
+                Ok(to) => {
+                    self.spread.moved_at.insert(m.election, now);
+                    ng.g.transfer = Some(PendingTransfer {
+                        to,
+                        deadline: now + self.env.timing.election_timeout() * 2,
+                        reply: None,
+                    });
+                }
+                Err(e) => debug!(self.env.logger, "balancer: move not started";
+                                 "election" => ng.g.name.as_deref(), "error" => %e),
+            }
+        }
+    }
+
+    /// For each named election this node leads: propose the difference between its
+    /// configuration and the root's (one change in flight per election), or hand it
+    /// over if this node is no longer a root voter.
+    pub(super) fn follow_root_membership(&mut self, now: Instant) {
+        if self.root.joint {
+            return;
+        }
+        let conf = self.root.raw.raft.prs().conf();
+        let root_voters: BTreeSet<NodeId> = conf.voters().ids().iter().collect();
+        let root_learners: BTreeSet<NodeId> = conf.learners().iter().copied().collect();
+        if root_voters.is_empty() {
+            return;
+        }
+        let me = self.env.id;
+        let drained = self.state.drained.clone();
+        for ng in self.named.groups.values_mut() {
+            let g = &mut ng.g;
+            if g.raw.raft.state != StateRole::Leader {
+                continue;
+            }
+            g.release_conf_hold(now);
+            if g.joint || g.raw.raft.has_pending_conf() || g.transfer.is_some() {
+                continue;
+            }
+            if !root_voters.contains(&me) {
+                if g.raw.raft.lead_transferee.is_none() {
+                    if let Ok(to) = g.start_transfer(&self.env, None, &drained) {
+                        g.transfer = Some(PendingTransfer {
+                            to,
+                            deadline: now + self.env.timing.election_timeout() * 2,
+                            reply: None,
+                        });
+                    }
+                }
+                continue;
+            }
+            let changes = membership_changes(g, &root_voters, &root_learners);
+            if changes.is_empty() {
+                continue;
+            }
+            let mut cc = ConfChangeV2::default();
+            cc.set_changes(changes.clone().into());
+            match g.raw.propose_conf_change(vec![], cc) {
+                Ok(()) => {
+                    info!(self.env.logger, "election follows the group's membership";
+                          "election" => g.name.as_deref(), "changes" => ?changes);
+                    g.conf_hold = true;
+                }
+                Err(e) => debug!(self.env.logger, "election membership change not proposed";
+                                 "election" => g.name.as_deref(), "error" => %e),
+            }
+        }
+    }
+}
+
+/// Whether `to`'s log in `g` is at the leader's last index and it was heard recently.
+fn caught_up<S: RaftStore>(g: &Group<S>, to: NodeId) -> bool {
+    let raft = &g.raw.raft;
+    let last = raft.raft_log.last_index();
+    raft.prs().conf().voters().contains(to)
+        && raft
+            .prs()
+            .get(to)
+            .is_some_and(|pr| pr.matched >= last && pr.recent_active)
+}
+
+/// The changes that make `g`'s configuration the root's: add new members as learners,
+/// promote caught-up learners the root has as voters, demote voters the root has as
+/// learners, remove members the root no longer has.
+fn membership_changes<S: RaftStore>(
+    g: &Group<S>,
+    root_voters: &BTreeSet<NodeId>,
+    root_learners: &BTreeSet<NodeId>,
+) -> Vec<ConfChangeSingle> {
+    let raft = &g.raw.raft;
+    let conf = raft.prs().conf();
+    let voters: BTreeSet<NodeId> = conf.voters().ids().iter().collect();
+    let learners: BTreeSet<NodeId> = conf.learners().iter().copied().collect();
+    let me = raft.id;
+    let last = raft.raft_log.last_index();
+    let mut out = Vec::new();
+    let mut change = |t: ConfChangeType, id: NodeId| {
+        let mut c = ConfChangeSingle::default();
+        c.set_change_type(t);
+        c.node_id = id;
+        out.push(c);
+    };
+    for id in root_voters.union(root_learners) {
+        if !voters.contains(id) && !learners.contains(id) {
+            change(ConfChangeType::AddLearnerNode, *id);
+        }
+    }
+    for id in root_voters.intersection(&learners) {
+        if raft.prs().get(*id).is_some_and(|pr| pr.matched >= last) {
+            change(ConfChangeType::AddNode, *id);
+        }
+    }
+    for id in root_learners.intersection(&voters) {
+        if *id != me {
+            change(ConfChangeType::AddLearnerNode, *id);
+        }
+    }
+    for id in voters.union(&learners) {
+        if *id != me && !root_voters.contains(id) && !root_learners.contains(id) {
+            change(ConfChangeType::RemoveNode, *id);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn placed(leaders: &[NodeId]) -> Vec<Placed> {
+        leaders
+            .iter()
+            .enumerate()
+            .map(|(i, l)| Placed {
+                election: i as ElectionId + 1,
+                leader: *l,
+                priority: 128,
+                affinity: Vec::new(),
+            })
+            .collect()
+    }
+
+    fn all_moves(h: &BTreeSet<NodeId>, p: &[Placed]) -> Vec<Move> {
+        h.iter()
+            .flat_map(|me| plan(*me, h, p, |_, _| true))
+            .collect()
+    }
+
+    fn after(p: &[Placed], moves: &[Move]) -> BTreeMap<NodeId, usize> {
+        let mut counts = BTreeMap::new();
+        for e in p {
+            let leader = moves
+                .iter()
+                .find(|m| m.election == e.election)
+                .map_or(e.leader, |m| m.to);
+            *counts.entry(leader).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn sixteen_on_one_node_spread_in_one_round_to_three_or_four_each() {
+        let h: BTreeSet<NodeId> = (1..=5).collect();
+        let p = placed(&[1; 16]);
+        let moves = all_moves(&h, &p);
+        assert_eq!(moves.len(), 12, "{moves:?}");
+        let counts = after(&p, &moves);
+        assert_eq!(counts.len(), 5);
+        assert!(counts.values().all(|c| (3..=4).contains(c)), "{counts:?}");
+        // No election moves twice, and every move is the leader's own.
+        let mut seen = BTreeSet::new();
+        assert!(moves.iter().all(|m| seen.insert(m.election)));
+    }
+
+    #[test]
+    fn a_balanced_or_off_by_one_group_moves_nothing() {
+        let h: BTreeSet<NodeId> = (1..=5).collect();
+        let p = placed(&[1, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4, 5, 5, 5]);
+        assert!(all_moves(&h, &p).is_empty());
+        let p = placed(&[1, 2, 3]);
+        assert!(all_moves(&h, &p).is_empty());
+    }
+
+    #[test]
+    fn a_returning_node_gets_its_share_from_the_others() {
+        // Node 5 came back leading nothing: 16 over 4 nodes, 4 each.
+        let h: BTreeSet<NodeId> = (1..=5).collect();
+        let p = placed(&[1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4]);
+        let moves = all_moves(&h, &p);
+        let counts = after(&p, &moves);
+        assert!(counts.values().all(|c| (3..=4).contains(c)), "{counts:?}");
+        assert_eq!(counts[&5], 3, "{moves:?}");
+    }
+
+    #[test]
+    fn elections_led_outside_the_healthy_set_are_not_counted_or_moved() {
+        let h: BTreeSet<NodeId> = [1, 2].into();
+        let p = placed(&[3, 3, 3, 1, 1, 1, 1]);
+        let moves = all_moves(&h, &p);
+        assert!(moves.iter().all(|m| m.election >= 4));
+        let counts = after(&p, &moves);
+        assert_eq!((counts[&1], counts[&2]), (2, 2), "{moves:?}");
+    }
+
+    #[test]
+    fn affinity_wins_and_is_never_undone_by_the_counts() {
+        let h: BTreeSet<NodeId> = (1..=3).collect();
+        let mut p = placed(&[1, 1, 1, 2, 2, 3]);
+        p[5].affinity = vec![9, 1]; // 9 is not healthy: node 1 is preferred
+                                    // Rounds until nothing moves: node 1 is full at first, so election 6 gets there
+                                    // once node 1 gave one of its others away.
+        for _ in 0..4 {
+            let moves = all_moves(&h, &p);
+            for m in &moves {
+                p[m.election as usize - 1].leader = m.to;
+            }
+        }
+        assert_eq!(p[5].leader, 1, "{p:?}");
+        assert!(all_moves(&h, &p).is_empty(), "{p:?}");
+        let counts = after(&p, &[]);
+        assert!(counts.values().all(|c| *c == 2), "{counts:?}");
+    }
+
+    #[test]
+    fn lower_priority_moves_first_and_a_refused_target_is_skipped() {
+        let h: BTreeSet<NodeId> = (1..=2).collect();
+        let mut p = placed(&[1, 1, 1, 1]);
+        p[2].priority = 10;
+        let moves = plan(1, &h, &p, |_, _| true);
+        assert_eq!(moves[0].election, 3, "{moves:?}");
+        assert!(plan(1, &h, &p, |_, _| false).is_empty());
+    }
+}
