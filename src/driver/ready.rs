@@ -66,6 +66,7 @@ impl<S: RaftStore> Driver<S> {
         }
         // Pass 2: what the votes and acknowledgements below promise is on disk first.
         if !parts.is_empty() {
+            self.env.metrics.turn_write(parts.len());
             S::write_all(parts)?;
         }
         // Pass 3.

@@ -151,6 +151,8 @@ pub struct Metrics {
     named_leaderless: CountGauge,
     named_dropped_unknown: Counter,
     named_dropped_removed: Counter,
+    turn_writes: Counter,
+    turn_parts: Counter,
 }
 
 impl Metrics {
@@ -187,6 +189,8 @@ impl Metrics {
             named_leaderless: CountGauge::default(),
             named_dropped_unknown: Counter::default(),
             named_dropped_removed: Counter::default(),
+            turn_writes: Counter::default(),
+            turn_parts: Counter::default(),
         })
     }
 
@@ -206,6 +210,18 @@ impl Metrics {
         } else {
             self.named_dropped_unknown.inc();
         }
+    }
+
+    /// A Ready pass wrote `parts` groups' state in one store write.
+    pub(crate) fn turn_write(&self, parts: usize) {
+        self.turn_writes.inc();
+        self.turn_parts.inc_by(parts as u64);
+    }
+
+    /// (store writes of Ready passes, groups they carried) so far: with many elections,
+    /// the second above the first means several groups shared one write (one fsync).
+    pub fn turn_writes(&self) -> (u64, u64) {
+        (self.turn_writes.get(), self.turn_parts.get())
     }
 
     /// (elections led, leased, leaderless) as last set, for tests.
@@ -305,6 +321,16 @@ impl Metrics {
                 &self.elections_won,
             ),
             ("leases_acquired", "Leases granted.", &self.leases_acquired),
+            (
+                "store_turn_writes",
+                "Store writes of the driver's Ready passes (one per pass that persisted anything, for all elections at once).",
+                &self.turn_writes,
+            ),
+            (
+                "store_turn_write_parts",
+                "Elections whose state those writes carried (above the writes: elections shared a write).",
+                &self.turn_parts,
+            ),
             (
                 "named_election_messages_unknown",
                 "Messages of a named election this node has not founded yet, dropped.",
