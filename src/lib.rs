@@ -312,6 +312,7 @@ pub mod clock;
 pub mod config;
 mod driver;
 pub mod election;
+mod election_handle;
 mod election_rng;
 pub mod error;
 pub mod fence;
@@ -341,8 +342,9 @@ pub mod transport;
 
 pub use config::{Config, ConfigBuilder, ReadMode, Timing, TlsSource};
 pub use election::{
-    Election, ElectionError, ElectionId, ElectionInfo, ElectionOptions, ElectionsView, Removed,
+    ElectionError, ElectionId, ElectionInfo, ElectionOptions, ElectionsView, Removed,
 };
+pub use election_handle::Election;
 pub use error::{
     LeaseLost, LostReason, MembershipError, NodeStopped, StartError, StopCause, TransferError,
 };

@@ -15,7 +15,8 @@ use crate::driver::{
     discard_logger, watch_of, Command, Driver, DriverParts, ElectionsView, MemberChange,
     NamedParts, Watches,
 };
-use crate::election::{Election, ElectionError, ElectionInfo, ElectionOptions, Removed};
+use crate::election::{ElectionError, ElectionInfo, ElectionOptions, Removed};
+use crate::election_handle::Election;
 use crate::error::{
     ConfigError, MembershipError, NodeStopped, StartError, StopCause, StorageError, TransferError,
 };

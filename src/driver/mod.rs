@@ -1,5 +1,5 @@
-//! The driver: one task that owns the raft-rs [`RawNode`] and is the only place where
-//! raft state changes. Ticks, inbound messages, commands from [`Node`](crate::Node)
+//! The driver: one task that owns the raft-rs [`RawNode`]s (the root election's and every
+//! named election's) and is the only place where raft state changes. Ticks, inbound messages, commands from [`Node`](crate::Node)
 //! handles and confirms from [`Lease`] handles arrive by channel; after each event the
 //! driver handles raft-rs's `Ready` (one entrance: [`Driver::handle_ready`]) and then
 //! does its bookkeeping in named phases ([`Driver::after_ready`]).
@@ -13,13 +13,18 @@
 //! | `mod.rs` | the loop, start and stop, panics inside raft-rs |
 //! | `command.rs` | what `Node` handles ask, and the answers |
 //! | `inbound.rs` | messages from peers: admission, quiet period, held handovers |
-//! | `ready.rs` | the Ready: persist, send, apply, compact |
+//! | `group.rs` | one election's state (root or named) and the node's `Env` |
+//! | `ready.rs` | the Ready of every election in one turn: persist (one write), send, apply, compact |
 //! | `keeper.rs` | the lease's arithmetic and rounds (no I/O, takes `now`) |
 //! | `leases.rs` | rounds through raft-rs, granting, renewing, revoking `Lease`s |
 //! | `handover.rs` | transfers, shutdown handovers, failed handovers |
 //! | `membership.rs` | conf changes, drains, farewells, reachability |
 //! | `publish.rs` | leadership, role, health, status, tenure records |
+//! | `named.rs` | named elections: founding, removal, routing, per-turn duties |
+//! | `catalog.rs` | the catalog: create and remove calls, declared elections |
+//! | `spread.rs` | spreading leaderships, named elections following the root's membership |
 
+mod catalog;
 mod command;
 mod group;
 mod handover;

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | the table of groups, founding and removal | [`Named`], `Driver::open_election`, `Driver::close_election` |
 //! | messages of named elections from peers | `Driver::on_election_message` |
-//! | catalog commands (create, remove, list) | `Driver::on_catalog_command`, `Driver::catalog_applied` |
+//! | catalog commands (create, remove, list) | `catalog.rs` |
 //! | per-turn duties (leases, transfers, drains, publishing) | `Driver::named_after_ready` |
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -19,21 +19,19 @@ use slog::{debug, error, info, warn, Logger};
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
+use super::catalog::{CatalogReply, PendingCatalog};
 use super::group::{Env, Group, LeaseWaiter};
 use super::{Driver, PendingTransfer};
 use crate::clock::Stamp;
-use crate::election::{
-    term_floor, ElectionError, ElectionId, ElectionInfo, ElectionOptions, Removed,
-};
+use crate::election::{term_floor, ElectionError, ElectionId, ElectionOptions};
 use crate::election_rng::ElectionTimeouts;
 use crate::error::{LostReason, NodeStopped, StopCause, TransferError};
 use crate::history::History;
 use crate::lease::Lease;
 use crate::peer_input::{self, Local, Verdict};
-use crate::state::{CatalogChange, ElectionSpec, GroupState, Request};
+use crate::state::ElectionSpec;
 use crate::status::{Leadership, Role};
 use crate::storage::{RaftStore, ReadyWrite, StorageError};
-use crate::token::FencingToken;
 use crate::transport::NodeId;
 
 pub(crate) use crate::election::ElectionsView;
@@ -69,18 +67,6 @@ pub(super) struct NamedGroup<S: RaftStore> {
     pub(super) history: History,
 }
 
-/// A caller waiting for a catalog entry it proposed to apply.
-struct PendingCatalog {
-    nonce: u64,
-    deadline: Instant,
-    reply: CatalogReply,
-}
-
-enum CatalogReply {
-    Create(oneshot::Sender<Result<ElectionInfo, ElectionError>>),
-    Remove(oneshot::Sender<Result<Removed, ElectionError>>),
-}
-
 /// The named elections this node runs, and what the driver needs to run them.
 pub(super) struct Named<S: RaftStore> {
     pub(super) groups: BTreeMap<ElectionId, NamedGroup<S>>,
@@ -91,9 +77,9 @@ pub(super) struct Named<S: RaftStore> {
     view: watch::Sender<ElectionsView>,
     view_dirty: bool,
     /// Ids removed here (tombstoned): never founded again.
-    removed: BTreeSet<ElectionId>,
-    pending: Vec<PendingCatalog>,
-    next_nonce: u64,
+    pub(super) removed: BTreeSet<ElectionId>,
+    pub(super) pending: Vec<PendingCatalog>,
+    pub(super) next_nonce: u64,
     /// Lease requests for names this node does not run (yet).
     waiting: Vec<(Arc<str>, LeaseWaiter)>,
     raft_config: raft::Config,
@@ -101,8 +87,8 @@ pub(super) struct Named<S: RaftStore> {
     election_seed: Option<u64>,
     timeouts_at_minimum: bool,
     /// Elections the configuration declares: the root leader creates those missing.
-    declared: Vec<(String, ElectionOptions)>,
-    last_declared_check: Option<Instant>,
+    pub(super) declared: Vec<(String, ElectionOptions)>,
+    pub(super) last_declared_check: Option<Instant>,
 }
 
 /// What `Named` is built from.
@@ -607,166 +593,6 @@ impl<S: RaftStore> Driver<S> {
         Ok(ng.history.records())
     }
 
-    /// The catalog as this node applied it.
-    pub(super) fn catalog(&self) -> Vec<ElectionInfo> {
-        self.state
-            .elections
-            .iter()
-            .map(|(name, spec)| ElectionInfo {
-                name: name.clone(),
-                id: spec.id,
-                options: spec.options.clone(),
-                created_at: spec.created_at,
-            })
-            .collect()
-    }
-
-    fn catalog_leader_check(&self) -> Result<(), ElectionError> {
-        let raft = &self.root.raw.raft;
-        if raft.state == StateRole::Leader && self.is_voter(self.env.id) {
-            Ok(())
-        } else {
-            Err(ElectionError::NotLeader {
-                leader_hint: (raft.leader_id != 0).then_some(raft.leader_id),
-            })
-        }
-    }
-
-    fn propose_catalog(&mut self, data: Vec<u8>, nonce: u64, reply: CatalogReply) {
-        let fail = |reply: CatalogReply, e: ElectionError| match reply {
-            CatalogReply::Create(r) => {
-                let _ = r.send(Err(e));
-            }
-            CatalogReply::Remove(r) => {
-                let _ = r.send(Err(e));
-            }
-        };
-        if let Err(e) = self.catalog_leader_check() {
-            fail(reply, e);
-            return;
-        }
-        match self.root.raw.propose(vec![], data) {
-            Ok(()) => self.named.pending.push(PendingCatalog {
-                nonce,
-                deadline: self.env.clock.now() + self.env.timing.election_timeout() * 4,
-                reply,
-            }),
-            Err(e) => {
-                debug!(self.env.logger, "catalog change not proposed"; "error" => %e);
-                fail(reply, ElectionError::NotLeader { leader_hint: None });
-            }
-        }
-    }
-
-    fn next_request(&mut self) -> Request {
-        let nonce = self.named.next_nonce;
-        self.named.next_nonce += 1;
-        Request {
-            node: self.env.id,
-            nonce,
-        }
-    }
-
-    /// Proposes the creation of election `name` (root leader only).
-    pub(super) fn create_election(
-        &mut self,
-        name: &str,
-        options: ElectionOptions,
-        reply: oneshot::Sender<Result<ElectionInfo, ElectionError>>,
-    ) {
-        if let Err(e) = crate::election::check_name(name) {
-            let _ = reply.send(Err(e));
-            return;
-        }
-        if self.state.elections.contains_key(name) {
-            let _ = reply.send(Err(ElectionError::Exists(name.into())));
-            return;
-        }
-        let req = self.next_request();
-        let data = GroupState::create_entry(name, &options, req);
-        self.propose_catalog(data, req.nonce, CatalogReply::Create(reply));
-    }
-
-    /// Proposes the removal of election `name` (root leader only).
-    pub(super) fn remove_election(
-        &mut self,
-        name: &str,
-        reply: oneshot::Sender<Result<Removed, ElectionError>>,
-    ) {
-        let Some(spec) = self.state.elections.get(name) else {
-            let _ = reply.send(Err(ElectionError::NotFound(name.into())));
-            return;
-        };
-        let id = spec.id;
-        let req = self.next_request();
-        let data = GroupState::remove_entry(name, id, req);
-        self.propose_catalog(data, req.nonce, CatalogReply::Remove(reply));
-    }
-
-    /// A catalog entry applied at root `index`: found or remove the election here, and
-    /// answer the caller if this node proposed it.
-    pub(super) fn catalog_applied(&mut self, change: CatalogChange) -> Result<(), StorageError> {
-        let (req, answer): (Request, Box<dyn FnOnce(CatalogReply)>) = match change {
-            CatalogChange::NotCatalog => return Ok(()),
-            CatalogChange::Created { name, spec, req } => {
-                info!(self.env.logger, "election created"; "election" => &name, "id" => spec.id);
-                self.open_election(&name, &spec)?;
-                let info = ElectionInfo {
-                    name,
-                    id: spec.id,
-                    options: spec.options,
-                    created_at: spec.created_at,
-                };
-                (
-                    req,
-                    Box::new(move |r| match r {
-                        CatalogReply::Create(r) => {
-                            let _ = r.send(Ok(info));
-                        }
-                        CatalogReply::Remove(r) => {
-                            let _ = r.send(Err(ElectionError::Exists(info.name)));
-                        }
-                    }),
-                )
-            }
-            CatalogChange::Removed { name, id, req } => {
-                self.close_election(&name, id)?;
-                let removed = Removed {
-                    id,
-                    retired_above: FencingToken::new(term_floor(id.saturating_add(1))),
-                };
-                (
-                    req,
-                    Box::new(move |r| match r {
-                        CatalogReply::Remove(r) => {
-                            let _ = r.send(Ok(removed));
-                        }
-                        CatalogReply::Create(r) => {
-                            let _ = r.send(Err(ElectionError::Removed(name)));
-                        }
-                    }),
-                )
-            }
-            CatalogChange::Refused { req, error } => (
-                req,
-                Box::new(move |r| match r {
-                    CatalogReply::Create(r) => {
-                        let _ = r.send(Err(error));
-                    }
-                    CatalogReply::Remove(r) => {
-                        let _ = r.send(Err(error));
-                    }
-                }),
-            ),
-        };
-        if req.node == self.env.id {
-            if let Some(i) = self.named.pending.iter().position(|p| p.nonce == req.nonce) {
-                answer(self.named.pending.swap_remove(i).reply);
-            }
-        }
-        Ok(())
-    }
-
     /// After every turn, for every named election: its lease follows its role, its
     /// transfer progresses, a failed handover steps down, an expired lease ends, a
     /// drained node hands over what it leads, a new leader records its tenure, leases
@@ -821,55 +647,12 @@ impl<S: RaftStore> Driver<S> {
         env.metrics
             .set_named(self.named.groups.len() as u64, led, leased, leaderless);
         self.named.view_dirty |= changed;
-        // Catalog calls that were not applied in time.
-        let (late, pending): (Vec<_>, Vec<_>) = std::mem::take(&mut self.named.pending)
-            .into_iter()
-            .partition(|p| now >= p.deadline);
-        self.named.pending = pending;
-        let ms = self.env.timing.election_timeout().as_millis() as u64 * 4;
-        for p in late {
-            match p.reply {
-                CatalogReply::Create(r) => {
-                    let _ = r.send(Err(ElectionError::TimedOut(ms)));
-                }
-                CatalogReply::Remove(r) => {
-                    let _ = r.send(Err(ElectionError::TimedOut(ms)));
-                }
-            }
-        }
+        self.expire_catalog_calls(now);
         self.ensure_declared(now);
         self.follow_root_membership(now);
         self.balance(now);
         self.publish_view();
         again || self.named.groups.values().any(|ng| ng.g.raw.has_ready())
-    }
-
-    /// The root leader creates the elections the configuration declares, once a second
-    /// until the catalog holds them (a name that exists is left as it is).
-    fn ensure_declared(&mut self, now: Instant) {
-        if self.named.declared.is_empty()
-            || self.root.lease.is_none()
-            || self.named.last_declared_check.is_some_and(|t| {
-                now.saturating_duration_since(t) < std::time::Duration::from_secs(1)
-            })
-        {
-            return;
-        }
-        self.named.last_declared_check = Some(now);
-        let missing: Vec<(String, ElectionOptions)> = self
-            .named
-            .declared
-            .iter()
-            .filter(|(n, _)| !self.state.elections.contains_key(n))
-            .cloned()
-            .collect();
-        if !missing.is_empty() {
-            info!(self.env.logger, "creating the declared elections"; "missing" => missing.len());
-        }
-        for (name, options) in missing {
-            let (tx, _rx) = oneshot::channel();
-            self.create_election(&name, options, tx);
-        }
     }
 
     /// Publishes every election's leadership as one view, if one changed.

@@ -1,0 +1,236 @@
+//! The catalog of named elections, as the driver changes it (`docs/design.md`, section
+//! 11, "The catalog"): create and remove calls (root leader only), the answers when their
+//! entries apply, the elections the configuration declares.
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use raft::StateRole;
+use slog::{debug, info};
+
+use super::Driver;
+use crate::election::{term_floor, ElectionError, ElectionInfo, ElectionOptions, Removed};
+use crate::state::{CatalogChange, GroupState, Request};
+use crate::storage::{RaftStore, StorageError};
+use crate::token::FencingToken;
+
+/// A caller waiting for a catalog entry it proposed to apply.
+pub(super) struct PendingCatalog {
+    pub(super) nonce: u64,
+    pub(super) deadline: Instant,
+    pub(super) reply: CatalogReply,
+}
+
+pub(super) enum CatalogReply {
+    Create(oneshot::Sender<Result<ElectionInfo, ElectionError>>),
+    Remove(oneshot::Sender<Result<Removed, ElectionError>>),
+}
+
+impl<S: RaftStore> Driver<S> {
+    /// The catalog as this node applied it.
+    pub(super) fn catalog(&self) -> Vec<ElectionInfo> {
+        self.state
+            .elections
+            .iter()
+            .map(|(name, spec)| ElectionInfo {
+                name: name.clone(),
+                id: spec.id,
+                options: spec.options.clone(),
+                created_at: spec.created_at,
+            })
+            .collect()
+    }
+
+    fn catalog_leader_check(&self) -> Result<(), ElectionError> {
+        let raft = &self.root.raw.raft;
+        if raft.state == StateRole::Leader && self.is_voter(self.env.id) {
+            Ok(())
+        } else {
+            Err(ElectionError::NotLeader {
+                leader_hint: (raft.leader_id != 0).then_some(raft.leader_id),
+            })
+        }
+    }
+
+    fn propose_catalog(&mut self, data: Vec<u8>, nonce: u64, reply: CatalogReply) {
+        let fail = |reply: CatalogReply, e: ElectionError| match reply {
+            CatalogReply::Create(r) => {
+                let _ = r.send(Err(e));
+            }
+            CatalogReply::Remove(r) => {
+                let _ = r.send(Err(e));
+            }
+        };
+        if let Err(e) = self.catalog_leader_check() {
+            fail(reply, e);
+            return;
+        }
+        match self.root.raw.propose(vec![], data) {
+            Ok(()) => self.named.pending.push(PendingCatalog {
+                nonce,
+                deadline: self.env.clock.now() + self.env.timing.election_timeout() * 4,
+                reply,
+            }),
+            Err(e) => {
+                debug!(self.env.logger, "catalog change not proposed"; "error" => %e);
+                fail(reply, ElectionError::NotLeader { leader_hint: None });
+            }
+        }
+    }
+
+    fn next_request(&mut self) -> Request {
+        let nonce = self.named.next_nonce;
+        self.named.next_nonce += 1;
+        Request {
+            node: self.env.id,
+            nonce,
+        }
+    }
+
+    /// Proposes the creation of election `name` (root leader only).
+    pub(super) fn create_election(
+        &mut self,
+        name: &str,
+        options: ElectionOptions,
+        reply: oneshot::Sender<Result<ElectionInfo, ElectionError>>,
+    ) {
+        if let Err(e) = crate::election::check_name(name) {
+            let _ = reply.send(Err(e));
+            return;
+        }
+        if self.state.elections.contains_key(name) {
+            let _ = reply.send(Err(ElectionError::Exists(name.into())));
+            return;
+        }
+        let req = self.next_request();
+        let data = GroupState::create_entry(name, &options, req);
+        self.propose_catalog(data, req.nonce, CatalogReply::Create(reply));
+    }
+
+    /// Proposes the removal of election `name` (root leader only).
+    pub(super) fn remove_election(
+        &mut self,
+        name: &str,
+        reply: oneshot::Sender<Result<Removed, ElectionError>>,
+    ) {
+        let Some(spec) = self.state.elections.get(name) else {
+            let _ = reply.send(Err(ElectionError::NotFound(name.into())));
+            return;
+        };
+        let id = spec.id;
+        let req = self.next_request();
+        let data = GroupState::remove_entry(name, id, req);
+        self.propose_catalog(data, req.nonce, CatalogReply::Remove(reply));
+    }
+
+    /// A catalog entry applied at root `index`: found or remove the election here, and
+    /// answer the caller if this node proposed it.
+    pub(super) fn catalog_applied(&mut self, change: CatalogChange) -> Result<(), StorageError> {
+        let (req, answer): (Request, Box<dyn FnOnce(CatalogReply)>) = match change {
+            CatalogChange::NotCatalog => return Ok(()),
+            CatalogChange::Created { name, spec, req } => {
+                info!(self.env.logger, "election created"; "election" => &name, "id" => spec.id);
+                self.open_election(&name, &spec)?;
+                let info = ElectionInfo {
+                    name,
+                    id: spec.id,
+                    options: spec.options,
+                    created_at: spec.created_at,
+                };
+                (
+                    req,
+                    Box::new(move |r| match r {
+                        CatalogReply::Create(r) => {
+                            let _ = r.send(Ok(info));
+                        }
+                        CatalogReply::Remove(r) => {
+                            let _ = r.send(Err(ElectionError::Exists(info.name)));
+                        }
+                    }),
+                )
+            }
+            CatalogChange::Removed { name, id, req } => {
+                self.close_election(&name, id)?;
+                let removed = Removed {
+                    id,
+                    retired_above: FencingToken::new(term_floor(id.saturating_add(1))),
+                };
+                (
+                    req,
+                    Box::new(move |r| match r {
+                        CatalogReply::Remove(r) => {
+                            let _ = r.send(Ok(removed));
+                        }
+                        CatalogReply::Create(r) => {
+                            let _ = r.send(Err(ElectionError::Removed(name)));
+                        }
+                    }),
+                )
+            }
+            CatalogChange::Refused { req, error } => (
+                req,
+                Box::new(move |r| match r {
+                    CatalogReply::Create(r) => {
+                        let _ = r.send(Err(error));
+                    }
+                    CatalogReply::Remove(r) => {
+                        let _ = r.send(Err(error));
+                    }
+                }),
+            ),
+        };
+        if req.node == self.env.id {
+            if let Some(i) = self.named.pending.iter().position(|p| p.nonce == req.nonce) {
+                answer(self.named.pending.swap_remove(i).reply);
+            }
+        }
+        Ok(())
+    }
+
+    /// Answers the catalog calls whose entries were not applied in time.
+    pub(super) fn expire_catalog_calls(&mut self, now: Instant) {
+        let (late, pending): (Vec<_>, Vec<_>) = std::mem::take(&mut self.named.pending)
+            .into_iter()
+            .partition(|p| now >= p.deadline);
+        self.named.pending = pending;
+        let ms = self.env.timing.election_timeout().as_millis() as u64 * 4;
+        for p in late {
+            match p.reply {
+                CatalogReply::Create(r) => {
+                    let _ = r.send(Err(ElectionError::TimedOut(ms)));
+                }
+                CatalogReply::Remove(r) => {
+                    let _ = r.send(Err(ElectionError::TimedOut(ms)));
+                }
+            }
+        }
+    }
+
+    /// The root leader creates the elections the configuration declares, once a second
+    /// until the catalog holds them (a name that exists is left as it is).
+    pub(super) fn ensure_declared(&mut self, now: Instant) {
+        if self.named.declared.is_empty()
+            || self.root.lease.is_none()
+            || self.named.last_declared_check.is_some_and(|t| {
+                now.saturating_duration_since(t) < std::time::Duration::from_secs(1)
+            })
+        {
+            return;
+        }
+        self.named.last_declared_check = Some(now);
+        let missing: Vec<(String, ElectionOptions)> = self
+            .named
+            .declared
+            .iter()
+            .filter(|(n, _)| !self.state.elections.contains_key(n))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            info!(self.env.logger, "creating the declared elections"; "missing" => missing.len());
+        }
+        for (name, options) in missing {
+            let (tx, _rx) = oneshot::channel();
+            self.create_election(&name, options, tx);
+        }
+    }
+}
