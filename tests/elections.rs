@@ -372,3 +372,97 @@ async fn named_elections_follow_a_replaced_member() {
     c.assert_leases_never_overlap();
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_of_unknown_and_removed_elections_are_counted_and_dropped() {
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use tenure::storage::{MemDisk, MemStore};
+    use tenure::transport::mem::MemNetwork;
+    use tenure::transport::Transport;
+
+    let net = MemNetwork::new();
+    let group = tenure::GroupId::random();
+    let ids: [NodeId; 3] = [1, 2, 3];
+    let mut nodes = Vec::new();
+    for id in ids {
+        let peers = ids.map(|p| (p, SocketAddr::from(([127, 0, 0, 1], 7000 + p as u16))));
+        let config = tenure::Config::builder(id)
+            .peers(peers)
+            .timing(support::cluster::test_timing())
+            .found(group)
+            .build();
+        let (transport, inbound) = net.endpoint(id);
+        let node = tenure::Node::start_with(
+            config,
+            MemStore::open(MemDisk::for_node(id)),
+            Arc::new(transport),
+            inbound,
+        )
+        .await
+        .unwrap();
+        nodes.push(node);
+    }
+    let root = wait_for("a root leader", T, || {
+        nodes
+            .iter()
+            .position(|n| n.leadership().leased)
+            .map(|i| i as NodeId + 1)
+    })
+    .await;
+    let leader = &nodes[root as usize - 1];
+    leader
+        .create_election("kept", ElectionOptions::new())
+        .await
+        .unwrap();
+    let gone = leader
+        .create_election("gone", ElectionOptions::new())
+        .await
+        .unwrap();
+    leader.remove_election("gone").await.unwrap();
+    let target = ids.into_iter().find(|i| *i != root).unwrap();
+    let t = &nodes[target as usize - 1];
+    wait_for("the removal applied at the target", T, || {
+        (t.election("gone").leadership().role == Role::Stopped).then_some(())
+    })
+    .await;
+    // Another endpoint sends messages of an id nobody created yet and of the removed one:
+    // both are counted and dropped before anything else looks at them.
+    let (stranger, _inbox) = net.endpoint(99);
+    let hb = |term: u64| {
+        let mut m = raft::eraftpb::Message::default();
+        m.set_msg_type(raft::eraftpb::MessageType::MsgHeartbeat);
+        m.from = 99;
+        m.to = target;
+        m.term = term;
+        m
+    };
+    let text = || t.metrics_text();
+    let count = |name: &str| -> u64 {
+        text()
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    stranger.send_election(1000, hb(term_floor(1000) + 1));
+    stranger.send_election(gone.id, hb(term_floor(gone.id) + 1));
+    wait_for("both counted", T, || {
+        (count("tenure_named_election_messages_unknown_total") >= 1
+            && count("tenure_named_election_messages_removed_total") >= 1)
+            .then_some(())
+    })
+    .await;
+    // The node is unharmed: the kept election still has a leased leader.
+    wait_for("kept still led", T, || {
+        ids.iter()
+            .any(|i| {
+                let l = nodes[*i as usize - 1].election("kept").leadership();
+                l.leased && l.role == Role::Leader
+            })
+            .then_some(())
+    })
+    .await;
+    assert!(t.leadership().role != Role::Stopped);
+}
