@@ -466,3 +466,77 @@ async fn messages_of_unknown_and_removed_elections_are_counted_and_dropped() {
     .await;
     assert!(t.leadership().role != Role::Stopped);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_shutdown_hands_every_led_election_over_and_transfers_work_per_name() {
+    let c = Cluster::start(3).await;
+    let ids = [1, 2, 3];
+    let (root, _) = c.steady_leader(T).await;
+    for i in 0..6 {
+        c.node(root)
+            .create_election(&format!("s-{i}"), ElectionOptions::new())
+            .await
+            .unwrap();
+    }
+    spread_evenly(&c, &ids, 6, "6 elections, 2 per node").await;
+    // A transfer of one name, to a named node.
+    let (from, term) = named_leader(&c, &ids, "s-0").unwrap();
+    let to = ids.into_iter().find(|i| *i != from).unwrap();
+    assert_eq!(
+        c.node(from)
+            .election("s-0")
+            .transfer_leadership(Some(to))
+            .await
+            .unwrap(),
+        to
+    );
+    let (now, term2) = wait_for("s-0 led by the target", T, || {
+        named_leader(&c, &ids, "s-0").filter(|(l, _)| *l == to)
+    })
+    .await;
+    assert!(term2 > term && now == to);
+    // A follower of s-0 cannot hand it over.
+    let other = ids.into_iter().find(|i| *i != to).unwrap();
+    assert!(matches!(
+        c.node(other).election("s-0").transfer_leadership(None).await,
+        Err(tenure::TransferError::NotLeader { leader_hint: Some(l) }) if l == to
+    ));
+    // Shutting a node down hands over what it leads: every one of its elections begins a
+    // tenure by handover elsewhere.
+    let victim = *leaderships(&c, &ids)
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .unwrap()
+        .0;
+    let names: Vec<String> = c
+        .node(victim)
+        .elections()
+        .borrow()
+        .iter()
+        .filter(|(_, l)| l.role == Role::Leader)
+        .map(|(n, _)| n.clone())
+        .collect();
+    assert!(!names.is_empty());
+    c.node(victim).shutdown().await.unwrap();
+    let alive: Vec<NodeId> = ids.into_iter().filter(|i| *i != victim).collect();
+    for name in &names {
+        let (leader, term) = wait_for(&format!("{name} led elsewhere"), T, || {
+            named_leader(&c, &alive, name)
+        })
+        .await;
+        let e = c.node(leader).election(name);
+        let rec = wait_for(&format!("{name}'s tenure {term} recorded"), T, || {
+            let e = e.clone();
+            let h = futures_now(async move { e.history().await.ok() })??;
+            h.into_iter().find(|r| r.term == term)
+        })
+        .await;
+        assert_eq!(
+            rec.started_by,
+            tenure::TenureStart::Handover,
+            "{name}: {rec:?}"
+        );
+    }
+    c.assert_leases_never_overlap();
+    c.shutdown().await;
+}

@@ -61,7 +61,33 @@ impl<S: RaftStore> Driver<S> {
                 Err(e) => debug!(self.env.logger, "shutdown without handover"; "why" => %e),
             }
         }
+        // Named elections this node leads are handed over too (`named_after_ready`
+        // starts their transfers while the shutdown waits).
+        let named_led = self.named_led_with_others() > 0;
+        if named_led {
+            let deadline = self.env.clock.now() + self.env.timing.election_timeout();
+            info!(
+                self.env.logger,
+                "shutdown: waiting for the named elections' handovers"
+            );
+            let (tx, rx) = oneshot::channel();
+            drop(rx);
+            self.shutdown = Some((deadline, reply.unwrap_or(tx)));
+            return;
+        }
         self.stop = Some(StopKind::Graceful(reply));
+    }
+
+    /// How many named elections this node leads that have other voters to hand over to.
+    pub(super) fn named_led_with_others(&self) -> usize {
+        self.named
+            .groups
+            .values()
+            .filter(|ng| {
+                ng.g.raw.raft.state == StateRole::Leader
+                    && ng.g.raw.raft.prs().conf().voters().ids().len() > 1
+            })
+            .count()
     }
 
     /// What a leader owes the group beyond raft-rs: hand over when drained,
@@ -125,7 +151,8 @@ impl<S: RaftStore> Driver<S> {
     /// deadline.
     pub(super) fn progress_shutdown(&mut self, now: Instant) {
         if let Some((deadline, _)) = &self.shutdown {
-            let handed = self.root.raw.raft.state != StateRole::Leader;
+            let handed =
+                self.root.raw.raft.state != StateRole::Leader && self.named_led_with_others() == 0;
             if handed || now >= *deadline {
                 if !handed {
                     warn!(

@@ -613,11 +613,11 @@ impl<S: RaftStore> Driver<S> {
             g.progress_transfer(env, now);
             again |= g.end_failed_handover(env, shutting_down);
             g.expire_lease(env, at);
-            if drained
+            if (drained || shutting_down)
                 && g.raw.raft.state == StateRole::Leader
                 && g.transfer.is_none()
                 && g.raw.raft.lead_transferee.is_none()
-                && !shutting_down
+                && g.raw.raft.prs().conf().voters().ids().len() > 1
             {
                 match g.start_transfer(env, None, drained_set) {
                     Ok(to) => {
@@ -628,7 +628,8 @@ impl<S: RaftStore> Driver<S> {
                         });
                     }
                     Err(e) => {
-                        debug!(env.logger, "cannot hand an election over"; "why" => "drained",
+                        debug!(env.logger, "cannot hand an election over";
+                               "why" => if drained { "drained" } else { "shutting down" },
                                "election" => g.name.as_deref(), "error" => %e);
                     }
                 }
