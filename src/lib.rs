@@ -239,6 +239,68 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## Named elections
+//!
+//! One group, many leaderships (`docs/design.md`, section 11): each named election is a
+//! Raft group of its own over the same workers, so its term is its token, in a range of
+//! its own ([`election::term_floor`]). The group's leader creates and removes them; every
+//! node gets an [`Election`] handle of a name with the same shape as the node's own API:
+//!
+//! ```
+//! # use std::sync::Arc;
+//! # use tenure::storage::{MemDisk, MemStore};
+//! # use tenure::transport::mem::MemNetwork;
+//! # use tenure::{Config, GroupId, Node, Timing};
+//! # /// Three nodes of one group in this process, on memory stores and the memory network.
+//! # async fn group() -> Vec<Node> {
+//! #     let net = MemNetwork::new();
+//! #     let group = GroupId::random();
+//! #     let peers: Vec<(u64, std::net::SocketAddr)> =
+//! #         (1..=3).map(|id| (id, ([127, 0, 0, 1], 7000 + id as u16).into())).collect();
+//! #     let mut nodes = Vec::new();
+//! #     for id in 1..=3 {
+//! #         let config = Config::builder(id).peers(peers.clone())
+//! #             .timing(Timing::from_millis(10, 30, 150, 250)).found(group).build();
+//! #         let (transport, inbound) = net.endpoint(id);
+//! #         let store = MemStore::open(MemDisk::for_node(id));
+//! #         nodes.push(Node::start_with(config, store, Arc::new(transport), inbound).await.unwrap());
+//! #     }
+//! #     nodes
+//! # }
+//! # async fn leader(nodes: &[Node]) -> Node {
+//! #     loop {
+//! #         if let Some(n) = nodes.iter().find(|n| n.leadership().leased) { return n.clone() }
+//! #         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+//! #     }
+//! # }
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let nodes = group().await;
+//! # let leader = leader(&nodes).await;
+//! use tenure::election::election_of_term;
+//! use tenure::ElectionOptions;
+//!
+//! let info = leader.create_election("shard-0", ElectionOptions::new()).await?;
+//! // Whichever node leads shard-0 gets its lease; its token is in shard-0's range.
+//! let shard = nodes.iter().map(|n| n.election("shard-0"));
+//! let lease = futures_lease(shard.collect()).await;
+//! assert_eq!(election_of_term(lease.token().term()), info.id);
+//! let token = lease.confirm().await?;            // one quorum round of shard-0
+//! # let _ = token;
+//! leader.remove_election("shard-0").await?;      // its holder revokes the lease
+//! # Ok(()) }
+//! # async fn futures_lease(elections: Vec<tenure::Election>) -> tenure::Lease {
+//! #     loop {
+//! #         for e in &elections {
+//! #             if e.leadership().leased {
+//! #                 if let Ok(Ok(l)) = tokio::time::timeout(
+//! #                     std::time::Duration::from_millis(100), e.lease()).await { return l }
+//! #             }
+//! #         }
+//! #         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+//! #     }
+//! # }
+//! ```
+//!
 //! ## Logging
 //!
 //! tenure logs through [slog](https://docs.rs/slog), as raft-rs does: to stderr by default
