@@ -65,6 +65,9 @@ pub(crate) struct State {
     pub lease: BTreeMap<u64, (u64, bool)>,
     /// When each worker's current incarnation printed `started`.
     pub started: BTreeMap<u64, u64>,
+    /// Named elections (events with `"election": NAME`): each worker's latest lease event
+    /// per name, (term, held).
+    pub named: BTreeMap<String, BTreeMap<u64, (u64, bool)>>,
 }
 
 impl State {
@@ -159,6 +162,9 @@ impl Group {
             s.view.remove(&id);
             s.lease.remove(&id);
             s.started.remove(&id);
+            for per in s.named.values_mut() {
+                per.remove(&id);
+            }
         }
         let stderr = File::options()
             .create(true)
@@ -184,6 +190,30 @@ impl Group {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             let term = ev.term().unwrap_or(0);
+            if let Some(name) = ev.v.get("election").and_then(|v| v.as_str()) {
+                // A named election's event: its own lease table, never the root's.
+                let held = match ev.event.as_str() {
+                    "lease_acquired" => Some(true),
+                    "lease_lost" => Some(false),
+                    _ => None,
+                };
+                if let Some(held) = held {
+                    s.named
+                        .entry(name.to_string())
+                        .or_default()
+                        .insert(ev.node, (term, held));
+                }
+                s.events.push(ev);
+                cv.notify_all();
+                return;
+            }
+            if ev.event == "stopped" {
+                for per in s.named.values_mut() {
+                    if let Some(e) = per.get_mut(&ev.node) {
+                        e.1 = false;
+                    }
+                }
+            }
             match ev.event.as_str() {
                 "started" => {
                     s.started.insert(ev.node, ev.mono_ns);
