@@ -339,3 +339,33 @@ fn names_are_distinct() {
         assert_eq!(r.index(), i);
     }
 }
+
+#[test]
+fn a_named_elections_messages_carry_terms_of_its_own_range_only() {
+    use crate::election::term_floor;
+    // Node 2 follows in election 3, whose terms lie in [3 × 2^40, 4 × 2^40).
+    let l = Local {
+        election: 3,
+        term: term_floor(3) + 5,
+        committed: (8, term_floor(3) + 4),
+        ..follower()
+    };
+    assert_eq!(
+        admit(&msg(MsgHeartbeat, 1, term_floor(3) + 5), &l),
+        Verdict::Admit
+    );
+    // A root term, another election's term, or the next election's floor: refused, so a
+    // message routed to the wrong election never reaches its raft group.
+    for term in [5, term_floor(2) + 5, term_floor(4), u64::MAX] {
+        assert_eq!(
+            refused(&msg(MsgHeartbeat, 1, term), &l),
+            Some(Refusal::TermOutOfRange),
+            "term {term}"
+        );
+    }
+    // And the root refuses named elections' terms.
+    assert_eq!(
+        refused(&msg(MsgRequestVote, 3, term_floor(1)), &follower()),
+        Some(Refusal::TermOutOfRange)
+    );
+}
