@@ -251,7 +251,8 @@ impl<S: RaftStore> Driver<S> {
             // A stalled process must not act on a lease that ran out while it slept
             // (suspended: by the boot-time clock): check before anything else.
             self.expire_lease(self.env.clock.stamp());
-            let deadline = self.root.lease.as_ref().map(|l| l.valid_until());
+            self.expire_named_leases(self.env.clock.stamp());
+            let deadline = self.lease_deadline();
             let clock = self.env.clock.clone();
             tokio::select! {
                 biased;
@@ -284,6 +285,7 @@ impl<S: RaftStore> Driver<S> {
                 },
                 _ = sleep_until_opt(&clock, deadline) => {
                     self.expire_lease(self.env.clock.stamp());
+                    self.expire_named_leases(self.env.clock.stamp());
                 }
                 inbound = self.inbound.recv() => {
                     match inbound {

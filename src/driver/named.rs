@@ -517,6 +517,32 @@ impl<S: RaftStore> Driver<S> {
         }
     }
 
+    /// Revokes every named lease whose period ran out (the root's: `expire_lease`).
+    pub(super) fn expire_named_leases(&mut self, now: Stamp) {
+        let mut changed = false;
+        for ng in self.named.groups.values_mut() {
+            if ng.g.expire_lease(&self.env, now) {
+                changed |= ng.g.publish_named(&self.env);
+            }
+        }
+        self.named.view_dirty |= changed;
+    }
+
+    /// The earliest end of a lease this node holds, root or named (the loop wakes then).
+    pub(super) fn lease_deadline(&self) -> Option<Stamp> {
+        let root = self.root.lease.as_ref().map(|l| l.valid_until());
+        let named = self
+            .named
+            .groups
+            .values()
+            .filter_map(|ng| ng.g.lease.as_ref().map(|l| l.valid_until()));
+        // Either clock ends a lease: wake when the first of all of them does.
+        root.into_iter().chain(named).reduce(|a, b| Stamp {
+            mono: a.mono.min(b.mono),
+            boot: a.boot.min(b.boot),
+        })
+    }
+
     /// Ticks every named election.
     pub(super) fn tick_named(&mut self) {
         for ng in self.named.groups.values_mut() {
