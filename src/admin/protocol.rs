@@ -567,7 +567,12 @@ mod tests {
             },
             Request::Leaderships,
         ];
-        assert_eq!(all.len(), COMMANDS.len() + 4, "every command is tried");
+        for command in COMMANDS {
+            assert!(
+                all.iter().any(|r| r.name() == *command),
+                "{command} is not tried"
+            );
+        }
         for r in all {
             let bytes = serde_json::to_vec(&r.to_json()).unwrap();
             assert_eq!(Request::from_json(&bytes).unwrap(), r);
