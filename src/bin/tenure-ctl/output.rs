@@ -106,8 +106,15 @@ const FEW: usize = 8;
 /// The named elections a node runs and leads, under its `status` lines (nothing for a
 /// node that runs none).
 pub(super) fn print_leaderships(l: &Leaderships, names: bool) {
+    if let Some(line) = leaderships_line(l, names) {
+        println!("{line}");
+    }
+}
+
+/// The line [`print_leaderships`] prints: the names led when `names` or when few.
+fn leaderships_line(l: &Leaderships, names: bool) -> Option<String> {
     if l.elections == 0 && l.led.is_empty() {
-        return;
+        return None;
     }
     let mut s = format!(
         "  named elections: leads {} of {}, lease held of {}",
@@ -137,7 +144,7 @@ pub(super) fn print_leaderships(l: &Leaderships, names: bool) {
             s.push_str(" (names with status --names)");
         }
     }
-    println!("{s}");
+    Some(s)
 }
 
 /// The catalog as a table.
@@ -299,4 +306,46 @@ pub(super) fn utc(ms: u64) -> String {
         rem % 60,
         ms % 1000
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tenure::admin::LedElection;
+
+    fn leading(n: usize) -> Leaderships {
+        Leaderships {
+            node: 2,
+            elections: 20,
+            leaderless: 1,
+            led: (0..n)
+                .map(|i| LedElection {
+                    name: format!("e{i}"),
+                    term: (1 << 40) + i as u64,
+                    leased: i != 0,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn leaderships_name_few_elections_and_many_only_when_asked() {
+        assert_eq!(leaderships_line(&Leaderships::default(), true), None);
+        assert_eq!(
+            leaderships_line(&leading(2), false).unwrap(),
+            "  named elections: leads 2 of 20, lease held of 1, 1 without a known leader: \
+             e0 (term 1099511627776, no lease), e1 (term 1099511627777)"
+        );
+        let many = leading(FEW + 1);
+        assert_eq!(
+            leaderships_line(&many, false).unwrap(),
+            "  named elections: leads 9 of 20, lease held of 8, 1 without a known leader \
+             (names with status --names)"
+        );
+        let named = leaderships_line(&many, true).unwrap();
+        assert!(
+            named.contains(": e0 (term") && named.contains("e8 (term"),
+            "{named}"
+        );
+    }
 }
