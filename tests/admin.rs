@@ -434,3 +434,231 @@ async fn membership_commands_answer_with_the_configuration_or_a_clear_refusal() 
     assert!(!m.learners.contains(&4) && !m.voters.contains(&4), "{m:?}");
     a.shutdown().await;
 }
+
+/// Polls `f` until it returns `Some`, failing the test with `what` after `LONG`.
+async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    mut f: impl FnMut() -> F,
+) -> T {
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {LONG:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The node that leads election `name` with a lease, and its term, as the nodes'
+/// `leaderships` say (exactly one of them).
+async fn named_leader(clients: &BTreeMap<NodeId, Client>, name: &str) -> Option<(NodeId, u64)> {
+    let mut leading = Vec::new();
+    for c in clients.values() {
+        let l = c.leaderships().await.ok()?;
+        assert_eq!(l.node, c.node_id());
+        if let Some(e) = l.led.iter().find(|e| e.name == name && e.leased) {
+            leading.push((l.node, e.term));
+        }
+    }
+    (leading.len() == 1).then(|| leading[0])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_election_requests_round_trip_and_refusals_say_where_to_go() {
+    let a = Admin::start(3).await;
+    let (leader, _) = a.cluster.steady_leader(LONG).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let mut clients = BTreeMap::new();
+    for id in 1..=3 {
+        clients.insert(id, a.client(id).await);
+    }
+    let (lc, fc) = (&clients[&leader], &clients[&follower]);
+
+    // The catalog is empty, and nobody leads a named election.
+    assert!(lc.elections().await.unwrap().is_empty());
+    let l = fc.leaderships().await.unwrap();
+    assert_eq!(
+        (l.node, l.elections, l.led.len()),
+        (follower, 0, 0),
+        "{l:?}"
+    );
+
+    // Catalog changes are the group leader's: a follower names it.
+    let e = answered(
+        "create on a follower",
+        fc.create_election("shard-0", vec![], None),
+    )
+    .await
+    .unwrap_err();
+    let r = e.reply().unwrap_or_else(|| panic!("not a refusal: {e}"));
+    assert_eq!(
+        (r.kind, r.leader_hint),
+        (ErrorKind::NotLeader, Some(leader)),
+        "{r:?}"
+    );
+    assert!(r.message.contains(&format!("node {leader} leads")), "{r:?}");
+
+    // Invalid names are refused with what is wrong, before anything is proposed.
+    let e = lc
+        .create_election("shard 0", vec![], None)
+        .await
+        .unwrap_err();
+    let r = e.reply().unwrap_or_else(|| panic!("{e}"));
+    assert_eq!(r.kind, ErrorKind::InvalidName, "{r:?}");
+    assert!(
+        r.message.contains("invalid election name \"shard 0\"") && r.message.contains("' '"),
+        "{}",
+        r.message
+    );
+
+    // Create, with options; the same name again is refused.
+    let info = answered(
+        "create shard-0",
+        lc.create_election("shard-0", vec![2, 1], Some(7)),
+    )
+    .await
+    .unwrap();
+    assert_eq!((info.name.as_str(), info.id), ("shard-0", 1));
+    assert_eq!(
+        (info.options.affinity.clone(), info.options.priority),
+        (vec![2, 1], 7)
+    );
+    let e = lc
+        .create_election("shard-0", vec![], None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.reply().map(|r| r.kind),
+        Some(ErrorKind::ElectionExists),
+        "{e}"
+    );
+    let info1 = answered(
+        "create shard-1",
+        lc.create_election("shard-1", vec![], None),
+    )
+    .await
+    .unwrap();
+    assert_eq!((info1.id, info1.options.priority), (2, 128));
+
+    // Each election gets one leased leader, in its own term range, and every node's list
+    // shows the catalog with that leader and term.
+    let (l0, t0) = eventually("a leased leader of shard-0", || {
+        named_leader(&clients, "shard-0")
+    })
+    .await;
+    assert_eq!(tenure::election::election_of_term(t0), 1, "term {t0}");
+    for c in clients.values() {
+        let entries = eventually("the list shows shard-0's leader", || async {
+            let entries = c.elections().await.ok()?;
+            let e0 = entries.iter().find(|e| e.name == "shard-0")?;
+            (entries.len() == 2 && e0.leader == Some(l0) && e0.term == t0).then_some(entries)
+        })
+        .await;
+        assert_eq!(
+            entries
+                .iter()
+                .map(|e| (e.name.as_str(), e.id))
+                .collect::<Vec<_>>(),
+            vec![("shard-0", 1), ("shard-1", 2)]
+        );
+        assert_eq!(entries[0].options.affinity, vec![2, 1]);
+        let l = c.leaderships().await.unwrap();
+        assert_eq!(l.elections, 2, "{l:?}");
+    }
+
+    // Transfer: a node that does not lead the election names the one that does.
+    let other = (1..=3).find(|id| *id != l0).unwrap();
+    let e = answered(
+        "transfer shard-0 on a non-leader",
+        clients[&other].transfer_election("shard-0", None),
+    )
+    .await
+    .unwrap_err();
+    let r = e.reply().unwrap_or_else(|| panic!("{e}"));
+    assert_eq!(
+        (r.kind, r.leader_hint),
+        (ErrorKind::NotLeader, Some(l0)),
+        "{r:?}"
+    );
+    assert!(
+        r.message.contains(&format!(
+            "does not lead election \"shard-0\"; node {l0} leads it"
+        )),
+        "{}",
+        r.message
+    );
+    let target = (1..=3).find(|id| *id != l0 && *id != other).unwrap();
+    let new = answered(
+        "transfer shard-0",
+        clients[&l0].transfer_election("shard-0", Some(target)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(new, target);
+    let (l0b, t0b) = eventually("shard-0 leased by the target", || async {
+        named_leader(&clients, "shard-0")
+            .await
+            .filter(|(l, _)| *l == target)
+    })
+    .await;
+    assert_eq!(l0b, target);
+    assert!(t0b > t0, "term {t0b} after {t0}");
+    // Transferring to the node that leads it already is a clear refusal.
+    let e = clients[&target]
+        .transfer_election("shard-0", Some(target))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.reply().map(|r| r.kind),
+        Some(ErrorKind::AlreadyLeader),
+        "{e}"
+    );
+
+    // An unknown election is named as such, by every request that takes a name.
+    for c in [lc, fc] {
+        let e = c.transfer_election("nope", Some(target)).await.unwrap_err();
+        let r = e.reply().unwrap_or_else(|| panic!("{e}"));
+        assert_eq!(r.kind, ErrorKind::UnknownElection, "{r:?}");
+        assert_eq!(r.message, "no election named \"nope\"");
+    }
+    let e = lc.remove_election("nope").await.unwrap_err();
+    assert_eq!(
+        e.reply().map(|r| (r.kind, r.message.as_str())),
+        Some((ErrorKind::UnknownElection, "no election named \"nope\"")),
+        "{e}"
+    );
+
+    // Remove: the group leader only; the answer retires every token of the incarnation.
+    let e = fc.remove_election("shard-0").await.unwrap_err();
+    assert_eq!(
+        e.reply().map(|r| (r.kind, r.leader_hint)),
+        Some((ErrorKind::NotLeader, Some(leader))),
+        "{e}"
+    );
+    let (id, retired_above) = answered("remove shard-0", lc.remove_election("shard-0"))
+        .await
+        .unwrap();
+    assert_eq!(id, 1);
+    assert_eq!(retired_above, tenure::election::term_floor(2));
+    assert!(retired_above > t0b);
+    for c in clients.values() {
+        eventually("shard-0 gone from every list and leadership", || async {
+            let names: Vec<String> = c
+                .elections()
+                .await
+                .ok()?
+                .into_iter()
+                .map(|e| e.name)
+                .collect();
+            let l = c.leaderships().await.ok()?;
+            (names == ["shard-1"] && l.elections == 1 && l.led.iter().all(|e| e.name != "shard-0"))
+                .then_some(())
+        })
+        .await;
+    }
+    a.shutdown().await;
+}

@@ -117,3 +117,108 @@ fn alerts_name_only_metrics_tenure_exports() {
         );
     }
 }
+
+/// `promtool test rules` of TenureNamedElectionWithoutLease, on series of three workers
+/// a, b, c running four named elections. (The other alerts' unit tests are in
+/// `deploy/alerts.test.yml`; these go to a temporary file that names `deploy/alerts.yml`
+/// by its absolute path, so they run against the rules themselves.)
+const NAMED_ELECTION_TESTS: &str = r#"
+evaluation_interval: 5s
+
+tests:
+  # Healthy: every election leased somewhere (a holds 2, b and c 1 each).
+  - interval: 5s
+    input_series:
+      - {series: 'tenure_named_elections{job="tenure",instance="a"}', values: '4x24'}
+      - {series: 'tenure_named_elections{job="tenure",instance="b"}', values: '4x24'}
+      - {series: 'tenure_named_elections{job="tenure",instance="c"}', values: '4x24'}
+      - {series: 'tenure_named_elections_leased{job="tenure",instance="a"}', values: '2x24'}
+      - {series: 'tenure_named_elections_leased{job="tenure",instance="b"}', values: '1x24'}
+      - {series: 'tenure_named_elections_leased{job="tenure",instance="c"}', values: '1x24'}
+    alert_rule_test:
+      - {eval_time: 1m, alertname: TenureNamedElectionWithoutLease, exp_alerts: []}
+      - {eval_time: 2m, alertname: TenureNamedElectionWithoutLease, exp_alerts: []}
+
+  # Worker c dies at 20 s (its series vanish) and a takes over c's election 5 s later:
+  # a gap shorter than 10 s, so no alert, and the count of elections lives on in a and b.
+  - interval: 5s
+    input_series:
+      - {series: 'tenure_named_elections{job="tenure",instance="a"}', values: '4x24'}
+      - {series: 'tenure_named_elections{job="tenure",instance="b"}', values: '4x24'}
+      - {series: 'tenure_named_elections{job="tenure",instance="c"}', values: '4 4 4 4 stale'}
+      - {series: 'tenure_named_elections_leased{job="tenure",instance="a"}', values: '2 2 2 2 2 3x19'}
+      - {series: 'tenure_named_elections_leased{job="tenure",instance="b"}', values: '1x24'}
+      - {series: 'tenure_named_elections_leased{job="tenure",instance="c"}', values: '1 1 1 1 stale'}
+    alert_rule_test:
+      - {eval_time: 25s, alertname: TenureNamedElectionWithoutLease, exp_alerts: []}
+      - {eval_time: 40s, alertname: TenureNamedElectionWithoutLease, exp_alerts: []}
+      - {eval_time: 2m, alertname: TenureNamedElectionWithoutLease, exp_alerts: []}
+
+  # Worker c dies and nobody takes its election over: fires after 10 s, not before.
+  - interval: 5s
+    input_series:
+      - {series: 'tenure_named_elections{job="tenure",instance="a"}', values: '4x24'}
+      - {series: 'tenure_named_elections{job="tenure",instance="b"}', values: '4x24'}
+      - {series: 'tenure_named_elections{job="tenure",instance="c"}', values: '4 4 4 4 stale'}
+      - {series: 'tenure_named_elections_leased{job="tenure",instance="a"}', values: '2x24'}
+      - {series: 'tenure_named_elections_leased{job="tenure",instance="b"}', values: '1x24'}
+      - {series: 'tenure_named_elections_leased{job="tenure",instance="c"}', values: '1 1 1 1 stale'}
+    alert_rule_test:
+      - {eval_time: 25s, alertname: TenureNamedElectionWithoutLease, exp_alerts: []}
+      - eval_time: 40s
+        alertname: TenureNamedElectionWithoutLease
+        exp_alerts:
+          - exp_labels: {severity: page}
+            exp_annotations:
+              summary: "1 named elections have no lease"
+              description: "For 10 s fewer named elections held a lease than exist. Check `tenure-ctl status` (leaderships per worker) and quorum health."
+
+  # Every worker up, but two elections lost their leases (no quorum for them): fires.
+  - interval: 5s
+    input_series:
+      - {series: 'tenure_named_elections{job="tenure",instance="a"}', values: '4x24'}
+      - {series: 'tenure_named_elections{job="tenure",instance="b"}', values: '4x24'}
+      - {series: 'tenure_named_elections_leased{job="tenure",instance="a"}', values: '2x24'}
+      - {series: 'tenure_named_elections_leased{job="tenure",instance="b"}', values: '2 2 0x22'}
+    alert_rule_test:
+      - {eval_time: 15s, alertname: TenureNamedElectionWithoutLease, exp_alerts: []}
+      - eval_time: 30s
+        alertname: TenureNamedElectionWithoutLease
+        exp_alerts:
+          - exp_labels: {severity: page}
+            exp_annotations:
+              summary: "2 named elections have no lease"
+              description: "For 10 s fewer named elections held a lease than exist. Check `tenure-ctl status` (leaderships per worker) and quorum health."
+
+  # A new election: the worker that applied the create counts it first, its lease
+  # follows within a few seconds. No alert; and a group without named elections is quiet.
+  - interval: 5s
+    input_series:
+      - {series: 'tenure_named_elections{job="tenure",instance="a"}', values: '0 0 1x22'}
+      - {series: 'tenure_named_elections{job="tenure",instance="b"}', values: '0 0 0 1x21'}
+      - {series: 'tenure_named_elections_leased{job="tenure",instance="a"}', values: '0x24'}
+      - {series: 'tenure_named_elections_leased{job="tenure",instance="b"}', values: '0 0 0 0 1x20'}
+    alert_rule_test:
+      - {eval_time: 5s, alertname: TenureNamedElectionWithoutLease, exp_alerts: []}
+      - {eval_time: 20s, alertname: TenureNamedElectionWithoutLease, exp_alerts: []}
+      - {eval_time: 1m, alertname: TenureNamedElectionWithoutLease, exp_alerts: []}
+"#;
+
+#[test]
+fn named_election_without_lease_fires_only_when_one_stays_unleased() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let rules = deploy().join("alerts.yml");
+    let test = dir.path().join("named.test.yml");
+    let text = format!(
+        "rule_files:\n  - {}\n{NAMED_ELECTION_TESTS}",
+        rules.display()
+    );
+    std::fs::write(&test, text).expect("write the rule test");
+    let test = test.to_str().expect("a UTF-8 temp path");
+    if let Some(out) = promtool(&["test", "rules", test]) {
+        assert_ok(
+            "promtool test rules of TenureNamedElectionWithoutLease",
+            out,
+        );
+    }
+}

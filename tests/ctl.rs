@@ -106,6 +106,7 @@ fn ctl_usage_errors_name_the_flag_and_exit_2() {
         "drain",
         "undrain",
         "members",
+        "elections",
         "completions",
     ] {
         assert!(out.contains(&format!("\n  {command} ")), "{command}: {out}");
@@ -117,6 +118,14 @@ fn ctl_usage_errors_name_the_flag_and_exit_2() {
     let (code, out, _) = ctl_bare(&["members", "--help"]);
     assert_eq!(code, 0);
     assert!(out.contains("replace") && out.contains("promote"), "{out}");
+    let (code, out, _) = ctl_bare(&["elections", "--help"]);
+    assert_eq!(code, 0);
+    for command in ["list", "create", "remove", "transfer"] {
+        assert!(out.contains(&format!("\n  {command} ")), "{command}: {out}");
+    }
+    let (code, out, _) = ctl_bare(&["status", "--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("--names"), "{out}");
 
     let d = "--certs=/nonexistent";
     let a = "--addr=127.0.0.1:9";
@@ -135,6 +144,21 @@ fn ctl_usage_errors_name_the_flag_and_exit_2() {
         (&[d, a, "drain", "x"], "'<ID>'"),
         (&[d, a, "members", "add", "4", "nowhere"], "'<ADDR>'"),
         (&[d, a, "elect"], "'elect'"),
+        (&[d, a, "elections", "create"], "<NAME>"),
+        (
+            &[d, a, "elections", "create", "x", "--priority", "300"],
+            "'--priority <P>'",
+        ),
+        (
+            &[d, a, "elections", "create", "x", "--affinity", "1,0"],
+            "'--affinity <ID[,ID...]>'",
+        ),
+        (&[d, a, "elections", "transfer"], "<NAME>"),
+        (
+            &[d, a, "elections", "transfer", "x", "--to", "y"],
+            "'--to <ID>'",
+        ),
+        (&[d, a, "elections", "rename"], "'rename'"),
         (&[a, "status"], "--certs DIR is required"),
         (&[d, "status"], "--addr is required"),
         (&[d, a], "Usage: ctl"),
@@ -372,5 +396,245 @@ fn leader_only_commands_answer_while_a_node_is_stopped() {
             && err.contains("no answer yet from"),
         "{err}"
     );
+    g.stop();
+}
+
+impl Ctl {
+    /// `elections list --json`: (name, id, leader, term) of each election.
+    fn elections(&self) -> Vec<(String, u64, Option<u64>, u64)> {
+        let (code, out, err) = self.all(&["--json", "elections", "list"]);
+        assert_eq!(code, 0, "elections list failed: {err}");
+        let v: Value = serde_json::from_str(out.trim()).expect("elections list --json is JSON");
+        v["elections"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no elections in {v}"))
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().expect("name").to_string(),
+                    e["id"].as_u64().expect("id"),
+                    e["leader"].as_u64(),
+                    e["term"].as_u64().expect("term"),
+                )
+            })
+            .collect()
+    }
+
+    /// Waits until `elections list` shows election `name` led, by a node `ok` accepts,
+    /// and that node's `status` says it leads it with a lease; (leader, term).
+    fn named_leader(&self, name: &str, ok: impl Fn(u64) -> bool) -> (u64, u64) {
+        let deadline = Instant::now() + LONG;
+        loop {
+            let listed = self.elections();
+            let led = listed
+                .iter()
+                .find(|(n, ..)| n == name)
+                .and_then(|(_, _, l, t)| Some(((*l)?, *t)))
+                .filter(|(l, _)| ok(*l));
+            if let Some((leader, term)) = led {
+                let (code, out, err) = self.all(&["--json", "status"]);
+                assert_eq!(code, 0, "{err}");
+                let v: Value = serde_json::from_str(out.trim()).expect("status --json");
+                let holds = v["nodes"].as_array().expect("nodes").iter().any(|n| {
+                    n["status"]["id"].as_u64() == Some(leader)
+                        && n["leaderships"]["led"].as_array().is_some_and(|led| {
+                            led.iter().any(|e| {
+                                e["name"] == name
+                                    && e["term"].as_u64() == Some(term)
+                                    && e["leased"] == true
+                            })
+                        })
+                });
+                if holds {
+                    return (leader, term);
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no leased leader of {name}: {listed:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Named elections through ctl against worker processes: create, list, status, transfer
+/// and remove, where each command goes, what it prints and its exit code.
+#[test]
+fn ctl_creates_lists_transfers_and_removes_named_elections() {
+    let mut g = Group::start(3, None, &["--admin", "127.0.0.1:0"]);
+    let mut admin = Vec::new();
+    for id in 1..=3u64 {
+        let e = g.wait_event(&format!("node {id} started"), LONG, |e| {
+            e.node == id && e.event == "started"
+        });
+        admin.push(e.v["admin"].as_str().expect("admin address").to_string());
+    }
+    let ctl = Ctl {
+        certs: g.dir.path().join("certs"),
+        addrs: admin.join(","),
+    };
+    let leader = ctl.agreed_leader();
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let follower_admin = &admin[(follower as usize) - 1];
+
+    // An empty catalog, and status as before: no line about named elections yet.
+    let (code, out, err) = ctl.all(&["elections", "list"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!(
+            "named elections (catalog as node {leader} has applied it): 0"
+        )) && out.contains("(none)"),
+        "{out}"
+    );
+    let (code, out, err) = ctl.all(&["status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("named elections"), "{out}");
+
+    // Create goes to the group's leader, found among the addresses.
+    let (code, out, err) = ctl.all(&[
+        "elections",
+        "create",
+        "jobs",
+        "--affinity",
+        "2,1",
+        "--priority",
+        "7",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!(
+            "election jobs created: id 1, priority 7, affinity 2 1 (by leader node {leader})"
+        )),
+        "{out}"
+    );
+    let (code, out, err) = ctl.all(&["--json", "elections", "create", "mail"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).expect("create --json is JSON");
+    assert_eq!(v["node"].as_u64(), Some(leader), "{v}");
+    assert_eq!(v["ok"]["election_created"]["id"].as_u64(), Some(2), "{v}");
+    assert_eq!(
+        v["ok"]["election_created"]["options"]["priority"].as_u64(),
+        Some(128),
+        "{v}"
+    );
+
+    // Refusals: exit code 1 and a sentence saying why.
+    let (code, _, err) = ctl.all(&["elections", "create", "jobs"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("an election named \"jobs\" exists already"),
+        "{err}"
+    );
+    let (code, _, err) = ctl.all(&["elections", "create", "no/slash"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("invalid election name \"no/slash\""), "{err}");
+    // Given only a follower, the refusal names the leader and says to give its address.
+    let out = ctl.run(follower_admin, &["elections", "create", "other"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "create election \"other\": refused by node {follower}: node {follower} is not the leader; node {leader} leads"
+        )) && err.contains(&format!("give node {leader}'s admin address")),
+        "{err}"
+    );
+
+    // List: a table with each election's leader and term.
+    let (jl, jt) = ctl.named_leader("jobs", |_| true);
+    ctl.named_leader("mail", |_| true);
+    assert_eq!(tenure::election::election_of_term(jt), 1, "term {jt}");
+    let (code, out, err) = ctl.all(&["elections", "list"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("): 2\n"), "{out}");
+    assert!(
+        out.lines().any(|l| l.contains("name")
+            && l.contains("leader")
+            && l.contains("term")
+            && l.contains("affinity")),
+        "{out}"
+    );
+    let row = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("jobs "))
+        .unwrap_or_else(|| panic!("no row of jobs: {out}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cols[..5],
+        ["jobs", "1", &jl.to_string(), &jt.to_string(), "7"],
+        "{row}"
+    );
+    assert_eq!(cols[5..], ["2", "1"], "{row}");
+
+    // Status keeps its lines and adds each node's leaderships.
+    let (code, out, err) = ctl.all(&["status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("leader itself") && out.contains("members (as node"),
+        "{out}"
+    );
+    assert_eq!(out.matches("  named elections: leads ").count(), 3, "{out}");
+    assert!(out.contains("jobs (term "), "{out}");
+    let jobs_line = format!("jobs (term {jt})");
+    let block = out
+        .split("\nnode ")
+        .find(|b| b.contains(&jobs_line))
+        .unwrap_or_else(|| panic!("nobody shows {jobs_line}: {out}"));
+    assert!(
+        block.starts_with(&format!("{jl} (")) || block.starts_with(&format!("node {jl} (")),
+        "{block}"
+    );
+
+    // Transfer goes to the election's leader, found from the nodes' leaderships.
+    let target = (1..=3).find(|id| *id != jl).unwrap();
+    let (code, out, err) = ctl.all(&["elections", "transfer", "jobs", "--to", &target.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!(
+            "leadership of election jobs moved to node {target}"
+        )),
+        "{out}"
+    );
+    let (now, term) = ctl.named_leader("jobs", |l| l == target);
+    assert_eq!(now, target);
+    assert!(term > jt, "term {term} after {jt}");
+    // Given only a node that does not lead it, the refusal names the one that does.
+    let other = (1..=3).find(|id| *id != target).unwrap();
+    let out = ctl.run(
+        &admin[(other as usize) - 1],
+        &["elections", "transfer", "jobs"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "node {other} does not lead election \"jobs\"; node {target} leads it"
+        )) && err.contains(&format!("give node {target}'s admin address")),
+        "{err}"
+    );
+    // An unknown election says so, and where to look.
+    let (code, out, err) = ctl.all(&["elections", "transfer", "nope"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("no election named \"nope\"") && err.contains("`elections list`"),
+        "{err}"
+    );
+    let (code, out, _) = ctl.all(&["--json", "elections", "transfer", "nope"]);
+    assert_eq!(code, 1);
+    let v: Value = serde_json::from_str(out.trim()).expect("refusal as JSON");
+    assert_eq!(v["error"]["kind"], "unknown_election", "{v}");
+
+    // Remove, at the group's leader; then it is gone, and removing it again is refused.
+    let (code, out, err) = ctl.all(&["elections", "remove", "jobs"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("election jobs removed (id 1;"), "{out}");
+    let deadline = Instant::now() + LONG;
+    while ctl.elections().iter().any(|(n, ..)| n == "jobs") {
+        assert!(Instant::now() < deadline, "jobs still listed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, _, err) = ctl.all(&["elections", "remove", "jobs"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no election named \"jobs\""), "{err}");
     g.stop();
 }

@@ -11,6 +11,7 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
+use crate::election::ElectionInfo;
 use crate::history::TenureRecord;
 use crate::status::{Membership, Status};
 use crate::tls::{
@@ -19,7 +20,7 @@ use crate::tls::{
 };
 use crate::transport::NodeId;
 
-use super::protocol::Response;
+use super::protocol::{ElectionEntry, Leaderships, Response};
 use super::{
     close_code, peer_cert, ErrorReply, Reply, Request, ALPN, CONNECT_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT, IDLE_TIMEOUT_MS, MAX_RESPONSE, PROTOCOL_VERSION,
@@ -542,6 +543,70 @@ impl Client {
     /// Replaces voter `old` by learner `new`.
     pub async fn replace(&self, old: NodeId, new: NodeId) -> Result<Membership, ClientError> {
         self.membership(Request::Replace { old, new }).await
+    }
+
+    /// The catalog of named elections as the node applied it, each with the node's view
+    /// of its leader and term.
+    pub async fn elections(&self) -> Result<Vec<ElectionEntry>, ClientError> {
+        match self.request(&Request::Elections).await? {
+            Reply::Elections { elections } => Ok(elections),
+            other => Err(self.unexpected(other)),
+        }
+    }
+
+    /// Creates named election `name` (the node must lead the group).
+    pub async fn create_election(
+        &self,
+        name: &str,
+        affinity: Vec<NodeId>,
+        priority: Option<u8>,
+    ) -> Result<ElectionInfo, ClientError> {
+        let request = Request::CreateElection {
+            name: name.into(),
+            affinity,
+            priority,
+        };
+        match self.request(&request).await? {
+            Reply::ElectionCreated(info) => Ok(info),
+            other => Err(self.unexpected(other)),
+        }
+    }
+
+    /// Removes named election `name` (the node must lead the group); returns the removed
+    /// id and the token above every token it could hand out.
+    pub async fn remove_election(&self, name: &str) -> Result<(u32, u64), ClientError> {
+        let request = Request::RemoveElection { name: name.into() };
+        match self.request(&request).await? {
+            Reply::ElectionRemoved {
+                id, retired_above, ..
+            } => Ok((id, retired_above)),
+            other => Err(self.unexpected(other)),
+        }
+    }
+
+    /// Hands named election `name`'s leadership to `to` (or the most up-to-date
+    /// follower); returns its new leader. The node must lead that election.
+    pub async fn transfer_election(
+        &self,
+        name: &str,
+        to: Option<NodeId>,
+    ) -> Result<NodeId, ClientError> {
+        let request = Request::TransferElection {
+            name: name.into(),
+            to,
+        };
+        match self.request(&request).await? {
+            Reply::ElectionTransferred { leader, .. } => Ok(leader),
+            other => Err(self.unexpected(other)),
+        }
+    }
+
+    /// The named elections the node runs and leads.
+    pub async fn leaderships(&self) -> Result<Leaderships, ClientError> {
+        match self.request(&Request::Leaderships).await? {
+            Reply::Leaderships(l) => Ok(l),
+            other => Err(self.unexpected(other)),
+        }
     }
 
     /// Closes the connection, giving the close a moment to reach the node.

@@ -39,6 +39,24 @@
 //! node. Leader-only commands ([`Request::leader_only`]) sent to a follower answer
 //! [`ErrorKind::NotLeader`] with the leader this node knows of.
 //!
+//! # Named elections
+//!
+//! `elections` lists the catalog (each entry with the answering node's view of its leader
+//! and term) and `leaderships` the named elections the node leads; both work on any
+//! node. `create_election` and `remove_election` change the catalog, which only the
+//! group's leader (the root election's) does; `transfer_election` goes to the named
+//! election's own leader. Elsewhere they answer [`ErrorKind::NotLeader`] with the
+//! leader to ask instead:
+//!
+//! ```text
+//! → {"v":1,"command":"create_election","name":"shard-0","affinity":[2,1],"priority":10}
+//! ← {"v":1,"ok":{"election_created":{"name":"shard-0","id":1,"options":{"affinity":[2,1],"priority":10},"created_at":7}}}
+//! → {"v":1,"command":"transfer_election","name":"shard-0","to":3}
+//! ← {"v":1,"error":{"kind":"not_leader","message":"node 1 does not lead election \"shard-0\"; node 2 leads it","leader_hint":2}}
+//! → {"v":1,"command":"remove_election","name":"nope"}
+//! ← {"v":1,"error":{"kind":"unknown_election","message":"no election named \"nope\""}}
+//! ```
+//!
 //! # Layout
 //!
 //! | file | holds |
@@ -59,7 +77,9 @@ mod protocol;
 mod server;
 
 pub use client::{Client, ClientError, Credentials};
-pub use protocol::{ErrorKind, ErrorReply, Reply, Request, COMMANDS};
+pub use protocol::{
+    ElectionEntry, ErrorKind, ErrorReply, Leaderships, LedElection, Reply, Request, COMMANDS,
+};
 pub use server::{serve, AdminServer, ServeError};
 
 /// The ALPN protocol of the admin endpoint, version 1. The raft transport's ALPN

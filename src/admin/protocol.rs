@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::election::{ElectionId, ElectionInfo, ElectionOptions};
 use crate::error::NodeStopped;
 use crate::history::TenureRecord;
 use crate::status::{Membership, Status};
@@ -62,6 +63,39 @@ pub enum Request {
         /// The learner to promote in its place.
         new: NodeId,
     },
+    /// The catalog of named elections as this node applied it, each with this node's view
+    /// of its leader and term. Any node.
+    Elections,
+    /// Create named election `name`. Leader (of the group, the root election) only.
+    CreateElection {
+        /// The name: 1 to 128 bytes of `[A-Za-z0-9._-]`.
+        name: String,
+        /// Preferred leaders, in order (none: any).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        affinity: Vec<NodeId>,
+        /// Which elections the balancer moves first (lower first); `None`: 128.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        priority: Option<u8>,
+    },
+    /// Remove named election `name`: every holder of its lease revokes it. Leader (of the
+    /// group) only.
+    RemoveElection {
+        /// The name.
+        name: String,
+    },
+    /// Hand named election `name`'s leadership to `to`, or to the most up-to-date
+    /// follower. That election's leader only: elsewhere [`ErrorKind::NotLeader`] names
+    /// the election's leader this node knows of.
+    TransferElection {
+        /// The name.
+        name: String,
+        /// The node to hand over to; `None`: the most up-to-date follower.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        to: Option<NodeId>,
+    },
+    /// The named elections this node leads, with their terms and whether it holds their
+    /// lease. Any node.
+    Leaderships,
 }
 
 /// The names of the commands, as they appear on the wire.
@@ -75,6 +109,11 @@ pub const COMMANDS: &[&str] = &[
     "promote",
     "remove",
     "replace",
+    "elections",
+    "create_election",
+    "remove_election",
+    "transfer_election",
+    "leaderships",
 ];
 
 /// The arguments each command takes.
@@ -84,6 +123,9 @@ fn arguments_of(command: &str) -> &'static [&'static str] {
         "drain" | "undrain" | "promote" | "remove" => &["id"],
         "add_learner" => &["id", "addr"],
         "replace" => &["old", "new"],
+        "create_election" => &["name", "affinity", "priority"],
+        "remove_election" => &["name"],
+        "transfer_election" => &["name", "to"],
         _ => &[],
     }
 }
@@ -101,13 +143,23 @@ impl Request {
             Request::Promote { .. } => "promote",
             Request::Remove { .. } => "remove",
             Request::Replace { .. } => "replace",
+            Request::Elections => "elections",
+            Request::CreateElection { .. } => "create_election",
+            Request::RemoveElection { .. } => "remove_election",
+            Request::TransferElection { .. } => "transfer_election",
+            Request::Leaderships => "leaderships",
         }
     }
 
-    /// Whether only the leader can carry it out (everything but `status` and `history`).
-    /// A follower answers such a command with [`ErrorKind::NotLeader`].
+    /// Whether only a leader can carry it out (everything but the reads `status`,
+    /// `history`, `elections` and `leaderships`): the group's leader, or for
+    /// `transfer_election` that election's leader. Another node answers such a command
+    /// with [`ErrorKind::NotLeader`] and the leader it knows of.
     pub fn leader_only(&self) -> bool {
-        !matches!(self, Request::Status | Request::History)
+        !matches!(
+            self,
+            Request::Status | Request::History | Request::Elections | Request::Leaderships
+        )
     }
 
     /// The request as it goes on the wire, version included.
@@ -203,6 +255,85 @@ pub enum Reply {
     },
     /// Answer to the drain and membership commands: the configuration after the change.
     Membership(Membership),
+    /// Answer to [`Request::Elections`]: the catalog, by name.
+    Elections {
+        /// Every named election this node has applied, by name.
+        elections: Vec<ElectionEntry>,
+    },
+    /// Answer to [`Request::CreateElection`]: the election as the catalog holds it.
+    ElectionCreated(ElectionInfo),
+    /// Answer to [`Request::RemoveElection`].
+    ElectionRemoved {
+        /// The name removed.
+        name: String,
+        /// The removed incarnation's id.
+        id: ElectionId,
+        /// A token above every token the removed incarnation can hand out: advance a fence
+        /// to it to refuse every leader of the removed incarnation.
+        retired_above: u64,
+    },
+    /// Answer to [`Request::TransferElection`]: the node that leads the election now.
+    ElectionTransferred {
+        /// The election.
+        name: String,
+        /// Its new leader.
+        leader: NodeId,
+    },
+    /// Answer to [`Request::Leaderships`].
+    Leaderships(Leaderships),
+}
+
+/// One named election in a [`Reply::Elections`]: the catalog's entry and the answering
+/// node's view of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ElectionEntry {
+    /// Its name.
+    pub name: String,
+    /// Its id (never reused).
+    pub id: ElectionId,
+    /// Its options.
+    pub options: ElectionOptions,
+    /// The root log index of the entry that created it.
+    pub created_at: u64,
+    /// The election's leader as the answering node knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<NodeId>,
+    /// The election's term at the answering node (0: not founded there yet).
+    #[serde(default)]
+    pub term: u64,
+}
+
+/// The named elections one node runs and leads ([`Request::Leaderships`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Leaderships {
+    /// The node answering.
+    pub node: NodeId,
+    /// How many named elections it runs.
+    pub elections: u64,
+    /// How many of them it knows no leader of.
+    #[serde(default)]
+    pub leaderless: u64,
+    /// The ones it leads, by name.
+    #[serde(default)]
+    pub led: Vec<LedElection>,
+}
+
+/// A named election a node leads ([`Leaderships::led`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedElection {
+    /// Its name.
+    pub name: String,
+    /// The term it leads in (the token of its lease).
+    pub term: u64,
+    /// Whether it holds a confirmed lease of it right now.
+    pub leased: bool,
+}
+
+impl Leaderships {
+    /// How many of its elections it holds a lease of.
+    pub fn leased(&self) -> usize {
+        self.led.iter().filter(|l| l.leased).count()
+    }
 }
 
 /// What kind of refusal an [`ErrorReply`] is. Unknown kinds (from a newer node) read as
@@ -233,6 +364,15 @@ pub enum ErrorKind {
     NoCandidate,
     /// The transfer target is drained and may not lead; undrain it or pick another.
     Drained,
+    /// No named election of that name exists (as far as this node has applied the
+    /// catalog).
+    UnknownElection,
+    /// A named election of that name exists already.
+    ElectionExists,
+    /// The election name is not 1 to 128 bytes of `[A-Za-z0-9._-]`.
+    InvalidName,
+    /// The catalog holds as many named elections as it may.
+    CatalogFull,
     /// The operation did not complete in time (for example no quorum); it may still
     /// take effect.
     TimedOut,
@@ -262,6 +402,10 @@ impl ErrorKind {
             ErrorKind::AlreadyLeader => "already_leader",
             ErrorKind::NoCandidate => "no_candidate",
             ErrorKind::Drained => "drained",
+            ErrorKind::UnknownElection => "unknown_election",
+            ErrorKind::ElectionExists => "election_exists",
+            ErrorKind::InvalidName => "invalid_name",
+            ErrorKind::CatalogFull => "catalog_full",
             ErrorKind::TimedOut => "timed_out",
             ErrorKind::Stopped => "stopped",
             ErrorKind::BadRequest => "bad_request",
@@ -306,6 +450,28 @@ impl ErrorReply {
             Some(l) => format!("node {node} is not the leader; node {l} leads"),
             None => format!(
                 "node {node} is not the leader, and knows of no leader right now (no quorum?)"
+            ),
+        };
+        ErrorReply {
+            kind: ErrorKind::NotLeader,
+            message,
+            leader_hint,
+        }
+    }
+}
+
+impl ErrorReply {
+    /// Node `node` does not lead named election `name`; `leader_hint` does, as far as it
+    /// knows.
+    pub(super) fn not_election_leader(
+        node: NodeId,
+        name: &str,
+        leader_hint: Option<NodeId>,
+    ) -> Self {
+        let message = match leader_hint {
+            Some(l) => format!("node {node} does not lead election {name:?}; node {l} leads it"),
+            None => format!(
+                "node {node} does not lead election {name:?}, and knows of no leader of it right now"
             ),
         };
         ErrorReply {
@@ -377,7 +543,36 @@ mod tests {
             Request::Promote { id: 4 },
             Request::Remove { id: 3 },
             Request::Replace { old: 3, new: 4 },
+            Request::Elections,
+            Request::CreateElection {
+                name: "shard-0".into(),
+                affinity: vec![],
+                priority: None,
+            },
+            Request::CreateElection {
+                name: "shard-1".into(),
+                affinity: vec![2, 1],
+                priority: Some(7),
+            },
+            Request::RemoveElection {
+                name: "shard-0".into(),
+            },
+            Request::TransferElection {
+                name: "shard-0".into(),
+                to: None,
+            },
+            Request::TransferElection {
+                name: "shard-0".into(),
+                to: Some(3),
+            },
+            Request::Leaderships,
         ];
+        for command in COMMANDS {
+            assert!(
+                all.iter().any(|r| r.name() == *command),
+                "{command} is not tried"
+            );
+        }
         for r in all {
             let bytes = serde_json::to_vec(&r.to_json()).unwrap();
             assert_eq!(Request::from_json(&bytes).unwrap(), r);
@@ -434,6 +629,21 @@ mod tests {
                 br#"{"v":1,"command":"add_learner","id":4,"addr":"nowhere"}"#,
                 ErrorKind::BadRequest,
                 "bad arguments for add_learner",
+            ),
+            (
+                br#"{"v":1,"command":"create_election"}"#,
+                ErrorKind::BadRequest,
+                "missing field `name`",
+            ),
+            (
+                br#"{"v":1,"command":"create_election","name":"a","priority":300}"#,
+                ErrorKind::BadRequest,
+                "bad arguments for create_election",
+            ),
+            (
+                br#"{"v":1,"command":"remove_election","name":"a","to":2}"#,
+                ErrorKind::BadRequest,
+                "unknown argument \"to\"",
             ),
         ];
         for (input, kind, needle) in cases {

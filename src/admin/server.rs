@@ -10,14 +10,16 @@ use slog::{debug, info, o, Logger};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::election::{check_name, ElectionError, ElectionOptions};
 use crate::error::{MembershipError, TransferError};
 use crate::node::Node;
 use crate::status::Membership;
+use crate::status::Role;
 use crate::tls::{check_operator_cert, TlsError, TlsIdentity};
 use crate::transport::log_limit::{self, warn_limited, LogLimit};
 use crate::transport::NodeId;
 
-use super::protocol::Response;
+use super::protocol::{ElectionEntry, Leaderships, LedElection, Response};
 use super::{
     close_code, peer_cert, ErrorKind, ErrorReply, Reply, Request, ALPN, IDLE_TIMEOUT_MS,
     MAX_REQUEST, MAX_STREAMS, READ_TIMEOUT,
@@ -297,7 +299,104 @@ async fn execute(node: &Node, request: Request) -> Result<Reply, ErrorReply> {
         Request::Promote { id } => membership(me, node.promote(id).await),
         Request::Remove { id } => membership(me, node.remove_member(id).await),
         Request::Replace { old, new } => membership(me, node.replace_member(old, new).await),
+        Request::Elections => {
+            let catalog = node.list_elections().await?;
+            let view = node.elections().borrow().clone();
+            let elections = catalog
+                .into_iter()
+                .map(|info| {
+                    let l = view.get(&info.name);
+                    ElectionEntry {
+                        leader: l.and_then(|l| l.leader),
+                        term: l.map_or(0, |l| l.term),
+                        name: info.name,
+                        id: info.id,
+                        options: info.options,
+                        created_at: info.created_at,
+                    }
+                })
+                .collect();
+            Ok(Reply::Elections { elections })
+        }
+        Request::CreateElection {
+            name,
+            affinity,
+            priority,
+        } => {
+            let mut options = ElectionOptions::new().affinity(affinity);
+            if let Some(p) = priority {
+                options = options.priority(p);
+            }
+            node.create_election(&name, options)
+                .await
+                .map(Reply::ElectionCreated)
+                .map_err(|e| election_refusal(me, e))
+        }
+        Request::RemoveElection { name } => {
+            check_name(&name).map_err(|e| election_refusal(me, e))?;
+            node.remove_election(&name)
+                .await
+                .map(|r| Reply::ElectionRemoved {
+                    name,
+                    id: r.id,
+                    retired_above: r.retired_above.term(),
+                })
+                .map_err(|e| election_refusal(me, e))
+        }
+        Request::TransferElection { name, to } => {
+            check_name(&name).map_err(|e| election_refusal(me, e))?;
+            // Only a name of the catalog gets a handle (a handle keeps a watch per name).
+            if !node
+                .list_elections()
+                .await?
+                .iter()
+                .any(|info| info.name == name)
+            {
+                return Err(election_refusal(me, ElectionError::NotFound(name)));
+            }
+            let election = node.election(&name);
+            match election.transfer_leadership(to).await {
+                Ok(leader) => Ok(Reply::ElectionTransferred { name, leader }),
+                Err(TransferError::NotLeader { leader_hint }) => {
+                    Err(ErrorReply::not_election_leader(me, &name, leader_hint))
+                }
+                Err(e) => Err(transfer_refusal(me, e)),
+            }
+        }
+        Request::Leaderships => {
+            let view = node.elections().borrow().clone();
+            let led = view
+                .iter()
+                .filter(|(_, l)| l.role == Role::Leader)
+                .map(|(name, l)| LedElection {
+                    name: name.clone(),
+                    term: l.term,
+                    leased: l.leased,
+                })
+                .collect();
+            Ok(Reply::Leaderships(Leaderships {
+                node: me,
+                elections: view.len() as u64,
+                leaderless: view.values().filter(|l| l.leader.is_none()).count() as u64,
+                led,
+            }))
+        }
     }
+}
+
+fn election_refusal(me: NodeId, e: ElectionError) -> ErrorReply {
+    let kind = match &e {
+        ElectionError::NotLeader { leader_hint } => {
+            return ErrorReply::not_leader(me, *leader_hint)
+        }
+        ElectionError::NotFound(_) | ElectionError::Removed(_) => ErrorKind::UnknownElection,
+        ElectionError::Exists(_) => ErrorKind::ElectionExists,
+        ElectionError::InvalidName { .. } => ErrorKind::InvalidName,
+        ElectionError::Full(_) => ErrorKind::CatalogFull,
+        ElectionError::TimedOut(_) => ErrorKind::TimedOut,
+        ElectionError::Stopped(_) => ErrorKind::Stopped,
+    };
+    ErrorReply::new(kind, e.to_string())
 }
 
 fn transfer_refusal(me: NodeId, e: TransferError) -> ErrorReply {

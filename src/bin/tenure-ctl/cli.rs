@@ -6,6 +6,9 @@
 //! tenure-ctl --certs DIR --addr 127.0.0.1:7101,127.0.0.1:7102 status
 //! tenure-ctl --certs DIR --addr ... transfer --to 2
 //! tenure-ctl --certs DIR --addr ... members add 4 127.0.0.1:7004
+//! tenure-ctl --certs DIR --addr ... elections create shard-0 --affinity 2,1 --priority 10
+//! tenure-ctl --certs DIR --addr ... elections list
+//! tenure-ctl --certs DIR --addr ... elections transfer shard-0 --to 3
 //! tenure-ctl completions bash > ~/.local/share/bash-completion/completions/tenure-ctl
 //! ```
 //!
@@ -15,6 +18,13 @@
 //! tool asks every node at once and acts as soon as the leader answers, so a stopped
 //! node delays nothing; with no leader (an election under way) it asks again until one
 //! is elected or `--timeout` has passed.
+//!
+//! Named elections (`elections ...`): `create` and `remove` change the catalog, which the
+//! group's leader keeps, so they go where the membership commands go; `transfer NAME`
+//! goes to the node that leads election NAME, found from every node's `leaderships`;
+//! `list` reads the catalog of the most current node and each election's leader and
+//! term from every node that answers. `status` adds, per node, how many named elections
+//! it runs and leads (with their names when few, or with `status --names`).
 //!
 //! The program names itself by the name it is given ([`main`]): its usage lines, its
 //! messages' prefix and the completion scripts it prints (which complete that command
@@ -45,7 +55,10 @@ use tokio::task::JoinSet;
 
 #[path = "output.rs"]
 mod output;
-use output::{explain, print_done, print_history, print_members, print_status};
+use output::{explain, print_done, print_history, print_leaderships, print_members, print_status};
+
+#[path = "elections.rs"]
+mod elections;
 
 const EXIT_CODES: &str = "\
 Exit codes: 0 done; 1 the group refused or could not be reached (the message says why);
@@ -91,7 +104,12 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Role, term, leader, members, quorum health, lease of each node
-    Status,
+    Status {
+        /// List the names of the named elections each node leads (by default only when
+        /// a node leads few)
+        #[arg(long)]
+        names: bool,
+    },
     /// The replicated leadership history
     History,
     /// Hand leadership over (to ID, or the most up-to-date follower)
@@ -113,6 +131,9 @@ enum Command {
     /// Change the membership: add, promote, remove, replace
     #[command(subcommand)]
     Members(Members),
+    /// Named elections: list, create, remove, transfer
+    #[command(subcommand)]
+    Elections(Elections),
     /// Print a completion script for SHELL on stdout (needs no --certs or --addr)
     Completions {
         /// The shell to complete in
@@ -147,6 +168,38 @@ enum Members {
         old: NodeId,
         #[arg(value_name = "NEW", value_parser = parse_id)]
         new: NodeId,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum Elections {
+    /// The catalog: each election's id, leader, term and options
+    List,
+    /// Create election NAME (the group's leader keeps the catalog)
+    Create {
+        /// 1 to 128 characters of A-Z, a-z, 0-9, '.', '_' and '-'
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// Preferred leaders, in order, comma-separated
+        #[arg(long, value_name = "ID[,ID...]", value_delimiter = ',', value_parser = parse_id)]
+        affinity: Vec<NodeId>,
+        /// Which elections move first when the balancer moves some (0-255, lower first;
+        /// default 128)
+        #[arg(long, value_name = "P")]
+        priority: Option<u8>,
+    },
+    /// Remove election NAME: its leader's lease is revoked, its tokens retired
+    Remove {
+        #[arg(value_name = "NAME")]
+        name: String,
+    },
+    /// Hand election NAME's leadership over (to ID, or the most up-to-date follower)
+    Transfer {
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// The node to hand over to
+        #[arg(long, value_name = "ID", value_parser = parse_id)]
+        to: Option<NodeId>,
     },
 }
 
@@ -189,12 +242,14 @@ struct Args {
     json: bool,
     timeout: Duration,
     request: Request,
+    /// `status --names`: list the names of the elections each node leads.
+    names: bool,
 }
 
 /// The request a command sends, or, for `completions`, the shell to print a script for.
 fn request_of(command: Command) -> Result<Request, clap_complete::Shell> {
     Ok(match command {
-        Command::Status => Request::Status,
+        Command::Status { .. } => Request::Status,
         Command::History => Request::History,
         Command::Transfer { to } => Request::Transfer { to },
         Command::Drain { id } => Request::Drain { id },
@@ -203,6 +258,20 @@ fn request_of(command: Command) -> Result<Request, clap_complete::Shell> {
         Command::Members(Members::Promote { id }) => Request::Promote { id },
         Command::Members(Members::Remove { id }) => Request::Remove { id },
         Command::Members(Members::Replace { old, new }) => Request::Replace { old, new },
+        Command::Elections(Elections::List) => Request::Elections,
+        Command::Elections(Elections::Create {
+            name,
+            affinity,
+            priority,
+        }) => Request::CreateElection {
+            name,
+            affinity,
+            priority,
+        },
+        Command::Elections(Elections::Remove { name }) => Request::RemoveElection { name },
+        Command::Elections(Elections::Transfer { name, to }) => {
+            Request::TransferElection { name, to }
+        }
         Command::Completions { shell } => return Err(shell),
     })
 }
@@ -232,6 +301,7 @@ pub(crate) fn main(name: &'static str) -> ExitCode {
             .error(clap::error::ErrorKind::MissingRequiredArgument, message)
             .exit()
     };
+    let names = matches!(cli.command, Command::Status { names: true });
     let request = match request_of(cli.command) {
         Ok(request) => request,
         Err(shell) => return print_completions(name, shell),
@@ -250,6 +320,7 @@ pub(crate) fn main(name: &'static str) -> ExitCode {
         json: cli.json,
         timeout: cli.timeout,
         request,
+        names,
     };
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -390,6 +461,10 @@ async fn execute(args: &Args, identity: &OperatorIdentity) -> Result<(), Failure
                 print_history(client.node_id(), &records);
             }
             Ok(())
+        }
+        Request::Elections => elections::list(args, &connect_all(args, identity).await).await,
+        Request::TransferElection { name, .. } => {
+            elections::transfer(args, identity, name, &args.request).await
         }
         request => leader_command(args, identity, request).await,
     }
@@ -703,7 +778,11 @@ async fn status_all(
 ) -> Result<(), Failure> {
     let answers = join_all(clients.iter().map(|(addr, c)| async move {
         let r = match c {
-            Ok(c) => c.status().await.map_err(|e| e.to_string()),
+            // A node of an older version does not know `leaderships`: leave it out.
+            Ok(c) => match tokio::join!(c.status(), c.leaderships()) {
+                (Ok(s), l) => Ok((s, l.ok())),
+                (Err(e), _) => Err(e.to_string()),
+            },
             Err(e) => Err(e.to_string()),
         };
         (*addr, r)
@@ -714,7 +793,8 @@ async fn status_all(
         let nodes: Vec<Value> = answers
             .iter()
             .map(|(addr, r)| match r {
-                Ok(s) => json!({"addr": addr, "status": s}),
+                Ok((s, None)) => json!({"addr": addr, "status": s}),
+                Ok((s, Some(l))) => json!({"addr": addr, "status": s, "leaderships": l}),
                 Err(e) => json!({"addr": addr, "error": e}),
             })
             .collect();
@@ -722,13 +802,18 @@ async fn status_all(
     } else {
         for (addr, r) in &answers {
             match r {
-                Ok(s) => print_status(*addr, s),
+                Ok((s, l)) => {
+                    print_status(*addr, s);
+                    if let Some(l) = l {
+                        print_leaderships(l, args.names);
+                    }
+                }
                 Err(e) => println!("no answer from {addr}: {e}"),
             }
         }
         let statuses: Vec<&Status> = answers
             .iter()
-            .filter_map(|(_, r)| r.as_ref().ok())
+            .filter_map(|(_, r)| r.as_ref().ok().map(|(s, _)| s))
             .collect();
         if let Some(s) = statuses
             .iter()

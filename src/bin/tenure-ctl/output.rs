@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use tenure::admin::{ErrorKind, Reply, Request};
+use tenure::admin::{ElectionEntry, ErrorKind, Leaderships, Reply, Request};
 use tenure::{Membership, NodeId, Role, Status, TenureEnd, TenureRecord, TenureStart};
 
 /// A refusal as a sentence, with what to do about it.
@@ -28,6 +28,9 @@ pub(super) fn explain(
             );
         }
         (ErrorKind::TimedOut, _) => s.push_str("\n  it may still take effect; check `status`"),
+        (ErrorKind::UnknownElection, _) => {
+            s.push_str("\n  `elections list` shows the elections there are");
+        }
         _ => {}
     }
     s
@@ -45,6 +48,14 @@ pub(super) fn describe(request: &Request) -> String {
         Request::Promote { id } => format!("promote node {id}"),
         Request::Remove { id } => format!("remove node {id}"),
         Request::Replace { old, new } => format!("replace node {old} by node {new}"),
+        Request::Elections => "elections list".into(),
+        Request::CreateElection { name, .. } => format!("create election {name:?}"),
+        Request::RemoveElection { name } => format!("remove election {name:?}"),
+        Request::TransferElection { name, to: None } => format!("transfer election {name:?}"),
+        Request::TransferElection { name, to: Some(t) } => {
+            format!("transfer election {name:?} to node {t}")
+        }
+        Request::Leaderships => "leaderships".into(),
         _ => request.name().into(),
     }
 }
@@ -67,7 +78,106 @@ pub(super) fn print_done(node: NodeId, request: &Request, reply: &Reply) {
             println!("{done} (by leader node {node})");
             print_members(node, m);
         }
+        Reply::ElectionCreated(info) => println!(
+            "election {} created: id {}, priority {}, affinity {} (by leader node {node})",
+            info.name,
+            info.id,
+            info.options.priority,
+            list(&info.options.affinity)
+        ),
+        Reply::ElectionRemoved {
+            name,
+            id,
+            retired_above,
+        } => println!(
+            "election {name} removed (id {id}; every token it handed out is below {retired_above}: \
+             a fence advanced to it refuses its leaders) (by leader node {node})"
+        ),
+        Reply::ElectionTransferred { name, leader } => {
+            println!("leadership of election {name} moved to node {leader}");
+        }
         other => println!("{other:?}"),
+    }
+}
+
+/// At most this many names a node leads are listed by `status` without `--names`.
+const FEW: usize = 8;
+
+/// The named elections a node runs and leads, under its `status` lines (nothing for a
+/// node that runs none).
+pub(super) fn print_leaderships(l: &Leaderships, names: bool) {
+    if let Some(line) = leaderships_line(l, names) {
+        println!("{line}");
+    }
+}
+
+/// The line [`print_leaderships`] prints: the names led when `names` or when few.
+fn leaderships_line(l: &Leaderships, names: bool) -> Option<String> {
+    if l.elections == 0 && l.led.is_empty() {
+        return None;
+    }
+    let mut s = format!(
+        "  named elections: leads {} of {}, lease held of {}",
+        l.led.len(),
+        l.elections,
+        l.leased()
+    );
+    if l.leaderless > 0 {
+        s.push_str(&format!(", {} without a known leader", l.leaderless));
+    }
+    if !l.led.is_empty() {
+        if names || l.led.len() <= FEW {
+            let led: Vec<String> = l
+                .led
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{} (term {}{})",
+                        e.name,
+                        e.term,
+                        if e.leased { "" } else { ", no lease" }
+                    )
+                })
+                .collect();
+            s.push_str(&format!(": {}", led.join(", ")));
+        } else {
+            s.push_str(" (names with status --names)");
+        }
+    }
+    Some(s)
+}
+
+/// The catalog as a table.
+pub(super) fn print_elections(node: NodeId, entries: &[ElectionEntry]) {
+    println!(
+        "named elections (catalog as node {node} has applied it): {}",
+        entries.len()
+    );
+    if entries.is_empty() {
+        println!("  (none)");
+        return;
+    }
+    let w = entries
+        .iter()
+        .map(|e| e.name.len())
+        .max()
+        .unwrap_or(0)
+        .max(4);
+    println!(
+        "  {:<w$}  {:>7}  {:>6}  {:>20}  {:>8}  affinity",
+        "name", "id", "leader", "term", "priority"
+    );
+    for e in entries {
+        let leader = e.leader.map_or_else(|| "-".to_string(), |l| l.to_string());
+        println!(
+            "  {:<w$}  {:>7}  {:>6}  {:>20}  {:>8}  {}",
+            e.name,
+            e.id,
+            leader,
+            e.term,
+            e.options.priority,
+            list(&e.options.affinity)
+        );
     }
 }
 
@@ -196,4 +306,46 @@ pub(super) fn utc(ms: u64) -> String {
         rem % 60,
         ms % 1000
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tenure::admin::LedElection;
+
+    fn leading(n: usize) -> Leaderships {
+        Leaderships {
+            node: 2,
+            elections: 20,
+            leaderless: 1,
+            led: (0..n)
+                .map(|i| LedElection {
+                    name: format!("e{i}"),
+                    term: (1 << 40) + i as u64,
+                    leased: i != 0,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn leaderships_name_few_elections_and_many_only_when_asked() {
+        assert_eq!(leaderships_line(&Leaderships::default(), true), None);
+        assert_eq!(
+            leaderships_line(&leading(2), false).unwrap(),
+            "  named elections: leads 2 of 20, lease held of 1, 1 without a known leader: \
+             e0 (term 1099511627776, no lease), e1 (term 1099511627777)"
+        );
+        let many = leading(FEW + 1);
+        assert_eq!(
+            leaderships_line(&many, false).unwrap(),
+            "  named elections: leads 9 of 20, lease held of 8, 1 without a known leader \
+             (names with status --names)"
+        );
+        let named = leaderships_line(&many, true).unwrap();
+        assert!(
+            named.contains(": e0 (term") && named.contains("e8 (term"),
+            "{named}"
+        );
+    }
 }
