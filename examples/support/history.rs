@@ -77,12 +77,25 @@ fn judge(events: &[&Event], nodes: usize) -> Result<usize, (usize, Vec<String>)>
     }
 }
 
+/// The events of an election (the root's when they name none, as a worker older than
+/// the `election` field prints them).
+const ELECTION_EVENTS: [&str; 8] = [
+    "leader_changed",
+    "lease_acquired",
+    "lease_confirmed",
+    "lease_lost",
+    "history",
+    "batch_started",
+    "settled",
+    "fence_rejected",
+];
+
 /// Whether `e` belongs to named election `name`'s history: its own events, and those of
-/// no election at all (no `election` field: starts, stops, chaos).
+/// no election at all (starts, stops, chaos).
 fn of_election(e: &Event, name: &str) -> bool {
-    match e.v.get("election") {
-        None => true,
-        Some(_) => e.election() == Some(name),
+    match e.election() {
+        Some(n) => n == name,
+        None => !ELECTION_EVENTS.contains(&e.event.as_str()),
     }
 }
 
