@@ -535,10 +535,8 @@ async fn run(o: Options) -> i32 {
                                 }
                             }
                         }
-                        "lease_lost" => {
-                            if view.named.get(name).copied() == term {
-                                view.named.remove(name);
-                            }
+                        "lease_lost" if view.named.get(name).copied() == term => {
+                            view.named.remove(name);
                         }
                         "lease_confirmed" => view.confirms += 1,
                         "batch_started" => stats.batch_started = Some((id, Instant::now())),
@@ -797,6 +795,7 @@ impl ChaosState {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn step_chaos(
     state: ChaosState,
     mode: Chaos,

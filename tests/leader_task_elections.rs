@@ -51,7 +51,7 @@ impl Drop for Ends {
         r.ended = Some(Instant::now());
         r.reason = self.lease.lost_reason();
         r.protected_until = match r.reason {
-            Some(LostReason::HandedOver) | Some(LostReason::Removed) => self.lease.ended_at(),
+            Some(LostReason::HandedOver | LostReason::Removed) => self.lease.ended_at(),
             _ => Some(self.lease.valid_until()),
         };
     }

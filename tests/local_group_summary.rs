@@ -41,7 +41,7 @@ fn lost(node: u64, at_ms: u64, term: u64, reason: &str) -> String {
 /// `line` (an event) with `"election": election` added (`None`: `null`, the root).
 fn of(election: Option<&str>, line: &str) -> String {
     let mut v: serde_json::Value = serde_json::from_str(line).unwrap();
-    v["election"] = election.map_or(serde_json::Value::Null, |n| n.into());
+    v["election"] = election.map_or(serde_json::Value::Null, Into::into);
     v.to_string()
 }
 

@@ -901,7 +901,7 @@ fn spawn_shard_settlement(
         async move {
             // An election this worker was not told of (created with ctl): not a shard.
             let Some(ledger) = ledger else { return };
-            settle(id, Some(name), lease, ledger, every, row_delay).await
+            settle(id, Some(name), lease, ledger, every, row_delay).await;
         }
     })
 }
