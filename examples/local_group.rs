@@ -925,6 +925,13 @@ fn step_chaos(
     }
 }
 
+/// A name's sort key with its trailing number as a number: `shard-2` before `shard-10`.
+fn natural(name: &str) -> (&str, u64) {
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let (head, tail) = name.split_at(name.len() - digits);
+    (head, tail.parse().unwrap_or(0))
+}
+
 /// Samples the fewest and most named leaderships a live worker holds, once every
 /// election has a holder (before that, the spread says only how far the start got).
 fn sample_spread(
@@ -998,9 +1005,10 @@ fn failover_table(named: &Named, o: &Options, width: usize) -> String {
     if n > 32 {
         return out;
     }
-    let cells: Vec<String> = named
-        .last_failover
-        .iter()
+    let mut last: Vec<_> = named.last_failover.iter().collect();
+    last.sort_by_key(|(name, _)| natural(name));
+    let cells: Vec<String> = last
+        .into_iter()
         .map(|(name, (ms, at, to, _))| {
             format!(
                 "{name:<9} {ms:>6.0} ms →n{to} {:>3.0}s ago",
@@ -1043,7 +1051,9 @@ fn print_elections(report: &history::Report, named: &Named, o: &Options) {
     }
     if seen <= 32 {
         println!(" election   id   terms  failovers  last failover");
-        for (name, r) in &report.elections {
+        let mut elections: Vec<_> = report.elections.iter().collect();
+        elections.sort_by_key(|(name, _)| natural(name));
+        for (name, r) in elections {
             let ids: Vec<String> = r.ids.iter().map(u64::to_string).collect();
             println!(
                 " {:<9}  {:<3}  {:<5}  {:<9}  {}{}",
