@@ -3,7 +3,13 @@
 //! ```text
 //! cargo run --release --example local_group                       # until Ctrl-C
 //! cargo run --release --example local_group -- --chaos kill --duration 60 --events /tmp/ev.jsonl
+//! cargo run --release --example local_group -- --elections 16 --chaos kill --duration 60
 //! ```
+//!
+//! With `--elections N` every worker also runs the named elections `shard-0` …
+//! `shard-<N-1>`; the live view shows how many each worker leads and the last failover of
+//! each name, and the summary judges each election by itself (with `--ledger`, each shard
+//! of the ledger is settled by its election's leader under its own fence).
 //!
 //! Every worker also opens an admin endpoint; the command line for driving the running
 //! group with `cargo run --example ctl` (certificates folder and admin addresses) is
@@ -90,6 +96,13 @@ struct Options {
     /// batch was settled exactly once
     #[arg(long, value_name = "FILE")]
     ledger: Option<PathBuf>,
+
+    /// Run N named elections, shard-0 ... shard-N-1, on every worker beside the group's
+    /// own; with --ledger each settles its own shard (batch B: shard-(B mod N)) under its
+    /// own fence, and the summary checks every shard and every election by itself
+    #[arg(long, value_name = "N", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=1024))]
+    elections: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, clap::ValueEnum)]
@@ -161,8 +174,23 @@ struct WorkerView {
     term: u64,
     leader: Option<u64>,
     leased: Option<u64>,
+    /// The named elections whose lease it holds, with their tokens.
+    named: BTreeMap<String, u64>,
     confirms: u64,
     last_event: String,
+}
+
+/// The named elections as the live view follows them.
+#[derive(Default)]
+struct Named {
+    /// Per name: the last failover (ms, when, to which node, its token).
+    last_failover: BTreeMap<String, (f64, Instant, u64, u64)>,
+    /// Names whose leader a chaos event hit, waiting for a new holder: (victim, when on
+    /// the monotonic clock, the victim's token).
+    pending: BTreeMap<String, (u64, u64, u64)>,
+    /// Fewest and most leaderships a live worker held, sampled at each redraw once every
+    /// election had a holder: (elapsed s, min, max).
+    spread: Vec<(f64, usize, usize)>,
 }
 
 /// A line a worker printed.
@@ -369,6 +397,9 @@ async fn run(o: Options) -> i32 {
     if let Some(l) = &o.ledger {
         template = template.ledger(l);
     }
+    if o.elections > 0 {
+        template = template.elections(o.elections);
+    }
     let events_file = match &o.events {
         Some(p) => match std::fs::OpenOptions::new()
             .create(true)
@@ -454,6 +485,7 @@ async fn run(o: Options) -> i32 {
     let mut notes: Vec<String> = Vec::new();
     let mut seed_tick = tokio::time::interval(Duration::from_millis(500));
     let mut stats = SettleStats::default();
+    let mut named = Named::default();
     println!(
         "tenure local group: {} workers in {} (chaos: {:?}); Ctrl-C stops",
         o.nodes,
@@ -491,6 +523,32 @@ async fn run(o: Options) -> i32 {
                 let view = views.entry(id).or_default();
                 let ev = e.event.clone();
                 let term = e.term();
+                if let Some(name) = e.election() {
+                    match ev.as_str() {
+                        "lease_acquired" => {
+                            view.named.insert(name.to_string(), term.unwrap_or(0));
+                            if let Some((victim, at_ns, _)) = named.pending.get(name).copied() {
+                                if id != victim {
+                                    named.pending.remove(name);
+                                    let ms = e.mono_ns.saturating_sub(at_ns) as f64 / 1e6;
+                                    named.last_failover.insert(name.to_string(), (ms, Instant::now(), id, term.unwrap_or(0)));
+                                }
+                            }
+                        }
+                        "lease_lost" if view.named.get(name).copied() == term => {
+                            view.named.remove(name);
+                        }
+                        "lease_confirmed" => view.confirms += 1,
+                        "batch_started" => stats.batch_started = Some((id, Instant::now())),
+                        "settled" => stats.settled += 1,
+                        "fence_rejected" => stats.rejected += 1,
+                        _ => {}
+                    }
+                    if ev != "lease_confirmed" && ev != "history" && ev != "leader_changed" {
+                        view.last_event = format!("{ev} {name}");
+                    }
+                    continue;
+                }
                 match ev.as_str() {
                     "started" => { view.alive = true; view.role = "follower".into(); }
                     "leader_changed" => {
@@ -521,13 +579,13 @@ async fn run(o: Options) -> i32 {
                         }
                     }
                     "lease_lost" => view.leased = None,
-                    "stopped" => { view.alive = false; view.role = "stopped".into(); view.leased = None; }
+                    "stopped" => { view.alive = false; view.role = "stopped".into(); view.leased = None; view.named.clear(); }
                     _ => {}
                 }
                 view.last_event = ev;
             }
             _ = chaos_tick.tick(), if o.chaos != Chaos::None => {
-                chaos = step_chaos(chaos, o.chaos, &mut group, &mut views, &mut log, Out { tty, started }, &stats);
+                chaos = step_chaos(chaos, o.chaos, &mut group, &mut views, &mut log, Out { tty, started }, &stats, &mut named);
             }
             _ = seed_tick.tick(), if ledger.is_some() => {
                 // Keep work flowing, but stop seeding near the end so it can all settle.
@@ -543,12 +601,14 @@ async fn run(o: Options) -> i32 {
                 }
             }
             _ = redraw.tick() => {
-                render(&views, &o, started, last_failover, tty, &stats, &ctl);
+                sample_spread(&views, &o, started, &mut named);
+                render(&views, &o, started, last_failover, tty, &stats, &ctl, &named);
             }
         }
     }
     // Let the group finish the seeded work (bounded), then shut down: resume paused
     // workers, stop everyone, and drain their last events.
+    let shards = o.elections;
     if let Some(l) = &ledger {
         let l = l.clone();
         let verify = move || {
@@ -557,7 +617,7 @@ async fn run(o: Options) -> i32 {
                 tokio::task::spawn_blocking(move || {
                     l.lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .verify()
+                        .verify_shards(shards)
                 })
                 .await
                 .unwrap_or_else(|e| Err(e.to_string()))
@@ -615,6 +675,9 @@ async fn run(o: Options) -> i32 {
     } else if o.chaos != Chaos::None {
         println!("failovers: 0");
     }
+    if o.elections > 0 {
+        print_elections(&report, &named, &o);
+    }
     // Worker stderr: show panics and errors in full, at most a few lines otherwise.
     let important: Vec<&String> = notes
         .iter()
@@ -633,7 +696,7 @@ async fn run(o: Options) -> i32 {
         let verified = l
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .verify();
+            .verify_shards(o.elections);
         match verified {
             Ok(r) => {
                 let rejected = log
@@ -651,12 +714,15 @@ async fn run(o: Options) -> i32 {
                 } else {
                     ok = false;
                     println!("exactly once: FAILED");
-                    for d in &r.duplicates {
-                        println!("  duplicate: {d}");
+                    for d in r.duplicates.iter().chain(&r.misplaced) {
+                        println!("  duplicate or misplaced: {d}");
                     }
                 }
+                if o.elections > 0 {
+                    ok &= print_shards(&r, &report, o.elections);
+                }
                 if r.token_regressions.is_empty() {
-                    println!("token order: OK (no accepted write below an earlier accepted token)");
+                    println!("token order: OK (no accepted write below an earlier accepted token of its fence)");
                 } else {
                     ok = false;
                     for t in &r.token_regressions {
@@ -676,7 +742,8 @@ async fn run(o: Options) -> i32 {
         println!("warning: could not remove {}", dir_path.display());
     }
     if report.violations.is_empty() {
-        println!("leases: OK (the history checker: one lease holder per term, no lease began before another node's ended, no confirm after a majority moved on, applied histories agree)");
+        println!("leases: OK (the history checker: one lease holder per term, no lease began before another node's ended, no confirm after a majority moved on, applied histories agree){}",
+            if o.elections > 0 { format!("; judged per election: the root and {} named", report.elections.len()) } else { String::new() });
     } else {
         for v in &report.violations {
             println!("VIOLATION: {v}");
@@ -728,6 +795,7 @@ impl ChaosState {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn step_chaos(
     state: ChaosState,
     mode: Chaos,
@@ -736,6 +804,7 @@ fn step_chaos(
     log: &mut EventLog,
     out: Out,
     stats: &SettleStats,
+    named: &mut Named,
 ) -> ChaosState {
     let Out { tty, started } = out;
     match state {
@@ -777,6 +846,10 @@ fn step_chaos(
                 );
             }
             if let Some(v) = views.get_mut(&victim) {
+                // Each named election the victim led fails over by itself.
+                for (name, token) in std::mem::take(&mut v.named) {
+                    named.pending.insert(name, (victim, at_ns, token));
+                }
                 v.leased = None;
                 if mode == Chaos::Kill {
                     v.alive = false;
@@ -852,6 +925,223 @@ fn step_chaos(
     }
 }
 
+/// A name's sort key with its trailing number as a number: `shard-2` before `shard-10`.
+fn natural(name: &str) -> (&str, u64) {
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let (head, tail) = name.split_at(name.len() - digits);
+    (head, tail.parse().unwrap_or(0))
+}
+
+/// Samples the fewest and most named leaderships a live worker holds, once every
+/// election has a holder (before that, the spread says only how far the start got).
+fn sample_spread(
+    views: &BTreeMap<u64, WorkerView>,
+    o: &Options,
+    started: Instant,
+    named: &mut Named,
+) {
+    if o.elections == 0 {
+        return;
+    }
+    let live: Vec<usize> = views
+        .values()
+        .filter(|v| v.alive && !v.paused)
+        .map(|v| v.named.len())
+        .collect();
+    let held: usize = live.iter().sum();
+    if held as u64 != o.elections || live.is_empty() {
+        return;
+    }
+    let (min, max) = (
+        live.iter().copied().min().unwrap_or(0),
+        live.iter().copied().max().unwrap_or(0),
+    );
+    named
+        .spread
+        .push((started.elapsed().as_secs_f64(), min, max));
+}
+
+/// How many named leaderships each worker holds: `n1 4  n2 3 ...`.
+fn leaderships_line(views: &BTreeMap<u64, WorkerView>) -> String {
+    views
+        .iter()
+        .map(|(id, v)| {
+            if v.alive && !v.paused {
+                format!("n{id} {}", v.named.len())
+            } else {
+                format!("n{id} -")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("  ")
+}
+
+/// The last failover of each name: a grid of `name  ms  →node` cells when there are few
+/// names, one line of totals when there are many.
+fn failover_table(named: &Named, o: &Options, width: usize) -> String {
+    let n = named.last_failover.len();
+    let waiting = named.pending.len();
+    if n == 0 {
+        return format!(
+            "named failovers: none yet{}\n",
+            if waiting > 0 {
+                format!(" ({waiting} waiting for a new leader)")
+            } else {
+                String::new()
+            }
+        );
+    }
+    let ms: Vec<f64> = named.last_failover.values().map(|f| f.0).collect();
+    let (min, med, max) = history::summary(&ms).unwrap_or_default();
+    let mut out = format!(
+        "named failovers (last per name): {n} of {} names, min {min:.0} ms, median {med:.0} ms, max {max:.0} ms{}\n",
+        o.elections,
+        if waiting > 0 {
+            format!(", {waiting} waiting for a new leader")
+        } else {
+            String::new()
+        }
+    );
+    if n > 32 {
+        return out;
+    }
+    let mut last: Vec<_> = named.last_failover.iter().collect();
+    last.sort_by_key(|(name, _)| natural(name));
+    let cells: Vec<String> = last
+        .into_iter()
+        .map(|(name, (ms, at, to, _))| {
+            format!(
+                "{name:<9} {ms:>6.0} ms →n{to} {:>3.0}s ago",
+                at.elapsed().as_secs_f64()
+            )
+        })
+        .collect();
+    for row in cells.chunks(width.max(1)) {
+        out.push_str("  ");
+        out.push_str(&row.join("   "));
+        out.push('\n');
+    }
+    out
+}
+
+/// The summary's lines of the named elections: each election judged by itself.
+fn print_elections(report: &history::Report, named: &Named, o: &Options) {
+    let seen = report.elections.len();
+    let terms: Vec<usize> = report
+        .elections
+        .values()
+        .map(|r| r.terms_with_leases)
+        .collect();
+    println!(
+        "named elections: {seen} of {} seen; terms with a lease per election: min {}, max {}",
+        o.elections,
+        terms.iter().min().copied().unwrap_or(0),
+        terms.iter().max().copied().unwrap_or(0)
+    );
+    let fo: Vec<f64> = report
+        .elections
+        .values()
+        .flat_map(|r| r.failovers.iter().map(|f| f.millis))
+        .collect();
+    if let Some((min, med, max)) = history::summary(&fo) {
+        println!(
+            "named failovers: {} (min {min:.1} ms, median {med:.1} ms, max {max:.1} ms)",
+            fo.len()
+        );
+    }
+    if seen <= 32 {
+        println!(" election   id   terms  failovers  last failover");
+        let mut elections: Vec<_> = report.elections.iter().collect();
+        elections.sort_by_key(|(name, _)| natural(name));
+        for (name, r) in elections {
+            let ids: Vec<String> = r.ids.iter().map(u64::to_string).collect();
+            println!(
+                " {:<9}  {:<3}  {:<5}  {:<9}  {}{}",
+                name,
+                ids.join(","),
+                r.terms_with_leases,
+                r.failovers.len(),
+                r.failovers.last().map_or_else(
+                    || "-".into(),
+                    |f| format!("{:.1} ms n{}→n{}", f.millis, f.from_node, f.to_node)
+                ),
+                if r.violations > 0 {
+                    format!("   {} VIOLATIONS", r.violations)
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+    match (
+        named.spread.iter().map(|s| s.1).min(),
+        named.spread.iter().map(|s| s.2).max(),
+        named.spread.last(),
+    ) {
+        (Some(lo), Some(hi), Some((at, min, max))) => println!(
+            "leaderships per live worker ({} samples with every election led): fewest {lo}, most {hi}; last sample at {at:.0} s: {min}..{max} (no balancer yet: spread is what the elections' timeouts left)",
+            named.spread.len()
+        ),
+        _ => println!("leaderships per live worker: never sampled with every election led"),
+    }
+}
+
+/// The ledger's checks per shard: every shard's batches settled under its own fence, each
+/// fence's tokens of one election (the one the events name for that shard), and no two
+/// fences sharing an election. False if one fails.
+fn print_shards(r: &ledger::LedgerReport, report: &history::Report, n: u64) -> bool {
+    let mut ok = true;
+    let mut by_id: BTreeMap<u64, String> = BTreeMap::new();
+    let mut settled = Vec::new();
+    for i in 0..n {
+        let name = ledger::shard_name(i);
+        let Some(f) = r.fences.get(&name) else {
+            settled.push(0);
+            continue;
+        };
+        settled.push(f.settled_batches);
+        let ids: Vec<u64> = f.election_ids.iter().copied().collect();
+        let expected = report.elections.get(&name).map(|e| &e.ids);
+        let one_id = ids.len() == 1 && ids[0] > 0;
+        let matches = expected.is_none_or(|e| ids.iter().all(|i| e.contains(i)));
+        if !one_id || !matches {
+            ok = false;
+            println!(
+                "  VIOLATION: fence {name} accepted tokens of election ids {ids:?} (its election's: {expected:?})"
+            );
+        }
+        for id in ids {
+            if let Some(other) = by_id.insert(id, name.clone()) {
+                ok = false;
+                println!(
+                    "  VIOLATION: fences {other} and {name} both accepted tokens of election {id}"
+                );
+            }
+        }
+    }
+    if let Some(root) = r.fences.get(ledger::FENCE) {
+        ok = false;
+        println!(
+            "  VIOLATION: {} writes under the root's fence while the shards have their own",
+            root.writes
+        );
+    }
+    let (lo, hi) = (
+        settled.iter().min().copied().unwrap_or(0),
+        settled.iter().max().copied().unwrap_or(0),
+    );
+    println!(
+        "shards: {n}, batches settled per shard: min {lo}, max {hi}; {}",
+        if ok {
+            "every shard under its own fence, each fence's tokens of its own election only: OK"
+        } else {
+            "FAILED"
+        }
+    );
+    ok
+}
+
+#[allow(clippy::too_many_arguments)]
 fn render(
     views: &BTreeMap<u64, WorkerView>,
     o: &Options,
@@ -860,6 +1150,7 @@ fn render(
     tty: bool,
     stats: &SettleStats,
     ctl: &str,
+    named: &Named,
 ) {
     let settle = if o.ledger.is_some() {
         format!(
@@ -893,6 +1184,10 @@ fn render(
             "[{:>6.1}s] {head}   {fo}{settle}",
             started.elapsed().as_secs_f64()
         );
+        if o.elections > 0 {
+            println!("         named leaderships: {}", leaderships_line(views));
+            print!("         {}", failover_table(named, o, 4));
+        }
         return;
     }
     let mut out = String::new();
@@ -906,19 +1201,26 @@ fn render(
     ));
     out.push_str(&format!("operator: {ctl}\n\n"));
     out.push_str(&format!("{head}\n{fo}{settle}\n\n"));
-    out.push_str(" node  pid      state          term  leader  lease   confirms  last event\n");
+    out.push_str(
+        " node  pid      state          term  leader  lease   leads  confirms  last event\n",
+    );
     for (id, v) in views {
         out.push_str(&format!(
-            " {:<4}  {:<7}  {:<13}  {:<4}  {:<6}  {:<6}  {:<8}  {}\n",
+            " {:<4}  {:<7}  {:<13}  {:<4}  {:<6}  {:<6}  {:<5}  {:<8}  {}\n",
             id,
             v.pid.map_or_else(|| "-".into(), |p| p.to_string()),
             v.role,
             v.term,
             v.leader.map_or_else(|| "-".into(), |l| l.to_string()),
             v.leased.map_or_else(|| "-".into(), |t| t.to_string()),
+            v.named.len(),
             v.confirms,
             v.last_event
         ));
+    }
+    if o.elections > 0 {
+        out.push('\n');
+        out.push_str(&failover_table(named, o, 3));
     }
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(out.as_bytes());

@@ -52,6 +52,8 @@ fn the_worker_explains_itself_and_names_the_flag_it_refuses() {
         "--found <GROUP>",
         "--election-max-ms <N>",
         "--row-jitter-ms <N>",
+        "--elections <N>",
+        "\"election\": null",
         "Founding, restarting, replacing",
         "Exit codes: 0 stopped on request",
         "Prints one JSON object per line",
@@ -91,6 +93,8 @@ fn the_worker_explains_itself_and_names_the_flag_it_refuses() {
             (&with(&W, &["--metrics", "9100"]), "'--metrics <ADDR>'"),
             (&with(&W, &["--admin", "x:y"]), "'--admin <ADDR>'"),
             (&with(&W, &["--confirm-ms"]), "'--confirm-ms <N>'"),
+            (&with(&W, &["--elections", "many"]), "'--elections <N>'"),
+            (&with(&W, &["--elections", "5000"]), "'--elections <N>'"),
             (&["--new-group-id", "--id", "1"], "'--new-group-id'"),
         ],
     );
@@ -108,6 +112,7 @@ fn local_group_explains_itself_and_names_the_flag_it_refuses() {
         "--chaos <MODE>",
         "--ledger <FILE>",
         "--base-port <P>",
+        "--elections <N>",
         "[default: 5]",
         "Exit codes",
     ] {
@@ -124,6 +129,7 @@ fn local_group_explains_itself_and_names_the_flag_it_refuses() {
             (&["--chaos", "flood"], "'--chaos <MODE>'"),
             (&["--timing", "moon"], "'--timing <PRESET>'"),
             (&["--base-port", "70000"], "'--base-port <P>'"),
+            (&["--elections", "lots"], "'--elections <N>'"),
         ],
     );
     // Worker mode: the worker's own command line.
@@ -221,6 +227,7 @@ fn the_kits_worker_command_is_the_command_line_the_worker_parses() {
         .ledger("/tmp/ledger.db")
         .admin("127.0.0.1:0")
         .metrics("127.0.0.1:9100")
+        .elections(16)
         .args(["--confirm-ms", "7", "--read-mode", "lease"]);
     let worker::Mode::Run(a) = parse(&cmd).expect("the worker takes it") else {
         panic!("not a worker run");
@@ -242,6 +249,7 @@ fn the_kits_worker_command_is_the_command_line_the_worker_parses() {
     assert_eq!(a.metrics, Some("127.0.0.1:9100".parse().unwrap()));
     assert_eq!(a.confirm_every, Duration::from_millis(7));
     assert_eq!(a.read_mode, tenure::ReadMode::LeaseBased);
+    assert_eq!(a.elections, 16);
 
     // Joining, with the defaults the worker has always had.
     let join = WorkerCommand::new("worker")
@@ -263,6 +271,8 @@ fn the_kits_worker_command_is_the_command_line_the_worker_parses() {
     assert_eq!(a.row_delay.base, Duration::from_millis(20));
     assert_eq!(a.row_delay.jitter, Duration::ZERO);
     assert_eq!((a.bench_confirms, a.stats_every), (0, None));
+    // No named elections unless asked: the worker it always was.
+    assert_eq!(a.elections, 0);
 
     // An explicit tick over a preset keeps the preset's other times.
     let wan_tick = join.clone().timing("wan").arg("--tick-ms").arg("25");

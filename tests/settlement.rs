@@ -186,3 +186,95 @@ fn killing_the_leader_mid_batch_never_settles_a_batch_twice() {
     assert!(report.token_regressions.is_empty(), "{report:?}");
     eprintln!("{kills} kills mid-batch: {report:?}");
 }
+
+/// `worker --elections 4`: three workers run shard-0 … shard-3 beside the group's own
+/// election; each shard of the ledger (batch B: shard-(B mod 4)) is settled by its
+/// election's leader under a fence keyed by that election's name. A kill of a worker
+/// that leads shards moves them; at the end every batch was settled once, under its own
+/// shard's fence, with tokens of its own election only (one id per fence, no id shared).
+#[test]
+fn every_shard_is_settled_under_its_own_elections_tokens() {
+    const SHARDS: u64 = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    seed(&path, 24);
+    let mut g = Group::start(
+        3,
+        Some(path.clone()),
+        &["--elections", "4", "--settle-ms", "20"],
+    );
+    // Each shard settles a batch, under its own election.
+    for i in 0..SHARDS {
+        let name = ledger::shard_name(i);
+        g.wait_event(&format!("a batch of {name} settled"), LONG, |e| {
+            e.event == "settled" && e.election() == Some(name.as_str())
+        });
+    }
+    // Kill a worker that leads a shard, mid-run, and bring it back.
+    let victim = g
+        .wait_event("a shard's lease", LONG, |e| {
+            e.event == "lease_acquired" && e.election().is_some()
+        })
+        .node;
+    g.kill(victim);
+    g.spawn(victim);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let report = loop {
+        let r = ledger::Ledger::open(&path, 0)
+            .unwrap()
+            .verify_shards(SHARDS)
+            .unwrap();
+        if r.settled_batches == r.seeded_batches || Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    g.stop();
+    assert!(report.exactly_once(), "{report:?}");
+    assert!(report.token_regressions.is_empty(), "{report:?}");
+    assert!(
+        !report.fences.contains_key(ledger::FENCE),
+        "the root settled while the shards have their own fences: {report:?}"
+    );
+    let mut ids = std::collections::BTreeMap::new();
+    for i in 0..SHARDS {
+        let name = ledger::shard_name(i);
+        let f = &report.fences[&name];
+        assert_eq!(f.settled_batches, 24 / SHARDS, "{name}: {report:?}");
+        let id: Vec<u64> = f.election_ids.iter().copied().collect();
+        assert!(id.len() == 1 && id[0] > 0, "{name}'s tokens: {f:?}");
+        assert!(
+            ids.insert(id[0], name.clone()).is_none(),
+            "two shards' fences took tokens of election {}: {report:?}",
+            id[0]
+        );
+    }
+    // The events agree: each settled batch is its shard's, with its election's tokens;
+    // the root's events say `"election": null`.
+    let events = g.events();
+    for e in events.iter().filter(|e| e.event == "settled") {
+        let name = e.election().expect("with --elections only shards settle");
+        let batch = e.u64("batch").unwrap();
+        assert_eq!(ledger::shard_name(batch % SHARDS), name, "{}", e.raw);
+        let token = e.term().unwrap();
+        assert_eq!(
+            ids.get(&(token >> tenure::election::TERM_BITS)),
+            Some(&name.to_string()),
+            "{}",
+            e.raw
+        );
+    }
+    let root = events
+        .iter()
+        .find(|e| e.event == "lease_acquired" && e.is_root())
+        .expect("the root election's lease");
+    assert!(
+        root.v
+            .get("election")
+            .is_some_and(serde_json::Value::is_null),
+        "{}",
+        root.raw
+    );
+    assert!(root.term().unwrap() < 1 << tenure::election::TERM_BITS);
+    eprintln!("{SHARDS} shards: {report:?}");
+}

@@ -5,6 +5,13 @@
 //! a batch is closed under its idempotency key `batch-<n>` only once). Every accepted
 //! write is also logged in `writes`, in the same transaction, so a checker can see the
 //! order in which tokens were accepted.
+//!
+//! With named elections (`worker --elections N`) the ledger is split in N shards: batch
+//! `b` belongs to shard `b mod N`, settled by the leader of election `shard-<b mod N>`
+//! under a fence of its own, keyed by that name (`SqliteFence::install(&conn, name)`).
+//! Each accepted write records the fence it passed, so [`Ledger::verify`] judges token
+//! order per fence: tokens of different elections lie in different ranges
+//! (`token >> 40` is the election's id) and must never be compared.
 
 #![allow(dead_code)]
 
@@ -16,6 +23,11 @@ use tenure::fence::{FenceError, SqliteFence};
 use tenure::FencingToken;
 
 pub(crate) const FENCE: &str = "settlement";
+
+/// The name of shard `i`'s election, and of its fence.
+pub(crate) fn shard_name(i: u64) -> String {
+    format!("shard-{i}")
+}
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS payments (
@@ -33,7 +45,8 @@ CREATE TABLE IF NOT EXISTS batches (
     token INTEGER NOT NULL,
     rows INTEGER NOT NULL,
     node INTEGER NOT NULL,
-    settled_ns INTEGER NOT NULL
+    settled_ns INTEGER NOT NULL,
+    fence TEXT NOT NULL DEFAULT 'settlement'
 );
 CREATE TABLE IF NOT EXISTS writes (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -42,7 +55,8 @@ CREATE TABLE IF NOT EXISTS writes (
     batch INTEGER NOT NULL,
     payment INTEGER,
     node INTEGER NOT NULL,
-    mono_ns INTEGER NOT NULL
+    mono_ns INTEGER NOT NULL,
+    fence TEXT NOT NULL DEFAULT 'settlement'
 );
 ";
 
@@ -50,6 +64,21 @@ pub(crate) struct Ledger {
     conn: Connection,
     fence: SqliteFence,
     node: u64,
+    /// The fence's name: [`FENCE`], or the shard's election.
+    fence_name: String,
+    /// `(i, n)`: this handle settles only batches `b` with `b mod n == i`.
+    shard: Option<(u64, u64)>,
+}
+
+/// What the ledger says of one fence (one election).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct FenceReport {
+    pub settled_batches: u64,
+    pub writes: u64,
+    pub lowest_token: u64,
+    pub highest_token: u64,
+    /// The election ids (`token >> 40`) of its accepted tokens: one per incarnation.
+    pub election_ids: std::collections::BTreeSet<u64>,
 }
 
 /// What the ledger says at the end of a run.
@@ -65,6 +94,10 @@ pub(crate) struct LedgerReport {
     pub token_regressions: Vec<String>,
     pub writes: u64,
     pub highest_token: u64,
+    /// Per fence name (`settlement`, or each shard's election).
+    pub fences: std::collections::BTreeMap<String, FenceReport>,
+    /// Batches closed under another shard's fence than their own (must be empty).
+    pub misplaced: Vec<String>,
 }
 
 impl LedgerReport {
@@ -72,6 +105,7 @@ impl LedgerReport {
         self.seeded_batches == self.settled_batches
             && self.payments == self.settled_payments
             && self.duplicates.is_empty()
+            && self.misplaced.is_empty()
     }
 }
 
@@ -82,14 +116,35 @@ fn now_ns() -> i64 {
 impl Ledger {
     /// Opens (creating the schema if needed) the ledger at `path` as worker `node`.
     pub(crate) fn open(path: &Path, node: u64) -> Result<Ledger, String> {
+        Ledger::open_fenced(path, node, FENCE, None)
+    }
+
+    /// Opens shard `i` of `n` as worker `node`: its batches, under the fence of election
+    /// `shard-<i>` (one fence per election, keyed by its name).
+    pub(crate) fn open_shard(path: &Path, node: u64, i: u64, n: u64) -> Result<Ledger, String> {
+        Ledger::open_fenced(path, node, &shard_name(i), Some((i, n)))
+    }
+
+    fn open_fenced(
+        path: &Path,
+        node: u64,
+        fence_name: &str,
+        shard: Option<(u64, u64)>,
+    ) -> Result<Ledger, String> {
         let conn = Connection::open(path).map_err(|e| format!("ledger {}: {e}", path.display()))?;
         conn.busy_timeout(Duration::from_secs(10))
             .and_then(|_| conn.pragma_update(None, "journal_mode", "WAL"))
             .and_then(|_| conn.pragma_update(None, "synchronous", "FULL"))
             .and_then(|_| conn.execute_batch(SCHEMA))
             .map_err(|e| format!("ledger {}: {e}", path.display()))?;
-        let fence = SqliteFence::install(&conn, FENCE).map_err(|e| e.to_string())?;
-        Ok(Ledger { conn, fence, node })
+        let fence = SqliteFence::install(&conn, fence_name).map_err(|e| e.to_string())?;
+        Ok(Ledger {
+            conn,
+            fence,
+            node,
+            fence_name: fence_name.to_string(),
+            shard,
+        })
     }
 
     /// Adds `count` batches of `rows` payments after the last batch; returns the new
@@ -119,14 +174,22 @@ impl Ledger {
         Ok(out)
     }
 
-    /// The oldest batch not yet closed, with its payments still to settle.
+    /// The fence's name: [`FENCE`], or the shard's election.
+    pub(crate) fn fence_name(&self) -> &str {
+        &self.fence_name
+    }
+
+    /// The oldest batch (of this handle's shard) not yet closed, with its payments
+    /// still to settle.
     pub(crate) fn next_batch(&self) -> Result<Option<(u64, Vec<u64>)>, String> {
+        let (i, n) = self.shard.unwrap_or((0, 1));
         let batch: Option<i64> = self
             .conn
             .query_row(
                 "SELECT MIN(p.batch) FROM payments p
-                 WHERE NOT EXISTS (SELECT 1 FROM batches b WHERE b.batch = p.batch)",
-                [],
+                 WHERE p.batch % ?2 = ?1
+                   AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.batch = p.batch)",
+                params![i as i64, n as i64],
                 |r| r.get(0),
             )
             .optional()
@@ -159,6 +222,7 @@ impl Ledger {
         payment: u64,
     ) -> Result<bool, FenceError> {
         let node = self.node as i64;
+        let fence = self.fence_name.clone();
         self.fence.write(&mut self.conn, token, |tx| {
             let n = tx.execute(
                 "UPDATE payments SET settled_token = ?1, settled_by = ?2, settled_ns = ?3
@@ -167,14 +231,15 @@ impl Ledger {
             )?;
             if n == 1 {
                 tx.execute(
-                    "INSERT INTO writes (token, kind, batch, payment, node, mono_ns)
-                     VALUES (?1, 'payment', ?2, ?3, ?4, ?5)",
+                    "INSERT INTO writes (token, kind, batch, payment, node, mono_ns, fence)
+                     VALUES (?1, 'payment', ?2, ?3, ?4, ?5, ?6)",
                     params![
                         token.term() as i64,
                         batch as i64,
                         payment as i64,
                         node,
-                        now_ns()
+                        now_ns(),
+                        fence
                     ],
                 )?;
             }
@@ -190,6 +255,7 @@ impl Ledger {
         batch: u64,
     ) -> Result<Option<u64>, FenceError> {
         let node = self.node as i64;
+        let fence = self.fence_name.clone();
         self.fence.write(&mut self.conn, token, |tx| {
             let (rows, open): (i64, i64) = tx.query_row(
                 "SELECT COUNT(settled_token), COUNT(*) - COUNT(settled_token) FROM payments WHERE batch = ?1",
@@ -201,15 +267,15 @@ impl Ledger {
                 return Ok(None);
             }
             let n = tx.execute(
-                "INSERT OR IGNORE INTO batches (key, batch, token, rows, node, settled_ns)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![format!("batch-{batch}"), batch as i64, token.term() as i64, rows, node, now_ns()],
+                "INSERT OR IGNORE INTO batches (key, batch, token, rows, node, settled_ns, fence)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![format!("batch-{batch}"), batch as i64, token.term() as i64, rows, node, now_ns(), fence],
             )?;
             if n == 1 {
                 tx.execute(
-                    "INSERT INTO writes (token, kind, batch, payment, node, mono_ns)
-                     VALUES (?1, 'batch', ?2, NULL, ?3, ?4)",
-                    params![token.term() as i64, batch as i64, node, now_ns()],
+                    "INSERT INTO writes (token, kind, batch, payment, node, mono_ns, fence)
+                     VALUES (?1, 'batch', ?2, NULL, ?3, ?4, ?5)",
+                    params![token.term() as i64, batch as i64, node, now_ns(), fence],
                 )?;
                 Ok(Some(rows as u64))
             } else {
@@ -218,7 +284,37 @@ impl Ledger {
         })
     }
 
-    /// Checks the whole ledger: exactly-once settlement and token order.
+    /// Checks the whole ledger: exactly-once settlement, and token order per fence (each
+    /// election's tokens against its own only). With `shards` (`--elections N`), also that
+    /// every batch was closed under its own shard's fence.
+    pub(crate) fn verify_shards(&self, shards: u64) -> Result<LedgerReport, String> {
+        let mut r = self.verify()?;
+        if shards == 0 {
+            return Ok(r);
+        }
+        let mut stmt = self
+            .conn
+            .prepare("SELECT batch, fence FROM batches ORDER BY batch")
+            .map_err(|e| e.to_string())?;
+        let rows = stmt
+            .query_map([], |row| {
+                Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+            })
+            .map_err(|e| e.to_string())?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        for (batch, fence) in rows {
+            let own = shard_name(batch as u64 % shards);
+            if fence != own {
+                r.misplaced.push(format!(
+                    "batch {batch} closed under fence {fence}, not {own}"
+                ));
+            }
+        }
+        Ok(r)
+    }
+
+    /// Checks the whole ledger: exactly-once settlement and token order per fence.
     pub(crate) fn verify(&self) -> Result<LedgerReport, String> {
         let e = |e: rusqlite::Error| e.to_string();
         let q = |sql: &str| -> Result<u64, String> {
@@ -259,7 +355,7 @@ impl Ledger {
         r.duplicates = dups;
         let mut stmt = self
             .conn
-            .prepare("SELECT seq, token, node FROM writes ORDER BY seq")
+            .prepare("SELECT seq, token, node, fence, kind FROM writes ORDER BY seq")
             .map_err(e)?;
         let rows = stmt
             .query_map([], |row| {
@@ -267,20 +363,35 @@ impl Ledger {
                     row.get::<_, i64>(0)?,
                     row.get::<_, i64>(1)?,
                     row.get::<_, i64>(2)?,
+                    row.get::<_, String>(3)?,
+                    row.get::<_, String>(4)?,
                 ))
             })
             .map_err(e)?
             .collect::<Result<Vec<_>, _>>()
             .map_err(e)?;
-        let mut highest = (0i64, 0i64);
-        for (seq, token, node) in rows {
-            if token < highest.0 {
+        // Per fence: (highest token, its write).
+        let mut highest: std::collections::BTreeMap<String, (i64, i64)> = Default::default();
+        for (seq, token, node, fence, kind) in rows {
+            let f = r.fences.entry(fence.clone()).or_default();
+            f.writes += 1;
+            f.settled_batches += u64::from(kind == "batch");
+            f.lowest_token = if f.writes == 1 {
+                token as u64
+            } else {
+                f.lowest_token.min(token as u64)
+            };
+            f.highest_token = f.highest_token.max(token as u64);
+            f.election_ids
+                .insert(token as u64 >> tenure::election::TERM_BITS);
+            let h = highest.entry(fence.clone()).or_insert((0, 0));
+            if token < h.0 {
                 r.token_regressions.push(format!(
-                    "write {seq} by node {node} with token {token} accepted after token {} (write {})",
-                    highest.0, highest.1
+                    "fence {fence}: write {seq} by node {node} with token {token} accepted after token {} (write {})",
+                    h.0, h.1
                 ));
             } else {
-                highest = (token, seq);
+                *h = (token, seq);
             }
         }
         Ok(r)

@@ -16,7 +16,7 @@ use tenure::fence::FenceError;
 use tenure::runner::{LeaderTask, LeaderTaskHandle};
 use tenure::{Config, FencingToken, Lease, Node, ReadMode, Role, Timing};
 
-use super::ledger::Ledger;
+use super::ledger::{shard_name, Ledger};
 
 /// The worker's long help after its flags: founding, exit codes and events.
 const AFTER_HELP: &str = "\
@@ -41,7 +41,9 @@ Prints one JSON object per line on stdout: started, leader_changed, membership (
 node became founding, joining, learner, removed or a voter), lease_acquired, lease_confirmed,
 lease_lost, stopped, history (the applied leadership history as [[term, leader], ...],
 when it changed); with --ledger also batch_started, settled,
-fence_rejected. SIGTERM or SIGINT stops it gracefully (handing leadership over first
+fence_rejected. Each election event carries \"election\": null for the group's own
+election, or the name of a named election (--elections N runs shard-0 ... shard-N-1, whose
+leader_changed, lease_*, history and settlement events name them). SIGTERM or SIGINT stops it gracefully (handing leadership over first
 when it leads). SIGUSR1 cuts it off from every peer (a partition drill through the
 transport's fault hooks, no root needed) and SIGUSR2 heals it.";
 
@@ -160,6 +162,13 @@ pub(crate) struct WorkerCli {
     /// other
     #[arg(long, value_name = "N", default_value_t = 0)]
     row_jitter_ms: u64,
+
+    /// Run N named elections, shard-0 ... shard-N-1 (created by the group's leader if
+    /// missing); with --ledger, batch B belongs to shard-(B mod N), settled by that
+    /// election's leader under that election's own fence
+    #[arg(long, value_name = "N", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=4096))]
+    elections: u64,
 
     /// Serve Prometheus metrics on http://ADDR/metrics
     ///
@@ -304,6 +313,7 @@ impl WorkerCli {
                 base: Duration::from_millis(self.row_ms),
                 jitter: Duration::from_millis(self.row_jitter_ms),
             },
+            elections: self.elections,
             metrics: self.metrics,
             admin: self.admin,
             join: self.join,
@@ -330,6 +340,7 @@ pub(crate) struct WorkerArgs {
     pub ledger: Option<PathBuf>,
     pub settle_every: Duration,
     pub row_delay: RowDelay,
+    pub elections: u64,
     pub metrics: Option<SocketAddr>,
     pub admin: Option<SocketAddr>,
     pub join: bool,
@@ -407,6 +418,9 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
     }
     if let Some(l) = args.listen {
         b = b.listen(l);
+    }
+    for i in 0..args.elections {
+        b = b.election(&shard_name(i), tenure::ElectionOptions::new());
     }
     if let Some(level) = args.log_level {
         b = b.logger(tenure::terminal_logger(level));
@@ -527,7 +541,8 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
                 emit(
                     id,
                     "leader_changed",
-                    json!({"term": l.term, "leader": l.leader, "role": l.role.as_str()}),
+                    json!({"term": l.term, "leader": l.leader, "role": l.role.as_str(),
+                           "election": null}),
                 );
             }
             if watch.changed().await.is_err() {
@@ -547,11 +562,18 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
             let Ok(h) = n.history().await else { break };
             let records: Vec<[u64; 2]> = h.iter().map(|r| [r.term, r.leader]).collect();
             if last.as_ref() != Some(&records) {
-                emit(id, "history", json!({ "records": records }));
+                emit(
+                    id,
+                    "history",
+                    json!({ "records": records, "election": null }),
+                );
                 last = Some(records);
             }
         }
     });
+    if args.elections > 0 {
+        spawn_named_views(&node, args.elections);
+    }
 
     if let Some(every) = args.stats_every {
         let n = node.clone();
@@ -570,52 +592,48 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
         });
     }
 
-    // The lease loop: acquire, confirm periodically, report loss.
+    // The lease loops: acquire, confirm periodically, report loss; the root's, and one
+    // per named election.
     let lease_node = node.clone();
     let confirm_every = args.confirm_every;
     let mut bench_confirms = args.bench_confirms;
     let lease_task = tokio::spawn(async move {
         while let Ok(lease) = lease_node.lease().await {
-            let token = lease.token().term();
-            emit(
-                id,
-                "lease_acquired",
-                json!({"term": token, "token": token,
-                       "valid_until_ns": instant_to_monotonic_ns(lease.valid_until())}),
-            );
-            if std::mem::take(&mut bench_confirms) > 0 {
-                confirm_bench(id, &lease, args.bench_confirms).await;
-            }
-            loop {
-                tokio::select! {
-                    reason = lease.lost() => {
-                        lost(id, &lease, reason);
-                        break;
-                    }
-                    _ = tokio::time::sleep(confirm_every) => {
-                        let t0 = StdInstant::now();
-                        // When the call began, exactly: a process stopped between the
-                        // confirm's return and this event must not look like it began late.
-                        let began_ns = monotonic_ns();
-                        match lease.confirm().await {
-                            Ok(tok) => emit(id, "lease_confirmed", json!({
-                                "term": tok.term(), "token": tok.term(),
-                                "began_ns": began_ns,
-                                "latency_us": t0.elapsed().as_secs_f64() * 1e6,
-                                "valid_until_ns": instant_to_monotonic_ns(lease.valid_until()),
-                            })),
-                            Err(e) => {
-                                lost(id, &lease, e.reason);
-                                break;
-                            }
-                        }
-                    }
-                }
-            }
+            let bench = std::mem::take(&mut bench_confirms);
+            tenure_events(id, None, &lease, confirm_every, bench).await;
         }
     });
+    let mut named_lease_tasks = Vec::new();
+    for i in 0..args.elections {
+        let election = node.election(&shard_name(i));
+        named_lease_tasks.push(tokio::spawn(async move {
+            let name = election.name().to_string();
+            loop {
+                match election.lease().await {
+                    Ok(lease) => tenure_events(id, Some(&name), &lease, confirm_every, 0).await,
+                    // Removed (by an operator): a later incarnation may lead again.
+                    Err(tenure::ElectionError::Removed(_)) => continue,
+                    Err(_) => break,
+                }
+            }
+        }));
+    }
 
     let settlement = match &args.ledger {
+        Some(path) if args.elections > 0 => match open_shards(path, id, args.elections, &node) {
+            Ok(shards) => Some(spawn_shard_settlement(
+                node.clone(),
+                shards,
+                args.settle_every,
+                args.row_delay,
+            )),
+            Err(e) => {
+                eprintln!("worker {id}: {e}");
+                emit(id, "start_failed", json!({"error": e}));
+                let _ = node.shutdown().await;
+                return 1;
+            }
+        },
         Some(path) => match Ledger::open(path, id) {
             Ok(ledger) => Some({
                 node.metrics()
@@ -699,7 +717,13 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
         a.close().await;
     }
     let result = node.shutdown().await;
-    let _ = tokio::time::timeout(Duration::from_secs(1), lease_task).await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), async move {
+        let _ = lease_task.await;
+        for t in named_lease_tasks {
+            let _ = t.await;
+        }
+    })
+    .await;
     let error = failure.or(result.err());
     emit(
         id,
@@ -726,16 +750,163 @@ fn stop_cause_name(cause: &StopCause) -> &'static str {
     }
 }
 
+/// One tenure's events, until its lease is lost: `lease_acquired`, a `lease_confirmed`
+/// every `confirm_every`, `lease_lost`; `election` is `None` for the root election.
+async fn tenure_events(
+    id: u64,
+    election: Option<&str>,
+    lease: &Lease,
+    confirm_every: Duration,
+    bench_confirms: usize,
+) {
+    let token = lease.token().term();
+    emit(
+        id,
+        "lease_acquired",
+        json!({"term": token, "token": token,
+               "valid_until_ns": instant_to_monotonic_ns(lease.valid_until()),
+               "election": election}),
+    );
+    if bench_confirms > 0 {
+        confirm_bench(id, lease, bench_confirms).await;
+    }
+    loop {
+        tokio::select! {
+            reason = lease.lost() => {
+                lost(id, election, lease, reason);
+                break;
+            }
+            _ = tokio::time::sleep(confirm_every) => {
+                let t0 = StdInstant::now();
+                // When the call began, exactly: a process stopped between the
+                // confirm's return and this event must not look like it began late.
+                let began_ns = monotonic_ns();
+                match lease.confirm().await {
+                    Ok(tok) => emit(id, "lease_confirmed", json!({
+                        "term": tok.term(), "token": tok.term(),
+                        "began_ns": began_ns,
+                        "latency_us": t0.elapsed().as_secs_f64() * 1e6,
+                        "valid_until_ns": instant_to_monotonic_ns(lease.valid_until()),
+                        "election": election,
+                    })),
+                    Err(e) => {
+                        lost(id, election, lease, e.reason);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `leader_changed` and `history` of every named election (with `election` naming it):
+/// the first from the node's view of all elections (one update per driver turn that
+/// changed any), the second polled as the root's is.
+fn spawn_named_views(node: &Node, elections: u64) {
+    let id = node.id();
+    let mut view = node.elections();
+    tokio::spawn(async move {
+        let mut last: std::collections::BTreeMap<String, (u64, Option<u64>)> = Default::default();
+        loop {
+            let v = view.borrow_and_update().clone();
+            for (name, l) in v.iter() {
+                if l.role == Role::Stopped || last.get(name) == Some(&(l.term, l.leader)) {
+                    continue;
+                }
+                last.insert(name.clone(), (l.term, l.leader));
+                emit(
+                    id,
+                    "leader_changed",
+                    json!({"term": l.term, "leader": l.leader, "role": l.role.as_str(),
+                           "election": name}),
+                );
+            }
+            if view.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+    let handles: Vec<tenure::Election> = (0..elections)
+        .map(|i| node.election(&shard_name(i)))
+        .collect();
+    tokio::spawn(async move {
+        let mut last: Vec<Option<Vec<[u64; 2]>>> = vec![None; handles.len()];
+        // As often as the root's for a few elections; less often for many (a round asks
+        // each election's history once).
+        let every = Duration::from_millis(50.max(3 * handles.len() as u64));
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            for (e, last) in handles.iter().zip(&mut last) {
+                let h = match e.history().await {
+                    Ok(h) => h,
+                    Err(tenure::ElectionError::Stopped(_)) => return,
+                    // Not created yet (the root leader creates it) or removed.
+                    Err(_) => continue,
+                };
+                let records: Vec<[u64; 2]> = h.iter().map(|r| [r.term, r.leader]).collect();
+                if last.as_ref() != Some(&records) {
+                    emit(
+                        id,
+                        "history",
+                        json!({ "records": records, "election": e.name() }),
+                    );
+                    *last = Some(records);
+                }
+            }
+        }
+    });
+}
+
 /// `lease_lost`, with `ended_ns`: when the lease really ended (its revocation or the end of
 /// its validity, whichever came first), which can be earlier than the event's `mono_ns`.
-fn lost(id: u64, lease: &tenure::Lease, reason: tenure::LostReason) {
+fn lost(id: u64, election: Option<&str>, lease: &tenure::Lease, reason: tenure::LostReason) {
     let token = lease.token().term();
     let ended = lease.ended_at().map(instant_to_monotonic_ns);
     emit(
         id,
         "lease_lost",
-        json!({"term": token, "token": token, "reason": reason.as_str(), "ended_ns": ended}),
+        json!({"term": token, "token": token, "reason": reason.as_str(), "ended_ns": ended,
+               "election": election}),
     );
+}
+
+type Shards = std::collections::BTreeMap<String, std::sync::Arc<std::sync::Mutex<Ledger>>>;
+
+/// Opens shard `i` of the ledger for each election `shard-<i>`: its own connection and
+/// its own fence, keyed by the election's name, registered in the metrics by that name.
+fn open_shards(path: &std::path::Path, id: u64, n: u64, node: &Node) -> Result<Shards, String> {
+    (0..n)
+        .map(|i| {
+            let l = Ledger::open_shard(path, id, i, n)?;
+            node.metrics()
+                .register_fence(l.fence_name(), l.fence_stats());
+            Ok((
+                l.fence_name().to_string(),
+                std::sync::Arc::new(std::sync::Mutex::new(l)),
+            ))
+        })
+        .collect()
+}
+
+/// Settles each shard while this node leads its election: one task per led election
+/// ([`LeaderTask::for_elections`]), each under that election's lease and fence.
+fn spawn_shard_settlement(
+    node: Node,
+    shards: Shards,
+    every: Duration,
+    row_delay: RowDelay,
+) -> LeaderTaskHandle {
+    let id = node.id();
+    let shards = std::sync::Arc::new(shards);
+    LeaderTask::for_elections(node).spawn(move |name, lease| {
+        let ledger = shards.get(&*name).cloned();
+        async move {
+            // An election this worker was not told of (created with ctl): not a shard.
+            let Some(ledger) = ledger else { return };
+            settle(id, Some(name), lease, ledger, every, row_delay).await;
+        }
+    })
 }
 
 /// Settles the ledger while this node holds a lease: batch by batch, every write fenced
@@ -752,17 +923,18 @@ fn spawn_settlement(
     let ledger = std::sync::Arc::new(std::sync::Mutex::new(ledger));
     LeaderTask::new(node).spawn(move |lease| {
         let ledger = ledger.clone();
-        async move { settle(id, lease, ledger, every, row_delay).await }
+        async move { settle(id, None, lease, ledger, every, row_delay).await }
     })
 }
 
-fn rejected(id: u64, err: &FenceError) -> bool {
+fn rejected(id: u64, election: Option<&str>, err: &FenceError) -> bool {
     match err {
         FenceError::Stale { presented, highest } => {
             emit(
                 id,
                 "fence_rejected",
-                json!({"term": presented.term(), "token": presented.term(), "highest": highest.term()}),
+                json!({"term": presented.term(), "token": presented.term(), "highest": highest.term(),
+                       "election": election}),
             );
             true
         }
@@ -775,6 +947,7 @@ fn rejected(id: u64, err: &FenceError) -> bool {
 
 async fn settle(
     id: u64,
+    election: Option<std::sync::Arc<str>>,
     lease: Lease,
     ledger: std::sync::Arc<std::sync::Mutex<Ledger>>,
     every: Duration,
@@ -790,7 +963,10 @@ async fn settle(
         // and only the fence stops it. (SQLite calls block, too: a stalled writer holds
         // the file lock, and the election must never wait for the database.)
         let l = ledger.clone();
-        let batch = tokio::task::spawn_blocking(move || settle_batch(id, token, &l, row_delay));
+        let e = election.clone();
+        let batch = tokio::task::spawn_blocking(move || {
+            settle_batch(id, e.as_deref(), token, &l, row_delay)
+        });
         match batch.await {
             Ok(true) => {}
             Ok(false) | Err(_) => return,
@@ -802,6 +978,7 @@ async fn settle(
 /// Settles the oldest open batch with `token`; false when the fence rejected the token.
 fn settle_batch(
     id: u64,
+    election: Option<&str>,
     token: FencingToken,
     ledger: &std::sync::Mutex<Ledger>,
     row_delay: RowDelay,
@@ -823,13 +1000,14 @@ fn settle_batch(
     emit(
         id,
         "batch_started",
-        json!({"term": token.term(), "token": token.term(), "batch": batch, "rows": payments.len()}),
+        json!({"term": token.term(), "token": token.term(), "batch": batch, "rows": payments.len(),
+               "election": election}),
     );
     for p in payments {
         std::thread::sleep(row_delay.sample()); // the external call
         let r = lock().settle_payment(token, batch, p);
         if let Err(e) = r {
-            return !rejected(id, &e);
+            return !rejected(id, election, &e);
         }
     }
     let r = lock().close_batch(token, batch);
@@ -837,10 +1015,11 @@ fn settle_batch(
         Ok(Some(rows)) => emit(
             id,
             "settled",
-            json!({"term": token.term(), "token": token.term(), "batch": batch, "rows": rows}),
+            json!({"term": token.term(), "token": token.term(), "batch": batch, "rows": rows,
+                   "election": election}),
         ),
         Ok(None) => {}
-        Err(e) => return !rejected(id, &e),
+        Err(e) => return !rejected(id, election, &e),
     }
     true
 }

@@ -39,6 +39,65 @@
 //! roll back if it changed no row.
 //!
 //! Each fence counts what it accepted and rejected ([`FenceStats`]).
+//!
+//! # One fence per election, keyed by its name
+//!
+//! A worker group that runs named elections (`docs/design.md`, section 11) guards each
+//! election's resource with a fence of its own, named by the **election's name**: the
+//! leader of `shard-3` writes shard 3 through the fence `"shard-3"`, with `shard-3`'s
+//! token. Election `id`'s tokens lie in `[id × 2^40, (id + 1) × 2^40)`
+//! ([`election::term_floor`](crate::election::term_floor);
+//! [`election_of_term`](crate::election::election_of_term) tells the id back), and that
+//! is why the key must be the name:
+//!
+//! - **Tokens of different names never mix.** One fence for every election would accept
+//!   only the election with the highest id: `shard-1`'s tokens (id 2) are all above
+//!   `shard-0`'s (id 1), so once `shard-1` wrote, every `shard-0` leader would be refused
+//!   for good. Compared with each other, two elections' tokens say nothing about who
+//!   leads what.
+//! - **A removed and recreated name keeps its tokens increasing.** Ids are never reused,
+//!   so the name's next incarnation hands out tokens above every token of the one before:
+//!   the fence keyed by the name accepts the new leader at once and refuses a stalled
+//!   leader of the removed incarnation from the new leader's first write on. A fence
+//!   keyed by the election's *id* would start again at 0 for the new incarnation, and the
+//!   old incarnation's leader, still holding its own fence, could write the same
+//!   resource beside the new one.
+//!
+//! ```
+//! use rusqlite::Connection;
+//! use tenure::election::term_floor;
+//! use tenure::fence::{FenceError, SqliteFence};
+//! use tenure::FencingToken;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut conn = Connection::open_in_memory()?;
+//! // One fence per election, keyed by the election's name (rows of one table).
+//! let shard0 = SqliteFence::install(&conn, "shard-0")?;
+//! let shard1 = SqliteFence::install(&conn, "shard-1")?;
+//! // shard-0 is election 1, shard-1 election 2 (ids in creation order).
+//! let old_leader = FencingToken::new(term_floor(1) + 3);
+//! shard1.write(&mut conn, FencingToken::new(term_floor(2) + 1), |_| Ok(()))?;
+//! // shard-1's higher tokens do not refuse shard-0's leader: another fence.
+//! shard0.write(&mut conn, old_leader, |_| Ok(()))?;
+//!
+//! // shard-0 is removed and created again: a new id, 3, so its first token is above
+//! // every token of the removed incarnation, and the same fence accepts it...
+//! shard0.write(&mut conn, FencingToken::new(term_floor(3) + 1), |_| Ok(()))?;
+//! // ... and refuses the removed incarnation's stalled leader from then on.
+//! assert!(matches!(
+//!     shard0.write(&mut conn, old_leader, |_| Ok(())),
+//!     Err(FenceError::Stale { .. })
+//! ));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`LeaderTask::for_elections`](crate::runner::LeaderTask::for_elections) hands each
+//! task its election's name with the lease: pick the fence by that name. For
+//! [`RocksFence`], which owns its directory, that is one directory per election (or one
+//! RocksDB of your own, with the election's name in the key of its token). To retire a
+//! removed name's last leader before the name comes back, advance its fence to
+//! [`Removed::retired_above`](crate::election::Removed::retired_above).
 
 mod error;
 mod rocks;

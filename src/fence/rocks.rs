@@ -1,5 +1,9 @@
 //! [`RocksFence`]: the fence for key-value data in RocksDB, advanced in the same write
 //! batch as the data.
+//!
+//! A `RocksFence` owns its directory, so named elections get one each, named by the
+//! election (`RocksFence::open(dir.join("shard-3"), "shard-3")`), and each is written
+//! with its own election's tokens only (see [the module docs](super#one-fence-per-election-keyed-by-its-name)).
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,9 @@
 //! [`SqliteFence`]: the fence as a row of a SQLite database, advanced in the same
 //! transaction as the write it guards.
+//!
+//! One row per fence name, so one database holds a fence per named election: install
+//! each with the election's name (`SqliteFence::install(&conn, "shard-3")`) and write
+//! with that election's tokens only (see [the module docs](super#one-fence-per-election-keyed-by-its-name)).
 
 use std::sync::Arc;
 

@@ -52,6 +52,7 @@ pub(crate) struct WorkerCommand {
     timing_ms: Option<[u64; 4]>,
     log_level: Option<String>,
     ledger: Option<PathBuf>,
+    elections: Option<u64>,
     start: Start,
     extra: Vec<OsString>,
 }
@@ -73,6 +74,7 @@ impl WorkerCommand {
             timing_ms: None,
             log_level: None,
             ledger: None,
+            elections: None,
             start: Start::Existing,
             extra: Vec::new(),
         }
@@ -165,6 +167,13 @@ impl WorkerCommand {
         self
     }
 
+    /// `--elections N`: run named elections `shard-0` … `shard-<N-1>` (each settling its
+    /// own shard of the ledger under its own fence).
+    pub(crate) fn elections(mut self, n: u64) -> Self {
+        self.elections = Some(n);
+        self
+    }
+
     /// `--admin ADDR`: the admin endpoint (port 0: any).
     pub(crate) fn admin(mut self, addr: impl Display) -> Self {
         self.admin = Some(addr.to_string());
@@ -225,6 +234,7 @@ impl WorkerCommand {
             ("--election-max-ms", max),
             ("--log-level", self.log_level.as_ref().map(text)),
             ("--ledger", self.ledger.as_ref().map(path)),
+            ("--elections", self.elections.map(|n| n.to_string().into())),
         ];
         for (name, value) in flags.into_iter().chain(more) {
             if let Some(v) = value {

@@ -2,6 +2,11 @@
 //! name), `node` and `mono_ns` (`CLOCK_MONOTONIC` when it was printed), and the fields of
 //! its kind (the names are listed in the worker's `--help`; `examples/support/worker.rs`
 //! prints them).
+//!
+//! An event of an election (`leader_changed`, `lease_*`, `history`, the settlement's)
+//! carries `election`: `null` for the group's own (root) election, the name of a named
+//! election otherwise (`worker --elections N`). Events of a worker older than that field
+//! have none, which reads as the root's: [`Event::election`].
 
 use std::io::{BufRead, BufReader, Read};
 use std::thread::JoinHandle;
@@ -52,6 +57,17 @@ impl Event {
     /// An unsigned field.
     pub(crate) fn u64(&self, key: &str) -> Option<u64> {
         self.v.get(key).and_then(Value::as_u64)
+    }
+
+    /// The named election this event is about: `None` for the root election (`"election":
+    /// null`, or no field at all) and for events of no election.
+    pub(crate) fn election(&self) -> Option<&str> {
+        self.str("election")
+    }
+
+    /// Whether this event is of the root election (or of none).
+    pub(crate) fn is_root(&self) -> bool {
+        self.election().is_none()
     }
 
     /// A string field.
