@@ -146,13 +146,16 @@ impl Group {
 
     /// The node currently holding a lease (its last lease event is an acquisition).
     pub(crate) fn leaseholder(&self, timeout: Duration) -> (u64, u64) {
-        let e = self.wait_event("a lease holder", timeout, |e| e.event == "lease_acquired");
+        // The root election's leases only (named elections' events carry their name).
+        let e = self.wait_event("a lease holder", timeout, |e| {
+            e.event == "lease_acquired" && e.is_root()
+        });
         let evs = self.events();
         // The most recent acquisition wins.
         let last = evs
             .iter()
             .rev()
-            .find(|e| e.event == "lease_acquired")
+            .find(|e| e.event == "lease_acquired" && e.is_root())
             .unwrap_or(&e);
         (last.node, last.term().unwrap_or(0))
     }
