@@ -191,6 +191,11 @@ struct Named {
     /// Fewest and most leaderships a live worker held, sampled at each redraw once every
     /// election had a holder: (elapsed s, min, max).
     spread: Vec<(f64, usize, usize)>,
+    /// How many named elections the workers run (0: none).
+    total: usize,
+    /// Fewest and most leaderships per worker just before each chaos kill or pause, every
+    /// worker up: the spread "between kills".
+    before_chaos: Vec<(usize, usize)>,
 }
 
 /// A line a worker printed.
@@ -485,7 +490,10 @@ async fn run(o: Options) -> i32 {
     let mut notes: Vec<String> = Vec::new();
     let mut seed_tick = tokio::time::interval(Duration::from_millis(500));
     let mut stats = SettleStats::default();
-    let mut named = Named::default();
+    let mut named = Named {
+        total: o.elections as usize,
+        ..Named::default()
+    };
     println!(
         "tenure local group: {} workers in {} (chaos: {:?}); Ctrl-C stops",
         o.nodes,
@@ -829,6 +837,20 @@ fn step_chaos(
             let Some((victim, term)) = leader.filter(|_| all_up) else {
                 return ChaosState::Steady { since };
             };
+            if named.total > 0 {
+                // With named elections, strike once the leaderships spread evenly again
+                // (the balancer's work after the last return), or after 10 s regardless.
+                let counts: Vec<usize> = views.values().map(|v| v.named.len()).collect();
+                let (n, k) = (named.total, counts.len().max(1));
+                let even = counts.iter().sum::<usize>() == n
+                    && counts.iter().all(|c| *c == n / k || *c == n.div_ceil(k));
+                if !even && since.elapsed() < Duration::from_secs(10) {
+                    return ChaosState::Steady { since };
+                }
+                let lo = counts.iter().copied().min().unwrap_or(0);
+                let hi = counts.iter().copied().max().unwrap_or(0);
+                named.before_chaos.push((lo, hi));
+            }
             let (event, sig) = match mode {
                 Chaos::Kill => ("chaos_kill", libc::SIGKILL),
                 _ => ("chaos_pause", libc::SIGSTOP),
@@ -1079,10 +1101,23 @@ fn print_elections(report: &history::Report, named: &Named, o: &Options) {
         named.spread.last(),
     ) {
         (Some(lo), Some(hi), Some((at, min, max))) => println!(
-            "leaderships per live worker ({} samples with every election led): fewest {lo}, most {hi}; last sample at {at:.0} s: {min}..{max} (no balancer yet: spread is what the elections' timeouts left)",
+            "leaderships per live worker ({} samples with every election led, kills and returns included): fewest {lo}, most {hi}; last sample at {at:.0} s: {min}..{max}",
             named.spread.len()
         ),
         _ => println!("leaderships per live worker: never sampled with every election led"),
+    }
+    if !named.before_chaos.is_empty() {
+        let lo = named.before_chaos.iter().map(|s| s.0).min().unwrap_or(0);
+        let hi = named.before_chaos.iter().map(|s| s.1).max().unwrap_or(0);
+        let even = named
+            .before_chaos
+            .iter()
+            .filter(|(a, b)| b - a <= 1)
+            .count();
+        println!(
+            "leaderships per worker just before each of {} chaos strikes (every worker up): fewest {lo}, most {hi}; even (⌊N/k⌋ or ⌈N/k⌉) before {even} of them",
+            named.before_chaos.len()
+        );
     }
 }
 
