@@ -132,7 +132,7 @@ fn main() {
     eprintln!("elections: {machine}");
     let started = Instant::now();
     let n = o.elections;
-    let mut group = Group::start(o.nodes, |w| {
+    let mut group = Group::start_with(o.nodes, true, |w| {
         w.args(["--elections", &n.to_string(), "--confirm-ms", "3600000"])
     });
     let ids = group.ids.clone();
@@ -223,14 +223,36 @@ fn main() {
         });
     }
     progress.finish();
+    // Store writes of the workers' Ready passes (one synced write each, for every
+    // election with something to persist in that pass) and the elections they carried.
+    let mut writes = (0.0, 0.0);
+    for id in &ids {
+        let text = group.scrape(*id).unwrap_or_default();
+        let metric = |name: &str| -> f64 {
+            text.lines()
+                .filter(|l| l.starts_with(name))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        writes.0 += metric("tenure_store_turn_writes_total");
+        writes.1 += metric("tenure_store_turn_write_parts_total");
+    }
     group.stop();
-    let report = report(
+    let mut report = report(
         &o,
         &trials,
         &failures,
         &spread_samples,
         &machine,
         started.elapsed(),
+    );
+    let _ = writeln!(
+        report,
+        "store writes of Ready passes (one fsync each at most), all workers since their last start: \
+         {:.0}, carrying {:.0} elections' state: {:.2} elections per write",
+        writes.0,
+        writes.1,
+        if writes.0 > 0.0 { writes.1 / writes.0 } else { 0.0 }
     );
     print!("{report}");
     support::save("elections.txt", &report);

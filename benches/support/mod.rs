@@ -109,12 +109,23 @@ pub(crate) struct Group {
     /// peers, certificates and id (`--found` on every start, as a unit file would), and
     /// what the bench asked for.
     template: WorkerCommand,
+    /// Each worker's metrics endpoint, if the bench asked for them ([`Group::with_metrics`]).
+    metrics: BTreeMap<u64, String>,
 }
 
 impl Group {
     /// Starts `n` workers, each with what `configure` adds to the group's command line
     /// (timing, read mode, …).
     pub(crate) fn start(n: u64, configure: impl FnOnce(WorkerCommand) -> WorkerCommand) -> Group {
+        Group::start_with(n, false, configure)
+    }
+
+    /// [`Group::start`], every worker with a metrics endpoint if `metrics` ([`Group::scrape`]).
+    pub(crate) fn start_with(
+        n: u64,
+        metrics: bool,
+        configure: impl FnOnce(WorkerCommand) -> WorkerCommand,
+    ) -> Group {
         let dir = tempfile::Builder::new()
             .prefix("tenure-bench-")
             .tempdir()
@@ -147,11 +158,37 @@ impl Group {
             children: Children::new(),
             shared: Arc::new((Mutex::new(State::default()), Condvar::new())),
             template,
+            metrics: BTreeMap::new(),
         };
+        if metrics {
+            g.with_metrics();
+        }
         for id in ids {
             g.spawn(id);
         }
         g
+    }
+
+    /// Gives every worker a metrics endpoint (from its next start on): the free TCP ports
+    /// are chosen now and kept across restarts.
+    fn with_metrics(&mut self) {
+        for id in self.ids.clone() {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free TCP port");
+            self.metrics
+                .insert(id, l.local_addr().expect("local addr").to_string());
+        }
+    }
+
+    /// Worker `id`'s metrics, as text (`None` if it has no endpoint or does not answer).
+    pub(crate) fn scrape(&self, id: u64) -> Option<String> {
+        use std::io::{Read, Write};
+        let addr = self.metrics.get(&id)?;
+        let mut c = std::net::TcpStream::connect(addr).ok()?;
+        c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(c, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+        let mut body = String::new();
+        c.read_to_string(&mut body).ok()?;
+        Some(body)
     }
 
     /// Starts (or restarts, on the same data folder and port) worker `id`.
@@ -171,9 +208,11 @@ impl Group {
             .append(true)
             .open(self.dir.path().join(format!("worker-{id}.stderr")))
             .expect("worker stderr log");
-        let mut child = self
-            .template
-            .clone()
+        let mut template = self.template.clone();
+        if let Some(m) = self.metrics.get(&id) {
+            template = template.metrics(m);
+        }
+        let mut child = template
             .id(id)
             .listen(&self.addrs[&id])
             .data_dir(self.dir.path().join(format!("data-{id}")))
