@@ -15,6 +15,16 @@
 //! of the change) and a paused learner go on (all drawn from an RNG of their own, so each
 //! seed keeps the faults it always had). The workload on every node confirms its lease
 //! and writes to a fenced resource with its token, sometimes stalling between the two.
+//! Beside the root election, every seed runs sixteen named elections (`docs/design.md`,
+//! section 11), created through the root leader at the start (asked again of the node a
+//! `NotLeader` names); on every node each one has a workload of its own, as the root's
+//! (wait for its lease, confirm, write to that election's fence, one fence per name, with
+//! the token, sometimes stalling between the two), and the ops add creates and removes
+//! (names from a pool of twenty, so a removed name comes back as a new incarnation, its
+//! fence retired to `Removed::retired_above` as the remove returns) and per-election
+//! transfers (to the best follower, a named node, or a node a fault stalls), drawn from an
+//! RNG of their own again, under the same faults. The checker judges rules (a)–(f) per
+//! election and (g)–(i) across them; liveness at the end, per live election.
 //! The history checker (`support/checker.rs`) judges every run, liveness after the last
 //! heal included, and every node's applied leadership history (sampled every 10 ms of
 //! simulated time, recorded when it changed) against every other's (rule (f): no
