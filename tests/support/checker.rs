@@ -15,6 +15,14 @@
 //!
 //! # Rules
 //!
+//! **Named elections** (`docs/design.md`, section 11). Events carry their election
+//! ([`Event::in_election`]: its name and the id the node's catalog gives it; none for the
+//! root and for events of no election, like starts, crashes, faults and membership, which
+//! belong to every election). Rules (a) to (f) below judge each election by itself, with
+//! its own fence ([`Options::fences`], one per name) and its own liveness
+//! ([`Options::election_liveness`]); rules (g), (h) and (i) judge them against each other
+//! (see [`check`]).
+//!
 //! **(a) One holder per term.** At most one node reports `lease_acquired` for a term. The
 //! same node may acquire several leases in one term (a lease that ran out unrenewed is
 //! granted again when a later round is acknowledged); that is the same tenure.
@@ -676,7 +684,7 @@ pub(crate) struct Summary {
     pub clock_rules_skipped: Option<String>,
     /// Named elections (incarnations) judged by rules (a)–(f).
     pub elections: usize,
-    /// Named elections judged by rule (e), and the longest time one took to a lease.
+    /// Named elections judged by rule (e).
     pub elections_live: usize,
     /// The longest time from its liveness start to a lease, over the named elections
     /// judged by rule (e), and which id.
