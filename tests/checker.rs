@@ -417,3 +417,303 @@ fn clock_faults_outside_what_the_lease_assumes_leave_the_clock_rules_unjudged() 
     .unwrap_or_else(|f| panic!("{f}"));
     assert_eq!(s.clock_rules_skipped, None);
 }
+
+// Named elections (docs/design.md, section 11): rules (a)–(f) per election, (g)–(i)
+// across them.
+
+/// The first token of election `id`'s term `k` (its founding term is `id << 40`).
+fn tok(id: u32, k: u64) -> u64 {
+    (u64::from(id) << 40) + k
+}
+
+fn named(ev: Event, name: &str, id: u32) -> Event {
+    ev.in_election(name, id)
+}
+
+fn fence_write(seq: u64, token: u64, node: u64, at: u64) -> Write {
+    Write {
+        seq,
+        token,
+        node,
+        at_ns: Some(at),
+    }
+}
+
+/// The healthy root history, and beside it: election "a" (id 1) led by n2, then removed
+/// (n2's lease lost with reason `removed`) and created again as id 3, led by n3 with
+/// higher tokens; election "b" (id 2) led by n1 in a lease that overlaps "a"'s and the
+/// root's in time. One fence per name.
+fn healthy_named() -> (Vec<Event>, Vec<Write>, Options) {
+    let (mut ev, w) = healthy();
+    let (a1, b2, a3) = (tok(1, 1), tok(2, 1), tok(3, 1));
+    ev.extend([
+        named(Event::new(0, 101 * MS, Kind::ElectionCreated), "a", 1),
+        named(Event::new(0, 102 * MS, Kind::ElectionCreated), "b", 2),
+        named(
+            Event::term_changed(2, 120 * MS, a1, Some(2), "leader"),
+            "a",
+            1,
+        ),
+        named(
+            Event::term_changed(1, 120 * MS, a1, Some(2), "follower"),
+            "a",
+            1,
+        ),
+        named(Event::acquired(2, 130 * MS, a1, 300 * MS), "a", 1),
+        named(
+            Event::confirmed(2, 140 * MS, 141 * MS, a1, 310 * MS),
+            "a",
+            1,
+        ),
+        named(
+            Event::term_changed(1, 125 * MS, b2, Some(1), "leader"),
+            "b",
+            2,
+        ),
+        named(Event::acquired(1, 135 * MS, b2, 300 * MS), "b", 2),
+        named(
+            Event::confirmed(1, 520 * MS, 521 * MS, b2, 700 * MS),
+            "b",
+            2,
+        ),
+        named(Event::history(1, 522 * MS, vec![(b2, 1)]), "b", 2),
+        named(Event::lost(2, 200 * MS, a1, 200 * MS, "removed"), "a", 1),
+        named(Event::new(0, 201 * MS, Kind::ElectionRemoved), "a", 1),
+        named(Event::new(0, 300 * MS, Kind::ElectionCreated), "a", 3),
+        named(
+            Event::term_changed(3, 320 * MS, a3, Some(3), "leader"),
+            "a",
+            3,
+        ),
+        named(Event::acquired(3, 330 * MS, a3, 600 * MS), "a", 3),
+        named(
+            Event::confirmed(3, 540 * MS, 542 * MS, a3, 700 * MS),
+            "a",
+            3,
+        ),
+    ]);
+    let fences = [
+        (
+            "a".to_string(),
+            vec![
+                fence_write(1, a1, 2, 142 * MS),
+                fence_write(2, a3, 3, 543 * MS),
+            ],
+        ),
+        ("b".to_string(), vec![fence_write(1, b2, 1, 522 * MS)]),
+    ];
+    let o = opts()
+        .fences(fences.into_iter().collect())
+        .election_liveness(2, 500 * MS, 200 * MS)
+        .election_liveness(3, 500 * MS, 200 * MS);
+    (ev, w, o)
+}
+
+fn fails_with(ev: &[Event], w: &[Write], o: &Options, rule: Rule, names: &str) -> String {
+    let f = check(ev, w, o).expect_err("the history must fail");
+    assert!(f.broke(rule), "expected {rule}, got:\n{f}");
+    let text = f.to_string();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&rule.to_string()))
+        .unwrap_or_else(|| panic!("no line of {rule}:\n{text}"))
+        .to_string();
+    assert!(line.contains(names), "{rule} names {names}: {line}");
+    assert!(text.contains(">> "), "the timeline marks it:\n{text}");
+    line
+}
+
+#[test]
+fn named_elections_are_judged_each_by_itself_and_pass() {
+    let (ev, w, o) = healthy_named();
+    let s = check(&ev, &w, &o).unwrap_or_else(|f| panic!("{f}"));
+    assert_eq!(s.elections, 3, "a (1), b (2), a again (3)");
+    assert_eq!(s.elections_live, 2);
+    assert_eq!(s.removals, 1);
+    assert_eq!(s.writes, 2 + 3);
+    assert_eq!(s.recovery_ns, Some(41 * MS), "the root's own lease");
+}
+
+#[test]
+fn leases_of_different_elections_never_conflict_in_rules_a_to_d() {
+    let (mut ev, w, o) = healthy_named();
+    // n3 leads election "b" in a later term while n1 still holds b's lease: (d) in "b".
+    let mut bad = ev.clone();
+    bad.push(named(
+        Event::acquired(3, 150 * MS, tok(2, 2), 300 * MS),
+        "b",
+        2,
+    ));
+    fails_with(&bad, &w, &o, Rule::Overlap, "election \"b\" (id 2)");
+    // The same lease in election "c" (its own id, its own range) overlaps nothing: a
+    // lease of one election and one of another never conflict, whatever their terms.
+    ev.push(named(
+        Event::acquired(3, 150 * MS, tok(4, 1), 300 * MS),
+        "c",
+        4,
+    ));
+    // n2 confirms "a" after a majority reported terms above a's in other elections: no (c).
+    ev.push(named(
+        Event::confirmed(2, 180 * MS, 181 * MS, tok(1, 1), 300 * MS),
+        "a",
+        1,
+    ));
+    check(&ev, &w, &o).unwrap_or_else(|f| panic!("{f}"));
+}
+
+#[test]
+fn a_stale_confirm_is_judged_by_its_own_elections_terms() {
+    let (mut ev, w, o) = healthy_named();
+    // In "b", n2 and n3 move to b's next term; n1's confirm of b's first term begun after
+    // that is stale (c), and named as b's.
+    ev.extend([
+        named(
+            Event::term_changed(2, 530 * MS, tok(2, 2), None, "candidate"),
+            "b",
+            2,
+        ),
+        named(
+            Event::term_changed(3, 530 * MS, tok(2, 2), None, "follower"),
+            "b",
+            2,
+        ),
+        named(
+            Event::confirmed(1, 560 * MS, 561 * MS, tok(2, 1), 700 * MS),
+            "b",
+            2,
+        ),
+    ]);
+    fails_with(&ev, &w, &o, Rule::StaleConfirm, "election \"b\" (id 2)");
+}
+
+#[test]
+fn liveness_and_histories_are_per_election() {
+    // A live election with no lease after the heal fails (e) by name, although the root
+    // and the others have leases.
+    let (ev, w, o) = healthy_named();
+    let o2 = o.clone().election_liveness(1, 500 * MS, 200 * MS);
+    fails_with(&ev, &w, &o2, Rule::Liveness, "election \"a\" (id 1)");
+    // The root's liveness is not met by a named election's lease.
+    let (root, _) = healthy();
+    let mut only_named: Vec<Event> = root
+        .into_iter()
+        .filter(|e| !(e.at_ns >= 500 * MS && e.kind == Kind::LeaseConfirmed))
+        .collect();
+    only_named.push(named(
+        Event::confirmed(3, 540 * MS, 542 * MS, tok(3, 1), 700 * MS),
+        "a",
+        3,
+    ));
+    only_named.push(named(
+        Event::acquired(3, 330 * MS, tok(3, 1), 600 * MS),
+        "a",
+        3,
+    ));
+    let f = check(&only_named, &w, &opts()).expect_err("the root has no lease after the heal");
+    assert!(f.broke(Rule::Liveness), "{f}");
+    // Two elections' histories never have to agree with each other.
+    let (mut ev, w, o) = healthy_named();
+    ev.push(named(
+        Event::history(2, 560 * MS, vec![(tok(3, 1), 3)]),
+        "a",
+        3,
+    ));
+    check(&ev, &w, &o).unwrap_or_else(|f| panic!("{f}"));
+    // But one's do: "b"'s term recorded with two leaders.
+    ev.push(named(
+        Event::history(2, 570 * MS, vec![(tok(2, 1), 2)]),
+        "b",
+        2,
+    ));
+    fails_with(&ev, &w, &o, Rule::AppliedHistory, "election \"b\" (id 2)");
+}
+
+#[test]
+fn a_token_outside_its_elections_range_fails_rule_g() {
+    let (mut ev, w, o) = healthy_named();
+    // n1's lease of "b" (id 2) carries a token of id 1's range.
+    ev.push(named(
+        Event::acquired(1, 600 * MS, tok(1, 7), 800 * MS),
+        "b",
+        2,
+    ));
+    fails_with(&ev, &w, &o, Rule::TokenOfElection, "election \"b\" (id 2)");
+}
+
+#[test]
+fn a_fence_that_sees_another_elections_token_fails_rule_g() {
+    let (ev, w, mut o) = healthy_named();
+    // "b"'s token reaches "a"'s fence.
+    o.fences
+        .get_mut("a")
+        .unwrap()
+        .push(fence_write(3, tok(3, 5), 1, 600 * MS));
+    let (ev2, w2, o2) = (ev.clone(), w.clone(), o.clone());
+    check(&ev2, &w2, &o2).unwrap_or_else(|f| panic!("a's own later token is fine: {f}"));
+    o.fences
+        .get_mut("a")
+        .unwrap()
+        .push(fence_write(4, tok(4, 1), 1, 610 * MS));
+    let line = fails_with(&ev, &w, &o, Rule::TokenOfElection, "the fence of \"a\"");
+    assert!(line.contains("election id 4"), "{line}");
+    // A named token at the root's fence, too.
+    let (ev, mut w, o) = healthy_named();
+    w.push(fence_write(3, tok(2, 1), 1, 600 * MS));
+    fails_with(&ev, &w, &o, Rule::TokenOfElection, "the root fence");
+}
+
+#[test]
+fn a_lease_used_after_its_removal_returned_fails_rule_h() {
+    // A confirm.
+    let (mut ev, w, o) = healthy_named();
+    ev.push(named(
+        Event::confirmed(2, 195 * MS, 202 * MS, tok(1, 1), 300 * MS),
+        "a",
+        1,
+    ));
+    fails_with(&ev, &w, &o, Rule::UsedAfterRemoval, "election \"a\" (id 1)");
+    // A write its fence accepted.
+    let (ev, w, mut o) = healthy_named();
+    o.fences
+        .get_mut("a")
+        .unwrap()
+        .insert(1, fence_write(2, tok(1, 1), 2, 250 * MS));
+    o.fences.get_mut("a").unwrap()[2].seq = 3;
+    let line = fails_with(&ev, &w, &o, Rule::UsedAfterRemoval, "election \"a\" (id 1)");
+    assert!(line.contains("fence accepted"), "{line}");
+    // A confirm that returned before the removal did is fine (healthy_named has one at
+    // 141 ms, and the lease lost with reason "removed" at 200 ms).
+}
+
+#[test]
+fn a_name_whose_new_incarnation_repeats_old_tokens_fails_rule_i() {
+    // Elections founded at term 1 whatever their id (no term floor): the new "a" hands out
+    // the old one's token 2 again.
+    let (mut ev, w, o) = healthy_named();
+    ev.retain(|e| e.election.as_deref() != Some("a") || e.kind == Kind::ElectionCreated);
+    ev.extend([
+        named(Event::acquired(2, 130 * MS, 2, 300 * MS), "a", 1),
+        named(Event::new(0, 201 * MS, Kind::ElectionRemoved), "a", 1),
+        named(Event::acquired(3, 330 * MS, 2, 600 * MS), "a", 3),
+    ]);
+    let mut o = o;
+    o.fences.remove("a");
+    o.election_liveness.remove(&3);
+    let line = fails_with(&ev, &w, &o, Rule::Incarnations, "election \"a\"");
+    assert!(line.contains("not above"), "{line}");
+    // And ids that do not rise in creation order.
+    let (mut ev, w, o) = healthy_named();
+    for e in &mut ev {
+        if e.election.as_deref() == Some("a") && e.election_id == 1 {
+            e.at_ns += 400 * MS;
+            if let Some(v) = e.valid_until_ns.as_mut() {
+                *v += 400 * MS;
+            }
+        }
+    }
+    let mut o = o;
+    o.fences.remove("a");
+    let f = check(&ev, &w, &o).expect_err("ids fall");
+    assert!(f.broke(Rule::Incarnations), "{f}");
+    assert!(f.to_string().contains("ids must rise"), "{f}");
+}

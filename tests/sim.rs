@@ -15,6 +15,16 @@
 //! of the change) and a paused learner go on (all drawn from an RNG of their own, so each
 //! seed keeps the faults it always had). The workload on every node confirms its lease
 //! and writes to a fenced resource with its token, sometimes stalling between the two.
+//! Beside the root election, every seed runs sixteen named elections (`docs/design.md`,
+//! section 11), created through the root leader at the start (asked again of the node a
+//! `NotLeader` names); on every node each one has a workload of its own, as the root's
+//! (wait for its lease, confirm, write to that election's fence, one fence per name, with
+//! the token, sometimes stalling between the two), and the ops add creates and removes
+//! (names from a pool of twenty, so a removed name comes back as a new incarnation, its
+//! fence retired to `Removed::retired_above` as the remove returns) and per-election
+//! transfers (to the best follower, a named node, or a node a fault stalls), drawn from an
+//! RNG of their own again, under the same faults. The checker judges rules (a)–(f) per
+//! election and (g)–(i) across them; liveness at the end, per live election.
 //! The history checker (`support/checker.rs`) judges every run, liveness after the last
 //! heal included, and every node's applied leadership history (sampled every 10 ms of
 //! simulated time, recorded when it changed) against every other's (rule (f): no
@@ -101,8 +111,11 @@ use rand::{Rng, SeedableRng};
 use tenure::{ReadMode, Timing};
 
 use checker::{check, Options};
-use schedule::{random_member_ops, random_ops, Op, Schedule, ScheduleShape};
-use world::{run_with_ops, RunConfig};
+use schedule::{
+    random_election_ops, random_member_ops, random_ops, Op, Schedule, ScheduleShape,
+    ELECTION_NAMES, INITIAL_ELECTIONS,
+};
+use world::{run_with_elections, NamedConfig, RunConfig};
 
 fn timing() -> Timing {
     // The cluster tests' timing: 10 ms ticks, 30 ms heartbeats, elections 150–250 ms.
@@ -150,8 +163,40 @@ fn ops_for(seed: u64, cfg: &RunConfig) -> Vec<Op> {
         shape(),
         MEMBERSHIP_CHANCE,
     ));
+    // The named elections' ops, from an RNG of their own again: the root's ops and the
+    // membership changes of a seed stay what they were.
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x0e1e_c710);
+    ops.extend(random_election_ops(
+        &mut rng,
+        &ids,
+        &cfg.schedule,
+        shape(),
+        (2, 6),
+    ));
     ops.sort_by_key(|o| o.at);
     ops
+}
+
+/// A named election's liveness bound: [`LIVENESS_BOUND`], counted from the later of the
+/// last heal and the election's creation, plus one root heartbeat (30 ms) and a message
+/// latency. Each named election is a raft group of its own with the root's timing, over
+/// the same QUIC connections, so after the heal it recovers as the root does; one created
+/// after the heal is first seen applied on one node, and the others apply the create
+/// with the root leader's next heartbeat (which carries the commit index), so its group
+/// has a quorum founded one heartbeat later at most.
+const NAMED_LIVENESS_BOUND: Duration = Duration::from_millis(2050);
+
+/// The named elections of every seed: [`INITIAL_ELECTIONS`] created at the start through
+/// the root leader; each node confirms each one it leads every 100–300 ms (the root's
+/// workload confirms every 20–60 ms: sixteen times that would be most of the run's cost)
+/// and samples each one's applied history every 100 ms.
+fn named_config() -> NamedConfig {
+    NamedConfig {
+        initial: ELECTION_NAMES[..INITIAL_ELECTIONS].to_vec(),
+        confirm_every: (Duration::from_millis(100), Duration::from_millis(300)),
+        history_every: Duration::from_millis(100),
+        liveness_bound: NAMED_LIVENESS_BOUND,
+    }
 }
 
 fn config_for(seed: u64) -> RunConfig {
@@ -200,6 +245,11 @@ struct SeedResult {
     /// Peer messages refused, by reason.
     refused: BTreeMap<&'static str, u64>,
     recovery_ns: Option<u64>,
+    /// Named elections judged live at the end (rule (e)), the longest one took to a
+    /// lease, and removals judged by rule (h).
+    named_live: usize,
+    named_recovery_ns: Option<u64>,
+    removals: usize,
     /// History samples judged by rule (f).
     histories: usize,
     /// Why the rules that trust the clocks were not judged (a clock fault outside what
@@ -217,19 +267,23 @@ fn run_seed(seed: u64) -> SeedResult {
     let faults = cfg.schedule.faults.iter().map(|f| f.kind.name()).collect();
     let op_names = ops.iter().map(|o| o.kind.name()).collect();
     let result = std::panic::catch_unwind(|| {
-        let out = run_with_ops(&cfg, &ops);
+        let out = run_with_elections(&cfg, &ops, Some(&named_config()));
         if std::env::var("TENURE_SIM_TIMELINE").is_ok_and(|v| v == "1") {
             eprintln!(
                 "seed {seed}'s timeline:\n{}",
                 checker::timeline(&out.events)
             );
         }
-        let opts = Options::new(cfg.nodes as usize)
+        let mut opts = Options::new(cfg.nodes as usize)
             .liveness(out.healed_at_ns, cfg.liveness_bound.as_nanos() as u64)
-            .clock_faults(
-                out.clock_faults.clone(),
-                cfg.read_mode == ReadMode::LeaseBased,
-            );
+            .fences(out.named_writes.clone());
+        for (id, from) in &out.election_liveness {
+            opts = opts.election_liveness(*id, *from, NAMED_LIVENESS_BOUND.as_nanos() as u64);
+        }
+        let opts = opts.clock_faults(
+            out.clock_faults.clone(),
+            cfg.read_mode == ReadMode::LeaseBased,
+        );
         let verdict = check(&out.events, &out.writes, &opts);
         // A driver that panicked (raft-rs found its invariants broken) or found it had
         // lost entries it acknowledged fails the run too, after whatever the checker
@@ -309,6 +363,12 @@ fn run_seed(seed: u64) -> SeedResult {
         op_results,
         refused,
         recovery_ns: verdict.as_ref().ok().and_then(|s| s.recovery_ns),
+        named_live: verdict.as_ref().map_or(0, |s| s.elections_live),
+        named_recovery_ns: verdict
+            .as_ref()
+            .ok()
+            .and_then(|s| s.slowest_election.map(|(ns, _)| ns)),
+        removals: verdict.as_ref().map_or(0, |s| s.removals),
         histories: verdict.as_ref().map_or(0, |s| s.histories),
         clock_rules_skipped: verdict
             .as_ref()
@@ -447,6 +507,22 @@ fn summary(results: &[SeedResult], wall: Duration) -> String {
          lease holder",
         stepped + stood
     ));
+    let named: usize = results.iter().map(|r| r.named_live).sum();
+    let removals: usize = results.iter().map(|r| r.removals).sum();
+    text.push_str(&format!(
+        "; {named} named elections judged live at the end, {removals} removals judged by rule (h)"
+    ));
+    if let Some((ns, seed)) = results
+        .iter()
+        .filter_map(|r| r.named_recovery_ns.map(|ns| (ns, r.seed)))
+        .max()
+    {
+        text.push_str(&format!(
+            "; longest time from the last heal (or its creation) to a named election's lease: \
+             {:.0} ms (seed {seed})",
+            ns as f64 / 1e6
+        ));
+    }
     if let Some((ns, seed)) = slowest {
         text.push_str(&format!(
             "; longest time from the last heal to a lease: {:.0} ms (seed {seed})",
@@ -522,8 +598,8 @@ fn replay_fidelity_report() {
         let cfg = config_for(seed);
         let ops = ops_for(seed, &cfg);
         let (a, b) = (
-            key(&run_with_ops(&cfg, &ops)),
-            key(&run_with_ops(&cfg, &ops)),
+            key(&run_with_elections(&cfg, &ops, Some(&named_config()))),
+            key(&run_with_elections(&cfg, &ops, Some(&named_config()))),
         );
         match a.iter().zip(&b).position(|(x, y)| x != y) {
             None if a.len() == b.len() => {

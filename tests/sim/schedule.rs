@@ -520,6 +520,22 @@ pub(crate) enum OpKind {
         /// Faults the op places at its own steps.
         faults: OpFaults,
     },
+    /// Named election `name` is created (`Node::create_election`) through the root
+    /// leader; a `NotLeader` answer is asked again of the node it names, a lost or
+    /// timed-out call of whoever leads (`Exists` then says an earlier attempt took
+    /// effect).
+    CreateElection(&'static str),
+    /// Named election `name` is removed (`Node::remove_election`), asked as a create is;
+    /// as the call returns, its fence is retired to `Removed::retired_above`.
+    RemoveElection(&'static str),
+    /// Whoever leads named election `name` hands it over
+    /// (`Election::transfer_leadership`).
+    ElectionTransfer {
+        /// Which election.
+        name: &'static str,
+        /// To whom.
+        to: TransferTo,
+    },
 }
 
 /// Whom a membership change takes out of the group.
@@ -584,6 +600,13 @@ impl OpKind {
             OpKind::StalledHandover { .. } => "handover to a node that stalls",
             OpKind::Replace { .. } => "replace a voter by a spare",
             OpKind::Rejoin { .. } => "remove a voter, add it back under a new id",
+            OpKind::CreateElection(_) => "create an election",
+            OpKind::RemoveElection(_) => "remove an election",
+            OpKind::ElectionTransfer {
+                to: TransferTo::VictimOf(_),
+                ..
+            } => "transfer an election to a stalled node",
+            OpKind::ElectionTransfer { .. } => "transfer an election",
         }
     }
 
@@ -759,4 +782,85 @@ pub(crate) fn random_member_ops(
         duration: Duration::ZERO,
         kind,
     }]
+}
+
+/// The names of the named elections a run uses: the first [`INITIAL_ELECTIONS`] are
+/// created at the start, the rest only by ops; creates and removes draw from all of them,
+/// so a removed name comes back (as a new incarnation, with a new id).
+pub(crate) const ELECTION_NAMES: [&str; 20] = [
+    "e00", "e01", "e02", "e03", "e04", "e05", "e06", "e07", "e08", "e09", "e10", "e11", "e12",
+    "e13", "e14", "e15", "x0", "x1", "x2", "x3",
+];
+
+/// How many of [`ELECTION_NAMES`] every run creates at the start.
+pub(crate) const INITIAL_ELECTIONS: usize = 16;
+
+/// Between `count.0` and `count.1` ops on named elections, in the window of `shape`
+/// before the schedule's heal, under the schedule's faults: removes (each followed, six
+/// times in ten, by a create of the same name: the name's next incarnation), creates,
+/// and transfers of an election by its leader (to the best follower, to a named node, or
+/// to the victim of a fault that stalls a node, while it is stalled).
+pub(crate) fn random_election_ops(
+    rng: &mut StdRng,
+    ids: &[NodeId],
+    schedule: &Schedule,
+    shape: ScheduleShape,
+    count: (usize, usize),
+) -> Vec<Op> {
+    let stalling: Vec<usize> = schedule
+        .faults
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| {
+            matches!(
+                f.kind,
+                FaultKind::Pause(_)
+                    | FaultKind::Isolate(_)
+                    | FaultKind::Crash(_)
+                    | FaultKind::OneWay { .. }
+                    | FaultKind::ClockStall { .. }
+            ) && f.duration >= Duration::from_millis(20)
+        })
+        .map(|(i, _)| i)
+        .collect();
+    let window_ms = shape.window.as_millis() as u64 * 3 / 4;
+    let n = rng.gen_range(count.0..=count.1);
+    let mut ops = Vec::new();
+    for _ in 0..n {
+        let at = shape.warmup + Duration::from_millis(rng.gen_range(0..window_ms));
+        let name = *ELECTION_NAMES.choose(rng).expect("names");
+        let op = |at: Duration, kind: OpKind| Op {
+            at,
+            duration: Duration::ZERO,
+            kind,
+        };
+        match rng.gen_range(0..20) {
+            0..=6 => {
+                ops.push(op(at, OpKind::RemoveElection(name)));
+                if rng.gen_bool(0.6) {
+                    let later = at + Duration::from_millis(rng.gen_range(50..=500));
+                    ops.push(op(later, OpKind::CreateElection(name)));
+                }
+            }
+            7..=10 => ops.push(op(at, OpKind::CreateElection(name))),
+            _ => {
+                let name = ELECTION_NAMES[rng.gen_range(0..INITIAL_ELECTIONS)];
+                let (at, to) = match rng.gen_range(0..10) {
+                    0..=2 => (at, TransferTo::Best),
+                    3..=5 => (at, TransferTo::Node(*ids.choose(rng).expect("nodes"))),
+                    _ => match stalling.choose(rng) {
+                        Some(i) => {
+                            let f = &schedule.faults[*i];
+                            let into = rng.gen_range(0..f.duration.as_millis() as u64 / 2);
+                            (f.at + Duration::from_millis(into), TransferTo::VictimOf(*i))
+                        }
+                        None => (at, TransferTo::Node(*ids.choose(rng).expect("nodes"))),
+                    },
+                };
+                ops.push(op(at, OpKind::ElectionTransfer { name, to }));
+            }
+        }
+    }
+    ops.sort_by_key(|o| o.at);
+    ops
 }

@@ -15,6 +15,14 @@
 //!
 //! # Rules
 //!
+//! **Named elections** (`docs/design.md`, section 11). Events carry their election
+//! ([`Event::in_election`]: its name and the id the node's catalog gives it; none for the
+//! root and for events of no election, like starts, crashes, faults and membership, which
+//! belong to every election). Rules (a) to (f) below judge each election by itself, with
+//! its own fence ([`Options::fences`], one per name) and its own liveness
+//! ([`Options::election_liveness`]); rules (g), (h) and (i) judge them against each other
+//! (see [`check`]).
+//!
 //! **(a) One holder per term.** At most one node reports `lease_acquired` for a term. The
 //! same node may acquire several leases in one term (a lease that ran out unrenewed is
 //! granted again when a later round is acknowledged); that is the same tenure.
@@ -187,6 +195,12 @@ pub(crate) enum Kind {
     /// change is in flight), for rule (c); from the harness (node 0), a configuration that
     /// may be in force on any node from then on.
     Members,
+    /// The harness (node 0) created named election `election` (its id: `election_id`);
+    /// `at_ns` is when `create_election` returned. For rule (i).
+    ElectionCreated,
+    /// `remove_election` returned for named election `election` (`election_id`) at
+    /// `at_ns` (from the harness, node 0). For rule (h).
+    ElectionRemoved,
     /// Anything else, by name.
     Other(String),
 }
@@ -209,6 +223,8 @@ impl Kind {
             Kind::Write => "write",
             Kind::History => "history",
             Kind::Members => "members",
+            Kind::ElectionCreated => "election_created",
+            Kind::ElectionRemoved => "election_removed",
             Kind::Other(s) => s,
         }
     }
@@ -230,6 +246,8 @@ impl Kind {
             "write" => Kind::Write,
             "history" => Kind::History,
             "members" => Kind::Members,
+            "election_created" => Kind::ElectionCreated,
+            "election_removed" => Kind::ElectionRemoved,
             other => Kind::Other(other.to_string()),
         }
     }
@@ -273,6 +291,12 @@ pub(crate) struct Event {
     /// With `members`: the voters of the outgoing configuration while a joint change is
     /// in flight; empty otherwise.
     pub outgoing: Vec<u64>,
+    /// The named election the event belongs to (`None`: the root election, the group's
+    /// own). Events of no election (starts, crashes, faults, membership) carry `None` and
+    /// belong to every election.
+    pub election: Option<String>,
+    /// The election's id as the node's catalog names it (0: the root).
+    pub election_id: u32,
 }
 
 impl Event {
@@ -296,7 +320,17 @@ impl Event {
             records: Vec::new(),
             voters: Vec::new(),
             outgoing: Vec::new(),
+            election: None,
+            election_id: 0,
         }
+    }
+
+    /// Marks the event as one of named election `name`, id `id` (rules (a)–(f) judge
+    /// each election by itself; (g)–(i) judge them against each other).
+    pub(crate) fn in_election(mut self, name: &str, id: u32) -> Event {
+        self.election = Some(name.to_string());
+        self.election_id = id;
+        self
     }
 
     /// Sets `term` and `token` (a lease event).
@@ -413,6 +447,10 @@ impl Event {
         e.ended_ns = u("ended_ns");
         e.highest = u("highest");
         e.reason = s("reason");
+        e.election = s("election");
+        e.election_id = u("election_id")
+            .and_then(|i| u32::try_from(i).ok())
+            .unwrap_or(0);
         if let Some(records) = v.get("records").and_then(Value::as_array) {
             e.records = records
                 .iter()
@@ -478,6 +516,14 @@ pub(crate) enum Rule {
     Liveness,
     /// (f) the applied histories are windows of one sequence.
     AppliedHistory,
+    /// (g) a token belongs to its election (`term >> 40` is its id), and a fence sees
+    /// tokens of one name's elections only.
+    TokenOfElection,
+    /// (h) no lease of an election is used after `remove_election` returned for it.
+    UsedAfterRemoval,
+    /// (i) per name, every token of a later incarnation is above every token of an
+    /// earlier one.
+    Incarnations,
 }
 
 impl fmt::Display for Rule {
@@ -489,6 +535,9 @@ impl fmt::Display for Rule {
             Rule::Overlap => "(d) leases do not overlap",
             Rule::Liveness => "(e) liveness after the last heal",
             Rule::AppliedHistory => "(f) applied histories agree (state machine safety)",
+            Rule::TokenOfElection => "(g) a token belongs to its election and its fence",
+            Rule::UsedAfterRemoval => "(h) no lease is used after its election was removed",
+            Rule::Incarnations => "(i) tokens rise across a name's incarnations",
         })
     }
 }
@@ -554,6 +603,12 @@ pub(crate) struct Options {
     /// How late a node's `members` report may come after it applied the configuration
     /// (rule (c) with membership changes: see "Membership changes" in the module docs).
     pub members_lag_ns: u64,
+    /// The log of each named election's fence, by name (one fence per name, shared by
+    /// its incarnations); `check`'s `writes` is the root election's.
+    pub fences: BTreeMap<String, Vec<Write>>,
+    /// Rule (e) per named election, by id: the elections the run claims are live, each
+    /// from when it must have a lease within the bound.
+    pub election_liveness: BTreeMap<u32, Liveness>,
 }
 
 impl Options {
@@ -566,7 +621,28 @@ impl Options {
             clock_faults: Vec::new(),
             lease_based: false,
             members_lag_ns: 50_000_000,
+            fences: BTreeMap::new(),
+            election_liveness: BTreeMap::new(),
         }
+    }
+
+    /// The named elections' fence logs, by name (rules (b) and (g) per fence).
+    pub(crate) fn fences(mut self, fences: BTreeMap<String, Vec<Write>>) -> Options {
+        self.fences = fences;
+        self
+    }
+
+    /// Also check liveness (e) for named election `id`: a lease of it within `bound_ns`
+    /// after `from_ns`.
+    pub(crate) fn election_liveness(mut self, id: u32, from_ns: u64, bound_ns: u64) -> Options {
+        self.election_liveness.insert(
+            id,
+            Liveness {
+                healed_at_ns: from_ns,
+                bound_ns,
+            },
+        );
+        self
     }
 
     /// The run's clock faults, and whether its confirms were `LeaseBased`: rules that
@@ -606,6 +682,15 @@ pub(crate) struct Summary {
     /// Why rule (d), and for `LeaseBased` confirms rule (c), were not judged: the first
     /// clock fault outside what the lease assumes. `None`: every rule was judged.
     pub clock_rules_skipped: Option<String>,
+    /// Named elections (incarnations) judged by rules (a)–(f).
+    pub elections: usize,
+    /// Named elections judged by rule (e).
+    pub elections_live: usize,
+    /// The longest time from its liveness start to a lease, over the named elections
+    /// judged by rule (e), and which id.
+    pub slowest_election: Option<(u64, u32)>,
+    /// Named elections removed (rule (h) judged after each).
+    pub removals: usize,
 }
 
 /// Every violation of one history.
@@ -804,7 +889,31 @@ pub(crate) fn timeline(events: &[Event]) -> String {
 }
 
 /// Checks a history: `events` in any order (sorted by `at_ns`, stable), `writes` in the
-/// resource's commit order.
+/// root fence's commit order (and `opts.fences`, the named elections' fences).
+///
+/// Rules (a)–(f) judge each election by itself: the root (events without an election)
+/// and every named incarnation (events of one `election_id`), each with the events of no
+/// election (starts, crashes, faults, membership). A violation of a named election says
+/// which (`election "x" (id 5): ...`). Then across elections:
+///
+/// * **(g) Tokens belong to their election.** Every lease event's token lies in its
+///   election's range (`election_of_term(token) == election_id`: the range the catalog's
+///   id gives, `[id × 2^40, (id + 1) × 2^40)`), and every token a fence accepted belongs
+///   to an incarnation of the fence's name (the root fence: the root's), so tokens of
+///   different elections never reach one fence.
+/// * **(h) No lease is used after its election was removed.** After an
+///   `election_removed` event (the harness saw `remove_election` return) no lease of that
+///   id confirms (a `lease_confirmed` stamped later) and its fence accepts no write with
+///   a token of it (the harness retires the fence to `Removed::retired_above` as the
+///   call returns). `LeaseBased` confirms only while the clocks keep what the lease
+///   assumes (see "Clock faults"): a stall no clock counts lets such a lease outlive the
+///   removal as it outlives anything else. Leases lost with reason `removed` are fine.
+/// * **(i) Tokens rise across incarnations.** Per name, taking its incarnations in the
+///   order they were created (`election_created`, else their first event), their ids
+///   rise and every token of a later one is above every token of an earlier one: a fence
+///   keyed by the name keeps working across a remove and a create.
+// A failure is a test's end: its size does not matter.
+#[allow(clippy::result_large_err)]
 pub(crate) fn check(
     events: &[Event],
     writes: &[Write],
@@ -813,6 +922,374 @@ pub(crate) fn check(
     let mut sorted: Vec<&Event> = events.iter().collect();
     sorted.sort_by_key(|e| e.at_ns);
     let origin = sorted.first().map_or(0, |e| e.at_ns);
+    // Events of no election belong to every election.
+    let shared = |e: &Event| {
+        matches!(
+            e.kind,
+            Kind::Started
+                | Kind::Stopped
+                | Kind::Crashed
+                | Kind::Fault
+                | Kind::Heal
+                | Kind::Members
+                | Kind::Other(_)
+        ) && e.election.is_none()
+    };
+    let mut ids: BTreeMap<u32, Option<&str>> = BTreeMap::new();
+    ids.insert(0, None);
+    for e in &sorted {
+        if let Some(name) = &e.election {
+            ids.entry(e.election_id).or_insert(Some(name.as_str()));
+        }
+    }
+    let label = |id: u32| -> String {
+        match ids.get(&id).copied().flatten() {
+            Some(name) => format!("election {name:?} (id {id})"),
+            None if id == 0 => "the root election".to_string(),
+            None => format!("election id {id}"),
+        }
+    };
+    let mut violations: Vec<Violation> = Vec::new();
+    let mut summary = Summary::default();
+    let mut trusted: BTreeMap<u32, bool> = BTreeMap::new();
+    for (&id, name) in &ids {
+        let evs: Vec<&Event> = sorted
+            .iter()
+            .copied()
+            .filter(|e| {
+                shared(e)
+                    || (e.election.is_none() && id == 0 && e.election_id == 0)
+                    || (e.election.as_deref() == *name && name.is_some() && e.election_id == id)
+            })
+            .collect();
+        if id == 0 {
+            let (s, v, trust) = check_group(evs, writes, opts, opts.liveness, origin);
+            summary = Summary {
+                events: events.len(),
+                ..s
+            };
+            violations.extend(v);
+            trusted.insert(0, trust);
+        } else {
+            let live = opts.election_liveness.get(&id).copied();
+            let (s, v, trust) = check_group(evs, &[], opts, live, origin);
+            summary.elections += 1;
+            summary.terms_with_leases += s.terms_with_leases;
+            summary.confirms += s.confirms;
+            summary.histories += s.histories;
+            if live.is_some() {
+                summary.elections_live += 1;
+                if let Some(ns) = s.recovery_ns {
+                    if summary.slowest_election.is_none_or(|(m, _)| ns > m) {
+                        summary.slowest_election = Some((ns, id));
+                    }
+                }
+            }
+            if summary.clock_rules_skipped.is_none() {
+                summary.clock_rules_skipped = s.clock_rules_skipped;
+            }
+            let l = label(id);
+            violations.extend(v.into_iter().map(|mut v| {
+                v.message = format!("{l}: {}", v.message);
+                v
+            }));
+            trusted.insert(id, trust);
+        }
+    }
+    // (b) per named fence, over every incarnation of its name.
+    for (name, log) in &opts.fences {
+        summary.writes += log.len();
+        let evs: Vec<&Event> = sorted
+            .iter()
+            .copied()
+            .filter(|e| shared(e) || e.election.as_deref() == Some(name.as_str()))
+            .collect();
+        let h = History {
+            events: evs,
+            writes: log,
+            origin,
+            context: opts.context,
+        };
+        let mut v = Vec::new();
+        fencing(&h, log, &holders_of(&h), &mut v);
+        violations.extend(v.into_iter().map(|mut v| {
+            v.message = format!("the fence of {name:?}: {}", v.message);
+            v
+        }));
+    }
+    let h = History {
+        events: sorted,
+        writes,
+        origin,
+        context: opts.context,
+    };
+    cross_elections(&h, opts, &label, &trusted, &mut summary, &mut violations);
+    if violations.is_empty() {
+        Ok(summary)
+    } else {
+        violations.sort_by_key(|v| v.rule);
+        Err(Failure {
+            violations,
+            summary,
+        })
+    }
+}
+
+/// The lease holders of each term: term → [(node, index of its first acquisition)].
+fn holders_of(h: &History<'_>) -> BTreeMap<u64, Vec<(u64, usize)>> {
+    let mut holders: BTreeMap<u64, Vec<(u64, usize)>> = BTreeMap::new();
+    for (i, e) in h.events.iter().enumerate() {
+        if let (Kind::LeaseAcquired, Some(t)) = (&e.kind, e.term) {
+            let hs = holders.entry(t).or_default();
+            if !hs.iter().any(|(n, _)| *n == e.node) {
+                hs.push((e.node, i));
+            }
+        }
+    }
+    holders
+}
+
+/// The election a token belongs to (`docs/design.md`, section 11: `term >> 40`).
+fn election_of(token: u64) -> u32 {
+    u32::try_from(token >> 40).unwrap_or(u32::MAX)
+}
+
+/// Rules (g), (h) and (i) over the whole history (see [`check`]).
+fn cross_elections(
+    h: &History<'_>,
+    opts: &Options,
+    label: &dyn Fn(u32) -> String,
+    trusted: &BTreeMap<u32, bool>,
+    summary: &mut Summary,
+    violations: &mut Vec<Violation>,
+) {
+    let lease_kind = |k: &Kind| {
+        matches!(
+            k,
+            Kind::LeaseAcquired | Kind::LeaseConfirmed | Kind::LeaseLost | Kind::Write
+        )
+    };
+    // (g) each lease event's token in its election's range; one report per election.
+    let mut seen: BTreeSet<u32> = BTreeSet::new();
+    for (i, e) in h.events.iter().enumerate() {
+        let Some(t) = e.token else { continue };
+        if !lease_kind(&e.kind) || election_of(t) == e.election_id {
+            continue;
+        }
+        if seen.insert(e.election_id) {
+            violations.push(Violation {
+                rule: Rule::TokenOfElection,
+                message: format!(
+                    "{}: n{}'s {} carries token {t}, which belongs to election id {} \
+                     (token >> 40), not to {}",
+                    label(e.election_id),
+                    e.node,
+                    e.kind.name(),
+                    election_of(t),
+                    e.election_id
+                ),
+                timeline: h.around(i, &[]),
+            });
+        }
+    }
+    // (g) each fence's tokens of its own name's elections only.
+    let mut incarnations: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+    for e in &h.events {
+        if let Some(name) = &e.election {
+            incarnations.entry(name).or_default().insert(e.election_id);
+        }
+    }
+    let root: BTreeSet<u32> = [0].into();
+    let fences = std::iter::once((None, h.writes)).chain(
+        opts.fences
+            .iter()
+            .map(|(n, log)| (Some(n.as_str()), log.as_slice())),
+    );
+    for (name, log) in fences {
+        let own = name.map_or(&root, |n| incarnations.get(n).unwrap_or(&root));
+        let fence = name.map_or("the root fence".to_string(), |n| {
+            format!("the fence of {n:?}")
+        });
+        if let Some((i, w)) = log
+            .iter()
+            .enumerate()
+            .find(|(_, w)| !own.contains(&election_of(w.token)))
+        {
+            let h = History {
+                events: h.events.clone(),
+                writes: log,
+                origin: h.origin,
+                context: h.context,
+            };
+            violations.push(Violation {
+                rule: Rule::TokenOfElection,
+                message: format!(
+                    "{fence} accepted write seq {} with token {} from n{}: a token of {}, \
+                     not of {} (ids {})",
+                    w.seq,
+                    w.token,
+                    w.node,
+                    label(election_of(w.token)),
+                    name.map_or("the root".to_string(), |n| format!("{n:?}")),
+                    own.iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                timeline: h.around_write(i),
+            });
+        }
+    }
+    // (h) nothing used after the removal returned.
+    for (ri, r) in h.events.iter().enumerate() {
+        if r.kind != Kind::ElectionRemoved {
+            continue;
+        }
+        summary.removals += 1;
+        let id = r.election_id;
+        let judge_lease_based = trusted.get(&id).copied().unwrap_or(true);
+        let used = h.events.iter().enumerate().find(|(_, e)| {
+            e.at_ns > r.at_ns
+                && e.election_id == id
+                && e.election.is_some()
+                && match e.kind {
+                    Kind::LeaseConfirmed => !opts.lease_based || judge_lease_based,
+                    Kind::Write => true,
+                    _ => false,
+                }
+        });
+        let fenced = r
+            .election
+            .as_ref()
+            .and_then(|n| opts.fences.get(n))
+            .and_then(|log| {
+                log.iter()
+                    .find(|w| election_of(w.token) == id && w.at_ns.is_some_and(|a| a > r.at_ns))
+            });
+        if let Some((i, e)) = used {
+            violations.push(Violation {
+                rule: Rule::UsedAfterRemoval,
+                message: format!(
+                    "{} was removed at {} (remove_election returned), but n{}'s lease of \
+                     term {} was used after it: {} at {}",
+                    label(id),
+                    h.rel(r.at_ns),
+                    e.node,
+                    e.term.unwrap_or(0),
+                    e.kind.name(),
+                    h.rel(e.at_ns)
+                ),
+                timeline: h.around(i, &[ri]),
+            });
+        } else if let Some(w) = fenced {
+            violations.push(Violation {
+                rule: Rule::UsedAfterRemoval,
+                message: format!(
+                    "{} was removed at {} (remove_election returned), but its fence accepted \
+                     write seq {} with token {} from n{} at {}",
+                    label(id),
+                    h.rel(r.at_ns),
+                    w.seq,
+                    w.token,
+                    w.node,
+                    h.rel(w.at_ns.unwrap_or(0))
+                ),
+                timeline: h.around(ri, &[]),
+            });
+        }
+    }
+    // (i) per name, incarnations in creation order: rising ids, rising tokens.
+    struct Inc {
+        id: u32,
+        created: u64,
+        idx: usize,
+        lo: Option<(u64, usize)>,
+        hi: Option<(u64, usize)>,
+    }
+    let mut names: BTreeMap<&str, BTreeMap<u32, Inc>> = BTreeMap::new();
+    for (i, e) in h.events.iter().enumerate() {
+        let Some(name) = e.election.as_deref() else {
+            continue;
+        };
+        let inc = names
+            .entry(name)
+            .or_default()
+            .entry(e.election_id)
+            .or_insert(Inc {
+                id: e.election_id,
+                created: e.at_ns,
+                idx: i,
+                lo: None,
+                hi: None,
+            });
+        if e.kind == Kind::ElectionCreated {
+            inc.created = e.at_ns;
+            inc.idx = i;
+        }
+        if let (true, Some(t)) = (lease_kind(&e.kind), e.token) {
+            if inc.lo.is_none_or(|(l, _)| t < l) {
+                inc.lo = Some((t, i));
+            }
+            if inc.hi.is_none_or(|(m, _)| t > m) {
+                inc.hi = Some((t, i));
+            }
+        }
+    }
+    for (name, incs) in &names {
+        let mut order: Vec<&Inc> = incs.values().collect();
+        order.sort_by_key(|i| (i.created, i.idx));
+        for (x, later) in order.iter().enumerate() {
+            for earlier in &order[..x] {
+                let what = if later.id <= earlier.id {
+                    Some(format!(
+                        "incarnation id {} (created at {}) came after id {} (created at {}): \
+                         ids must rise",
+                        later.id,
+                        h.rel(later.created),
+                        earlier.id,
+                        h.rel(earlier.created)
+                    ))
+                } else if let (Some((lo, i)), Some((hi, j))) = (later.lo, earlier.hi) {
+                    (lo <= hi).then(|| {
+                        format!(
+                            "incarnation id {} handed out token {lo} (n{} at {}), not above \
+                             token {hi} of the earlier incarnation id {} (n{} at {})",
+                            later.id,
+                            h.events[i].node,
+                            h.rel(h.events[i].at_ns),
+                            earlier.id,
+                            h.events[j].node,
+                            h.rel(h.events[j].at_ns)
+                        )
+                    })
+                } else {
+                    None
+                };
+                if let Some(what) = what {
+                    violations.push(Violation {
+                        rule: Rule::Incarnations,
+                        message: format!("election {name:?}: {what}"),
+                        timeline: h.around(later.lo.map_or(later.idx, |(_, i)| i), &[earlier.idx]),
+                    });
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Rules (a)–(f) over the events of one election (and the events of none: starts,
+/// crashes, faults, membership), sorted by time, with `writes` the log of the fence it
+/// writes to (empty: its fence is judged by [`check_fence`]); `origin` is the whole
+/// history's first instant. Returns what it judged, the violations, and whether the
+/// clock-trusting rules were judged.
+fn check_group(
+    sorted: Vec<&Event>,
+    writes: &[Write],
+    opts: &Options,
+    liveness: Option<Liveness>,
+    origin: u64,
+) -> (Summary, Vec<Violation>, bool) {
     let h = History {
         events: sorted,
         writes,
@@ -821,7 +1298,7 @@ pub(crate) fn check(
     };
     let mut violations = Vec::new();
     let mut summary = Summary {
-        events: events.len(),
+        events: h.events.len(),
         writes: writes.len(),
         ..Summary::default()
     };
@@ -854,54 +1331,7 @@ pub(crate) fn check(
     }
 
     // (b) fencing.
-    let mut highest: Option<(u64, usize)> = None;
-    let mut writer_of: BTreeMap<u64, u64> = BTreeMap::new();
-    for (i, w) in writes.iter().enumerate() {
-        if let Some((hi, hi_idx)) = highest {
-            if w.token < hi {
-                violations.push(Violation {
-                    rule: Rule::Fencing,
-                    message: format!(
-                        "write seq {} with token {} by n{} accepted after write seq {} with \
-                         the higher token {}",
-                        w.seq, w.token, w.node, writes[hi_idx].seq, hi
-                    ),
-                    timeline: h.around_write(i),
-                });
-                continue;
-            }
-        }
-        if highest.is_none_or(|(hi, _)| w.token > hi) {
-            highest = Some((w.token, i));
-        }
-        match writer_of.get(&w.token) {
-            Some(n) if *n != w.node => violations.push(Violation {
-                rule: Rule::Fencing,
-                message: format!(
-                    "token {} used by two writers: n{} and n{} (seq {})",
-                    w.token, n, w.node, w.seq
-                ),
-                timeline: h.around_write(i),
-            }),
-            Some(_) => {}
-            None => {
-                writer_of.insert(w.token, w.node);
-                if let Some(hs) = holders.get(&w.token) {
-                    if !hs.iter().any(|(n, _)| *n == w.node) {
-                        violations.push(Violation {
-                            rule: Rule::Fencing,
-                            message: format!(
-                                "write seq {} with token {} by n{}, but the lease of term {} \
-                                 was acquired by n{}",
-                                w.seq, w.token, w.node, w.token, hs[0].0
-                            ),
-                            timeline: h.around_write(i),
-                        });
-                    }
-                }
-            }
-        }
-    }
+    fencing(&h, writes, &holders, &mut violations);
 
     // Which clock-trusting rules to judge.
     let tenures = tenures(&h);
@@ -1098,7 +1528,7 @@ pub(crate) fn check(
     }
 
     // (e) liveness.
-    if let Some(l) = opts.liveness {
+    if let Some(l) = liveness {
         let first = h.events.iter().position(|e| {
             e.at_ns >= l.healed_at_ns
                 && matches!(e.kind, Kind::LeaseAcquired | Kind::LeaseConfirmed)
@@ -1136,15 +1566,64 @@ pub(crate) fn check(
 
     // (f) applied histories.
     summary.histories = check_histories(&h, &mut violations);
+    (summary, violations, trust_clocks)
+}
 
-    if violations.is_empty() {
-        Ok(summary)
-    } else {
-        violations.sort_by_key(|v| v.rule);
-        Err(Failure {
-            violations,
-            summary,
-        })
+/// Rule (b) over one fence's log, `holders` the lease holders per term of the elections
+/// that write to it.
+fn fencing(
+    h: &History<'_>,
+    writes: &[Write],
+    holders: &BTreeMap<u64, Vec<(u64, usize)>>,
+    violations: &mut Vec<Violation>,
+) {
+    let mut highest: Option<(u64, usize)> = None;
+    let mut writer_of: BTreeMap<u64, u64> = BTreeMap::new();
+    for (i, w) in writes.iter().enumerate() {
+        if let Some((hi, hi_idx)) = highest {
+            if w.token < hi {
+                violations.push(Violation {
+                    rule: Rule::Fencing,
+                    message: format!(
+                        "write seq {} with token {} by n{} accepted after write seq {} with \
+                         the higher token {}",
+                        w.seq, w.token, w.node, writes[hi_idx].seq, hi
+                    ),
+                    timeline: h.around_write(i),
+                });
+                continue;
+            }
+        }
+        if highest.is_none_or(|(hi, _)| w.token > hi) {
+            highest = Some((w.token, i));
+        }
+        match writer_of.get(&w.token) {
+            Some(n) if *n != w.node => violations.push(Violation {
+                rule: Rule::Fencing,
+                message: format!(
+                    "token {} used by two writers: n{} and n{} (seq {})",
+                    w.token, n, w.node, w.seq
+                ),
+                timeline: h.around_write(i),
+            }),
+            Some(_) => {}
+            None => {
+                writer_of.insert(w.token, w.node);
+                if let Some(hs) = holders.get(&w.token) {
+                    if !hs.iter().any(|(n, _)| *n == w.node) {
+                        violations.push(Violation {
+                            rule: Rule::Fencing,
+                            message: format!(
+                                "write seq {} with token {} by n{}, but the lease of term {} \
+                                 was acquired by n{}",
+                                w.seq, w.token, w.node, w.token, hs[0].0
+                            ),
+                            timeline: h.around_write(i),
+                        });
+                    }
+                }
+            }
+        }
     }
 }
 
