@@ -150,11 +150,28 @@ impl<S: RaftStore> Driver<S> {
                 )
             }
             CatalogChange::Removed { name, id, req } => {
-                self.close_election(&name, id)?;
                 let removed = Removed {
                     id,
                     retired_above: FencingToken::new(term_floor(id.saturating_add(1))),
                 };
+                // The election retires through its own log (`named.rs`, `begin_retire`):
+                // the caller is answered once the retirement is committed there, when no
+                // lease of it can exist any more. Without a group here, at once.
+                if self.begin_retire(&name, id)? {
+                    if req.node == self.env.id {
+                        if let Some(i) =
+                            self.named.pending.iter().position(|p| p.nonce == req.nonce)
+                        {
+                            let p = self.named.pending.swap_remove(i);
+                            if let CatalogReply::Remove(r) = p.reply {
+                                let deadline =
+                                    self.env.clock.now() + self.env.timing.election_timeout() * 10;
+                                self.named.removing.insert(id, (r, removed, deadline));
+                            }
+                        }
+                    }
+                    return Ok(());
+                }
                 (
                     req,
                     Box::new(move |r| match r {
@@ -187,8 +204,22 @@ impl<S: RaftStore> Driver<S> {
         Ok(())
     }
 
-    /// Answers the catalog calls whose entries were not applied in time.
+    /// Answers the catalog calls whose entries were not applied in time, and removals
+    /// whose retirement was not committed in time.
     pub(super) fn expire_catalog_calls(&mut self, now: Instant) {
+        let late: Vec<_> = self
+            .named
+            .removing
+            .iter()
+            .filter(|(_, (_, _, deadline))| now >= *deadline)
+            .map(|(id, _)| *id)
+            .collect();
+        let ms = self.env.timing.election_timeout().as_millis() as u64 * 10;
+        for id in late {
+            if let Some((r, _, _)) = self.named.removing.remove(&id) {
+                let _ = r.send(Err(ElectionError::TimedOut(ms)));
+            }
+        }
         let (late, pending): (Vec<_>, Vec<_>) = std::mem::take(&mut self.named.pending)
             .into_iter()
             .partition(|p| now >= p.deadline);

@@ -20,10 +20,13 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use super::catalog::{CatalogReply, PendingCatalog};
+
+/// Who waits for a removal.
+pub(super) type RemoveReply = oneshot::Sender<Result<Removed, ElectionError>>;
 use super::group::{Env, Group, LeaseWaiter};
 use super::{Driver, PendingTransfer};
 use crate::clock::Stamp;
-use crate::election::{term_floor, ElectionError, ElectionId, ElectionOptions};
+use crate::election::{term_floor, ElectionError, ElectionId, ElectionOptions, Removed};
 use crate::election_rng::ElectionTimeouts;
 use crate::error::{LostReason, NodeStopped, StopCause, TransferError};
 use crate::history::History;
@@ -65,7 +68,17 @@ pub(crate) fn watch_of(watches: &Watches, name: &str) -> Arc<watch::Sender<Leade
 pub(super) struct NamedGroup<S: RaftStore> {
     pub(super) g: Group<S>,
     pub(super) history: History,
+    /// The root removed the election: it holds no lease and grants none, its leader
+    /// proposes the retirement entry, and it runs until that entry is applied here.
+    pub(super) retiring: bool,
+    /// The term in which this node, leading, proposed the retirement entry.
+    retire_proposed: Option<u64>,
+    /// When this node applied the retirement entry (the group closes soon after).
+    pub(super) retired_at: Option<Instant>,
 }
+
+/// The entry that retires a named election in its own log.
+const RETIRE_ENTRY: &[u8] = b"R";
 
 /// The named elections this node runs, and what the driver needs to run them.
 pub(super) struct Named<S: RaftStore> {
@@ -79,6 +92,9 @@ pub(super) struct Named<S: RaftStore> {
     /// Ids removed here (tombstoned): never founded again.
     pub(super) removed: BTreeSet<ElectionId>,
     pub(super) pending: Vec<PendingCatalog>,
+    /// Removals this node proposed, waiting for the election's retirement to commit:
+    /// by id, the caller, its answer, and until when.
+    pub(super) removing: HashMap<ElectionId, (RemoveReply, Removed, Instant)>,
     pub(super) next_nonce: u64,
     /// Lease requests for names this node does not run (yet).
     waiting: Vec<(Arc<str>, LeaseWaiter)>,
@@ -113,6 +129,7 @@ impl<S: RaftStore> Named<S> {
             view_dirty: false,
             removed: BTreeSet::new(),
             pending: Vec::new(),
+            removing: HashMap::new(),
             // Random, so a restarted proposer's requests never match an entry of its
             // previous run still in the log.
             next_nonce: rand::random::<u64>() >> 1,
@@ -186,7 +203,11 @@ impl<S: RaftStore> NamedGroup<S> {
             self.g.applied = self.g.applied.max(e.index);
             match e.get_entry_type() {
                 EntryType::EntryNormal => {
-                    if !e.data.is_empty() {
+                    if e.data.as_ref() == RETIRE_ENTRY {
+                        if self.retired_at.is_none() {
+                            self.retired_at = Some(env.clock.now());
+                        }
+                    } else if !e.data.is_empty() {
                         self.history.apply(&e.data, retention);
                     }
                 }
@@ -416,9 +437,16 @@ impl<S: RaftStore> Driver<S> {
               "term" => group.raw.raft.term);
         self.named.by_name.insert(Arc::clone(&name), spec.id);
         self.named.options.insert(spec.id, spec.options.clone());
-        self.named
-            .groups
-            .insert(spec.id, NamedGroup { g: group, history });
+        self.named.groups.insert(
+            spec.id,
+            NamedGroup {
+                g: group,
+                history,
+                retiring: false,
+                retire_proposed: None,
+                retired_at: None,
+            },
+        );
         self.named.view_dirty = true;
         // Lease requests that waited for this name.
         let (now_known, still): (Vec<_>, Vec<_>) = std::mem::take(&mut self.named.waiting)
@@ -428,6 +456,81 @@ impl<S: RaftStore> Driver<S> {
         if let Some(ng) = self.named.groups.get_mut(&spec.id) {
             ng.g.lease_waiters
                 .extend(now_known.into_iter().map(|(_, w)| w));
+        }
+        Ok(())
+    }
+
+    /// The root removed election `id` (`name`): this node revokes its lease at once,
+    /// answers everyone waiting, and from now on grants no lease in it; the group keeps
+    /// running until its own log carries the retirement (its leader proposes it), so that
+    /// once that entry is committed no lease of the election can exist anywhere
+    /// (docs/design.md, section 11, "Removal"). Returns whether the group runs here (if
+    /// not, its store is deleted at once).
+    pub(super) fn begin_retire(
+        &mut self,
+        name: &str,
+        id: ElectionId,
+    ) -> Result<bool, StorageError> {
+        let Some(ng) = self.named.groups.get_mut(&id) else {
+            self.close_election(name, id)?;
+            return Ok(false);
+        };
+        ng.retiring = true;
+        ng.g.revoke(&self.env, LostReason::Removed);
+        ng.g.keeper.finish(LostReason::Removed);
+        for w in ng.g.lease_waiters.drain(..) {
+            let _ = w.send(Err(ElectionError::Removed(name.into())));
+        }
+        if let Some(t) = ng.g.transfer.take() {
+            if let Some(reply) = t.reply {
+                let _ = reply.send(Err(TransferError::Stopped(NodeStopped::shutdown(
+                    "the election was removed",
+                ))));
+            }
+        }
+        info!(self.env.logger, "election retiring"; "election" => name, "id" => id);
+        let mut last = ng.g.last_published.clone();
+        last.role = Role::Stopped;
+        last.leased = false;
+        last.leader = None;
+        ng.g.last_published = last.clone();
+        ng.g.leadership.send_replace(last);
+        self.named.by_name.remove(name);
+        self.named.view_dirty = true;
+        Ok(true)
+    }
+
+    /// Retiring elections: a leader proposes the retirement entry (once per term); a
+    /// group that applied it closes (a leader after two heartbeats, so its followers hear
+    /// the commit), and a removal this node waits for is answered.
+    fn progress_retirements(&mut self, now: Instant) -> Result<(), StorageError> {
+        let linger = self.env.timing.heartbeat_interval() * 2;
+        let mut done = Vec::new();
+        for (id, ng) in &mut self.named.groups {
+            if !ng.retiring {
+                continue;
+            }
+            let raft = &ng.g.raw.raft;
+            let leading = raft.state == StateRole::Leader;
+            if let Some(at) = ng.retired_at {
+                if let Some((r, removed, _)) = self.named.removing.remove(id) {
+                    let _ = r.send(Ok(removed));
+                }
+                if !leading || now.saturating_duration_since(at) >= linger {
+                    done.push((ng.g.name.as_deref().unwrap_or("").to_string(), *id));
+                }
+                continue;
+            }
+            if leading && ng.retire_proposed != Some(raft.term) {
+                let term = raft.term;
+                match ng.g.raw.propose(vec![], RETIRE_ENTRY.to_vec()) {
+                    Ok(()) => ng.retire_proposed = Some(term),
+                    Err(e) => debug!(self.env.logger, "retirement not proposed yet"; "error" => %e),
+                }
+            }
+        }
+        for (name, id) in done {
+            self.close_election(&name, id)?;
         }
         Ok(())
     }
@@ -453,14 +556,25 @@ impl<S: RaftStore> Driver<S> {
                     ))));
                 }
             }
-            let mut last = ng.g.last_published.clone();
-            last.role = Role::Stopped;
-            last.leased = false;
-            last.leader = None;
-            ng.g.leadership.send_replace(last);
+            // (A retiring group said so already; and a newer incarnation of the name
+            // may own the name's watch by now.)
+            let newer = self
+                .named
+                .by_name
+                .get(name)
+                .is_some_and(|other| *other != id);
+            if !ng.retiring && !newer {
+                let mut last = ng.g.last_published.clone();
+                last.role = Role::Stopped;
+                last.leased = false;
+                last.leader = None;
+                ng.g.leadership.send_replace(last);
+            }
             info!(self.env.logger, "election removed"; "election" => name, "id" => id);
         }
-        self.named.by_name.remove(name);
+        if self.named.by_name.get(name) == Some(&id) {
+            self.named.by_name.remove(name);
+        }
         self.named.options.remove(&id);
         self.named.removed.insert(id);
         self.named.view_dirty = true;
@@ -634,12 +748,14 @@ impl<S: RaftStore> Driver<S> {
         let mut changed = false;
         let (mut led, mut leased, mut leaderless) = (0, 0, 0);
         for ng in self.named.groups.values_mut() {
+            let retiring = ng.retiring;
             let g = &mut ng.g;
             g.lease_follows_role(env);
             g.progress_transfer(env, now);
             again |= g.end_failed_handover(env, shutting_down);
             g.expire_lease(env, at);
             if (drained || shutting_down)
+                && !retiring
                 && g.raw.raft.state == StateRole::Leader
                 && g.transfer.is_none()
                 && g.raw.raft.lead_transferee.is_none()
@@ -660,12 +776,17 @@ impl<S: RaftStore> Driver<S> {
                     }
                 }
             }
-            g.record_tenure(env, shutting_down);
-            again |= g.grant_and_renew(env, at, shutting_down);
+            if !retiring {
+                g.record_tenure(env, shutting_down);
+            }
+            // A retiring election grants no lease: it hands nothing out, as a handover.
+            again |= g.grant_and_renew(env, at, shutting_down || retiring);
             g.keeper
                 .forget_unanswered(now, env.timing.election_timeout() * 2);
             g.lease_waiters.retain(|w| !w.is_closed());
-            changed |= g.publish_named(env);
+            if !retiring {
+                changed |= g.publish_named(env);
+            }
             again |= g.raw.has_ready();
             led += u64::from(g.raw.raft.state == StateRole::Leader);
             leased += u64::from(g.lease.is_some());
@@ -674,6 +795,10 @@ impl<S: RaftStore> Driver<S> {
         env.metrics
             .set_named(self.named.groups.len() as u64, led, leased, leaderless);
         self.named.view_dirty |= changed;
+        if let Err(e) = self.progress_retirements(now) {
+            error!(self.env.logger, "storage failed; stopping"; "error" => %e);
+            self.fail(StopCause::Storage(e));
+        }
         self.expire_catalog_calls(now);
         self.ensure_declared(now);
         self.follow_root_membership(now);
@@ -692,6 +817,7 @@ impl<S: RaftStore> Driver<S> {
             .named
             .groups
             .values()
+            .filter(|ng| !ng.retiring)
             .filter_map(|ng| {
                 let name = ng.g.name.as_deref()?;
                 Some((name.to_string(), ng.g.last_published.clone()))
@@ -721,6 +847,11 @@ impl<S: RaftStore> Driver<S> {
         }
         for (_, w) in self.named.waiting.drain(..) {
             let _ = w.send(Err(ElectionError::Stopped(NodeStopped::shutdown(
+                "node stopped",
+            ))));
+        }
+        for (_, (r, _, _)) in self.named.removing.drain() {
+            let _ = r.send(Err(ElectionError::Stopped(NodeStopped::shutdown(
                 "node stopped",
             ))));
         }

@@ -245,7 +245,7 @@ impl<S: RaftStore> Driver<S> {
             return;
         }
         let mut placed = Vec::with_capacity(self.named.groups.len());
-        for ng in self.named.groups.values() {
+        for ng in self.named.groups.values().filter(|ng| !ng.retiring) {
             let raft = &ng.g.raw.raft;
             let leader = if raft.state == StateRole::Leader {
                 self.env.id
@@ -313,7 +313,7 @@ impl<S: RaftStore> Driver<S> {
         }
         let me = self.env.id;
         let drained = self.state.drained.clone();
-        for ng in self.named.groups.values_mut() {
+        for ng in self.named.groups.values_mut().filter(|ng| !ng.retiring) {
             let g = &mut ng.g;
             if g.raw.raft.state != StateRole::Leader {
                 continue;
