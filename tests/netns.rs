@@ -13,8 +13,13 @@
 //! schedule of three it replaces a machine: spare node 6 starts on an empty folder with
 //! `--join`, `ctl members add 6 ...` then `ctl members replace OLD 6` (OLD the leader or
 //! the node the step's faults stall), and OLD is stopped for good (later faults land on
-//! node 6 in its place). After the last fault heals, a lease must be confirmed within a
-//! bound and every batch must be settled exactly once. The history checker
+//! node 6 in its place). Every worker runs four named elections (`--elections 4`: batch B
+//! is settled by the leader of `shard-(B mod 4)` under that shard's fence), and in half
+//! the steps the operator hands one of them over (`ctl elections transfer shard-K`, to
+//! its best follower, a follower, or the node the step's faults stall; drawn from an RNG
+//! of its own, so each seed keeps the faults and ops it had). After the last fault heals,
+//! a lease of the root and of every named election must be confirmed within a bound, and
+//! every batch must be settled exactly once, under its own shard's fence. The history checker
 //! (tests/support/checker.rs) judges every run; each op's command and answer are on its
 //! timeline and in the report, and each schedule's line and the summary count the ops by
 //! kind as drawn / asked / carried out (`transfers 3/3/2, to stalled nodes ...`).
@@ -68,6 +73,8 @@ const FIRST_LEASE: Duration = Duration::from_secs(20);
 /// leader cut off mid-batch keeps writing while its successor settles the same batch, the
 /// two overtaking each other row by row, so only the fence keeps the older token out.
 const WORKER_ARGS: &[&str] = &[
+    "--elections",
+    "4",
     "--row-ms",
     "20",
     "--row-jitter-ms",
@@ -77,6 +84,9 @@ const WORKER_ARGS: &[&str] = &[
 ];
 /// Payments per batch.
 const ROWS: u64 = 20;
+/// Named elections every worker runs (`shard-0` … `shard-3`): batch B is settled by the
+/// leader of `shard-(B mod 4)` under that shard's fence (the root settles nothing).
+const ELECTIONS: u64 = 4;
 /// The harness adds a batch this often while faults run (about half the group's pace).
 const FEED_EVERY: Duration = Duration::from_millis(2400);
 
@@ -320,6 +330,8 @@ struct OpCounts {
     stalled_handovers: Tally,
     drains: Tally,
     replacements: Tally,
+    /// `ctl elections transfer shard-K [--to X]`.
+    election_transfers: Tally,
 }
 
 /// The kinds [`OpCounts`] counts.
@@ -353,6 +365,11 @@ impl OpCounts {
         for op in schedule.steps.iter().filter_map(|s| s.op.as_ref()) {
             c.of(OpKind::of(op)).drawn += 1;
         }
+        c.election_transfers.drawn = schedule
+            .steps
+            .iter()
+            .filter(|s| s.election_op.is_some())
+            .count();
         c
     }
 
@@ -374,6 +391,7 @@ impl std::ops::AddAssign for OpCounts {
         self.stalled_handovers += o.stalled_handovers;
         self.drains += o.drains;
         self.replacements += o.replacements;
+        self.election_transfers += o.election_transfers;
     }
 }
 
@@ -382,8 +400,13 @@ impl fmt::Display for OpCounts {
         write!(
             f,
             "transfers {}, to stalled nodes {}, stalled handovers {}, drains {}, \
-             replacements {} (drawn/asked/carried out)",
-            self.transfers, self.to_stalled, self.stalled_handovers, self.drains, self.replacements
+             replacements {}, named election transfers {} (drawn/asked/carried out)",
+            self.transfers,
+            self.to_stalled,
+            self.stalled_handovers,
+            self.drains,
+            self.replacements,
+            self.election_transfers
         )
     }
 }
@@ -400,6 +423,18 @@ struct Step {
     order: Vec<u64>,
     /// What the operator does meanwhile.
     op: Option<NetOp>,
+    /// And a transfer of one named election, drawn apart (`draw_election_ops`).
+    election_op: Option<ElectionOp>,
+}
+
+/// `ctl elections transfer shard-K [--to X]`, `after_ms` into the step's hold, while its
+/// faults are on: to the election's most up-to-date follower, a follower, or a node the
+/// faults stall.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ElectionOp {
+    shard: u64,
+    to: OpTo,
+    after_ms: u64,
 }
 
 /// 3–6 faults in steps of one network fault or one process fault, or both at once.
@@ -435,9 +470,11 @@ impl Schedule {
                 faults,
                 order,
                 op: None,
+                election_op: None,
             });
         }
         draw_ops(seed, &mut steps);
+        draw_election_ops(seed, &mut steps);
         Schedule { seed, steps }
     }
 
@@ -462,13 +499,15 @@ impl fmt::Display for Schedule {
         for s in &self.steps {
             writeln!(
                 f,
-                "  after {} ms, for {} ms: {:?} (order {:?}){}",
+                "  after {} ms, for {} ms: {:?} (order {:?}){}{}",
                 s.gap_ms,
                 s.hold_ms,
                 s.faults,
                 s.order,
                 s.op.as_ref()
-                    .map_or(String::new(), |o| format!(", operator: {o:?}"))
+                    .map_or(String::new(), |o| format!(", operator: {o:?}")),
+                s.election_op
+                    .map_or(String::new(), |o| format!(", named election: {o:?}"))
             )?;
         }
         Ok(())
@@ -533,8 +572,30 @@ fn draw_ops(seed: u64, steps: &mut Vec<Step>) {
                 faults: Vec::new(),
                 order,
                 op: Some(NetOp::StalledHandover { stall_ms, cut_ms }),
+                election_op: None,
             },
         );
+    }
+}
+
+/// Transfers of named elections, in half the steps (not a stalled handover's), from an RNG
+/// of their own: every seed keeps the faults and ops it drew before named elections.
+fn draw_election_ops(seed: u64, steps: &mut [Step]) {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5ead_e1ec);
+    for s in steps.iter_mut() {
+        if matches!(s.op, Some(NetOp::StalledHandover { .. })) || !rng.gen_bool(0.5) {
+            continue;
+        }
+        let to = match rng.gen_range(0..3) {
+            0 => OpTo::Best,
+            1 => OpTo::Follower,
+            _ => OpTo::Stalled,
+        };
+        s.election_op = Some(ElectionOp {
+            shard: rng.gen_range(0..ELECTIONS),
+            to,
+            after_ms: rng.gen_range(0..=s.hold_ms / 2),
+        });
     }
 }
 
@@ -712,27 +773,35 @@ fn harness_events(lab: &Lab) -> Vec<Event> {
         .collect()
 }
 
-/// The ledger's accepted writes, in commit order.
-fn ledger_writes(path: &Path) -> Result<Vec<Write>, String> {
+/// The ledger's accepted writes, in commit order, by the fence that accepted them
+/// (`settlement`: the root election's; `shard-K`: named election `shard-K`'s).
+fn ledger_writes(path: &Path) -> Result<std::collections::BTreeMap<String, Vec<Write>>, String> {
     let c = Connection::open(path).map_err(|e| e.to_string())?;
     c.busy_timeout(Duration::from_secs(10))
         .map_err(|e| e.to_string())?;
     let mut s = c
-        .prepare("SELECT seq, token, node, mono_ns FROM writes ORDER BY seq")
+        .prepare("SELECT seq, token, node, mono_ns, fence FROM writes ORDER BY seq")
         .map_err(|e| e.to_string())?;
     let rows = s
         .query_map([], |r| {
-            Ok(Write {
-                seq: r.get::<_, i64>(0)? as u64,
-                token: r.get::<_, i64>(1)? as u64,
-                node: r.get::<_, i64>(2)? as u64,
-                at_ns: Some(r.get::<_, i64>(3)? as u64),
-            })
+            Ok((
+                r.get::<_, String>(4)?,
+                Write {
+                    seq: r.get::<_, i64>(0)? as u64,
+                    token: r.get::<_, i64>(1)? as u64,
+                    node: r.get::<_, i64>(2)? as u64,
+                    at_ns: Some(r.get::<_, i64>(3)? as u64),
+                },
+            ))
         })
         .map_err(|e| e.to_string())?
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string());
-    rows
+        .map_err(|e| e.to_string())?;
+    let mut by_fence: std::collections::BTreeMap<String, Vec<Write>> = Default::default();
+    for (fence, w) in rows {
+        by_fence.entry(fence).or_default().push(w);
+    }
+    Ok(by_fence)
 }
 
 /// Adds a batch every [`FEED_EVERY`] until stopped, so the leader has work during the
@@ -775,7 +844,7 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path, ctl: &Path) -> Out
         .expect("seed the ledger");
     lab.start_all();
     if lab
-        .wait_line(FIRST_LEASE, |l| l.event == "lease_acquired")
+        .wait_line(FIRST_LEASE, |l| l.event == "lease_acquired" && l.is_root())
         .is_none()
     {
         out.problems.push(format!(
@@ -826,11 +895,13 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path, ctl: &Path) -> Out
     // Work after the heal, so settling must resume.
     let _ = ledger::Ledger::open(&ledger_path, 0).and_then(|mut l| l.seed(2, ROWS));
     lab.wait_line(LIVENESS_BOUND, |l| {
-        (l.event == "lease_acquired" || l.event == "lease_confirmed") && l.mono_ns >= healed
+        (l.event == "lease_acquired" || l.event == "lease_confirmed")
+            && l.is_root()
+            && l.mono_ns >= healed
     });
     let deadline = Instant::now() + SETTLE_BOUND;
     let report = loop {
-        let r = ledger::Ledger::open(&ledger_path, 0).and_then(|l| l.verify());
+        let r = ledger::Ledger::open(&ledger_path, 0).and_then(|l| l.verify_shards(ELECTIONS));
         match r {
             Ok(r) if r.exactly_once() || Instant::now() >= deadline => break Ok(r),
             Err(e) if Instant::now() >= deadline => break Err(e),
@@ -874,15 +945,16 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path, ctl: &Path) -> Out
         events.push(Event::members(0, asked, new.clone(), Vec::new()));
         voters = new;
     }
-    let writes = match ledger_writes(&ledger_path) {
+    let mut fences = match ledger_writes(&ledger_path) {
         Ok(w) => w,
         Err(e) => {
             out.problems
                 .push(format!("cannot read the ledger's writes: {e}"));
-            Vec::new()
+            Default::default()
         }
     };
-    out.writes = writes.len();
+    out.writes = fences.values().map(Vec::len).sum();
+    let writes = fences.remove("settlement").unwrap_or_default();
     out.rejected = events
         .iter()
         .filter(|e| e.kind == Kind::FenceRejected)
@@ -894,14 +966,24 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path, ctl: &Path) -> Out
         .filter_map(|(at, old, until)| {
             lines
                 .iter()
-                .filter(|l| l.event == "lease_acquired" && l.node != *old)
+                .filter(|l| l.event == "lease_acquired" && l.is_root() && l.node != *old)
                 .filter(|l| l.mono_ns > *at && l.mono_ns < *until)
                 .map(|l| l.mono_ns - at)
                 .min()
                 .map(Duration::from_nanos)
         })
         .collect();
-    let opts = checker::Options::new(N as usize).liveness(healed, LIVENESS_BOUND.as_nanos() as u64);
+    // Every election is judged by itself: the root's writes are the `settlement` fence's,
+    // each named election's are its own fence's; each must have a lease again after the
+    // final heal (the root's, and shard-0 … shard-3's: ids 1 to 4, created in that order
+    // by the first root leader from the workers' declared list).
+    let bound = LIVENESS_BOUND.as_nanos() as u64;
+    let mut opts = checker::Options::new(N as usize)
+        .liveness(healed, bound)
+        .fences(fences);
+    for id in 1..=ELECTIONS as u32 {
+        opts = opts.election_liveness(id, healed, bound);
+    }
     match checker::check(&events, &writes, &opts) {
         Ok(s) => {
             out.recovery = s.recovery_ns.map(Duration::from_nanos);
@@ -1096,6 +1178,27 @@ fn run_step(
             vec![operator.run(&c, CTL_TIMEOUT_SECS)]
         })
     });
+    let election_asking = step.election_op.map(|e| {
+        let target = match e.to {
+            OpTo::Best => None,
+            OpTo::Follower => follower,
+            OpTo::Stalled => stalled.or(follower),
+        };
+        let mut c = vec![
+            "elections".to_string(),
+            "transfer".to_string(),
+            format!("shard-{}", e.shard),
+        ];
+        if let Some(t) = target {
+            c.extend(["--to".to_string(), t.to_string()]);
+        }
+        words.push(format!("at +{} ms ctl {}", e.after_ms, c.join(" ")));
+        let operator = operator.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(e.after_ms));
+            operator.run(&c, CTL_TIMEOUT_SECS)
+        })
+    });
     let mut replacing = None;
     let asking = match step.op {
         Some(NetOp::Replace { old, after_ms }) => {
@@ -1152,6 +1255,14 @@ fn run_step(
     }
     let ok = answered.last().is_some_and(|r| r.outcome == "ok");
     ops.extend(answered);
+    if let Some(t) = election_asking {
+        let r = t.join().map_err(|_| "the operator's thread panicked")?;
+        counts.election_transfers.asked += 1;
+        if r.outcome == "ok" {
+            counts.election_transfers.done += 1;
+        }
+        ops.push(r);
+    }
     if let Some(kind) = asked {
         counts.of(kind).asked += 1;
         if ok && matches!(kind, OpKind::Transfer | OpKind::ToStalled) {

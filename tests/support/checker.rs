@@ -448,7 +448,18 @@ impl Event {
         e.highest = u("highest");
         e.reason = s("reason");
         e.election = s("election");
+        // Worker events name the election; its id is what their tokens say (`term >> 40`)
+        // when they do not give it.
         e.election_id = u("election_id")
+            .or_else(|| {
+                e.election.as_ref()?;
+                let first_record = || v.get("records")?.as_array()?.first()?.get(0)?.as_u64();
+                e.term
+                    .or(e.token)
+                    .or_else(first_record)
+                    .filter(|t| *t >> 40 > 0)
+                    .map(|t| t >> 40)
+            })
             .and_then(|i| u32::try_from(i).ok())
             .unwrap_or(0);
         if let Some(records) = v.get("records").and_then(Value::as_array) {

@@ -257,6 +257,11 @@ impl Line {
     pub(crate) fn term(&self) -> Option<u64> {
         self.v.get("term").and_then(Value::as_u64)
     }
+
+    /// An event of the group's own election (not of a named one: those carry its name).
+    pub(crate) fn is_root(&self) -> bool {
+        self.v.get("election").is_none_or(Value::is_null)
+    }
 }
 
 /// What kind of thing the harness did.
@@ -635,19 +640,19 @@ impl Lab {
         let lines = self.lines.lock().unwrap();
         let acquired = lines
             .iter()
-            .filter(|l| l.event == "lease_acquired")
+            .filter(|l| l.event == "lease_acquired" && l.is_root())
             .max_by_key(|l| l.term());
         if let Some(a) = acquired {
-            let lost = lines
-                .iter()
-                .any(|l| l.event == "lease_lost" && l.node == a.node && l.term() == a.term());
+            let lost = lines.iter().any(|l| {
+                l.event == "lease_lost" && l.is_root() && l.node == a.node && l.term() == a.term()
+            });
             if !lost {
                 return Some(a.node);
             }
         }
         lines
             .iter()
-            .filter(|l| l.event == "leader_changed")
+            .filter(|l| l.event == "leader_changed" && l.is_root())
             .filter_map(|l| Some((l.term()?, l.v.get("leader")?.as_u64()?)))
             .max()
             .map(|(_, leader)| leader)
