@@ -422,8 +422,14 @@ async fn messages_of_unknown_and_removed_elections_are_counted_and_dropped() {
     leader.remove_election("gone").await.unwrap();
     let target = ids.into_iter().find(|i| *i != root).unwrap();
     let t = &nodes[target as usize - 1];
-    wait_for("the removal applied at the target", T, || {
-        (t.election("gone").leadership().role == Role::Stopped).then_some(())
+    // The target applied the removal and its retirement: it runs "kept" alone.
+    wait_for("the removed election retired at the target", T, || {
+        let running = t
+            .metrics_text()
+            .lines()
+            .find(|l| l.starts_with("tenure_named_elections{"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok());
+        (t.election("gone").leadership().role == Role::Stopped && running == Some(1)).then_some(())
     })
     .await;
     // Another endpoint sends messages of an id nobody created yet and of the removed one:

@@ -242,29 +242,17 @@ impl<S: RaftStore> NamedGroup<S> {
         }
     }
 
-    /// Keeps the election's log bounded, as the root's (`Driver::maybe_compact`).
+    /// Keeps the election's log bounded ([`Group::maybe_compact`]), its tenure history
+    /// as the snapshot's data.
     pub(super) fn maybe_compact(
         &mut self,
         env: &Env,
         compact_after: u64,
     ) -> Result<(), StorageError> {
-        let first = self.g.store.first_index().unwrap_or(1);
-        if self.g.applied.saturating_add(1) < first.saturating_add(compact_after)
-            && !self.g.force_compact
-        {
-            return Ok(());
-        }
-        let commit = self.g.store.hard_state().commit;
-        let index = self.g.applied.min(commit);
-        if index < first {
-            return Ok(());
-        }
-        let cs = self.g.raw.raft.prs().conf().to_conf_state();
-        let data = serde_json::to_vec(&self.history).unwrap_or_default();
-        self.g.store.compact(index, cs, data)?;
-        self.g.force_compact = false;
-        debug!(env.logger, "log compacted"; "index" => index, "election" => self.g.name.as_deref());
-        Ok(())
+        let history = &self.history;
+        self.g.maybe_compact(env, compact_after, || {
+            serde_json::to_vec(history).unwrap_or_default()
+        })
     }
 }
 
@@ -476,25 +464,9 @@ impl<S: RaftStore> Driver<S> {
             return Ok(false);
         };
         ng.retiring = true;
-        ng.g.revoke(&self.env, LostReason::Removed);
-        ng.g.keeper.finish(LostReason::Removed);
-        for w in ng.g.lease_waiters.drain(..) {
-            let _ = w.send(Err(ElectionError::Removed(name.into())));
-        }
-        if let Some(t) = ng.g.transfer.take() {
-            if let Some(reply) = t.reply {
-                let _ = reply.send(Err(TransferError::Stopped(NodeStopped::shutdown(
-                    "the election was removed",
-                ))));
-            }
-        }
+        ng.g.end_for_users(&self.env, LostReason::Removed, name);
         info!(self.env.logger, "election retiring"; "election" => name, "id" => id);
-        let mut last = ng.g.last_published.clone();
-        last.role = Role::Stopped;
-        last.leased = false;
-        last.leader = None;
-        ng.g.last_published = last.clone();
-        ng.g.leadership.send_replace(last);
+        ng.g.publish_stopped();
         self.named.by_name.remove(name);
         self.named.view_dirty = true;
         Ok(true)
@@ -544,18 +516,7 @@ impl<S: RaftStore> Driver<S> {
         id: ElectionId,
     ) -> Result<(), StorageError> {
         if let Some(mut ng) = self.named.groups.remove(&id) {
-            ng.g.revoke(&self.env, LostReason::Removed);
-            ng.g.keeper.finish(LostReason::Removed);
-            for w in ng.g.lease_waiters.drain(..) {
-                let _ = w.send(Err(ElectionError::Removed(name.into())));
-            }
-            if let Some(t) = ng.g.transfer.take() {
-                if let Some(reply) = t.reply {
-                    let _ = reply.send(Err(TransferError::Stopped(NodeStopped::shutdown(
-                        "the election was removed",
-                    ))));
-                }
-            }
+            ng.g.end_for_users(&self.env, LostReason::Removed, name);
             // (A retiring group said so already; and a newer incarnation of the name
             // may own the name's watch by now.)
             let newer = self
@@ -564,11 +525,7 @@ impl<S: RaftStore> Driver<S> {
                 .get(name)
                 .is_some_and(|other| *other != id);
             if !ng.retiring && !newer {
-                let mut last = ng.g.last_published.clone();
-                last.role = Role::Stopped;
-                last.leased = false;
-                last.leader = None;
-                ng.g.leadership.send_replace(last);
+                ng.g.publish_stopped();
             }
             info!(self.env.logger, "election removed"; "election" => name, "id" => id);
         }
@@ -829,21 +786,9 @@ impl<S: RaftStore> Driver<S> {
     /// Ends every named election on this node as it stops.
     pub(super) fn finish_named(&mut self, reason: LostReason) {
         for ng in self.named.groups.values_mut() {
-            ng.g.revoke(&self.env, reason);
-            ng.g.keeper.finish(reason);
-            ng.g.lease_waiters.clear();
-            if let Some(t) = ng.g.transfer.take() {
-                if let Some(reply) = t.reply {
-                    let _ = reply.send(Err(TransferError::Stopped(NodeStopped::shutdown(
-                        "node stopped",
-                    ))));
-                }
-            }
-            let mut last = ng.g.last_published.clone();
-            last.role = Role::Stopped;
-            last.leased = false;
-            last.leader = None;
-            ng.g.leadership.send_replace(last);
+            let name = ng.g.name.as_deref().unwrap_or("").to_string();
+            ng.g.end_for_users(&self.env, reason, &name);
+            ng.g.publish_stopped();
         }
         for (_, w) in self.named.waiting.drain(..) {
             let _ = w.send(Err(ElectionError::Stopped(NodeStopped::shutdown(
@@ -873,6 +818,43 @@ impl<S: RaftStore> Driver<S> {
 }
 
 impl<S: RaftStore> Group<S> {
+    /// Ends everything users hold of this election on this node: its lease (`reason`),
+    /// the confirms and lease requests waiting, and a transfer in flight (`name`: the
+    /// election's, for the errors).
+    pub(super) fn end_for_users(&mut self, env: &Env, reason: LostReason, name: &str) {
+        self.revoke(env, reason);
+        self.keeper.finish(reason);
+        let (waiters, why) = if reason == LostReason::Removed {
+            (
+                ElectionError::Removed(name.into()),
+                "the election was removed",
+            )
+        } else {
+            (
+                ElectionError::Stopped(NodeStopped::shutdown("node stopped")),
+                "node stopped",
+            )
+        };
+        for w in self.lease_waiters.drain(..) {
+            let _ = w.send(Err(waiters.clone()));
+        }
+        if let Some(t) = self.transfer.take() {
+            if let Some(reply) = t.reply {
+                let _ = reply.send(Err(TransferError::Stopped(NodeStopped::shutdown(why))));
+            }
+        }
+    }
+
+    /// Tells this election's watchers it stopped on this node (no leader, no lease).
+    pub(super) fn publish_stopped(&mut self) {
+        let mut last = self.last_published.clone();
+        last.role = Role::Stopped;
+        last.leased = false;
+        last.leader = None;
+        self.last_published = last.clone();
+        self.leadership.send_replace(last);
+    }
+
     /// Publishes a named election's leadership if it changed; true if it did.
     pub(super) fn publish_named(&mut self, env: &Env) -> bool {
         let raft = &self.raw.raft;

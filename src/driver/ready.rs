@@ -154,29 +154,12 @@ impl<S: RaftStore> Driver<S> {
         Ok(())
     }
 
-    /// Keeps the log bounded: once `compact_after` applied entries sit above the last
-    /// snapshot, snapshot the history at the applied index and drop the entries below.
+    /// Keeps the root's log bounded ([`Group::maybe_compact`]), the group state (history,
+    /// drains, addresses, catalog) as the snapshot's data.
     pub(super) fn maybe_compact(&mut self) -> Result<(), StorageError> {
-        let first = self.root.store.first_index().unwrap_or(1);
-        if self.root.applied.saturating_add(1) < first.saturating_add(self.compact_after)
-            && !self.root.force_compact
-        {
-            return Ok(());
-        }
-        let commit = self.root.store.hard_state().commit;
-        let index = self.root.applied.min(commit);
-        if index < first {
-            return Ok(());
-        }
-        // The snapshot's membership is the one applied at `index` (raft-rs's current
-        // configuration: everything up to `applied` is applied).
-        let cs = self.root.raw.raft.prs().conf().to_conf_state();
+        let state = &self.state;
         self.root
-            .store
-            .compact(index, cs, self.state.to_snapshot())?;
-        self.root.force_compact = false;
-        debug!(self.env.logger, "log compacted"; "index" => index);
-        Ok(())
+            .maybe_compact(&self.env, self.compact_after, || state.to_snapshot())
     }
 
     pub(super) fn apply(&mut self, entries: Vec<Entry>) -> Result<(), StorageError> {
@@ -231,6 +214,35 @@ impl<S: RaftStore> Driver<S> {
 }
 
 impl<S: RaftStore> Group<S> {
+    /// Keeps the log bounded: once `compact_after` applied entries sit above the last
+    /// snapshot (or a conf change asks for it), snapshot the state `data` builds at the
+    /// applied index and drop the entries below.
+    pub(super) fn maybe_compact(
+        &mut self,
+        env: &Env,
+        compact_after: u64,
+        data: impl FnOnce() -> Vec<u8>,
+    ) -> Result<(), StorageError> {
+        let first = self.store.first_index().unwrap_or(1);
+        if self.applied.saturating_add(1) < first.saturating_add(compact_after)
+            && !self.force_compact
+        {
+            return Ok(());
+        }
+        let commit = self.store.hard_state().commit;
+        let index = self.applied.min(commit);
+        if index < first {
+            return Ok(());
+        }
+        // The snapshot's membership is the one applied at `index` (raft-rs's current
+        // configuration: everything up to `applied` is applied).
+        let cs = self.raw.raft.prs().conf().to_conf_state();
+        self.store.compact(index, cs, data())?;
+        self.force_compact = false;
+        debug!(env.logger, "log compacted"; "index" => index, "election" => self.name.as_deref());
+        Ok(())
+    }
+
     /// Pass 1 of a turn for this group: takes its Ready, lets a leader's messages leave
     /// (they may leave before its own log is persisted), and returns what to persist.
     pub(super) fn take_ready(
