@@ -323,7 +323,10 @@ async fn affinity_places_an_election_on_its_preferred_node() {
     )
     .await;
     spread_evenly(&c, &ids, 6, "6 elections, 2 per node").await;
-    assert_eq!(named_leader(&c, &ids, "pinned").map(|(l, _)| l), Some(want));
+    wait_for("pinned still on its preferred node", T, || {
+        named_leader(&c, &ids, "pinned").filter(|(l, _)| *l == want)
+    })
+    .await;
     c.shutdown().await;
 }
 
@@ -486,7 +489,11 @@ async fn a_graceful_shutdown_hands_every_led_election_over_and_transfers_work_pe
     }
     spread_evenly(&c, &ids, 6, "6 elections, 2 per node").await;
     // A transfer of one name, to a named node.
-    let (from, term) = named_leader(&c, &ids, "s-0").unwrap();
+    // (Every node's view agrees on the leader a moment after the spread settled.)
+    let (from, term) = wait_for("s-0 led, every node agreeing", T, || {
+        named_leader(&c, &ids, "s-0")
+    })
+    .await;
     let to = ids.into_iter().find(|i| *i != from).unwrap();
     assert_eq!(
         c.node(from)
