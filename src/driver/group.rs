@@ -24,6 +24,20 @@ use crate::status::Leadership;
 use crate::storage::RaftStore;
 use crate::transport::{NodeId, Transport};
 
+/// Whether an election is quiet on this node (`docs/design.md`, section 12): a quiet
+/// election does not tick, and its lease is renewed by the support stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Quiet {
+    /// Ticks and renews by its own rounds.
+    Awake,
+    /// Led here and offered to the voters; still awake until every live voter holds it.
+    Offered,
+    /// Led here, quiet.
+    Leading,
+    /// Followed here under this leader, quiet (held on the stream from it).
+    Following(NodeId),
+}
+
 /// Who waits for a lease of an election.
 pub(super) type LeaseWaiter = oneshot::Sender<Result<Lease, ElectionError>>;
 
@@ -87,6 +101,24 @@ pub(super) struct Group<S: RaftStore> {
     pub(super) conf_hold: bool,
     /// Only rounds sent at or after this earn a lease (set when a conf hold ends).
     pub(super) credit_from: Option<Instant>,
+    /// Quiet or awake (named elections only; the root is always awake).
+    pub(super) quiet: Quiet,
+    /// When it last woke (or started): it is offered again only after an election
+    /// timeout awake.
+    pub(super) awake_since: Instant,
+    /// Until then this node grants no (non-forced) vote in it and does not campaign: the
+    /// promise it made on the support stream (section 12).
+    pub(super) refuse_until: Option<Instant>,
+    /// When this quiet follower last stepped a heartbeat of its leader (a round's, which
+    /// raft-rs's in-lease refusal answers for: a wake by silence counts from it too).
+    pub(super) leader_heard: Option<Instant>,
+    /// A confirm of a quiet election waits for the support stream's next requests.
+    pub(super) support_urgent: bool,
+    /// A quiet leader sent something of its own in this turn (it wakes).
+    pub(super) acted: bool,
+    /// Something happened to it since the driver last looked (a message stepped, a
+    /// proposal, a confirm): a quiet election is looked at only then.
+    pub(super) touched: bool,
 }
 
 impl<S: RaftStore> Group<S> {
@@ -127,7 +159,20 @@ impl<S: RaftStore> Group<S> {
             force_compact: false,
             conf_hold: false,
             credit_from: None,
+            quiet: Quiet::Awake,
+            awake_since: now,
+            refuse_until: None,
+            support_urgent: false,
+            leader_heard: None,
+            acted: false,
+            touched: true,
         }
+    }
+
+    /// Whether the driver's per-turn work may pass this election by: quiet, and nothing
+    /// happened to it since it last looked.
+    pub(super) fn untouched_quiet(&self) -> bool {
+        !self.touched && matches!(self.quiet, Quiet::Leading | Quiet::Following(_))
     }
 
     /// Ends a conf hold once the final (non-joint) configuration is applied: rounds sent

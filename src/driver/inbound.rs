@@ -5,7 +5,7 @@
 use raft::eraftpb::{Message, MessageType};
 use slog::{debug, error, warn};
 
-use super::Driver;
+use super::{support, Driver};
 use crate::peer_input::{self, Local, Verdict};
 use crate::storage::RaftStore;
 use crate::transport::{Inbound, NodeId};
@@ -86,6 +86,9 @@ impl<S: RaftStore> Driver<S> {
                 if let Err(e) = self.root.raw.step(m) {
                     debug!(self.env.logger, "raft rejected a message"; "error" => %e);
                 }
+            }
+            Inbound::Election { election, message } if election == support::SUPPORT_STREAM => {
+                self.on_support(message);
             }
             Inbound::Election { election, message } => {
                 self.on_election_message(election, message);

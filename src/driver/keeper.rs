@@ -155,6 +155,33 @@ impl LeaseKeeper {
         }
     }
 
+    /// The support stream (section 12) shows a quorum supporting this leader in `term`
+    /// from `sent` on: the validity reaches `sent + duration`, and every round of `term`
+    /// started at or before `sent` is answered with the token (its confirms asked
+    /// before requests that a quorum acknowledged left). Returns the validity.
+    pub(crate) fn supported(&mut self, sent: Stamp, term: u64) -> Stamp {
+        let until = sent.add(self.duration);
+        let until = match self.until {
+            Some((t, u)) if t == term => u.max(until),
+            _ => until,
+        };
+        self.until = Some((term, until));
+        let answered: Vec<u64> = self
+            .rounds
+            .iter()
+            .filter(|(_, r)| r.term == term && r.sent.mono <= sent.mono)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in answered {
+            if let Some(r) = self.rounds.remove(&k) {
+                for w in r.waiters {
+                    let _ = w.send(Ok(FencingToken::new(term)));
+                }
+            }
+        }
+        until
+    }
+
     /// This node leads in `term` from `at` on (before its first appends leave). Only the
     /// first call of a term counts.
     pub(crate) fn began_leading(&mut self, term: u64, at: Stamp) {

@@ -30,6 +30,7 @@ impl<S: RaftStore> Group<S> {
     /// mode, otherwise by the next round.
     pub(super) fn on_confirm(&mut self, env: &Env, req: ConfirmRequest) {
         let ConfirmRequest { term, reply } = req;
+        self.touched = true;
         match &self.lease {
             Some(l) if l.token.term() == term && self.raw.raft.term == term => {
                 if env.read_mode == ReadMode::LeaseBased && l.is_valid_at(env.clock.stamp()) {
@@ -143,6 +144,15 @@ impl<S: RaftStore> Group<S> {
             }
         }
         self.lease_waiters.retain(|w| !w.is_closed());
+        if self.quiet == super::group::Quiet::Leading {
+            // Quiet: the support stream renews the lease; a confirm waits for its next
+            // requests, sent at the end of this turn (section 12).
+            if self.keeper.has_pending() {
+                self.keeper.start_round(at, term);
+                self.support_urgent = true;
+            }
+            return false;
+        }
         // Confirms get a round of their own; otherwise renew every heartbeat.
         if self.keeper.has_pending()
             || self
@@ -154,6 +164,32 @@ impl<S: RaftStore> Group<S> {
             return true;
         }
         false
+    }
+
+    /// The support stream shows a quorum of this election's voters supporting this
+    /// leader in `term` from `sigma` on (section 12): the lease extends as a round sent
+    /// at `sigma` would, under the same conditions (it leads as a voter in `term`, may
+    /// hold a lease in it, is not changing the configuration, and holds a lease already:
+    /// a term's first lease comes from its first entry's commit).
+    pub(super) fn credit_support(&mut self, env: &Env, sigma: Stamp, term: u64, retiring: bool) {
+        if retiring
+            || !self.leads_as_voter(env)
+            || self.raw.raft.term != term
+            || !self.may_hold_lease_in(term)
+            || self.raw.raft.lead_transferee.is_some()
+            || self.conf_hold
+            || self.credit_from.is_some_and(|t| sigma.mono < t)
+        {
+            return;
+        }
+        let Some(lease) = &self.lease else {
+            return;
+        };
+        if lease.token.term() != term {
+            return;
+        }
+        let until = self.keeper.supported(sigma, term);
+        lease.extend(until);
     }
 
     /// A handle of the current lease, while it is valid.

@@ -36,6 +36,7 @@ mod named;
 mod publish;
 mod ready;
 mod spread;
+mod support;
 
 pub(crate) use command::{Command, MemberChange};
 pub(crate) use named::ElectionsView;
@@ -113,6 +114,8 @@ pub(crate) struct Driver<S: RaftStore> {
     named: named::Named<S>,
     /// The balancer's memory (`spread.rs`).
     spread: spread::Spread,
+    /// The support stream: quiet elections' leases (`support/`).
+    support: support::Support,
     inbound: Inbox,
     commands: mpsc::Receiver<Command>,
     /// Every `Node` handle is gone (`Lease` handles may remain).
@@ -203,6 +206,7 @@ impl<S: RaftStore> Driver<S> {
             root,
             named: named::Named::new(parts.named),
             spread: spread::Spread::default(),
+            support: support::Support::new(false),
             quiet_until: if mutation::active("no-restart-quiet") {
                 now
             } else {
@@ -311,6 +315,7 @@ impl<S: RaftStore> Driver<S> {
                     self.guarded(|| "ticking".into(), |d| {
                         d.root.raw.tick();
                         d.tick_named();
+                        d.support_tick(d.env.clock.stamp());
                     });
                     self.update_health();
                 }
@@ -443,6 +448,9 @@ impl<S: RaftStore> Driver<S> {
         self.publish();
         if self.named_after_ready(at) {
             self.handle_ready();
+        }
+        if self.support.urgent {
+            self.send_support(self.env.clock.stamp());
         }
     }
 

@@ -53,6 +53,9 @@ impl<S: RaftStore> Driver<S> {
         };
         let mut named = Vec::new();
         for (id, ng) in &mut self.named.groups {
+            if ng.g.untouched_quiet() {
+                continue; // nothing can have changed it (section 12)
+            }
             if let Some((rd, write)) = ng.g.take_ready(&self.env, drained) {
                 let history = match &write.snapshot {
                     Some(snap) => Some(ng.decode_snapshot(snap)?),
@@ -73,12 +76,18 @@ impl<S: RaftStore> Driver<S> {
         if let Some((rd, snapshot_state)) = root {
             self.root_after_write(rd, snapshot_state)?;
         }
+        let mut quiet = Vec::new();
         for (id, rd, history) in named {
             if let Some(ng) = self.named.groups.get_mut(&id) {
                 ng.after_write(&self.env, drained, rd, history, self.history_retention)?;
                 ng.maybe_compact(&self.env, self.compact_after)?;
+                if ng.g.quiet != super::group::Quiet::Awake {
+                    quiet.push(id);
+                }
             }
         }
+        // A quiet election that acted wakes (section 12).
+        self.wake_active(quiet);
         Ok(())
     }
 
@@ -327,6 +336,13 @@ impl<S: RaftStore> Group<S> {
                 env.timing.heartbeat_interval() + env.timing.tick,
             );
         for m in msgs {
+            match self.quiet {
+                super::group::Quiet::Leading => self.acted = true,
+                super::group::Quiet::Offered if m.get_msg_type() != MessageType::MsgHeartbeat => {
+                    self.acted = true;
+                }
+                _ => {}
+            }
             if rounds_beat && m.get_msg_type() == MessageType::MsgHeartbeat && m.context.is_empty()
             {
                 if self.election == 0 {

@@ -340,6 +340,7 @@ impl<S: RaftStore> Driver<S> {
             }
             let mut cc = ConfChangeV2::default();
             cc.set_changes(changes.clone().into());
+            g.touched = true;
             match g.raw.propose_conf_change(vec![], cc) {
                 Ok(()) => {
                     info!(self.env.logger, "election follows the group's membership";

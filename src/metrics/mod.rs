@@ -153,6 +153,10 @@ pub struct Metrics {
     named_dropped_removed: Counter,
     turn_writes: Counter,
     turn_parts: Counter,
+    named_quiet: CountGauge,
+    support_requests: Counter,
+    support_acks: Counter,
+    support_malformed: Counter,
 }
 
 impl Metrics {
@@ -191,6 +195,10 @@ impl Metrics {
             named_dropped_removed: Counter::default(),
             turn_writes: Counter::default(),
             turn_parts: Counter::default(),
+            named_quiet: CountGauge::default(),
+            support_requests: Counter::default(),
+            support_acks: Counter::default(),
+            support_malformed: Counter::default(),
         })
     }
 
@@ -200,6 +208,30 @@ impl Metrics {
         self.named_led.set(led);
         self.named_leased.set(leased);
         self.named_leaderless.set(leaderless);
+    }
+
+    /// The named elections quiet on this node (docs/design.md, section 12).
+    pub(crate) fn set_named_quiet(&self, quiet: u64) {
+        self.named_quiet.set(quiet);
+    }
+
+    /// A support request (`request`) or ack left.
+    pub(crate) fn support_sent(&self, request: bool) {
+        if request {
+            self.support_requests.inc();
+        } else {
+            self.support_acks.inc();
+        }
+    }
+
+    /// A support message that did not decode was dropped.
+    pub(crate) fn support_malformed(&self) {
+        self.support_malformed.inc();
+    }
+
+    /// Named elections quiet on this node now.
+    pub fn named_quiet(&self) -> u64 {
+        self.named_quiet.get()
     }
 
     /// A message of a named election this node does not run was dropped: one it has not
@@ -305,6 +337,11 @@ impl Metrics {
                 "Named elections this node knows no leader of.",
                 &self.named_leaderless,
             ),
+            (
+                "named_elections_quiet",
+                "Named elections quiet on this node: not ticking, renewed by the support stream.",
+                &self.named_quiet,
+            ),
         ];
         for (name, help, gauge) in gauges {
             register(node, name, help, gauge.clone());
@@ -330,6 +367,21 @@ impl Metrics {
                 "store_turn_write_parts",
                 "Elections whose state those writes carried (above the writes: elections shared a write).",
                 &self.turn_parts,
+            ),
+            (
+                "support_requests",
+                "Support requests sent (one per peer per heartbeat renews every quiet election it supports).",
+                &self.support_requests,
+            ),
+            (
+                "support_acks",
+                "Support acks sent.",
+                &self.support_acks,
+            ),
+            (
+                "support_messages_malformed",
+                "Support messages from peers that did not decode, dropped.",
+                &self.support_malformed,
             ),
             (
                 "named_election_messages_unknown",

@@ -19,11 +19,13 @@ use slog::{debug, error, info, warn, Logger};
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
+mod turn;
+
 use super::catalog::{CatalogReply, PendingCatalog};
 
 /// Who waits for a removal.
 pub(super) type RemoveReply = oneshot::Sender<Result<Removed, ElectionError>>;
-use super::group::{Env, Group, LeaseWaiter};
+use super::group::{Env, Group, LeaseWaiter, Quiet};
 use super::{Driver, PendingTransfer};
 use crate::clock::Stamp;
 use crate::election::{term_floor, ElectionError, ElectionId, ElectionOptions, Removed};
@@ -464,6 +466,10 @@ impl<S: RaftStore> Driver<S> {
             return Ok(false);
         };
         ng.retiring = true;
+        self.wake_leader(id, super::support::Wake::Closing);
+        let Some(ng) = self.named.groups.get_mut(&id) else {
+            return Ok(false);
+        };
         ng.g.end_for_users(&self.env, LostReason::Removed, name);
         info!(self.env.logger, "election retiring"; "election" => name, "id" => id);
         ng.g.publish_stopped();
@@ -495,6 +501,7 @@ impl<S: RaftStore> Driver<S> {
             }
             if leading && ng.retire_proposed != Some(raft.term) {
                 let term = raft.term;
+                ng.g.touched = true;
                 match ng.g.raw.propose(vec![], RETIRE_ENTRY.to_vec()) {
                     Ok(()) => ng.retire_proposed = Some(term),
                     Err(e) => debug!(self.env.logger, "retirement not proposed yet"; "error" => %e),
@@ -515,6 +522,7 @@ impl<S: RaftStore> Driver<S> {
         name: &str,
         id: ElectionId,
     ) -> Result<(), StorageError> {
+        self.support_forget(id);
         if let Some(mut ng) = self.named.groups.remove(&id) {
             ng.g.end_for_users(&self.env, LostReason::Removed, name);
             // (A retiring group said so already; and a newer incarnation of the name
@@ -541,6 +549,7 @@ impl<S: RaftStore> Driver<S> {
     /// A message of a named election from a peer: judged against that election's group,
     /// then stepped. An id this node does not run is counted and dropped.
     pub(super) fn on_election_message(&mut self, election: ElectionId, m: raft::eraftpb::Message) {
+        self.wake_for_message(election, &m);
         let Some(ng) = self.named.groups.get_mut(&election) else {
             let removed = self.named.removed.contains(&election)
                 || election < self.state.next_election_id.max(1);
@@ -583,6 +592,18 @@ impl<S: RaftStore> Driver<S> {
         {
             return;
         }
+        if matches!(
+            t,
+            MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
+        ) && !handover_vote
+            && ng.g.refuse_until.is_some_and(|u| self.env.clock.now() < u)
+        {
+            // The promise made on the support stream (section 12).
+            debug!(self.env.logger, "vote refused: supporting the leader";
+                   "election_id" => election, "from" => m.from, "type" => ?t);
+            return;
+        }
+        ng.g.touched = true;
         if let Err(e) = ng.g.raw.step(m) {
             debug!(self.env.logger, "raft rejected a message"; "error" => %e, "election_id" => election);
         }
@@ -591,12 +612,17 @@ impl<S: RaftStore> Driver<S> {
     /// Revokes every named lease whose period ran out (the root's: `expire_lease`).
     pub(super) fn expire_named_leases(&mut self, now: Stamp) {
         let mut changed = false;
-        for ng in self.named.groups.values_mut() {
+        let mut lapsed = Vec::new();
+        for (id, ng) in &mut self.named.groups {
             if ng.g.expire_lease(&self.env, now) {
                 changed |= ng.g.publish_named(&self.env);
+                if ng.g.quiet != Quiet::Awake {
+                    lapsed.push(*id);
+                }
             }
         }
         self.named.view_dirty |= changed;
+        self.wake_lapsed(lapsed);
     }
 
     /// The earliest end of a lease this node holds, root or named (the loop wakes then).
@@ -616,8 +642,23 @@ impl<S: RaftStore> Driver<S> {
 
     /// Ticks every named election.
     pub(super) fn tick_named(&mut self) {
+        let now = self.env.clock.now();
         for ng in self.named.groups.values_mut() {
-            ng.g.raw.tick();
+            let g = &mut ng.g;
+            if matches!(g.quiet, Quiet::Leading | Quiet::Following(_)) {
+                continue;
+            }
+            if let Some(u) = g.refuse_until {
+                if now >= u {
+                    g.refuse_until = None;
+                } else if g.raw.raft.state != StateRole::Leader
+                    && g.raw.raft.election_elapsed + 1 >= g.raw.raft.randomized_election_timeout()
+                {
+                    // It would campaign: not while the promise holds (section 12).
+                    continue;
+                }
+            }
+            g.raw.tick();
         }
     }
 
@@ -633,7 +674,10 @@ impl<S: RaftStore> Driver<S> {
                 Some(l) => {
                     let _ = reply.send(Ok(l));
                 }
-                None => ng.g.lease_waiters.push(reply),
+                None => {
+                    ng.g.touched = true;
+                    ng.g.lease_waiters.push(reply);
+                }
             },
             None => self.named.waiting.push((name, reply)),
         }
@@ -688,99 +732,6 @@ impl<S: RaftStore> Driver<S> {
             .get(id)
             .ok_or_else(|| ElectionError::NotFound(name.into()))?;
         Ok(ng.history.records())
-    }
-
-    /// After every turn, for every named election: its lease follows its role, its
-    /// transfer progresses, a failed handover steps down, an expired lease ends, a
-    /// drained node hands over what it leads, a new leader records its tenure, leases
-    /// are granted and renewed; then the leaderships that changed are published.
-    /// Returns whether a group has a new Ready (a round started, a step-down).
-    pub(super) fn named_after_ready(&mut self, at: Stamp) -> bool {
-        let now = at.mono;
-        let env = &self.env;
-        let shutting_down = self.shutdown.is_some();
-        let drained_set = &self.state.drained;
-        let drained = drained_set.contains(&env.id);
-        let mut again = false;
-        let mut changed = false;
-        let (mut led, mut leased, mut leaderless) = (0, 0, 0);
-        for ng in self.named.groups.values_mut() {
-            let retiring = ng.retiring;
-            let g = &mut ng.g;
-            g.lease_follows_role(env);
-            g.progress_transfer(env, now);
-            again |= g.end_failed_handover(env, shutting_down);
-            g.expire_lease(env, at);
-            if (drained || shutting_down)
-                && !retiring
-                && g.raw.raft.state == StateRole::Leader
-                && g.transfer.is_none()
-                && g.raw.raft.lead_transferee.is_none()
-                && g.raw.raft.prs().conf().voters().ids().len() > 1
-            {
-                match g.start_transfer(env, None, drained_set) {
-                    Ok(to) => {
-                        g.transfer = Some(PendingTransfer {
-                            to,
-                            deadline: now + env.timing.election_timeout() * 2,
-                            reply: None,
-                        });
-                    }
-                    Err(e) => {
-                        debug!(env.logger, "cannot hand an election over";
-                               "why" => if drained { "drained" } else { "shutting down" },
-                               "election" => g.name.as_deref(), "error" => %e);
-                    }
-                }
-            }
-            if !retiring {
-                g.record_tenure(env, shutting_down);
-            }
-            // A retiring election grants no lease: it hands nothing out, as a handover.
-            again |= g.grant_and_renew(env, at, shutting_down || retiring);
-            g.keeper
-                .forget_unanswered(now, env.timing.election_timeout() * 2);
-            g.lease_waiters.retain(|w| !w.is_closed());
-            if !retiring {
-                changed |= g.publish_named(env);
-            }
-            again |= g.raw.has_ready();
-            led += u64::from(g.raw.raft.state == StateRole::Leader);
-            leased += u64::from(g.lease.is_some());
-            leaderless += u64::from(g.raw.raft.leader_id == 0);
-        }
-        env.metrics
-            .set_named(self.named.groups.len() as u64, led, leased, leaderless);
-        self.named.view_dirty |= changed;
-        if let Err(e) = self.progress_retirements(now) {
-            error!(self.env.logger, "storage failed; stopping"; "error" => %e);
-            self.fail(StopCause::Storage(e));
-        }
-        self.expire_catalog_calls(now);
-        self.ensure_declared(now);
-        self.follow_root_membership(now);
-        self.balance(now);
-        self.publish_view();
-        again || self.named.groups.values().any(|ng| ng.g.raw.has_ready())
-    }
-
-    /// Publishes every election's leadership as one view, if one changed.
-    fn publish_view(&mut self) {
-        if !self.named.view_dirty {
-            return;
-        }
-        self.named.view_dirty = false;
-        let view: BTreeMap<String, Leadership> = self
-            .named
-            .groups
-            .values()
-            .filter(|ng| !ng.retiring)
-            .filter_map(|ng| {
-                let name = ng.g.name.as_deref()?;
-                Some((name.to_string(), ng.g.last_published.clone()))
-            })
-            .collect();
-        self.named.view.send_replace(Arc::new(view));
     }
 
     /// Ends every named election on this node as it stops.

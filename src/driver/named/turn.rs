@@ -1,0 +1,129 @@
+//! A named election's per-turn duties, after every Ready (`Driver::named_after_ready`),
+//! and publishing every election's leadership as one view.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use raft::StateRole;
+use slog::{debug, error};
+
+use super::super::group::Quiet;
+use super::super::{Driver, PendingTransfer};
+use crate::clock::Stamp;
+use crate::error::StopCause;
+use crate::status::Leadership;
+use crate::storage::RaftStore;
+
+impl<S: RaftStore> Driver<S> {
+    /// After every turn, for every named election: its lease follows its role, its
+    /// transfer progresses, a failed handover steps down, an expired lease ends, a
+    /// drained node hands over what it leads, a new leader records its tenure, leases
+    /// are granted and renewed; then the leaderships that changed are published.
+    /// Returns whether a group has a new Ready (a round started, a step-down).
+    pub(in crate::driver) fn named_after_ready(&mut self, at: Stamp) -> bool {
+        let now = at.mono;
+        let env = &self.env;
+        let shutting_down = self.shutdown.is_some();
+        let drained_set = &self.state.drained;
+        let drained = drained_set.contains(&env.id);
+        let mut again = false;
+        let mut changed = false;
+        let (mut led, mut leased, mut leaderless, mut quiet) = (0, 0, 0, 0);
+        for ng in self.named.groups.values_mut() {
+            let retiring = ng.retiring;
+            let g = &mut ng.g;
+            if g.untouched_quiet() && !(drained || shutting_down) {
+                // Nothing happened to it: nothing to do (section 12). (A draining or
+                // stopping node hands every election over: it looks at each.)
+                led += u64::from(g.raw.raft.state == StateRole::Leader);
+                leased += u64::from(g.lease.is_some());
+                quiet += 1;
+                continue;
+            }
+            g.touched = false;
+            g.lease_follows_role(env);
+            g.progress_transfer(env, now);
+            again |= g.end_failed_handover(env, shutting_down);
+            g.expire_lease(env, at);
+            if (drained || shutting_down)
+                && !retiring
+                && g.raw.raft.state == StateRole::Leader
+                && g.transfer.is_none()
+                && g.raw.raft.lead_transferee.is_none()
+                && g.raw.raft.prs().conf().voters().ids().len() > 1
+            {
+                match g.start_transfer(env, None, drained_set) {
+                    Ok(to) => {
+                        g.transfer = Some(PendingTransfer {
+                            to,
+                            deadline: now + env.timing.election_timeout() * 2,
+                            reply: None,
+                        });
+                    }
+                    Err(e) => {
+                        debug!(env.logger, "cannot hand an election over";
+                               "why" => if drained { "drained" } else { "shutting down" },
+                               "election" => g.name.as_deref(), "error" => %e);
+                    }
+                }
+            }
+            if !retiring {
+                g.record_tenure(env, shutting_down);
+            }
+            // A retiring election grants no lease: it hands nothing out, as a handover.
+            again |= g.grant_and_renew(env, at, shutting_down || retiring);
+            if std::mem::take(&mut g.support_urgent) {
+                self.support.urgent = true;
+            }
+            g.keeper
+                .forget_unanswered(now, env.timing.election_timeout() * 2);
+            g.lease_waiters.retain(|w| !w.is_closed());
+            if !retiring {
+                changed |= g.publish_named(env);
+            }
+            again |= g.raw.has_ready();
+            led += u64::from(g.raw.raft.state == StateRole::Leader);
+            leased += u64::from(g.lease.is_some());
+            leaderless += u64::from(g.raw.raft.leader_id == 0);
+            quiet += u64::from(g.quiet != Quiet::Awake && g.quiet != Quiet::Offered);
+        }
+        env.metrics
+            .set_named(self.named.groups.len() as u64, led, leased, leaderless);
+        env.metrics.set_named_quiet(quiet);
+        self.named.view_dirty |= changed;
+        if let Err(e) = self.progress_retirements(now) {
+            error!(self.env.logger, "storage failed; stopping"; "error" => %e);
+            self.fail(StopCause::Storage(e));
+        }
+        self.expire_catalog_calls(now);
+        self.ensure_declared(now);
+        self.follow_root_membership(now);
+        self.balance(now);
+        self.publish_view();
+        again
+            || self
+                .named
+                .groups
+                .values()
+                .any(|ng| !ng.g.untouched_quiet() && ng.g.raw.has_ready())
+    }
+
+    /// Publishes every election's leadership as one view, if one changed.
+    fn publish_view(&mut self) {
+        if !self.named.view_dirty {
+            return;
+        }
+        self.named.view_dirty = false;
+        let view: BTreeMap<String, Leadership> = self
+            .named
+            .groups
+            .values()
+            .filter(|ng| !ng.retiring)
+            .filter_map(|ng| {
+                let name = ng.g.name.as_deref()?;
+                Some((name.to_string(), ng.g.last_published.clone()))
+            })
+            .collect();
+        self.named.view.send_replace(Arc::new(view));
+    }
+}

@@ -1,0 +1,594 @@
+//! Leases at scale (`docs/design.md`, section 12): one support stream per peer renews
+//! the leases of every named election that is *quiet*, so an idle election neither ticks
+//! nor sends anything of its own.
+//!
+//! * A leader whose election is idle (lease held, nothing in flight, every live voter
+//!   caught up) *offers* it to its voters over the stream; once every live voter holds
+//!   it (and a quorum does), the election is quiet here: no ticks, no rounds.
+//! * A follower holds an offered election only while its replica follows that leader in
+//!   that term; holding it, it does not tick it, and it grants no vote in it before `W`
+//!   after it last acknowledged the leader's request (the promise, kept even after it
+//!   stops holding it).
+//! * Each ack credits every held election with the request's send time; the lease of a
+//!   quiet election runs from the latest time a quorum of its voters supports.
+//! * Anything else that happens to a quiet election (a message that is not its
+//!   leader's heartbeat, a proposal, a lapsed lease, silence of the leader's stream for
+//!   an election timeout) wakes it: it ticks again and the stream drops it.
+//!
+//! The bookkeeping is `book.rs` (no I/O), the wire format `wire.rs`.
+
+mod book;
+pub(crate) mod wire;
+
+use std::collections::BTreeMap;
+
+use raft::eraftpb::{Message, MessageType};
+use raft::StateRole;
+use slog::debug;
+use tokio::time::Instant;
+
+use super::group::Quiet;
+use super::Driver;
+use crate::clock::Stamp;
+use crate::election::ElectionId;
+use crate::mutation;
+use crate::storage::RaftStore;
+use crate::transport::NodeId;
+use book::{Asked, Incoming, Outgoing};
+pub(crate) use wire::SUPPORT_STREAM;
+use wire::{Decoded, Op};
+
+/// The support stream's state on this node.
+pub(super) struct Support {
+    /// This driver's incarnation: peers tell a restart by it.
+    incarnation: u64,
+    /// As a leader, towards each peer.
+    out: BTreeMap<NodeId, Outgoing>,
+    /// As a follower, from each peer.
+    inc: BTreeMap<NodeId, Incoming>,
+    /// When requests last left.
+    last_round: Option<Instant>,
+    /// A `Safe` confirm of a quiet election waits: send requests at the end of the turn.
+    pub(super) urgent: bool,
+    /// Quiet elections are off (a test hook: every election renews by its own rounds).
+    pub(super) disabled: bool,
+    /// Reused by `credit` (it runs for every held election on every ack).
+    scratch: Vec<Stamp>,
+}
+
+impl Support {
+    pub(super) fn new(disabled: bool) -> Self {
+        Support {
+            incarnation: rand::random::<u64>() | 1,
+            out: BTreeMap::new(),
+            inc: BTreeMap::new(),
+            last_round: None,
+            urgent: false,
+            disabled,
+            scratch: Vec::new(),
+        }
+    }
+}
+
+/// Why a quiet election wakes (for the log).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Wake {
+    Message,
+    Activity,
+    LeaseLapsed,
+    Unheld,
+    Withdrawn,
+    LeaderSilent,
+    LeaderRestarted,
+    Closing,
+}
+
+impl<S: RaftStore> Driver<S> {
+    /// `W`: how long a follower's promise lasts after it acknowledged a request, on its
+    /// own clock (section 12; `(E − 1)` ticks, the refusal window of section 2).
+    fn promise_window(&self) -> std::time::Duration {
+        self.env.timing.tick * self.env.timing.election_ticks.saturating_sub(1) as u32
+    }
+
+    /// A message on the support stream from a peer.
+    pub(super) fn on_support(&mut self, m: Message) {
+        let from = m.from;
+        if from == self.env.id || !self.root.raw.raft.prs().iter().any(|(id, _)| *id == from) {
+            // Not a member: nothing to support or be supported by (the transport already
+            // authenticated it).
+            self.env.metrics.support_malformed();
+            return;
+        }
+        // The stream is also each peer's heartbeat (the balancer's health looks at it).
+        self.last_heard.insert(from, self.env.clock.now());
+        match wire::decode(&m) {
+            Ok(Decoded::Request(req)) => self.on_support_request(from, req),
+            Ok(Decoded::Ack(ack)) => self.on_support_ack(from, ack),
+            Err(e) => {
+                self.env.metrics.support_malformed();
+                debug!(self.env.logger, "malformed support message dropped"; "from" => from,
+                       "why" => e.0);
+            }
+        }
+    }
+
+    fn on_support_request(&mut self, from: NodeId, req: wire::Request) {
+        let now = self.env.clock.now();
+        let window = self.promise_window();
+        let inc = self.support.inc.entry(from).or_insert_with(Incoming::new);
+        let Some(asked) = inc.begin(&req) else {
+            return;
+        };
+        let mut woken = Vec::new();
+        if let Some(Asked::Restarted {
+            dropped,
+            frozen_until,
+        }) = asked
+        {
+            woken.extend(
+                dropped
+                    .into_iter()
+                    .map(|id| (id, frozen_until, Wake::LeaderRestarted)),
+            );
+        }
+        for op in &req.ops {
+            match *op {
+                Op::Remove { id } => {
+                    if let Some(r) = inc.drop_held(id, false) {
+                        woken.push((id, Some(r), Wake::Withdrawn));
+                    }
+                }
+                Op::Add {
+                    id,
+                    term,
+                    last,
+                    commit,
+                } => {
+                    let ok = inc.may_accept(id)
+                        && self.named.groups.get(&id).is_some_and(|ng| {
+                            let r = &ng.g.raw.raft;
+                            !ng.retiring
+                                && r.state == StateRole::Follower
+                                && r.term == term
+                                && r.leader_id == from
+                                && r.promotable()
+                                && r.raft_log.last_index() == last
+                                && r.raft_log.committed == commit
+                        });
+                    if ok {
+                        inc.accept(id, term);
+                        if let Some(ng) = self.named.groups.get_mut(&id) {
+                            ng.g.quiet = Quiet::Following(from);
+                        }
+                    } else {
+                        inc.refuse(id);
+                    }
+                }
+            }
+        }
+        let ack = inc.ack(self.support.incarnation, now);
+        for (id, promised, why) in woken {
+            self.wake_follower(id, promised.map(|r| r + window), why);
+        }
+        self.env.metrics.support_sent(false);
+        self.env
+            .transport
+            .send_election(SUPPORT_STREAM, ack.to_message(self.env.id, from));
+    }
+
+    fn on_support_ack(&mut self, from: NodeId, ack: wire::Ack) {
+        let now = self.env.clock.now();
+        let Some(out) = self.support.out.get_mut(&from) else {
+            return;
+        };
+        let o = out.on_ack(&ack, now);
+        if o.credited.is_none() {
+            return;
+        }
+        for id in &o.unheld {
+            self.wake_leader(*id, Wake::Unheld);
+        }
+        let held: Vec<(ElectionId, u64)> = self
+            .support
+            .out
+            .get(&from)
+            .map(|o| o.held().collect())
+            .unwrap_or_default();
+        for (id, term) in held {
+            self.credit(id, term);
+        }
+        for id in o.newly_held {
+            self.settle_offer(id);
+        }
+    }
+
+    /// Extends election `id`'s lease (led here in `term`) to the latest send time a
+    /// quorum of its voters supports.
+    fn credit(&mut self, id: ElectionId, term: u64) {
+        let me = self.env.id;
+        let Some(ng) = self.named.groups.get_mut(&id) else {
+            return;
+        };
+        let Support { out, scratch, .. } = &mut self.support;
+        scratch.clear();
+        let mut voters = 0;
+        let mut member = false;
+        for v in ng.g.raw.raft.prs().conf().voters().ids().iter() {
+            voters += 1;
+            if v == me {
+                member = true;
+                continue;
+            }
+            if let Some((sent, _)) = out
+                .get(&v)
+                .filter(|o| o.holds(id))
+                .and_then(Outgoing::last_ack)
+            {
+                scratch.push(sent);
+            }
+        }
+        let quorum = voters / 2 + 1;
+        // This node's own support counts at any time: it needs quorum − 1 others.
+        if !member || voters < 2 || scratch.len() + 1 < quorum {
+            return;
+        }
+        scratch.sort_unstable_by_key(|s| std::cmp::Reverse(s.mono));
+        let sigma = scratch[quorum - 2];
+        let retiring = ng.retiring;
+        ng.g.credit_support(&self.env, sigma, term, retiring);
+    }
+
+    /// An offered election becomes quiet here once every live voter holds it.
+    fn settle_offer(&mut self, id: ElectionId) {
+        let me = self.env.id;
+        let now = self.env.clock.now();
+        let down_after = self.env.timing.election_timeout();
+        let Some(ng) = self.named.groups.get(&id) else {
+            return;
+        };
+        if ng.g.quiet != Quiet::Offered {
+            return;
+        }
+        let voters: Vec<NodeId> = ng.g.raw.raft.prs().conf().voters().ids().iter().collect();
+        let mut holding = 1;
+        for v in voters.iter().filter(|v| **v != me) {
+            let holds = self.support.out.get(v).is_some_and(|o| o.holds(id));
+            let live = self
+                .last_heard
+                .get(v)
+                .is_some_and(|t| now.saturating_duration_since(*t) < down_after);
+            if holds {
+                holding += 1;
+            } else if live {
+                return;
+            }
+        }
+        if holding < voters.len() / 2 + 1 {
+            return;
+        }
+        if let Some(ng) = self.named.groups.get_mut(&id) {
+            ng.g.quiet = Quiet::Leading;
+            debug!(self.env.logger, "election quiet"; "election" => ng.g.name.as_deref());
+        }
+    }
+
+    /// Election `id`, led here, is not quiet any more: it ticks and renews by rounds
+    /// again, and the stream withdraws it from every peer.
+    pub(super) fn wake_leader(&mut self, id: ElectionId, why: Wake) {
+        let now = self.env.clock.now();
+        let Some(ng) = self.named.groups.get_mut(&id) else {
+            return;
+        };
+        if !matches!(ng.g.quiet, Quiet::Offered | Quiet::Leading) {
+            return;
+        }
+        debug!(self.env.logger, "election awake"; "election" => ng.g.name.as_deref(),
+               "why" => ?why, "was" => ?ng.g.quiet);
+        ng.g.quiet = Quiet::Awake;
+        ng.g.awake_since = now;
+        ng.g.touched = true;
+        for o in self.support.out.values_mut() {
+            o.withdraw(id);
+        }
+    }
+
+    /// Election `id`, followed here, is not quiet any more: it ticks again, refusing
+    /// votes until `refuse_until` (the promise it made), and the stream tells its
+    /// leader (unless the leader withdrew it).
+    fn wake_follower(&mut self, id: ElectionId, refuse_until: Option<Instant>, why: Wake) {
+        let now = self.env.clock.now();
+        let Some(ng) = self.named.groups.get_mut(&id) else {
+            return;
+        };
+        if let Some(u) = refuse_until {
+            ng.g.refuse_until = Some(ng.g.refuse_until.map_or(u, |x| x.max(u)));
+        }
+        if matches!(ng.g.quiet, Quiet::Following(_)) {
+            debug!(self.env.logger, "election awake"; "election" => ng.g.name.as_deref(),
+                   "why" => ?why);
+            ng.g.quiet = Quiet::Awake;
+            ng.g.awake_since = now;
+            ng.g.touched = true;
+        }
+    }
+
+    /// Before a message of election `id` is stepped: a quiet election wakes unless it is
+    /// its leader's heartbeat (at a follower) or an answer in the leader's term (at the
+    /// leader).
+    pub(super) fn wake_for_message(&mut self, id: ElectionId, m: &Message) {
+        let window = self.promise_window();
+        let Some(ng) = self.named.groups.get(&id) else {
+            return;
+        };
+        let t = m.get_msg_type();
+        match ng.g.quiet {
+            Quiet::Awake => {}
+            Quiet::Following(leader) => {
+                let benign = m.from == leader
+                    && m.term == ng.g.raw.raft.term
+                    && t == MessageType::MsgHeartbeat;
+                if benign {
+                    let now = self.env.clock.now();
+                    if let Some(ng) = self.named.groups.get_mut(&id) {
+                        ng.g.leader_heard = Some(now);
+                    }
+                } else {
+                    self.drop_followed(id, leader, window, Wake::Message);
+                }
+            }
+            Quiet::Offered | Quiet::Leading => {
+                let benign = m.term == ng.g.raw.raft.term
+                    && matches!(
+                        t,
+                        MessageType::MsgHeartbeatResponse | MessageType::MsgAppendResponse
+                    )
+                    && !m.reject;
+                if !benign {
+                    self.wake_leader(id, Wake::Message);
+                }
+            }
+        }
+    }
+
+    /// A followed quiet election wakes here: the stream reports it to `leader`.
+    fn drop_followed(
+        &mut self,
+        id: ElectionId,
+        leader: NodeId,
+        window: std::time::Duration,
+        why: Wake,
+    ) {
+        // Broken on purpose (mutation testing): the follower keeps acknowledging the
+        // election to its leader after it woke (and may vote in it once the window it
+        // knows of closed), so the leader keeps crediting a support no longer given.
+        let report = !mutation::active("support-after-vote");
+        let promised = self.support.inc.get_mut(&leader).and_then(|inc| {
+            if report {
+                inc.drop_held(id, true)
+            } else {
+                inc.last_at()
+            }
+        });
+        self.wake_follower(id, promised.map(|r| r + window), why);
+    }
+
+    /// Every tick: idle elections are offered, offers settle, followers whose leader's
+    /// stream went silent wake, and requests leave every heartbeat interval.
+    pub(super) fn support_tick(&mut self, at: Stamp) {
+        if self.support.disabled {
+            return;
+        }
+        let now = at.mono;
+        // A quiet leader without a lease (it lapsed, or was revoked on any path) wakes:
+        // raft-rs's check-quorum must run again.
+        let me = self.env.id;
+        let lapsed: Vec<ElectionId> = self
+            .named
+            .groups
+            .iter()
+            .filter(|(_, ng)| {
+                matches!(ng.g.quiet, Quiet::Offered | Quiet::Leading)
+                    && (ng.g.lease.is_none()
+                        || ng.g.raw.raft.state != StateRole::Leader
+                        || !ng.g.raw.raft.prs().conf().voters().contains(me))
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        self.wake_lapsed(lapsed);
+        self.offer_idle(now);
+        let offered: Vec<ElectionId> = self
+            .named
+            .groups
+            .iter()
+            .filter(|(_, ng)| ng.g.quiet == Quiet::Offered)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in offered {
+            self.settle_offer(id);
+        }
+        self.check_silence(now);
+        let due = self.support.last_round.is_none_or(|t| {
+            now.saturating_duration_since(t) >= self.env.timing.heartbeat_interval()
+        });
+        if due {
+            self.send_support(at);
+        }
+    }
+
+    /// Requests to every peer something is asked of.
+    pub(super) fn send_support(&mut self, at: Stamp) {
+        self.support.urgent = false;
+        self.support.last_round = Some(at.mono);
+        let me = self.env.id;
+        if self.named.groups.is_empty() && self.support.out.values().all(|o| !o.is_active()) {
+            return;
+        }
+        // Every member hears from this node every heartbeat while elections run, even with
+        // nothing to ask: the stream is the peers' heartbeat too.
+        let incarnation = self.support.incarnation;
+        for (id, _) in self.root.raw.raft.prs().iter() {
+            if *id != me {
+                self.support
+                    .out
+                    .entry(*id)
+                    .or_insert_with(|| Outgoing::new(incarnation));
+            }
+        }
+        for (peer, o) in &mut self.support.out {
+            let req = o.request(self.env.clock.stamp());
+            self.env.metrics.support_sent(true);
+            self.env
+                .transport
+                .send_election(SUPPORT_STREAM, req.to_message(me, *peer));
+        }
+    }
+
+    /// Offers every idle election this node leads to its voters.
+    fn offer_idle(&mut self, now: Instant) {
+        let me = self.env.id;
+        let settle = self.env.timing.election_timeout();
+        let drained = self.state.is_drained(me);
+        if drained || self.shutdown.is_some() {
+            return;
+        }
+        let down_after = self.env.timing.election_timeout();
+        let last_heard = &self.last_heard;
+        let mut offers = Vec::new();
+        for (id, ng) in &self.named.groups {
+            let g = &ng.g;
+            if g.quiet != Quiet::Awake
+                || ng.retiring
+                || now.saturating_duration_since(g.awake_since) < settle
+            {
+                continue;
+            }
+            let r = &g.raw.raft;
+            let voters: Vec<NodeId> = r.prs().conf().voters().ids().iter().collect();
+            let idle = r.state == StateRole::Leader
+                && voters.contains(&me)
+                && voters.len() >= 2
+                && r.prs().iter().count() == voters.len()
+                && !g.joint
+                && !r.has_pending_conf()
+                && !g.conf_hold
+                && g.transfer.is_none()
+                && r.lead_transferee.is_none()
+                && g.timeout_now_sent != Some(r.term)
+                && g.recorded_term == r.term
+                && g.lease.is_some()
+                && !g.keeper.has_pending()
+                && r.raft_log.last_index() == r.raft_log.committed
+                && g.applied == r.raft_log.committed
+                && r.raft_log.unstable.entries.is_empty()
+                && voters.iter().filter(|v| **v != me).all(|v| {
+                    let caught_up = r
+                        .prs()
+                        .get(*v)
+                        .is_some_and(|p| p.matched == r.raft_log.last_index());
+                    let live = last_heard
+                        .get(v)
+                        .is_some_and(|t| now.saturating_duration_since(*t) < down_after);
+                    caught_up || !live
+                });
+            if idle {
+                offers.push((
+                    *id,
+                    r.term,
+                    r.raft_log.last_index(),
+                    r.raft_log.committed,
+                    voters,
+                ));
+            }
+        }
+        let incarnation = self.support.incarnation;
+        for (id, term, last, commit, voters) in offers {
+            for v in voters.into_iter().filter(|v| *v != me) {
+                self.support
+                    .out
+                    .entry(v)
+                    .or_insert_with(|| Outgoing::new(incarnation))
+                    .offer(id, term, last, commit);
+            }
+            if let Some(ng) = self.named.groups.get_mut(&id) {
+                ng.g.quiet = Quiet::Offered;
+            }
+        }
+    }
+
+    /// Followers wake the elections of a leader whose stream was silent for an election
+    /// timeout, as if its heartbeats had stopped when its last request arrived.
+    fn check_silence(&mut self, now: Instant) {
+        let timeout = self.env.timing.election_timeout();
+        let tick = self.env.timing.tick;
+        let window = self.promise_window();
+        let mut silent = Vec::new();
+        for (peer, inc) in &self.support.inc {
+            if !inc.holds_any() {
+                continue;
+            }
+            let Some(r) = inc.last_at() else { continue };
+            if now.saturating_duration_since(r) >= timeout
+                && !mutation::active("quiet-misses-dead-leader")
+            {
+                silent.push((*peer, r, inc.held_ids()));
+            }
+        }
+        for (peer, r, ids) in silent {
+            for id in ids {
+                self.drop_followed(id, peer, window, Wake::LeaderSilent);
+                if let Some(ng) = self.named.groups.get_mut(&id) {
+                    // As if the leader's heartbeats stopped at its last word: its last
+                    // request, or a later heartbeat of its rounds (whose acknowledgement
+                    // raft-rs's in-lease refusal must still honour).
+                    let last = ng.g.leader_heard.map_or(r, |h| h.max(r));
+                    let elapsed =
+                        now.saturating_duration_since(last).as_nanos() / tick.as_nanos().max(1);
+                    let elapsed = elapsed as usize;
+                    if elapsed > ng.g.raw.raft.election_elapsed {
+                        ng.g.raw.raft.election_elapsed = elapsed;
+                    }
+                }
+            }
+        }
+    }
+
+    /// After a Ready of a quiet election: a leader that sent something of its own wakes,
+    /// and so does a follower whose replica no longer follows the leader it holds it for.
+    pub(super) fn wake_active(&mut self, quiet: Vec<ElectionId>) {
+        let window = self.promise_window();
+        for id in quiet {
+            let Some(ng) = self.named.groups.get_mut(&id) else {
+                continue;
+            };
+            let acted = std::mem::take(&mut ng.g.acted);
+            match ng.g.quiet {
+                Quiet::Offered | Quiet::Leading if acted => self.wake_leader(id, Wake::Activity),
+                Quiet::Following(leader) => {
+                    let r = &ng.g.raw.raft;
+                    if r.leader_id != leader || r.state != StateRole::Follower {
+                        self.drop_followed(id, leader, window, Wake::Activity);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Quiet elections whose lease ran out wake (raft-rs's check-quorum then decides).
+    pub(super) fn wake_lapsed(&mut self, ids: Vec<ElectionId>) {
+        for id in ids {
+            self.wake_leader(id, Wake::LeaseLapsed);
+        }
+    }
+
+    /// Election `id` closes here: the stream forgets it.
+    pub(super) fn support_forget(&mut self, id: ElectionId) {
+        self.wake_leader(id, Wake::Closing);
+        let leaders: Vec<NodeId> = self.support.inc.keys().copied().collect();
+        for l in leaders {
+            if let Some(inc) = self.support.inc.get_mut(&l) {
+                inc.drop_held(id, true);
+            }
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! The support stream on the wire. Requests and acks ride the transport as raft-rs
+//! messages of the reserved election id [`SUPPORT_STREAM`] (so they share the
+//! connection, its order, its frame limits and its authentication: `from` is the peer's
+//! certificate), with what they carry in the message's context:
+//!
+//! * a request is a `MsgHeartbeat`: `index` = sequence number, `commit` = the sender's
+//!   incarnation, context = version byte 1, the highest ack processed (u64 BE), the
+//!   number of operations (u32 BE), then each operation: `1`, election id (u32 BE),
+//!   term, last index, commit (u64 BE each), or `2`, election id;
+//! * an ack is a `MsgHeartbeatResponse`: `index` = the request's sequence number,
+//!   `commit` = the sender's incarnation, `log_term` = the incarnation of the request's
+//!   sender, context = version byte 1, the number of ids (u32 BE), the ids (u32 BE) of the
+//!   elections refused or dropped.
+//!
+//! Anything else (another type, a short or long context, an unknown operation) does not
+//! decode; the driver counts and drops it.
+
+use raft::eraftpb::{Message, MessageType};
+
+use crate::election::{ElectionId, MAX_ELECTIONS};
+
+/// The election id the support stream's messages carry: above every id an election can
+/// have (`MAX_ELECTION_ID`), so no election's messages are mistaken for it.
+pub(crate) const SUPPORT_STREAM: u32 = u32::MAX;
+
+const VERSION: u8 = 1;
+const ADD: u8 = 1;
+const REMOVE: u8 = 2;
+const ADD_LEN: usize = 1 + 4 + 8 * 3;
+const REMOVE_LEN: usize = 1 + 4;
+
+/// One operation of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// Support election `id`, led by the sender in `term`, whose log ends at `last` with
+    /// `commit` committed.
+    Add {
+        id: ElectionId,
+        term: u64,
+        last: u64,
+        commit: u64,
+    },
+    /// Stop supporting `id`.
+    Remove { id: ElectionId },
+}
+
+/// A support request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Request {
+    pub(crate) incarnation: u64,
+    pub(crate) seq: u64,
+    /// The highest ack the sender processed.
+    pub(crate) acked: u64,
+    pub(crate) ops: Vec<Op>,
+}
+
+/// A support ack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Ack {
+    pub(crate) incarnation: u64,
+    pub(crate) to_incarnation: u64,
+    pub(crate) seq: u64,
+    /// Elections refused or dropped, not yet seen by the request's sender.
+    pub(crate) unheld: Vec<ElectionId>,
+}
+
+/// What arrived on the support stream.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Decoded {
+    Request(Request),
+    Ack(Ack),
+}
+
+/// Why a support message did not decode.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Malformed(pub(crate) &'static str);
+
+impl Request {
+    /// The request as a message from `from` to `to`.
+    pub(crate) fn to_message(&self, from: u64, to: u64) -> Message {
+        let mut ctx = Vec::with_capacity(13 + self.ops.len() * ADD_LEN);
+        ctx.push(VERSION);
+        ctx.extend_from_slice(&self.acked.to_be_bytes());
+        ctx.extend_from_slice(&(self.ops.len() as u32).to_be_bytes());
+        for op in &self.ops {
+            match *op {
+                Op::Add {
+                    id,
+                    term,
+                    last,
+                    commit,
+                } => {
+                    ctx.push(ADD);
+                    ctx.extend_from_slice(&id.to_be_bytes());
+                    ctx.extend_from_slice(&term.to_be_bytes());
+                    ctx.extend_from_slice(&last.to_be_bytes());
+                    ctx.extend_from_slice(&commit.to_be_bytes());
+                }
+                Op::Remove { id } => {
+                    ctx.push(REMOVE);
+                    ctx.extend_from_slice(&id.to_be_bytes());
+                }
+            }
+        }
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgHeartbeat);
+        m.from = from;
+        m.to = to;
+        m.index = self.seq;
+        m.commit = self.incarnation;
+        m.context = ctx.into();
+        m
+    }
+}
+
+impl Ack {
+    /// The ack as a message from `from` to `to`.
+    pub(crate) fn to_message(&self, from: u64, to: u64) -> Message {
+        let mut ctx = Vec::with_capacity(5 + self.unheld.len() * 4);
+        ctx.push(VERSION);
+        ctx.extend_from_slice(&(self.unheld.len() as u32).to_be_bytes());
+        for id in &self.unheld {
+            ctx.extend_from_slice(&id.to_be_bytes());
+        }
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgHeartbeatResponse);
+        m.from = from;
+        m.to = to;
+        m.index = self.seq;
+        m.commit = self.incarnation;
+        m.log_term = self.to_incarnation;
+        m.context = ctx.into();
+        m
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], Malformed> {
+        if self.0.len() < N {
+            return Err(Malformed("the context ends early"));
+        }
+        let (head, rest) = self.0.split_at(N);
+        self.0 = rest;
+        Ok(head.try_into().expect("split at N"))
+    }
+    fn u8(&mut self) -> Result<u8, Malformed> {
+        Ok(self.take::<1>()?[0])
+    }
+    fn u32(&mut self) -> Result<u32, Malformed> {
+        Ok(u32::from_be_bytes(self.take()?))
+    }
+    fn u64(&mut self) -> Result<u64, Malformed> {
+        Ok(u64::from_be_bytes(self.take()?))
+    }
+}
+
+/// Decodes a message of the support stream.
+pub(crate) fn decode(m: &Message) -> Result<Decoded, Malformed> {
+    let mut r = Reader(&m.context);
+    if r.u8()? != VERSION {
+        return Err(Malformed("unknown version"));
+    }
+    // An election appears once per request or ack; more than every possible election
+    // twice over is not a request of a correct peer (and bounds what is allocated).
+    let limit = 2 * MAX_ELECTIONS;
+    match m.get_msg_type() {
+        MessageType::MsgHeartbeat => {
+            let acked = r.u64()?;
+            let n = r.u32()? as usize;
+            if n > limit || n * REMOVE_LEN > r.0.len() {
+                return Err(Malformed("more operations than the context holds"));
+            }
+            let mut ops = Vec::with_capacity(n);
+            for _ in 0..n {
+                ops.push(match r.u8()? {
+                    ADD => Op::Add {
+                        id: r.u32()?,
+                        term: r.u64()?,
+                        last: r.u64()?,
+                        commit: r.u64()?,
+                    },
+                    REMOVE => Op::Remove { id: r.u32()? },
+                    _ => return Err(Malformed("unknown operation")),
+                });
+            }
+            if !r.0.is_empty() {
+                return Err(Malformed("bytes after the last operation"));
+            }
+            Ok(Decoded::Request(Request {
+                incarnation: m.commit,
+                seq: m.index,
+                acked,
+                ops,
+            }))
+        }
+        MessageType::MsgHeartbeatResponse => {
+            let n = r.u32()? as usize;
+            if n > limit || n * 4 != r.0.len() {
+                return Err(Malformed("the id count does not match the context"));
+            }
+            let mut unheld = Vec::with_capacity(n);
+            for _ in 0..n {
+                unheld.push(r.u32()?);
+            }
+            Ok(Decoded::Ack(Ack {
+                incarnation: m.commit,
+                to_incarnation: m.log_term,
+                seq: m.index,
+                unheld,
+            }))
+        }
+        _ => Err(Malformed("not a request or an ack")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_and_acks_round_trip() {
+        let req = Request {
+            incarnation: 0xfeed,
+            seq: 9,
+            acked: 7,
+            ops: vec![
+                Op::Add {
+                    id: 3,
+                    term: 5 << 40,
+                    last: 12,
+                    commit: 11,
+                },
+                Op::Remove { id: 4 },
+            ],
+        };
+        let m = req.to_message(1, 2);
+        assert_eq!((m.from, m.to), (1, 2));
+        assert_eq!(decode(&m), Ok(Decoded::Request(req)));
+        let ack = Ack {
+            incarnation: 3,
+            to_incarnation: 0xfeed,
+            seq: 9,
+            unheld: vec![4, 5],
+        };
+        assert_eq!(decode(&ack.to_message(2, 1)), Ok(Decoded::Ack(ack)));
+    }
+
+    #[test]
+    fn malformed_contexts_are_refused_not_panicked_on() {
+        let req = Request {
+            incarnation: 1,
+            seq: 1,
+            acked: 0,
+            ops: vec![Op::Remove { id: 1 }],
+        };
+        let good = req.to_message(1, 2);
+        for cut in 0..good.context.len() {
+            let mut m = good.clone();
+            m.context = good.context[..cut].to_vec().into();
+            assert!(decode(&m).is_err(), "cut at {cut}");
+        }
+        let mut long = good.clone();
+        let mut ctx = good.context.to_vec();
+        ctx.push(0);
+        long.context = ctx.into();
+        assert!(decode(&long).is_err());
+        // A count of u32::MAX operations does not allocate them.
+        let mut huge = good.clone();
+        let mut ctx = vec![VERSION];
+        ctx.extend_from_slice(&0u64.to_be_bytes());
+        ctx.extend_from_slice(&u32::MAX.to_be_bytes());
+        huge.context = ctx.into();
+        assert!(decode(&huge).is_err());
+        let mut other = good;
+        other.set_msg_type(MessageType::MsgAppend);
+        assert!(decode(&other).is_err());
+    }
+}

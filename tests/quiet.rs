@@ -1,0 +1,142 @@
+//! Quiet elections (`docs/design.md`, section 12) end to end: real nodes over QUIC with
+//! RocksDB. Idle named elections stop ticking and keep their leases through the support
+//! stream; `Safe` confirms are answered by it without waking them; a dead leader's quiet
+//! elections fail over.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use support::cluster::{wait_for, Cluster};
+use tenure::{ElectionOptions, Leadership, NodeId, Role};
+
+const T: Duration = Duration::from_secs(30);
+
+/// The node leading `name` with a lease, if exactly one of `ids` does and all of them
+/// follow it.
+fn named_leader(c: &Cluster, ids: &[NodeId], name: &str) -> Option<(NodeId, u64)> {
+    let views: Vec<(NodeId, Leadership)> = ids
+        .iter()
+        .map(|id| (*id, c.node(*id).election(name).leadership()))
+        .collect();
+    let leased: Vec<_> = views
+        .iter()
+        .filter(|(_, l)| l.leased && l.role == Role::Leader)
+        .collect();
+    if leased.len() != 1 {
+        return None;
+    }
+    let (leader, term) = (leased[0].0, leased[0].1.term);
+    views
+        .iter()
+        .all(|(_, l)| l.leader == Some(leader) && l.term == term)
+        .then_some((leader, term))
+}
+
+async fn with_elections(n: u64, names: usize) -> (Cluster, Vec<String>) {
+    let c = Cluster::start(n).await;
+    let (root, _) = c.steady_leader(T).await;
+    let names: Vec<String> = (0..names).map(|i| format!("q-{i}")).collect();
+    for name in &names {
+        c.node(root)
+            .create_election(name, ElectionOptions::new())
+            .await
+            .unwrap_or_else(|e| panic!("create {name}: {e}"));
+    }
+    (c, names)
+}
+
+/// Waits until every election is quiet on every node in `ids`.
+async fn all_quiet(c: &Cluster, ids: &[NodeId], names: usize, what: &str) {
+    wait_for(what, T, || {
+        ids.iter()
+            .all(|id| c.node(*id).metrics().named_quiet() == names as u64)
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_elections_go_quiet_keep_their_leases_and_confirm_without_waking() {
+    let (c, names) = with_elections(3, 6).await;
+    let ids = [1, 2, 3];
+    all_quiet(&c, &ids, names.len(), "6 elections quiet on 3 nodes").await;
+    let mut leaders = BTreeMap::new();
+    for name in &names {
+        let (leader, term) = wait_for("a leased leader every node follows", T, || {
+            named_leader(&c, &ids, name)
+        })
+        .await;
+        leaders.insert(name.clone(), (leader, term));
+    }
+    // Quiet leases are renewed by the stream alone: they stay valid over many
+    // heartbeats, and each `Safe` confirm is answered with the token (a quorum
+    // acknowledged a request sent after it was asked).
+    let before = c.node(1).metrics_text();
+    for name in &names {
+        let (leader, term) = leaders[name];
+        let lease = c.node(leader).election(name).lease().await.unwrap();
+        assert_eq!(lease.token().term(), term);
+        for _ in 0..20 {
+            let token = lease
+                .confirm()
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(token.term(), term);
+        }
+    }
+    let requests = |text: &str| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with("tenure_support_requests_total"))
+            .and_then(|l| l.split_whitespace().last()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let start = requests(&before);
+    wait_for("40 more support requests from node 1", T, || {
+        (requests(&c.node(1).metrics_text()) >= start + 40).then_some(())
+    })
+    .await;
+    for name in &names {
+        let (leader, term) = leaders[name];
+        assert_eq!(
+            named_leader(&c, &ids, name),
+            Some((leader, term)),
+            "{name}: the quiet lease was kept"
+        );
+        assert!(c.node(leader).election(name).leadership().leased);
+    }
+    // The confirms woke nothing.
+    all_quiet(&c, &ids, names.len(), "still quiet after the confirms").await;
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_elections_of_a_dead_leader_fail_over() {
+    let (mut c, names) = with_elections(3, 6).await;
+    let ids = [1, 2, 3];
+    all_quiet(&c, &ids, names.len(), "6 elections quiet on 3 nodes").await;
+    let mut led: BTreeMap<NodeId, Vec<(String, u64)>> = BTreeMap::new();
+    for name in &names {
+        let (leader, term) = wait_for("a leased leader", T, || named_leader(&c, &ids, name)).await;
+        led.entry(leader).or_default().push((name.clone(), term));
+    }
+    let (victim, lost) = led
+        .iter()
+        .max_by_key(|(_, v)| v.len())
+        .map(|(k, v)| (*k, v.clone()))
+        .unwrap();
+    c.kill(victim).await;
+    let live: Vec<NodeId> = ids.into_iter().filter(|i| *i != victim).collect();
+    for (name, old_term) in &lost {
+        let (leader, term) = wait_for("a new leased leader among the live nodes", T, || {
+            named_leader(&c, &live, name)
+        })
+        .await;
+        assert_ne!(leader, victim);
+        assert!(term > *old_term, "{name}: term {term} after {old_term}");
+    }
+    // The new leaders go quiet again with the dead node down.
+    all_quiet(&c, &live, names.len(), "quiet again on the 2 live nodes").await;
+    c.shutdown().await;
+}
