@@ -25,26 +25,32 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use support::{summarize, table, Group, Progress, State};
+use support::{plot, summarize, table, Group, Progress, State};
 
 const USAGE: &str = "\
-usage: cargo bench --bench elections -- [--trials N] [--elections N] [--nodes N] [--quick]
+usage: cargo bench --bench elections -- [--scale N,N,...] [--elections N] [--trials N]
+                                        [--idle SECS] [--nodes N] [--quick]
 
-  --trials N     kill trials (default 20)
-  --elections N  named elections in the group (default 16)
+  --scale N,...  numbers of named elections to measure, one group each
+                 (default 1,100,1000,10000)
+  --elections N  measure N elections only (the same as --scale N)
+  --trials N     kill trials per number (default 5)
+  --idle SECS    length of the idle phase per number (default 30)
   --nodes N      workers in the group: 3, 5 (default) or 7
-  --quick        3 trials (CI)";
+  --quick        --scale 1,100 --trials 2 --idle 10 (CI)";
 
 struct Options {
+    scale: Vec<usize>,
     trials: usize,
-    elections: usize,
+    idle: Duration,
     nodes: u64,
 }
 
 fn parse() -> Result<Options, String> {
     let mut o = Options {
-        trials: 20,
-        elections: 16,
+        scale: vec![1, 100, 1000, 10_000],
+        trials: 5,
+        idle: Duration::from_secs(30),
         nodes: 5,
     };
     let mut args = support::args().into_iter();
@@ -56,14 +62,27 @@ fn parse() -> Result<Options, String> {
         };
         match a.as_str() {
             "--trials" => o.trials = num("--trials")?.max(1),
-            "--elections" => o.elections = num("--elections")?.max(1),
+            "--elections" => o.scale = vec![num("--elections")?.max(1)],
+            "--idle" => o.idle = Duration::from_secs(num("--idle")?.max(1) as u64),
+            "--scale" => {
+                let v = args.next().ok_or("--scale needs a list")?;
+                o.scale = v
+                    .split(',')
+                    .map(|n| n.trim().parse::<usize>().map(|n| n.max(1)))
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| format!("--scale {v:?}: not a list of numbers"))?;
+            }
             "--nodes" => {
                 o.nodes = num("--nodes")? as u64;
                 if ![3, 5, 7].contains(&o.nodes) {
                     return Err("--nodes must be 3, 5 or 7".into());
                 }
             }
-            "--quick" => o.trials = 3,
+            "--quick" => {
+                o.scale = vec![1, 100];
+                o.trials = 2;
+                o.idle = Duration::from_secs(10);
+            }
             "--help" | "-h" => return Err(String::new()),
             other => return Err(format!("unknown option {other:?}")),
         }
@@ -116,6 +135,71 @@ fn even(s: &State, ids: &[u64], n: usize) -> Option<BTreeMap<u64, usize>> {
         .then_some(c)
 }
 
+/// What one number of elections measured.
+struct Row {
+    n: usize,
+    /// Start → first even spread, s.
+    first_spread_s: f64,
+    /// Idle phase, per worker: CPU share of one core (%), RSS (MiB), messages sent per
+    /// second, frames' bytes sent per second.
+    cpu: Vec<f64>,
+    rss_mib: Vec<f64>,
+    msgs_per_s: Vec<f64>,
+    /// Quiet elections per worker at the end of the idle phase (over all workers).
+    quiet: u64,
+    /// Data folders, all workers, at the start and end of the idle phase (bytes).
+    disk: (u64, u64),
+    trials: Vec<Trial>,
+    failures: Vec<String>,
+    spread: Vec<(usize, usize)>,
+    /// Store writes of Ready passes, and the elections they carried.
+    writes: (f64, f64),
+}
+
+/// Seconds of CPU (user + system) a process used so far, from `/proc/<pid>/stat`.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) closing with ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some((utime + stime) / hz.max(1.0))
+}
+
+/// Resident set size of a process, MiB, from `/proc/<pid>/status`.
+fn rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// Bytes of the files under `dir`.
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// The sum of a metric's samples in a scrape.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 fn main() {
     let o = match parse() {
         Ok(o) => o,
@@ -131,201 +215,402 @@ fn main() {
     let machine = support::machine();
     eprintln!("elections: {machine}");
     let started = Instant::now();
-    let n = o.elections;
+    let mut rows = Vec::new();
+    for &n in &o.scale {
+        eprintln!("elections: {n} named elections on {} workers", o.nodes);
+        rows.push(measure(&o, n));
+    }
+    let report = report(&o, &rows, &machine, started.elapsed());
+    print!("{report}");
+    support::save("elections.txt", &report);
+    let mut csv = String::from(
+        "elections,trial,victim,share,last_ms,respread_ms,cpu_mean_pct,cpu_max_pct,rss_max_mib,msgs_per_s_mean,disk_start,disk_end\n",
+    );
+    for r in &rows {
+        let s = |v: &[f64]| summarize(v);
+        for (i, t) in r.trials.iter().enumerate() {
+            let _ = writeln!(
+                csv,
+                "{},{i},{},{},{:.3},{:.1},{:.2},{:.2},{:.1},{:.1},{},{}",
+                r.n,
+                t.victim,
+                t.share,
+                t.last_ms,
+                t.respread_ms,
+                s(&r.cpu).mean,
+                s(&r.cpu).max,
+                s(&r.rss_mib).max,
+                s(&r.msgs_per_s).mean,
+                r.disk.0,
+                r.disk.1
+            );
+        }
+    }
+    support::save("elections.csv", &csv);
+    if let Err(e) = plot_rows(&rows) {
+        eprintln!("elections: no plot: {e}");
+    }
+    if rows.iter().any(|r| !r.failures.is_empty()) {
+        std::process::exit(1);
+    }
+}
+
+/// One group of `o.nodes` workers with `n` named elections: the first spread, an idle
+/// phase, kill trials.
+fn measure(o: &Options, n: usize) -> Row {
+    let started = Instant::now();
     let mut group = Group::start_with(o.nodes, true, |w| {
         w.args(["--elections", &n.to_string(), "--confirm-ms", "3600000"])
     });
     let ids = group.ids.clone();
-    let settle = Duration::from_secs(60);
-    let mut trials = Vec::new();
-    let mut failures = Vec::new();
-    let mut spread_samples: Vec<(usize, usize)> = Vec::new();
-    let mut progress = Progress::new(1);
+    // Founding thousands of elections takes a while (one synced store write each).
+    let settle = Duration::from_secs(60).max(Duration::from_millis(n as u64 * 30));
+    let mut row = Row {
+        n,
+        first_spread_s: 0.0,
+        cpu: Vec::new(),
+        rss_mib: Vec::new(),
+        msgs_per_s: Vec::new(),
+        quiet: 0,
+        disk: (0, 0),
+        trials: Vec::new(),
+        failures: Vec::new(),
+        spread: Vec::new(),
+        writes: (0.0, 0.0),
+    };
     let first = group.wait(settle, |s| even(s, &ids, n));
+    row.first_spread_s = started.elapsed().as_secs_f64();
     eprintln!(
         "elections: first spread after {:.1} s: {first:?}",
-        started.elapsed().as_secs_f64()
+        row.first_spread_s
     );
     if first.is_none() {
-        failures.push(format!("no even spread of {n} elections within {settle:?}"));
+        row.failures
+            .push(format!("no even spread of {n} elections within {settle:?}"));
+        group.stop();
+        return row;
     }
-    for t in 0..o.trials {
-        if first.is_none() {
+    // Idle: every election quiet (as far as the workers' metrics say), then CPU, RSS,
+    // messages and the data folders over the phase.
+    let quiet_deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let quiet: f64 = ids
+            .iter()
+            .map(|id| {
+                metric(
+                    &group.scrape(*id).unwrap_or_default(),
+                    "tenure_named_elections_quiet",
+                )
+            })
+            .sum();
+        row.quiet = quiet as u64;
+        if quiet as usize >= n * ids.len() || Instant::now() >= quiet_deadline {
             break;
         }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let data = |g: &Group| -> u64 {
+        ids.iter()
+            .map(|id| dir_bytes(&g.dir.path().join(format!("data-{id}"))))
+            .sum()
+    };
+    let sent = |g: &Group, id: u64| {
+        metric(
+            &g.scrape(id).unwrap_or_default(),
+            "tenure_transport_sent_total",
+        )
+    };
+    let before: Vec<(Option<f64>, f64)> = ids
+        .iter()
+        .map(|id| (group.pid(*id).and_then(cpu_seconds), sent(&group, *id)))
+        .collect();
+    row.disk.0 = data(&group);
+    let t0 = Instant::now();
+    let mut progress = Progress::new(1);
+    let secs = o.idle.as_secs() as usize;
+    for k in 0..secs {
+        progress.update(k, secs, "idle");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    progress.finish();
+    let dt = t0.elapsed().as_secs_f64();
+    for (id, (cpu0, sent0)) in ids.iter().zip(before) {
+        let pid = group.pid(*id);
+        if let (Some(c0), Some(c1)) = (cpu0, pid.and_then(cpu_seconds)) {
+            row.cpu.push((c1 - c0) / dt * 100.0);
+        }
+        if let Some(r) = pid.and_then(rss_mib) {
+            row.rss_mib.push(r);
+        }
+        row.msgs_per_s.push((sent(&group, *id) - sent0) / dt);
+    }
+    row.disk.1 = data(&group);
+    let mut progress = Progress::new(1);
+    for t in 0..o.trials {
         progress.update(t, o.trials, "kill the busiest worker");
         // Sample the spread for a second before the kill.
         for _ in 0..20 {
             let c = counts(&group.state(), &ids);
             let (min, max) = (c.values().min().copied(), c.values().max().copied());
-            spread_samples.push((min.unwrap_or(0), max.unwrap_or(0)));
+            row.spread.push((min.unwrap_or(0), max.unwrap_or(0)));
             std::thread::sleep(Duration::from_millis(50));
         }
-        let (victim, share): (u64, Vec<(String, u64)>) = {
-            let s = group.state();
-            let h = holders(&s);
-            let c = counts(&s, &ids);
-            let victim = *c.iter().max_by_key(|(id, k)| (**k, **id)).expect("nodes").0;
-            let share = h
-                .into_iter()
-                .filter(|(_, (node, _))| *node == victim)
-                .map(|(name, (_, term))| (name, term))
-                .collect();
-            (victim, share)
-        };
-        let from = group.cursor();
-        let killed = group.kill(victim);
-        let alive: Vec<u64> = ids.iter().copied().filter(|i| *i != victim).collect();
-        let mut each = BTreeMap::new();
-        let done = group.wait(settle, |s| {
-            for ev in &s.events[from.min(s.events.len())..] {
-                let Some(name) = ev.v.get("election").and_then(|v| v.as_str()) else {
-                    continue;
-                };
-                if ev.event != "lease_acquired" || ev.node == victim {
-                    continue;
-                }
-                if let Some((_, old)) = share.iter().find(|(n, _)| n == name) {
-                    if ev.term().unwrap_or(0) > *old {
-                        each.entry(name.to_string())
-                            .or_insert(ev.mono_ns.saturating_sub(killed));
-                    }
-                }
+        match kill_trial(&mut group, &ids, n, settle) {
+            Ok(trial) => row.trials.push(trial),
+            Err(e) => {
+                row.failures.push(format!("trial {t}: {e}"));
+                break;
             }
-            (each.len() == share.len()).then_some(())
-        });
-        if done.is_none() {
-            failures.push(format!(
-                "trial {t}: {} of {} elections of worker {victim} had no lease elsewhere after {settle:?}",
-                share.len() - each.len(),
-                share.len()
-            ));
-            break;
         }
-        let each_ms: Vec<f64> = each.values().map(|ns| *ns as f64 / 1e6).collect();
-        let last_ms = each_ms.iter().copied().fold(0.0, f64::max);
-        let _ = group.wait(settle, |s| even(s, &alive, n));
-        group.spawn(victim);
-        let back = Instant::now();
-        let respread = group.wait(settle, |s| even(s, &ids, n));
-        if respread.is_none() {
-            failures.push(format!(
-                "trial {t}: no even spread after worker {victim} returned"
-            ));
-            break;
-        }
-        trials.push(Trial {
-            victim,
-            share: share.len(),
-            each_ms,
-            last_ms,
-            respread_ms: back.elapsed().as_secs_f64() * 1e3,
-        });
     }
     progress.finish();
     // Store writes of the workers' Ready passes (one synced write each, for every
     // election with something to persist in that pass) and the elections they carried.
-    let mut writes = (0.0, 0.0);
     for id in &ids {
         let text = group.scrape(*id).unwrap_or_default();
-        let metric = |name: &str| -> f64 {
-            text.lines()
-                .filter(|l| l.starts_with(name))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum()
-        };
-        writes.0 += metric("tenure_store_turn_writes_total");
-        writes.1 += metric("tenure_store_turn_write_parts_total");
+        row.writes.0 += metric(&text, "tenure_store_turn_writes_total");
+        row.writes.1 += metric(&text, "tenure_store_turn_write_parts_total");
     }
     group.stop();
-    let mut report = report(
-        &o,
-        &trials,
-        &failures,
-        &spread_samples,
-        &machine,
-        started.elapsed(),
-    );
-    let _ = writeln!(
-        report,
-        "store writes of Ready passes (one fsync each at most), all workers since their last start: \
-         {:.0}, carrying {:.0} elections' state: {:.2} elections per write",
-        writes.0,
-        writes.1,
-        if writes.0 > 0.0 { writes.1 / writes.0 } else { 0.0 }
-    );
-    print!("{report}");
-    support::save("elections.txt", &report);
-    let mut csv = String::from("trial,victim,share,last_ms,respread_ms\n");
-    for (i, t) in trials.iter().enumerate() {
-        let _ = writeln!(
-            csv,
-            "{i},{},{},{:.3},{:.1}",
-            t.victim, t.share, t.last_ms, t.respread_ms
-        );
-    }
-    support::save("elections.csv", &csv);
-    if !failures.is_empty() {
-        std::process::exit(1);
-    }
+    row
 }
 
-fn report(
-    o: &Options,
-    trials: &[Trial],
-    failures: &[String],
-    spread: &[(usize, usize)],
-    machine: &str,
-    took: Duration,
-) -> String {
+/// SIGKILLs the worker leading the most elections, times until each of them has a lease
+/// elsewhere, restarts it, and times until the spread is even again.
+fn kill_trial(group: &mut Group, ids: &[u64], n: usize, settle: Duration) -> Result<Trial, String> {
+    let (victim, share): (u64, Vec<(String, u64)>) = {
+        let s = group.state();
+        let h = holders(&s);
+        let c = counts(&s, ids);
+        let victim = *c.iter().max_by_key(|(id, k)| (**k, **id)).expect("nodes").0;
+        let share = h
+            .into_iter()
+            .filter(|(_, (node, _))| *node == victim)
+            .map(|(name, (_, term))| (name, term))
+            .collect();
+        (victim, share)
+    };
+    let share: BTreeMap<String, u64> = share.into_iter().collect();
+    let from = group.cursor();
+    let killed = group.kill(victim);
+    let alive: Vec<u64> = ids.iter().copied().filter(|i| *i != victim).collect();
+    let mut each = BTreeMap::new();
+    let mut seen = from;
+    let done = group.wait(settle, |s| {
+        for ev in &s.events[seen.min(s.events.len())..] {
+            let Some(name) = ev.v.get("election").and_then(|v| v.as_str()) else {
+                continue;
+            };
+            if ev.event != "lease_acquired" || ev.node == victim {
+                continue;
+            }
+            if let Some(old) = share.get(name) {
+                if ev.term().unwrap_or(0) > *old {
+                    each.entry(name.to_string())
+                        .or_insert(ev.mono_ns.saturating_sub(killed));
+                }
+            }
+        }
+        seen = s.events.len();
+        (each.len() == share.len()).then_some(())
+    });
+    if done.is_none() {
+        return Err(format!(
+            "{} of {} elections of worker {victim} had no lease elsewhere after {settle:?}",
+            share.len() - each.len(),
+            share.len()
+        ));
+    }
+    let each_ms: Vec<f64> = each.values().map(|ns| *ns as f64 / 1e6).collect();
+    let last_ms = each_ms.iter().copied().fold(0.0, f64::max);
+    let _ = group.wait(settle, |s| even(s, &alive, n));
+    group.spawn(victim);
+    let back = Instant::now();
+    if group.wait(settle, |s| even(s, ids, n)).is_none() {
+        return Err(format!("no even spread after worker {victim} returned"));
+    }
+    Ok(Trial {
+        victim,
+        share: share.len(),
+        each_ms,
+        last_ms,
+        respread_ms: back.elapsed().as_secs_f64() * 1e3,
+    })
+}
+
+fn report(o: &Options, rows: &[Row], machine: &str, took: Duration) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "elections: {} named elections on {} workers, {} kill trials, {:.0} s\n{machine}\n{}\n",
-        o.elections,
+        "elections: {} workers, {:?} named elections, {} kill trials and {} s idle each, {:.0} s\n{machine}\n{}\n",
         o.nodes,
-        trials.len(),
+        o.scale,
+        o.trials,
+        o.idle.as_secs(),
         took.as_secs_f64(),
         support::load()
     );
-    let last: Vec<f64> = trials.iter().map(|t| t.last_ms).collect();
-    let each: Vec<f64> = trials
-        .iter()
-        .flat_map(|t| t.each_ms.iter().copied())
-        .collect();
-    let respread: Vec<f64> = trials.iter().map(|t| t.respread_ms).collect();
-    let row = |what: &str, v: &[f64]| {
-        let s = summarize(v);
-        vec![
-            what.to_string(),
-            v.len().to_string(),
-            format!("{:.1}", s.p50),
-            format!("{:.1}", s.p99),
-            format!("{:.1}", s.max),
-        ]
-    };
+    let f1 = |v: f64| format!("{v:.1}");
+    let mut table_rows = Vec::new();
+    for r in rows {
+        let last: Vec<f64> = r.trials.iter().map(|t| t.last_ms).collect();
+        let each: Vec<f64> = r
+            .trials
+            .iter()
+            .flat_map(|t| t.each_ms.iter().copied())
+            .collect();
+        let respread: Vec<f64> = r.trials.iter().map(|t| t.respread_ms / 1e3).collect();
+        let (cpu, rss, msgs) = (
+            summarize(&r.cpu),
+            summarize(&r.rss_mib),
+            summarize(&r.msgs_per_s),
+        );
+        let (l, e, rs) = (summarize(&last), summarize(&each), summarize(&respread));
+        table_rows.push(vec![
+            r.n.to_string(),
+            format!("{} / {}", f1(cpu.mean), f1(cpu.max)),
+            f1(rss.max),
+            format!("{:.0}", msgs.mean),
+            format!("{}/{}", r.quiet, r.n * o.nodes as usize),
+            format!("{} / {}", f1(l.p50), f1(l.max)),
+            format!("{} / {}", f1(e.p50), f1(e.p99)),
+            format!("{:.1} / {:.1}", rs.p50, rs.max),
+            format!(
+                "{:.1} → {:.1}",
+                r.disk.0 as f64 / 1048576.0,
+                r.disk.1 as f64 / 1048576.0
+            ),
+            format!("{:.1}", r.first_spread_s),
+        ]);
+    }
     out.push_str(&table(
-        &["ms", "n", "p50", "p99", "max"],
         &[
-            row("kill → last of the share leased elsewhere", &last),
-            row("kill → each election leased elsewhere", &each),
-            row("restart → spread even again", &respread),
+            "elections",
+            "idle CPU % of a core, mean / max worker",
+            "RSS MiB, max",
+            "msgs/s per worker",
+            "quiet (all workers)",
+            "kill → last of share, ms p50 / max",
+            "kill → each, ms p50 / p99",
+            "respread s p50 / max",
+            "data MiB, idle start → end",
+            "first spread s",
         ],
+        &table_rows,
     ));
-    let (min, max) = spread
-        .iter()
-        .fold((usize::MAX, 0), |(lo, hi), (a, b)| (lo.min(*a), hi.max(*b)));
-    let _ = writeln!(
-        out,
-        "\nleaderships per worker while settled (sampled every 50 ms, {} samples): min {} max {} (target {}–{})",
-        spread.len(),
-        if spread.is_empty() { 0 } else { min },
-        max,
-        o.elections / o.nodes as usize,
-        o.elections.div_ceil(o.nodes as usize)
-    );
-    for f in failures {
-        let _ = writeln!(out, "FAILED: {f}");
+    for r in rows {
+        let (min, max) = r
+            .spread
+            .iter()
+            .fold((usize::MAX, 0), |(lo, hi), (a, b)| (lo.min(*a), hi.max(*b)));
+        let _ = writeln!(
+            out,
+            "\n{} elections: {} trials (shares of {}); leaderships per worker while settled, {} samples: min {} max {} (target {}–{}); \
+             store writes of Ready passes: {:.0} carrying {:.0} elections' state ({:.2} per write)",
+            r.n,
+            r.trials.len(),
+            r.trials.iter().map(|t| t.share.to_string()).collect::<Vec<_>>().join(","),
+            r.spread.len(),
+            if r.spread.is_empty() { 0 } else { min },
+            max,
+            r.n / o.nodes as usize,
+            r.n.div_ceil(o.nodes as usize),
+            r.writes.0,
+            r.writes.1,
+            if r.writes.0 > 0.0 { r.writes.1 / r.writes.0 } else { 0.0 }
+        );
+        for f in &r.failures {
+            let _ = writeln!(out, "FAILED ({} elections): {f}", r.n);
+        }
     }
     out
+}
+
+/// `elections.svg`: idle CPU and failover time against the number of elections.
+fn plot_rows(rows: &[Row]) -> Result<(), String> {
+    use plotters::prelude::*;
+    let path = support::out_dir().join("elections.svg");
+    let root = SVGBackend::new(&path, (900, 760)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let panels = root.split_evenly((2, 1));
+    // log10 of the number of elections on x (1 → 0, 10 000 → 4).
+    let x = |n: usize| (n as f64).log10();
+    let x_max = rows.iter().map(|r| x(r.n)).fold(1.0, f64::max);
+    let cpu: Vec<(f64, f64)> = rows
+        .iter()
+        .map(|r| (x(r.n), summarize(&r.cpu).mean))
+        .collect();
+    let cpu_max: Vec<(f64, f64)> = rows
+        .iter()
+        .map(|r| (x(r.n), summarize(&r.cpu).max))
+        .collect();
+    let y1 = cpu_max.iter().map(|p| p.1).fold(1.0, f64::max);
+    plot::lines(
+        &panels[0],
+        &plot::Frame {
+            title: "Idle CPU per worker against the number of named elections",
+            x_desc: "log10(named elections)",
+            y_desc: "% of one core",
+            x_max,
+            y_max: plot::nice_max(y1),
+            legend: SeriesLabelPosition::UpperLeft,
+        },
+        &[
+            plot::Series {
+                label: "mean worker".into(),
+                color: plot::COLORS[0],
+                points: cpu,
+            },
+            plot::Series {
+                label: "busiest worker".into(),
+                color: plot::COLORS[1],
+                points: cpu_max,
+            },
+        ],
+    )?;
+    let p50: Vec<(f64, f64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                x(r.n),
+                summarize(&r.trials.iter().map(|t| t.last_ms).collect::<Vec<_>>()).p50,
+            )
+        })
+        .collect();
+    let mx: Vec<(f64, f64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                x(r.n),
+                summarize(&r.trials.iter().map(|t| t.last_ms).collect::<Vec<_>>()).max,
+            )
+        })
+        .collect();
+    let y2 = mx.iter().map(|p| p.1).fold(1.0, f64::max);
+    plot::lines(
+        &panels[1],
+        &plot::Frame {
+            title: "SIGKILL of the busiest worker → its last election leased elsewhere",
+            x_desc: "log10(named elections)",
+            y_desc: "ms",
+            x_max,
+            y_max: plot::nice_max(y2),
+            legend: SeriesLabelPosition::UpperLeft,
+        },
+        &[
+            plot::Series {
+                label: "p50".into(),
+                color: plot::COLORS[0],
+                points: p50,
+            },
+            plot::Series {
+                label: "max".into(),
+                color: plot::COLORS[1],
+                points: mx,
+            },
+        ],
+    )?;
+    root.present().map_err(|e| e.to_string())?;
+    eprintln!("elections: plot in {}", path.display());
+    Ok(())
 }

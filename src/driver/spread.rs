@@ -12,8 +12,9 @@
 //!   `k = |H|`, `N` the elections led by a node of `H`.
 //! * targets: sorted by (leaderships now, descending; id), the first `N mod k` nodes of
 //!   `H` should lead `⌈N/k⌉`, the others `⌊N/k⌋` (a balanced group moves nothing).
-//! * moves start only when some node of `H` is outside `[⌊N/k⌋, ⌈N/k⌉]`, every election
-//!   has a known leader, and [`COOLDOWN`] passed since this node's last moves; the
+//! * elections without a known leader, or moving, count for nobody in this round;
+//! * moves start only when some node of `H` is outside `[⌊N/k⌋, ⌈N/k⌉]` and
+//!   [`COOLDOWN`] passed since this node's last moves; the
 //!   surplus units of the nodes over target (in id order) are matched to the deficits
 //!   (in id order), so nodes that agree on the placement agree on the moves.
 //! * affinity: an election whose affinity list names a node of `H` (the first such one)
@@ -253,7 +254,10 @@ impl<S: RaftStore> Driver<S> {
                 raft.leader_id
             };
             if leader == 0 || raft.lead_transferee.is_some() || ng.g.transfer.is_some() {
-                return; // not settled: look again later
+                // Not settled: placed by the others alone this round (with thousands of
+                // elections one is nearly always moving; waiting for none would stall
+                // the balancer). Its leader counts again once it has one.
+                continue;
             }
             let options = self.named.options_of(ng.g.election);
             placed.push(Placed {

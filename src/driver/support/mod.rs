@@ -114,7 +114,6 @@ impl<S: RaftStore> Driver<S> {
 
     fn on_support_request(&mut self, from: NodeId, req: wire::Request) {
         let now = self.env.clock.now();
-        let window = self.promise_window();
         let inc = self.support.inc.entry(from).or_insert_with(Incoming::new);
         let Some(asked) = inc.begin(&req) else {
             return;
@@ -168,7 +167,7 @@ impl<S: RaftStore> Driver<S> {
         }
         let ack = inc.ack(self.support.incarnation, now);
         for (id, promised, why) in woken {
-            self.wake_follower(id, promised.map(|r| r + window), why);
+            self.wake_follower(id, promised, why);
         }
         self.env.metrics.support_sent(false);
         self.env
@@ -295,15 +294,35 @@ impl<S: RaftStore> Driver<S> {
     /// Election `id`, followed here, is not quiet any more: it ticks again, refusing
     /// votes until `refuse_until` (the promise it made), and the stream tells its
     /// leader (unless the leader withdrew it).
-    fn wake_follower(&mut self, id: ElectionId, refuse_until: Option<Instant>, why: Wake) {
+    fn wake_follower(&mut self, id: ElectionId, last_word: Option<Instant>, why: Wake) {
         let now = self.env.clock.now();
+        let window = self.promise_window();
+        let tick = self.env.timing.tick;
         let Some(ng) = self.named.groups.get_mut(&id) else {
             return;
         };
-        if let Some(u) = refuse_until {
+        if let Some(r) = last_word {
+            let u = r + window;
             ng.g.refuse_until = Some(ng.g.refuse_until.map_or(u, |x| x.max(u)));
         }
         if matches!(ng.g.quiet, Quiet::Following(_)) {
+            // raft-rs counts the time since it heard from its leader in ticks, and a
+            // quiet election did not tick: it catches up, as if the leader's heartbeats
+            // had stopped at its last word (its last request, or a later heartbeat of
+            // its rounds, which raft-rs's in-lease refusal must still honour), so that
+            // a dead leader's elections neither refuse the first pre-votes for a stale
+            // count nor campaign late.
+            let last = match (last_word, ng.g.leader_heard) {
+                (Some(r), Some(h)) => Some(r.max(h)),
+                (r, h) => r.or(h),
+            };
+            if let Some(last) = last {
+                let ticks = (now.saturating_duration_since(last).as_nanos()
+                    / tick.as_nanos().max(1)) as usize;
+                if ticks > ng.g.raw.raft.election_elapsed {
+                    ng.g.raw.raft.election_elapsed = ticks;
+                }
+            }
             debug!(self.env.logger, "election awake"; "election" => ng.g.name.as_deref(),
                    "why" => ?why);
             ng.g.quiet = Quiet::Awake;
@@ -316,7 +335,6 @@ impl<S: RaftStore> Driver<S> {
     /// its leader's heartbeat (at a follower) or an answer in the leader's term (at the
     /// leader).
     pub(super) fn wake_for_message(&mut self, id: ElectionId, m: &Message) {
-        let window = self.promise_window();
         let Some(ng) = self.named.groups.get(&id) else {
             return;
         };
@@ -333,7 +351,7 @@ impl<S: RaftStore> Driver<S> {
                         ng.g.leader_heard = Some(now);
                     }
                 } else {
-                    self.drop_followed(id, leader, window, Wake::Message);
+                    self.drop_followed(id, leader, Wake::Message);
                 }
             }
             Quiet::Offered | Quiet::Leading => {
@@ -351,13 +369,7 @@ impl<S: RaftStore> Driver<S> {
     }
 
     /// A followed quiet election wakes here: the stream reports it to `leader`.
-    fn drop_followed(
-        &mut self,
-        id: ElectionId,
-        leader: NodeId,
-        window: std::time::Duration,
-        why: Wake,
-    ) {
+    fn drop_followed(&mut self, id: ElectionId, leader: NodeId, why: Wake) {
         // Broken on purpose (mutation testing): the follower keeps acknowledging the
         // election to its leader after it woke (and may vote in it once the window it
         // knows of closed), so the leader keeps crediting a support no longer given.
@@ -369,7 +381,7 @@ impl<S: RaftStore> Driver<S> {
                 inc.last_at()
             }
         });
-        self.wake_follower(id, promised.map(|r| r + window), why);
+        self.wake_follower(id, promised, why);
     }
 
     /// Every tick: idle elections are offered, offers settle, followers whose leader's
@@ -519,8 +531,6 @@ impl<S: RaftStore> Driver<S> {
     /// timeout, as if its heartbeats had stopped when its last request arrived.
     fn check_silence(&mut self, now: Instant) {
         let timeout = self.env.timing.election_timeout();
-        let tick = self.env.timing.tick;
-        let window = self.promise_window();
         let mut silent = Vec::new();
         for (peer, inc) in &self.support.inc {
             if !inc.holds_any() {
@@ -533,21 +543,9 @@ impl<S: RaftStore> Driver<S> {
                 silent.push((*peer, r, inc.held_ids()));
             }
         }
-        for (peer, r, ids) in silent {
+        for (peer, _, ids) in silent {
             for id in ids {
-                self.drop_followed(id, peer, window, Wake::LeaderSilent);
-                if let Some(ng) = self.named.groups.get_mut(&id) {
-                    // As if the leader's heartbeats stopped at its last word: its last
-                    // request, or a later heartbeat of its rounds (whose acknowledgement
-                    // raft-rs's in-lease refusal must still honour).
-                    let last = ng.g.leader_heard.map_or(r, |h| h.max(r));
-                    let elapsed =
-                        now.saturating_duration_since(last).as_nanos() / tick.as_nanos().max(1);
-                    let elapsed = elapsed as usize;
-                    if elapsed > ng.g.raw.raft.election_elapsed {
-                        ng.g.raw.raft.election_elapsed = elapsed;
-                    }
-                }
+                self.drop_followed(id, peer, Wake::LeaderSilent);
             }
         }
     }
@@ -555,7 +553,6 @@ impl<S: RaftStore> Driver<S> {
     /// After a Ready of a quiet election: a leader that sent something of its own wakes,
     /// and so does a follower whose replica no longer follows the leader it holds it for.
     pub(super) fn wake_active(&mut self, quiet: Vec<ElectionId>) {
-        let window = self.promise_window();
         for id in quiet {
             let Some(ng) = self.named.groups.get_mut(&id) else {
                 continue;
@@ -566,7 +563,7 @@ impl<S: RaftStore> Driver<S> {
                 Quiet::Following(leader) => {
                     let r = &ng.g.raw.raft;
                     if r.leader_id != leader || r.state != StateRole::Follower {
-                        self.drop_followed(id, leader, window, Wake::Activity);
+                        self.drop_followed(id, leader, Wake::Activity);
                     }
                 }
                 _ => {}
