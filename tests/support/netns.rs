@@ -52,8 +52,14 @@ pub(crate) const OPERATOR_ADDR: &str = "10.77.0.200";
 /// Why the suite cannot run here, if it cannot: `None` means go ahead.
 ///
 /// Forced with `TENURE_NETNS_SKIP=1`. Without root, `ip` or `nft`, or when this kernel
-/// or container refuses network namespaces, it is skipped too.
+/// or container refuses network namespaces, it is skipped too. Probed once per process
+/// (the tests of a suite ask at once, and the probe namespace's name is the process's).
 pub(crate) fn skip_reason() -> Option<String> {
+    static REASON: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    REASON.get_or_init(probe_skip_reason).clone()
+}
+
+fn probe_skip_reason() -> Option<String> {
     if std::env::var("TENURE_NETNS_SKIP").is_ok_and(|v| !v.is_empty() && v != "0") {
         return Some("TENURE_NETNS_SKIP is set".into());
     }

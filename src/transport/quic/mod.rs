@@ -6,7 +6,9 @@
 //!
 //! * **Outbound.** Every node dials each peer for its *own* outbound traffic: one
 //!   connection per direction per pair. Each peer has a bounded queue (`send` never
-//!   blocks: it `try_send`s, and a full queue drops and counts) and a task that connects
+//!   blocks: it `try_send`s, and a full queue drops and counts) and a task that
+//!   resolves the peer's name if it has one ([`PeerAddr`], through
+//!   [`QuicConfig::resolver`], on every attempt: a failure is a failed attempt), connects
 //!   with server name `node-<id>.tenure`, checks that the certificate names the peer it
 //!   dialed, opens one unidirectional stream, writes this node's [hello](super::hello)
 //!   and then frames in order. When the connect
@@ -15,7 +17,10 @@
 //!   backoff and jitter (`backoff_min..backoff_max`). While it is disconnected it keeps
 //!   only the most recent few messages (`keep_while_disconnected`): raft-rs retransmits,
 //!   and old heartbeats are useless. When the peer connects to *us*, it is up: a connect
-//!   attempt of ours stuck in handshake retransmission, or a backoff wait, is cut short.
+//!   attempt of ours stuck in handshake retransmission, or a backoff wait, is cut short;
+//!   and for a named peer, the name is asked again, and a connection of ours to an
+//!   address it no longer resolves to is replaced at once (the peer moved; docs/design.md,
+//!   section 13).
 //!   The queue holds the root's messages ([`Transport::send`]) and named elections'
 //!   ([`Transport::send_election`]) together, in the order they were sent, and one
 //!   write carries a batch of both kinds: root frames and election frames (see

@@ -78,7 +78,7 @@ impl Outbound {
             connections: Default::default(),
         };
         let log = shared.log.new(o!("peer" => peer));
-        let ipv4_only = shared.endpoint.local_addr().map_or(false, |a| a.is_ipv4());
+        let ipv4_only = shared.endpoint.local_addr().is_ok_and(|a| a.is_ipv4());
         let task = Outbound {
             shared,
             peer,
