@@ -74,7 +74,7 @@ pub(crate) struct WorkerCli {
     listen: Option<SocketAddr>,
 
     /// Every first member (or, with --join, this node and the members to reach) as
-    /// ID=HOST:PORT, comma-separated; HOST an IP address ([v6] in brackets) or a DNS
+    /// ID=HOST:PORT, comma-separated; HOST an IP address (IPv6 in brackets) or a DNS
     /// name, resolved again on every reconnect
     #[arg(long, value_name = "1=ADDR,2=ADDR,...", required_unless_present = "new_group_id",
           value_parser = parse_peers)]

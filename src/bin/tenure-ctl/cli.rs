@@ -148,8 +148,9 @@ enum Members {
     Add {
         #[arg(value_name = "ID", value_parser = parse_id)]
         id: NodeId,
-        /// The new node's raft address (not its admin address): IP:PORT, [IPv6]:PORT or
-        /// NAME:PORT (a DNS name, which every member resolves again on each reconnect)
+        /// The new node's raft address (not its admin address): IP:PORT (an IPv6
+        /// address in brackets) or NAME:PORT (a DNS name, which every member resolves
+        /// again on each reconnect)
         #[arg(value_name = "ADDR", value_parser = parse_peer_addr)]
         addr: PeerAddr,
     },
