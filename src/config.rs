@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::error::ConfigError;
 use crate::group_id::GroupId;
 use crate::tls::TlsIdentity;
-use crate::transport::NodeId;
+use crate::transport::{NodeId, PeerAddr, PeerAddrError, ToPeerAddr};
 
 /// How a leader answers [`Lease::confirm`](crate::Lease::confirm).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -226,10 +226,17 @@ impl fmt::Debug for TlsSource {
 pub struct Config {
     /// This node's id (non-zero; must be one of `peers`).
     pub id: NodeId,
-    /// The UDP address to listen on. Defaults to this node's entry in `peers`.
+    /// The UDP address to listen on. Defaults to this node's entry in `peers` (for a
+    /// name: the unspecified address `0.0.0.0` on its port, see
+    /// [`PeerAddr::listen_addr`]).
     pub listen: Option<SocketAddr>,
-    /// Every member of the group, this node included: id → address.
-    pub peers: BTreeMap<NodeId, SocketAddr>,
+    /// Every member of the group, this node included: id → address, an IP address or a
+    /// DNS name (resolved again on every reconnect, so a member that moves keeps its
+    /// name; `docs/design.md`, Transport).
+    pub peers: BTreeMap<NodeId, PeerAddr>,
+    /// Addresses given to the builder that did not parse: [`Config::validate`] reports
+    /// the first.
+    pub(crate) malformed_peers: BTreeMap<NodeId, PeerAddrError>,
     /// The RocksDB directory (created on first start).
     pub data_dir: Option<PathBuf>,
     /// TLS identity for the QUIC transport.
@@ -356,6 +363,7 @@ impl Config {
                 id,
                 listen: None,
                 peers: BTreeMap::new(),
+                malformed_peers: BTreeMap::new(),
                 data_dir: None,
                 tls: None,
                 timing: Timing::default(),
@@ -377,6 +385,12 @@ impl Config {
     pub fn validate(&self) -> Result<Vec<ConfigWarning>, ConfigError> {
         if self.id == 0 {
             return Err(ConfigError::ZeroId);
+        }
+        if let Some((id, e)) = self.malformed_peers.iter().next() {
+            return Err(ConfigError::InvalidPeer {
+                id: *id,
+                reason: e.to_string(),
+            });
         }
         if let Some(bad) = self.peers.keys().find(|id| **id == 0) {
             return Err(ConfigError::InvalidPeer {
@@ -419,7 +433,8 @@ impl Config {
 
     /// The address this node listens on.
     pub fn listen_addr(&self) -> Option<SocketAddr> {
-        self.listen.or_else(|| self.peers.get(&self.id).copied())
+        self.listen
+            .or_else(|| self.peers.get(&self.id).map(PeerAddr::listen_addr))
     }
 
     /// Every member's id.
@@ -447,15 +462,34 @@ pub struct ConfigBuilder {
 }
 
 impl ConfigBuilder {
-    /// Adds a member (call once per member, this node included).
-    pub fn peer(mut self, id: NodeId, addr: SocketAddr) -> Self {
-        self.config.peers.insert(id, addr);
+    /// Adds a member (call once per member, this node included): a [`SocketAddr`], a
+    /// [`PeerAddr`], or a string such as `"10.0.0.4:7000"`, `"[fd00::4]:7000"` or
+    /// `"worker-4.workers.svc:7000"`. A string that is not `host:port` is reported by
+    /// [`Config::validate`] (`peer 4: 'foo' is not host:port (no port)`).
+    pub fn peer(mut self, id: NodeId, addr: impl ToPeerAddr) -> Self {
+        self.set_peer(id, addr);
         self
     }
-    /// Sets every member at once.
-    pub fn peers(mut self, peers: impl IntoIterator<Item = (NodeId, SocketAddr)>) -> Self {
-        self.config.peers = peers.into_iter().collect();
+    /// Sets every member at once (each as [`peer`](Self::peer) takes it).
+    pub fn peers<A: ToPeerAddr>(mut self, peers: impl IntoIterator<Item = (NodeId, A)>) -> Self {
+        self.config.peers.clear();
+        self.config.malformed_peers.clear();
+        for (id, addr) in peers {
+            self.set_peer(id, addr);
+        }
         self
+    }
+    fn set_peer(&mut self, id: NodeId, addr: impl ToPeerAddr) {
+        match addr.to_peer_addr() {
+            Ok(a) => {
+                self.config.malformed_peers.remove(&id);
+                self.config.peers.insert(id, a);
+            }
+            Err(e) => {
+                self.config.peers.remove(&id);
+                self.config.malformed_peers.insert(id, e);
+            }
+        }
     }
     /// Listens on `addr` instead of this node's address in the peer list (e.g. `0.0.0.0:port`).
     pub fn listen(mut self, addr: SocketAddr) -> Self {
@@ -529,8 +563,9 @@ impl ConfigBuilder {
     }
 }
 
-/// Parses `1=127.0.0.1:7001,2=127.0.0.1:7002` into a peer map.
-pub fn parse_peers(s: &str) -> Result<BTreeMap<NodeId, SocketAddr>, ConfigError> {
+/// Parses `1=127.0.0.1:7001,2=worker-2.workers.svc:7001,3=[fd00::3]:7001` into a peer
+/// map. An address that is not `host:port` is `peer 3: 'foo' is not host:port (...)`.
+pub fn parse_peers(s: &str) -> Result<BTreeMap<NodeId, PeerAddr>, ConfigError> {
     let mut peers = BTreeMap::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (id, addr) = part
@@ -543,10 +578,13 @@ pub fn parse_peers(s: &str) -> Result<BTreeMap<NodeId, SocketAddr>, ConfigError>
             input: part.to_string(),
             reason: format!("node id {id:?} is not a positive integer"),
         })?;
-        let addr: SocketAddr = addr.trim().parse().map_err(|_| ConfigError::PeerSyntax {
-            input: part.to_string(),
-            reason: format!("address {addr:?} is not HOST:PORT with an IP host"),
-        })?;
+        let addr: PeerAddr =
+            addr.trim()
+                .parse()
+                .map_err(|e: PeerAddrError| ConfigError::InvalidPeer {
+                    id,
+                    reason: e.to_string(),
+                })?;
         if peers.insert(id, addr).is_some() {
             return Err(ConfigError::PeerSyntax {
                 input: part.to_string(),
@@ -621,5 +659,62 @@ mod tests {
             let e = parse_peers(bad).unwrap_err();
             assert!(e.to_string().contains("peer"), "{e}");
         }
+        let e = parse_peers("1=127.0.0.1:1,3=foo").unwrap_err();
+        assert!(
+            e.to_string().starts_with("peer 3: 'foo' is not host:port"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn peers_by_name_parse_and_ip_literals_keep_working() {
+        let p = parse_peers(
+            "1=worker-0.workers.svc:7100, 2=127.0.0.1:7002,3=[::1]:7003,4=localhost:7004",
+        )
+        .unwrap();
+        assert_eq!(
+            p[&1],
+            PeerAddr::Name {
+                host: "worker-0.workers.svc".into(),
+                port: 7100
+            }
+        );
+        assert_eq!(p[&2], PeerAddr::Ip(addr(7002)));
+        assert_eq!(p[&3].to_string(), "[::1]:7003");
+        assert!(p[&4].is_name());
+        // The builder takes SocketAddrs, PeerAddrs and strings alike.
+        let c = Config::builder(1)
+            .peer(1, "worker-0.workers.svc:7100")
+            .peer(2, addr(7002))
+            .peer(3, p[&3].clone())
+            .build();
+        assert!(c.validate().is_ok());
+        assert_eq!(c.peers, p.into_iter().filter(|(id, _)| *id != 4).collect());
+        // A name for this node listens on every interface, on its port.
+        assert_eq!(c.listen_addr(), Some("0.0.0.0:7100".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_malformed_peer_address_is_a_clear_config_error() {
+        let c = Config::builder(1)
+            .peer(1, addr(7001))
+            .peer(3, "foo")
+            .build();
+        let e = c.validate().unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::InvalidPeer {
+                id: 3,
+                reason: "'foo' is not host:port (no port)".into()
+            }
+        );
+        assert_eq!(e.to_string(), "peer 3: 'foo' is not host:port (no port)");
+        // Giving the peer again, right, replaces the bad entry.
+        let c = Config::builder(1)
+            .peer(1, addr(7001))
+            .peer(3, "foo")
+            .peer(3, "n3:7003")
+            .build();
+        assert!(c.validate().is_ok());
     }
 }

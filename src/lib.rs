@@ -34,9 +34,9 @@
 //! # async fn worker() -> Result<(), Box<dyn std::error::Error>> {
 //! let group: GroupId = "4f3a9c0e5b7d21f86a0c3e9d1b2f4a57".parse()?;
 //! let config = Config::builder(1)
-//!     .peer(1, "127.0.0.1:7001".parse()?)
-//!     .peer(2, "127.0.0.1:7002".parse()?)
-//!     .peer(3, "127.0.0.1:7003".parse()?)
+//!     .peer(1, "127.0.0.1:7001")
+//!     .peer(2, "127.0.0.1:7002")
+//!     .peer(3, "127.0.0.1:7003")
 //!     .data_dir("/var/lib/worker-1/tenure")
 //!     .tls_dir("/etc/worker/tenure-certs")
 //!     .timing(Timing::lan())
@@ -226,7 +226,7 @@
 //! # let nodes = group().await;
 //! # let leader = leader(&nodes).await;
 //! // Node 4 starts with Config::join on an empty store and waits (Role::Joining); then:
-//! let members = leader.add_learner(4, "10.0.0.4:7004".parse()?).await?;
+//! let members = leader.add_learner(4, "10.0.0.4:7004".parse::<tenure::PeerAddr>()?).await?;
 //! assert!(members.learners.contains(&4));
 //! // leader.promote(4) is refused with LearnerBehind until node 4 has the log; retry.
 //! // Replace a dead voter by a learner in one joint change: leader.replace_member(2, 4).
@@ -331,9 +331,9 @@
 //!     .init();
 //!
 //! let config = tenure::Config::builder(1)
-//!     .peer(1, "127.0.0.1:7001".parse()?)
-//!     .peer(2, "127.0.0.1:7002".parse()?)
-//!     .peer(3, "127.0.0.1:7003".parse()?)
+//!     .peer(1, "127.0.0.1:7001")
+//!     .peer(2, "127.0.0.1:7002")
+//!     .peer(3, "127.0.0.1:7003")
 //!     .data_dir("/var/lib/worker-1/tenure")
 //!     .tls_dir("/etc/worker/tenure-certs")
 //!     .logger(tenure::logging::tracing_logger())
@@ -417,6 +417,7 @@ pub use lease::Lease;
 pub use node::{terminal_logger, Node};
 pub use status::{Leadership, Membership, Role, Status};
 pub use token::FencingToken;
+pub use transport::PeerAddr;
 
 /// A node's identity in the group: the raft-rs peer id, named by the node's certificate
 /// (`node-<id>.tenure`). Never 0.

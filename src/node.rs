@@ -1,6 +1,5 @@
 //! The public handle to a running election node.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use raft::eraftpb::ConfState;
@@ -33,7 +32,7 @@ use crate::tls::TlsIdentity;
 use crate::transport::quic::{QuicConfig, QuicTransport};
 #[cfg(feature = "testing")]
 use crate::transport::Faults;
-use crate::transport::{Inbox, NodeId, Transport, TransportStatsSnapshot};
+use crate::transport::{Inbox, NodeId, PeerAddr, Transport, TransportStatsSnapshot};
 
 /// A running election node. Cheap to clone; every clone talks to the same node.
 ///
@@ -118,9 +117,10 @@ impl Node {
             .peers
             .iter()
             .filter(|(id, _)| **id != config.id)
-            .map(|(id, a)| (*id, *a))
+            .map(|(id, a)| (*id, a.clone()))
             .collect();
-        let mut qc = QuicConfig::new(config.id, listen, peers, identity);
+        let mut qc = QuicConfig::new(config.id, listen, Default::default(), identity);
+        qc.peers = peers;
         qc.logger = logger.new(o!("component" => "quic"));
         // The first hello says what the store holds: the node sets it once it has read it.
         qc.hello = None;
@@ -386,16 +386,17 @@ impl Node {
         self.ask(|reply| Command::Status { reply }).await
     }
 
-    /// Adds node `id`, listening at `addr`, as a learner: it receives the log (first a
+    /// Adds node `id`, listening at `addr` (an IP address or a name, which every member
+    /// resolves again on each reconnect), as a learner: it receives the log (first a
     /// snapshot of the group) but does not vote until [`promote`](Node::promote)d. Start
     /// the new node with [`Config::join`]. Call on the leader; resolves once the change
     /// is applied here.
     pub async fn add_learner(
         &self,
         id: NodeId,
-        addr: SocketAddr,
+        addr: impl Into<PeerAddr>,
     ) -> Result<Membership, MembershipError> {
-        self.change(MemberChange::AddLearner(id, addr)).await
+        self.change(MemberChange::AddLearner(id, addr.into())).await
     }
 
     /// Makes learner `id` a voter, once it has caught up with the log.

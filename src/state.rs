@@ -12,14 +12,13 @@
 //! addresses of the nodes they add in their context ([`encode_addrs`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
 use crate::election::{ElectionError, ElectionId, ElectionOptions, MAX_ELECTIONS, MAX_ELECTION_ID};
 use crate::group_id::GroupId;
 use crate::history::History;
-use crate::transport::NodeId;
+use crate::transport::{NodeId, PeerAddr};
 
 /// Tag byte of a drain entry.
 const DRAIN_TAG: u8 = b'D';
@@ -34,9 +33,11 @@ pub(crate) struct GroupState {
     /// Nodes that must not campaign (an operator drained them).
     #[serde(default)]
     pub(crate) drained: BTreeSet<NodeId>,
-    /// Where each member listens, as the group was told (first start or conf changes).
+    /// Where each member listens, as the group was told (first start or conf changes):
+    /// an IP address (stored as a `SocketAddr` always was: `"10.0.0.4:7000"`) or a name
+    /// (`"worker-4.workers.svc:7000"`).
     #[serde(default)]
-    pub(crate) addrs: BTreeMap<NodeId, SocketAddr>,
+    pub(crate) addrs: BTreeMap<NodeId, PeerAddr>,
     /// The group's id, drawn when it was founded (`None` only in snapshots written before
     /// groups had ids).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -129,7 +130,7 @@ pub(crate) enum Applied {
 impl GroupState {
     /// A fresh group's state: its id, no history, nobody drained, the first members'
     /// addresses.
-    pub(crate) fn bootstrap(group: GroupId, addrs: BTreeMap<NodeId, SocketAddr>) -> GroupState {
+    pub(crate) fn bootstrap(group: GroupId, addrs: BTreeMap<NodeId, PeerAddr>) -> GroupState {
         GroupState {
             addrs,
             group: Some(group),
@@ -277,13 +278,14 @@ impl GroupState {
     }
 }
 
-/// The context of a conf change: the addresses of the nodes it adds.
-pub(crate) fn encode_addrs(addrs: &BTreeMap<NodeId, SocketAddr>) -> Vec<u8> {
+/// The context of a conf change: the addresses of the nodes it adds, a JSON map of id to
+/// address string (the form a `SocketAddr` map had, so an IP address reads on any node).
+pub(crate) fn encode_addrs(addrs: &BTreeMap<NodeId, PeerAddr>) -> Vec<u8> {
     serde_json::to_vec(addrs).unwrap_or_default()
 }
 
 /// Reads a conf change's context; an empty or foreign context carries no addresses.
-pub(crate) fn decode_addrs(ctx: &[u8]) -> BTreeMap<NodeId, SocketAddr> {
+pub(crate) fn decode_addrs(ctx: &[u8]) -> BTreeMap<NodeId, PeerAddr> {
     if ctx.is_empty() {
         return BTreeMap::new();
     }
@@ -340,5 +342,31 @@ mod tests {
         assert_eq!(decode_addrs(&encode_addrs(&addrs)), addrs);
         assert!(decode_addrs(b"").is_empty());
         assert!(decode_addrs(b"\xff").is_empty());
+        let mut named = BTreeMap::new();
+        named.insert(4, "worker-4.workers.svc:7004".parse().unwrap());
+        named.insert(5, "[fd00::5]:7005".parse().unwrap());
+        assert_eq!(decode_addrs(&encode_addrs(&named)), named);
+    }
+
+    #[test]
+    fn addresses_stored_before_names_still_decode_and_ip_ones_encode_as_before() {
+        // A snapshot and a conf change context as a node before names wrote them.
+        let old_snapshot = br#"{"records":[],"addrs":{"1":"10.0.0.1:7001","2":"[fd00::2]:7002"}}"#;
+        let s = GroupState::from_snapshot(old_snapshot).unwrap();
+        assert_eq!(s.addrs[&1], PeerAddr::Ip("10.0.0.1:7001".parse().unwrap()));
+        assert_eq!(s.addrs[&2], PeerAddr::Ip("[fd00::2]:7002".parse().unwrap()));
+        let old_ctx = br#"{"4":"10.0.0.4:7004"}"#;
+        let d = decode_addrs(old_ctx);
+        assert_eq!(d[&4], PeerAddr::Ip("10.0.0.4:7004".parse().unwrap()));
+        // What this version writes for IP addresses is what the old one wrote (and read).
+        assert_eq!(encode_addrs(&d), old_ctx.to_vec());
+        let old: BTreeMap<NodeId, std::net::SocketAddr> =
+            serde_json::from_slice(&encode_addrs(&d)).unwrap();
+        assert_eq!(old[&4], "10.0.0.4:7004".parse().unwrap());
+        // A name's round trip through a snapshot.
+        let mut s = s;
+        s.addrs.insert(3, "n3.lab:7003".parse().unwrap());
+        let back = GroupState::from_snapshot(&s.to_snapshot()).unwrap();
+        assert_eq!(back.addrs, s.addrs);
     }
 }

@@ -1113,7 +1113,8 @@ fn manifest_problems(workers: &str, ctl: &str) -> Vec<String> {
                     };
                     let pod_name = format!("{}-{ordinal}", s(&set["metadata"]["name"]));
                     let svc = services.iter().find(|svc| {
-                        s(&svc["spec"]["clusterIP"]) == addr.ip().to_string()
+                        addr.ip()
+                            .is_some_and(|a| s(&svc["spec"]["clusterIP"]) == a.ip().to_string())
                             && s(&svc["spec"]["selector"]["statefulset.kubernetes.io/pod-name"])
                                 == pod_name
                     });

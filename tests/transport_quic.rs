@@ -154,7 +154,7 @@ fn start_all(ids: Vec<TlsIdentity>) -> Vec<(QuicTransport, Inbox)> {
             cfg.peers = addrs
                 .iter()
                 .filter(|(id, _)| **id != me)
-                .map(|(id, a)| (*id, *a))
+                .map(|(id, a)| (*id, (*a).into()))
                 .collect();
             let (t, rx) = QuicTransport::start_on(cfg, socket).unwrap();
             (t, Inbox::new(rx))
@@ -581,12 +581,12 @@ async fn crashed_peer_is_noticed_by_stateless_reset_after_it_restarts() {
     let (addr1, addr2) = (s1.local_addr().unwrap(), s2.local_addr().unwrap());
     let mut cfg1 = config(identity(&ca, 1), addr1);
     cfg1.idle_timeout = Duration::from_secs(60);
-    cfg1.peers.insert(2, addr2);
+    cfg1.peers.insert(2, addr2.into());
     let (t1, rx1) = QuicTransport::start_on(cfg1, s1).unwrap();
     let mut inbox1 = Inbox::new(rx1);
     let mut cfg2 = config(id2.clone(), addr2);
     cfg2.idle_timeout = Duration::from_secs(60);
-    cfg2.peers.insert(1, addr1);
+    cfg2.peers.insert(1, addr1.into());
 
     let rt2 = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -662,7 +662,7 @@ async fn full_queue_drops_and_counts_instead_of_blocking() {
     let black_hole = std::net::UdpSocket::bind(loopback()).unwrap();
     let mut cfg = config(identity(&ca, 1), loopback());
     cfg.queue_depth = 4;
-    cfg.peers.insert(2, black_hole.local_addr().unwrap());
+    cfg.peers.insert(2, black_hole.local_addr().unwrap().into());
     let (t1, _rx1) = QuicTransport::start(cfg).unwrap();
 
     let start = Instant::now();
@@ -743,7 +743,7 @@ async fn shutdown_closes_connections_and_frees_the_address_at_once() {
     wait_for(
         || {
             let mut cfg = config(id1.clone(), addr1);
-            cfg.peers.insert(3, addr3);
+            cfg.peers.insert(3, addr3.into());
             match QuicTransport::start(cfg) {
                 Ok(started) => {
                     restarted = Some(started);

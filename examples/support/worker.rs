@@ -68,12 +68,14 @@ pub(crate) struct WorkerCli {
     #[arg(long, value_name = "N", required_unless_present = "new_group_id")]
     id: Option<u64>,
 
-    /// The UDP address to bind (default: this node's address in --peers)
+    /// The UDP address to bind (default: this node's address in --peers; for a name,
+    /// 0.0.0.0 on its port)
     #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
     listen: Option<SocketAddr>,
 
     /// Every first member (or, with --join, this node and the members to reach) as
-    /// ID=IP:PORT, comma-separated
+    /// ID=HOST:PORT, comma-separated; HOST an IP address (IPv6 in brackets) or a DNS
+    /// name, resolved again on every reconnect
     #[arg(long, value_name = "1=ADDR,2=ADDR,...", required_unless_present = "new_group_id",
           value_parser = parse_peers)]
     peers: Option<String>,

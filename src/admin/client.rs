@@ -18,7 +18,7 @@ use crate::tls::{
     client_builder, node_id_from_cert, node_server_name, ring_provider, Credential,
     OperatorIdentity, TlsIdentity,
 };
-use crate::transport::NodeId;
+use crate::transport::{NodeId, PeerAddr};
 
 use super::protocol::{ElectionEntry, Leaderships, Response};
 use super::{
@@ -521,13 +521,17 @@ impl Client {
         self.membership(Request::Undrain { id }).await
     }
 
-    /// Adds node `id` at raft address `addr` as a learner.
+    /// Adds node `id` at raft address `addr` (an IP address or a name) as a learner.
     pub async fn add_learner(
         &self,
         id: NodeId,
-        addr: SocketAddr,
+        addr: impl Into<PeerAddr>,
     ) -> Result<Membership, ClientError> {
-        self.membership(Request::AddLearner { id, addr }).await
+        self.membership(Request::AddLearner {
+            id,
+            addr: addr.into(),
+        })
+        .await
     }
 
     /// Promotes learner `id` to voter.

@@ -1,7 +1,6 @@
 //! The JSON messages of the admin protocol, version 1.
 
 use std::fmt;
-use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -10,7 +9,7 @@ use crate::election::{ElectionId, ElectionInfo, ElectionOptions};
 use crate::error::NodeStopped;
 use crate::history::TenureRecord;
 use crate::status::{Membership, Status};
-use crate::transport::NodeId;
+use crate::transport::{NodeId, PeerAddr};
 
 use super::PROTOCOL_VERSION;
 
@@ -43,8 +42,10 @@ pub enum Request {
     AddLearner {
         /// The new node.
         id: NodeId,
-        /// Its raft transport address.
-        addr: SocketAddr,
+        /// Its raft transport address: `"10.0.0.4:7000"`, `"[fd00::4]:7000"` or a name,
+        /// `"worker-4.workers.svc:7000"` (on the wire a string either way, as before
+        /// names; a node older than names refuses a name as a bad argument).
+        addr: PeerAddr,
     },
     /// Make learner `id` a voter once it has caught up. Leader only.
     Promote {
@@ -528,6 +529,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn add_learner_takes_an_ip_address_as_before_or_a_name() {
+        let old = br#"{"v":1,"command":"add_learner","id":4,"addr":"10.0.0.4:7004"}"#;
+        let req = Request::from_json(old).unwrap();
+        let ip: std::net::SocketAddr = "10.0.0.4:7004".parse().unwrap();
+        assert_eq!(
+            req,
+            Request::AddLearner {
+                id: 4,
+                addr: ip.into()
+            }
+        );
+        let named = br#"{"v":1,"command":"add_learner","id":4,"addr":"n4.lab:7004"}"#;
+        let req = Request::from_json(named).unwrap();
+        assert_eq!(
+            req,
+            Request::AddLearner {
+                id: 4,
+                addr: "n4.lab:7004".parse().unwrap()
+            }
+        );
+    }
+
+    #[test]
     fn requests_round_trip_with_their_version() {
         let all = vec![
             Request::Status,
@@ -539,6 +563,10 @@ mod tests {
             Request::AddLearner {
                 id: 4,
                 addr: "127.0.0.1:7004".parse().unwrap(),
+            },
+            Request::AddLearner {
+                id: 5,
+                addr: "worker-5.workers.svc:7000".parse().unwrap(),
             },
             Request::Promote { id: 4 },
             Request::Remove { id: 3 },

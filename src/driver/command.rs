@@ -1,6 +1,5 @@
 //! What `Node` handles ask of the driver, and how each request is answered.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
@@ -12,7 +11,7 @@ use crate::history::TenureRecord;
 use crate::lease::Lease;
 use crate::status::{Membership, Status};
 use crate::storage::RaftStore;
-use crate::transport::NodeId;
+use crate::transport::{NodeId, PeerAddr};
 
 /// Requests from `Node` handles to the driver (a `Lease`'s confirms have a channel of
 /// their own, [`ConfirmRequest`](crate::lease::ConfirmRequest)).
@@ -80,7 +79,7 @@ pub(crate) enum Command {
 /// A change an operator asks for.
 #[derive(Debug, Clone)]
 pub(crate) enum MemberChange {
-    AddLearner(NodeId, SocketAddr),
+    AddLearner(NodeId, PeerAddr),
     Promote(NodeId),
     Remove(NodeId),
     Replace {

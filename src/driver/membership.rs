@@ -3,7 +3,6 @@
 //! compaction that stores them; farewells to removed nodes; reachability.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 
 use raft::eraftpb::{
     ConfChangeSingle, ConfChangeTransition, ConfChangeType, ConfChangeV2, Message, MessageType,
@@ -19,7 +18,7 @@ use crate::error::{MembershipError, StorageError};
 use crate::state::{decode_addrs, encode_addrs, GroupState};
 use crate::status::Membership;
 use crate::storage::RaftStore;
-use crate::transport::NodeId;
+use crate::transport::{NodeId, PeerAddr};
 
 /// A node that left the group, told so until `until`.
 pub(super) struct Farewell {
@@ -77,7 +76,7 @@ impl<S: RaftStore> Driver<S> {
                       "outgoing" => ?cs.voters_outgoing);
                 let added = decode_addrs(&cc.context);
                 for (id, addr) in &added {
-                    self.state.addrs.insert(*id, *addr);
+                    self.state.addrs.insert(*id, addr.clone());
                 }
                 self.apply_addrs(&added);
                 let after = self.members_now();
@@ -205,10 +204,10 @@ impl<S: RaftStore> Driver<S> {
 
     /// Tells the transport where replicated members listen (configured peers keep the
     /// address they were started with).
-    pub(super) fn apply_addrs(&self, addrs: &BTreeMap<NodeId, SocketAddr>) {
+    pub(super) fn apply_addrs(&self, addrs: &BTreeMap<NodeId, PeerAddr>) {
         for (id, addr) in addrs {
             if *id != self.env.id && !self.configured.contains(id) {
-                self.env.transport.set_peer(*id, Some(*addr));
+                self.env.transport.set_peer(*id, Some(addr.clone()));
             }
         }
     }

@@ -19,12 +19,14 @@
 //! |---|---|
 //! | `mod.rs` | [`Transport`], [`Inbound`], [`Faults`], [`TransportStats`] |
 //! | `hello.rs` | [`Hello`]: what a node says first on every connection |
+//! | `addr.rs` | [`PeerAddr`]: an IP address or a name and a port; [`Resolve`]: how names are resolved |
 //! | `frame/mod.rs` | frames (root frames and named elections' frames): the limits, encoding, decoding, reading them from a stream |
 //! | `frame/scan.rs` | the wire scan: entries and unknown fields counted before decoding |
 //! | `quic/` | the QUIC transport, a file per part (see [`quic`]) |
 //! | `mem.rs` | [`mem::MemNetwork`]: the in-process network |
 //! | `log_limit.rs` | warnings rate-limited per remote address |
 
+mod addr;
 pub mod frame;
 pub mod hello;
 mod inbox;
@@ -38,6 +40,7 @@ use std::sync::{Arc, RwLock};
 
 use raft::eraftpb::Message;
 
+pub use addr::{PeerAddr, PeerAddrError, Resolve, Resolving, SystemResolver, ToPeerAddr};
 pub use hello::{Hello, Standing};
 pub use inbox::{DeliverError, Inbox, InboxSender};
 
@@ -124,7 +127,7 @@ pub trait Transport: Send + Sync + 'static {
     /// The group's membership changed: reach peer `id` at `addr` from now on (a new
     /// member, or one that moved), or forget it (`None`: it left the group). Transports
     /// without addresses ignore it.
-    fn set_peer(&self, id: NodeId, addr: Option<std::net::SocketAddr>) {
+    fn set_peer(&self, id: NodeId, addr: Option<PeerAddr>) {
         let _ = (id, addr);
     }
 }

@@ -545,7 +545,7 @@ impl tenure::transport::Transport for SimTransport {
         tenure::transport::Transport::set_hello(&*self.inner, hello);
         self.add_peers();
     }
-    fn set_peer(&self, id: NodeId, addr: Option<SocketAddr>) {
+    fn set_peer(&self, id: NodeId, addr: Option<tenure::PeerAddr>) {
         tenure::transport::Transport::set_peer(&*self.inner, id, addr);
     }
     fn close(&self) {

@@ -6,6 +6,12 @@
 //! same bridge ([`OPERATOR_ADDR`], no fault rules of its own) runs `ctl` against them
 //! ([`Operator`]).
 //!
+//! Workers name each other: worker `id` is `n<id>.tenure.test` ([`host_of`]), in a hosts
+//! file per namespace (`/etc/netns/<ns>/hosts`, which `ip netns exec` mounts over
+//! `/etc/hosts`), so a worker can move to another address under its name
+//! ([`Lab::move_to`]): its veth gets the new address and every hosts file is rewritten
+//! in place (the mounts of running workers see the new text).
+//!
 //! Faults are nftables rules in each worker's namespace (an `inet tenure` table with an
 //! `input` and an `output` chain): drop from / to given peers, one way or both, and drop
 //! a share of packets at random (`numgen random mod 100 < P`; the kernel here has no
@@ -46,8 +52,14 @@ pub(crate) const OPERATOR_ADDR: &str = "10.77.0.200";
 /// Why the suite cannot run here, if it cannot: `None` means go ahead.
 ///
 /// Forced with `TENURE_NETNS_SKIP=1`. Without root, `ip` or `nft`, or when this kernel
-/// or container refuses network namespaces, it is skipped too.
+/// or container refuses network namespaces, it is skipped too. Probed once per process
+/// (the tests of a suite ask at once, and the probe namespace's name is the process's).
 pub(crate) fn skip_reason() -> Option<String> {
+    static REASON: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    REASON.get_or_init(probe_skip_reason).clone()
+}
+
+fn probe_skip_reason() -> Option<String> {
     if std::env::var("TENURE_NETNS_SKIP").is_ok_and(|v| !v.is_empty() && v != "0") {
         return Some("TENURE_NETNS_SKIP is set".into());
     }
@@ -134,32 +146,52 @@ fn table_script() -> String {
     .to_string()
 }
 
-/// Deletes namespaces of harness processes that are gone (killed before they could
-/// clean up). Their workers died with them (`PR_SET_PDEATHSIG`).
+/// Deletes namespaces (and their `/etc/netns` folders) of harness processes that are
+/// gone (killed before they could clean up). Their workers died with them
+/// (`PR_SET_PDEATHSIG`).
 fn sweep_stale() {
-    let Ok(list) = run("ip", &["netns", "list"]) else {
-        return;
-    };
-    for line in list.lines() {
-        let name = line.split_whitespace().next().unwrap_or("");
+    let gone = |name: &str| {
         let Some(rest) = name.strip_prefix(NS_PREFIX) else {
-            continue;
+            return false;
         };
         let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
-            continue;
+            return false;
         };
         // SAFETY: signal 0 only checks that the process exists.
-        let gone = unsafe { libc::kill(pid, 0) } != 0
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        if gone {
-            let _ = run("ip", &["netns", "del", name]);
+        let failed = unsafe { libc::kill(pid, 0) } != 0;
+        failed && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    };
+    if let Ok(list) = run("ip", &["netns", "list"]) {
+        for line in list.lines() {
+            let name = line.split_whitespace().next().unwrap_or("");
+            if gone(name) {
+                let _ = run("ip", &["netns", "del", name]);
+            }
+        }
+    }
+    if let Ok(dirs) = std::fs::read_dir("/etc/netns") {
+        for d in dirs.flatten() {
+            let name = d.file_name().to_string_lossy().into_owned();
+            if gone(&name) {
+                let _ = std::fs::remove_dir_all(d.path());
+            }
         }
     }
 }
 
-/// The address of worker `id` (1-based).
+/// The first address of worker `id` (1-based); [`Lab::addr`] is where it is now.
 pub(crate) fn addr_of(id: u64) -> String {
     format!("10.77.0.{id}")
+}
+
+/// The name of worker `id`, in every namespace's hosts file.
+pub(crate) fn host_of(id: u64) -> String {
+    format!("n{id}.tenure.test")
+}
+
+/// Where `ip netns exec NS` finds the files it mounts over `/etc`.
+fn etc_of(ns: &str) -> PathBuf {
+    Path::new("/etc/netns").join(ns)
 }
 
 /// What the network does now: one-way cuts and random loss. The default heals all.
@@ -205,8 +237,10 @@ impl NetState {
         both > ids.len() / 2
     }
 
-    /// The nft script that makes node `id`'s namespace enforce this state.
-    fn script_for(&self, id: u64) -> String {
+    /// The nft script that makes node `id`'s namespace enforce this state, with the
+    /// nodes at `addrs`.
+    fn script_for(&self, id: u64, addrs: &BTreeMap<u64, String>) -> String {
+        let addr_of = |n: u64| addrs.get(&n).cloned().unwrap_or_else(|| addr_of(n));
         let mut s = String::from("flush chain inet tenure input\nflush chain inet tenure output\n");
         for &(from, to) in &self.cut {
             if from == id {
@@ -316,6 +350,10 @@ pub(crate) struct Lab {
     children: BTreeMap<u64, Child>,
     paused: BTreeSet<u64>,
     net: NetState,
+    /// Where each worker is now (its name's address in every hosts file).
+    addrs: BTreeMap<u64, String>,
+    /// Moves so far (each picks a fresh address).
+    moves: u64,
     pub lines: Arc<Mutex<Vec<Line>>>,
     pub actions: Arc<Mutex<Vec<Action>>>,
 }
@@ -347,6 +385,8 @@ impl Lab {
             children: BTreeMap::new(),
             paused: BTreeSet::new(),
             net: NetState::default(),
+            addrs: (1..=n + 1).map(|id| (id, addr_of(id))).collect(),
+            moves: 0,
             lines: Arc::new(Mutex::new(Vec::new())),
             actions: Arc::new(Mutex::new(Vec::new())),
         };
@@ -392,13 +432,71 @@ impl Lab {
             run("ip", &["-n", &ns, "link", "set", "lo", "up"])?;
             nft_script(&ns, &table_script())?;
         }
+        lab.write_hosts()?;
         Ok(lab)
     }
 
     fn make_ns(&mut self, ns: &str) -> Result<(), String> {
-        run("ip", &["netns", "add", ns])?;
+        // The folder first: Drop removes it with the namespace.
         self.namespaces.push(ns.to_string());
+        std::fs::create_dir_all(etc_of(ns)).map_err(|e| format!("/etc/netns/{ns}: {e}"))?;
+        run("ip", &["netns", "add", ns])?;
         Ok(())
+    }
+
+    /// Writes every namespace's hosts file: each worker's name at its address now. In
+    /// place (truncate and write, same inode): a running worker's `/etc/hosts` is a bind
+    /// mount of that inode, and reads the new text at its next lookup.
+    fn write_hosts(&self) -> Result<(), String> {
+        let mut text = String::from("127.0.0.1 localhost\n::1 localhost\n");
+        for (id, addr) in &self.addrs {
+            text += &format!("{addr} {}\n", host_of(*id));
+        }
+        for ns in &self.namespaces {
+            let path = etc_of(ns).join("hosts");
+            std::fs::write(&path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Where worker `id` is now.
+    pub(crate) fn addr(&self, id: u64) -> String {
+        self.addrs.get(&id).cloned().unwrap_or_else(|| addr_of(id))
+    }
+
+    /// Moves stopped worker `id` to a fresh address in the lab's subnet under its name:
+    /// its veth's address is replaced and every hosts file says the new one. Returns it.
+    pub(crate) fn move_to_new_address(&mut self, id: u64) -> Result<String, String> {
+        assert!(!self.is_running(id), "move n{id} only while it is stopped");
+        self.moves += 1;
+        let new = format!("10.77.0.{}", 100 + (self.moves * 10 + id) % 100);
+        let ns = self.ns(id);
+        run("ip", &["-n", &ns, "addr", "flush", "dev", "eth0"])?;
+        run(
+            "ip",
+            &[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{new}/24"),
+                "dev",
+                "eth0",
+            ],
+        )?;
+        let old = self.addr(id);
+        self.addrs.insert(id, new.clone());
+        self.write_hosts()?;
+        // The cut rules name addresses: make them follow.
+        for n in self.ids.clone() {
+            nft_script(&self.ns(n), &self.net.script_for(n, &self.addrs))?;
+        }
+        self.note(
+            ActionKind::Fault,
+            id,
+            format!("n{id} moves from {old} to {new} ({} follows)", host_of(id)),
+        );
+        Ok(new)
     }
 
     /// The namespace of worker `id`.
@@ -414,7 +512,7 @@ impl Lab {
     /// Every worker's admin address, the spare's included, comma-separated (`ctl --addr`).
     pub(crate) fn admin_addrs(&self) -> String {
         (1..=self.spare)
-            .map(|i| format!("{}:{ADMIN_PORT}", addr_of(i)))
+            .map(|i| format!("{}:{ADMIN_PORT}", self.addr(i)))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -463,16 +561,16 @@ impl Lab {
         let ns = self.ns(id);
         let mut cmd = WorkerCommand::new(&self.worker)
             .id(id)
-            .listen(format!("{}:{PORT}", addr_of(id)))
+            // No --listen: a worker whose own entry is a name listens on 0.0.0.0:PORT.
             .peers(
                 peer_ids
                     .iter()
-                    .map(|i| (*i, format!("{}:{PORT}", addr_of(*i)))),
+                    .map(|i| (*i, format!("{}:{PORT}", host_of(*i)))),
             )
             .data_dir(self.data_dir(id))
             .certs(self.dir.path().join("certs"))
             .log_level("off")
-            .admin(format!("{}:{ADMIN_PORT}", addr_of(id)))
+            .admin(format!("{}:{ADMIN_PORT}", self.addr(id)))
             .start(start)
             .args(&self.args)
             .wrapped_in(&["ip", "netns", "exec", &ns]);
@@ -596,8 +694,8 @@ impl Lab {
             return Ok(());
         }
         for id in self.ids.clone() {
-            let script = net.script_for(id);
-            if script != self.net.script_for(id) {
+            let script = net.script_for(id, &self.addrs);
+            if script != self.net.script_for(id, &self.addrs) {
                 nft_script(&self.ns(id), &script)?;
             }
         }
@@ -743,6 +841,7 @@ impl Drop for Lab {
         }
         for ns in self.namespaces.drain(..).rev() {
             let _ = run("ip", &["netns", "del", &ns]);
+            let _ = std::fs::remove_dir_all(etc_of(&ns));
         }
     }
 }

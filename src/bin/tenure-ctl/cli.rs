@@ -49,7 +49,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde_json::{json, Value};
 use tenure::admin::{Client, ClientError, Credentials, ErrorKind, Reply, Request, CONNECT_TIMEOUT};
 use tenure::transport::tls::OperatorIdentity;
-use tenure::{NodeId, Role, Status};
+use tenure::{NodeId, PeerAddr, Role, Status};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
@@ -148,9 +148,11 @@ enum Members {
     Add {
         #[arg(value_name = "ID", value_parser = parse_id)]
         id: NodeId,
-        /// The new node's raft address (not its admin address)
-        #[arg(value_name = "ADDR", value_parser = parse_addr)]
-        addr: SocketAddr,
+        /// The new node's raft address (not its admin address): IP:PORT (an IPv6
+        /// address in brackets) or NAME:PORT (a DNS name, which every member resolves
+        /// again on each reconnect)
+        #[arg(value_name = "ADDR", value_parser = parse_peer_addr)]
+        addr: PeerAddr,
     },
     /// Make learner ID a voter (once it has caught up)
     Promote {
@@ -217,6 +219,11 @@ fn parse_addrs(s: &str) -> Result<Addrs, String> {
 
 fn parse_addr(s: &str) -> Result<SocketAddr, String> {
     s.parse().map_err(|_| format!("{s:?} is not IP:PORT"))
+}
+
+fn parse_peer_addr(s: &str) -> Result<PeerAddr, String> {
+    s.parse()
+        .map_err(|e: tenure::transport::PeerAddrError| e.to_string())
 }
 
 fn parse_id(s: &str) -> Result<NodeId, String> {

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use slog::{o, Logger};
@@ -11,7 +12,7 @@ use slog::{o, Logger};
 use crate::tls::TlsIdentity;
 use crate::transport::frame::{self, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_FRAME};
 use crate::transport::hello::Hello;
-use crate::transport::NodeId;
+use crate::transport::{NodeId, PeerAddr, Resolve, SystemResolver};
 
 use super::TransportError;
 
@@ -39,6 +40,9 @@ pub const DEFAULT_FRAME_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default inbound byte budget shared by all connections: 64 MiB (one peer may hold at
 /// most half).
 pub const DEFAULT_INBOUND_BUDGET: usize = 64 * 1024 * 1024;
+/// How long a connect attempt waits for a peer's name to resolve before it counts as a
+/// failed attempt (and the task backs off).
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default number of incoming connections one peer may hold open at once: 2 (its
 /// connection, and its next one while a restart or a lost path is noticed).
 pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 2;
@@ -52,9 +56,14 @@ pub struct QuicConfig {
     /// The UDP address to bind (port 0 picks a free port; see
     /// [`QuicTransport::local_addr`]). Both directions use this one socket.
     pub listen: SocketAddr,
-    /// The other members and where to reach them (not this node). Only these ids may
-    /// connect to us; only these may be sent to.
-    pub peers: HashMap<NodeId, SocketAddr>,
+    /// The other members and where to reach them (not this node): an IP address, or a
+    /// name resolved through `resolver` on every connect attempt. Only these ids may
+    /// connect to us (named by their certificates, wherever they connect from); only
+    /// these may be sent to.
+    pub peers: HashMap<NodeId, PeerAddr>,
+    /// How peers' names are resolved ([`SystemResolver`] by default). Each peer's task
+    /// asks it on every connect attempt and waits at most [`RESOLVE_TIMEOUT`].
+    pub resolver: Arc<dyn Resolve>,
     /// The CA, certificate and key of this node.
     pub identity: TlsIdentity,
     /// Largest frame payload sent or accepted ([`DEFAULT_MAX_FRAME`]). Use the same value
@@ -137,7 +146,8 @@ impl fmt::Debug for QuicConfig {
 
 impl QuicConfig {
     /// A configuration with the defaults above and a logger that discards (set
-    /// `logger` to see what the transport does). `id` must be `identity.id()`.
+    /// `logger` to see what the transport does). `id` must be `identity.id()`. Peers
+    /// reached by name go into [`peers`](Self::peers) afterwards.
     pub fn new(
         id: NodeId,
         listen: SocketAddr,
@@ -147,7 +157,8 @@ impl QuicConfig {
         QuicConfig {
             id,
             listen,
-            peers,
+            peers: peers.into_iter().map(|(id, a)| (id, a.into())).collect(),
+            resolver: Arc::new(SystemResolver),
             identity,
             max_frame: DEFAULT_MAX_FRAME,
             max_entries: DEFAULT_MAX_ENTRIES,

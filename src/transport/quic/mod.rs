@@ -6,7 +6,9 @@
 //!
 //! * **Outbound.** Every node dials each peer for its *own* outbound traffic: one
 //!   connection per direction per pair. Each peer has a bounded queue (`send` never
-//!   blocks: it `try_send`s, and a full queue drops and counts) and a task that connects
+//!   blocks: it `try_send`s, and a full queue drops and counts) and a task that
+//!   resolves the peer's name if it has one ([`PeerAddr`], through
+//!   [`QuicConfig::resolver`], on every attempt: a failure is a failed attempt), connects
 //!   with server name `node-<id>.tenure`, checks that the certificate names the peer it
 //!   dialed, opens one unidirectional stream, writes this node's [hello](super::hello)
 //!   and then frames in order. When the connect
@@ -15,7 +17,10 @@
 //!   backoff and jitter (`backoff_min..backoff_max`). While it is disconnected it keeps
 //!   only the most recent few messages (`keep_while_disconnected`): raft-rs retransmits,
 //!   and old heartbeats are useless. When the peer connects to *us*, it is up: a connect
-//!   attempt of ours stuck in handshake retransmission, or a backoff wait, is cut short.
+//!   attempt of ours stuck in handshake retransmission, or a backoff wait, is cut short;
+//!   and for a named peer, the name is asked again, and a connection of ours to an
+//!   address it no longer resolves to is replaced at once (the peer moved; docs/design.md,
+//!   section 13).
 //!   The queue holds the root's messages ([`Transport::send`]) and named elections'
 //!   ([`Transport::send_election`]) together, in the order they were sent, and one
 //!   write carries a batch of both kinds: root frames and election frames (see
@@ -122,12 +127,15 @@ use tokio_util::sync::CancellationToken;
 use crate::tls::TlsError;
 use crate::transport::hello::Hello;
 use crate::transport::log_limit::{self, LogLimit};
-use crate::transport::{Faults, Inbox, NodeId, Transport, TransportStats, TransportStatsSnapshot};
+use crate::transport::{
+    Faults, Inbox, NodeId, PeerAddr, Transport, TransportStats, TransportStatsSnapshot,
+};
 
 pub use config::{
     QuicConfig, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_FRAME_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT, DEFAULT_INBOUND_BUDGET, DEFAULT_INBOUND_DEPTH, DEFAULT_KEEP_ALIVE,
     DEFAULT_KEEP_WHILE_DISCONNECTED, DEFAULT_MAX_CONNECTIONS_PER_PEER, DEFAULT_QUEUE_DEPTH,
+    RESOLVE_TIMEOUT,
 };
 
 #[cfg(doc)]
@@ -381,6 +389,7 @@ impl QuicTransport {
             budget: Budget::new(cfg.inbound_budget),
             refusal_log: LogLimit::new(log_limit::WINDOW),
             peers: RwLock::new(HashMap::new()),
+            resolver: cfg.resolver,
             hello: watch::Sender::new(cfg.hello),
             shutdown: CancellationToken::new(),
             closed: AtomicBool::new(false),
@@ -394,7 +403,7 @@ impl QuicTransport {
         }
         // Peers first: the accept loop refuses ids it does not know yet. In id order:
         // the order of their tasks is the order of their first packets.
-        let mut peers: Vec<(NodeId, SocketAddr)> = cfg.peers.into_iter().collect();
+        let mut peers: Vec<(NodeId, PeerAddr)> = cfg.peers.into_iter().collect();
         peers.sort_unstable_by_key(|(id, _)| *id);
         for (id, addr) in peers {
             shared.add_peer(id, addr);
@@ -416,16 +425,22 @@ impl QuicTransport {
         self.shared.id
     }
 
-    /// Sets where peer `id` is reached, adding it as a peer if it is new. A changed
-    /// address is used from the next connect on (an open connection stays; it is to the
-    /// right node, by its certificate).
-    pub fn set_peer_addr(&self, id: NodeId, addr: SocketAddr) {
+    /// Sets where peer `id` is reached (an IP address or a name: a [`SocketAddr`] or a
+    /// [`PeerAddr`]), adding it as a peer if it is new. A changed address is used from
+    /// the next connect on (an open connection stays; it is to the right node, by its
+    /// certificate).
+    pub fn set_peer_addr(&self, id: NodeId, addr: impl Into<PeerAddr>) {
+        let addr = addr.into();
         if id == self.shared.id || id == 0 || self.shared.closed.load(Ordering::Acquire) {
             return;
         }
         let peers = self.shared.peers_read();
         if let Some(peer) = peers.get(&id) {
-            peer.addr.send_replace(addr);
+            peer.addr.send_if_modified(|a| {
+                let changed = *a != addr;
+                *a = addr;
+                changed
+            });
             return;
         }
         drop(peers);
@@ -500,7 +515,7 @@ impl Transport for QuicTransport {
         self.shared.hello.send_replace(Some(hello));
     }
 
-    fn set_peer(&self, id: NodeId, addr: Option<SocketAddr>) {
+    fn set_peer(&self, id: NodeId, addr: Option<PeerAddr>) {
         match addr {
             Some(a) => self.set_peer_addr(id, a),
             None => self.remove_peer(id),

@@ -1,6 +1,6 @@
-//! The outbound task of one peer: connect (and check whose certificate answers), pump
-//! the queued messages into one stream, and on failure report the peer unreachable and
-//! reconnect with backoff.
+//! The outbound task of one peer: resolve its name (if it has one), connect (and check
+//! whose certificate answers), pump the queued messages into one stream, and on failure
+//! report the peer unreachable and reconnect with backoff.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -17,15 +17,19 @@ use tokio_util::sync::CancellationToken;
 
 use crate::tls::node_server_name;
 use crate::transport::frame::{self, FrameError};
-use crate::transport::{NodeId, TransportStats};
+use crate::transport::{NodeId, PeerAddr, TransportStats};
 
-use super::config::Settings;
+use super::config::{Settings, RESOLVE_TIMEOUT};
 use super::shared::{describe_loss, peer_node_id, Peer, Queued, Shared};
 use super::{close_code, code};
 
 /// How long a connect attempt may go unanswered by a peer known to be up (it just
 /// connected to us) before it is restarted.
 const ANSWER_GRACE: Duration = Duration::from_millis(100);
+/// How long a connected task waits for the peer's name to resolve when the peer has
+/// connected to us anew (to learn whether it moved); on no answer it keeps its
+/// connection.
+const MOVED_CHECK_TIMEOUT: Duration = Duration::from_secs(1);
 /// A deadline that never comes.
 const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365);
 
@@ -44,7 +48,12 @@ pub(super) struct Outbound {
     shared: Arc<Shared>,
     peer: NodeId,
     rx: mpsc::Receiver<Queued>,
-    addr: watch::Receiver<SocketAddr>,
+    addr: watch::Receiver<PeerAddr>,
+    /// Which of the addresses a name resolves to the next attempt dials (moves on after
+    /// each failed attempt, so one dead address of several is not the only one tried).
+    rotate: usize,
+    /// Whether this node's socket is IPv4: a name's IPv6 addresses are then skipped.
+    ipv4_only: bool,
     cancel: CancellationToken,
     /// See [`Peer::seen`].
     seen: Arc<Notify>,
@@ -56,7 +65,7 @@ pub(super) struct Outbound {
 impl Outbound {
     /// Peer `peer`'s handle and its outbound task (not started yet), joined by the
     /// peer's queue, its address, its cancellation and its `seen` notification.
-    pub(super) fn new(shared: Arc<Shared>, peer: NodeId, addr: SocketAddr) -> (Peer, Outbound) {
+    pub(super) fn new(shared: Arc<Shared>, peer: NodeId, addr: PeerAddr) -> (Peer, Outbound) {
         let (queue, rx) = mpsc::channel(shared.settings.queue_depth);
         let (addr_tx, addr_rx) = watch::channel(addr);
         let cancel = shared.shutdown.child_token();
@@ -69,11 +78,14 @@ impl Outbound {
             connections: Default::default(),
         };
         let log = shared.log.new(o!("peer" => peer));
+        let ipv4_only = shared.endpoint.local_addr().is_ok_and(|a| a.is_ipv4());
         let task = Outbound {
             shared,
             peer,
             rx,
             addr: addr_rx,
+            rotate: 0,
+            ipv4_only,
             cancel,
             seen,
             backlog: VecDeque::new(),
@@ -111,6 +123,7 @@ impl Outbound {
                 }
                 Err(Ended::Failed(e)) => {
                     TransportStats::bump(&self.shared.stats.connect_failures);
+                    self.rotate = self.rotate.wrapping_add(1);
                     Ended::Failed(format!("connect failed: {e}"))
                 }
                 Err(Ended::Retry) => {
@@ -205,15 +218,88 @@ impl Outbound {
         }
     }
 
+    /// Where to dial now: the peer's IP address, or one of the addresses its name
+    /// resolves to now (taken in turn after failed attempts). Drains the queue while the
+    /// name resolves; a name that does not resolve within [`RESOLVE_TIMEOUT`] fails the
+    /// attempt.
+    async fn target(&mut self) -> Result<SocketAddr, Ended> {
+        let addr = self.addr.borrow_and_update().clone();
+        if let PeerAddr::Ip(a) = addr {
+            return Ok(a);
+        }
+        let resolver = self.shared.resolver.clone();
+        let resolving = tokio::time::timeout(RESOLVE_TIMEOUT, addr.resolve(&*resolver));
+        tokio::pin!(resolving);
+        let resolved = loop {
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Err(Ended::Stop),
+                r = &mut resolving => break r,
+                msg = self.rx.recv() => match msg {
+                    Some(msg) => self.keep(msg),
+                    None => return Err(Ended::Stop),
+                },
+            }
+        };
+        let all = match resolved {
+            Ok(Ok(all)) => all,
+            Ok(Err(e)) => return Err(Ended::Failed(format!("cannot resolve {addr}: {e}"))),
+            Err(_) => {
+                return Err(Ended::Failed(format!(
+                    "cannot resolve {addr}: no answer within {RESOLVE_TIMEOUT:?}"
+                )))
+            }
+        };
+        let usable: Vec<SocketAddr> = all
+            .iter()
+            .copied()
+            .filter(|a| !self.ipv4_only || a.is_ipv4())
+            .collect();
+        if usable.is_empty() {
+            return Err(Ended::Failed(format!(
+                "{addr} resolves only to IPv6 addresses ({all:?}) and this node's socket is IPv4"
+            )));
+        }
+        let chosen = usable[self.rotate % usable.len()];
+        debug!(self.log, "resolved peer"; "name" => %addr, "to" => %chosen,
+            "addresses" => ?usable);
+        Ok(chosen)
+    }
+
+    /// After the peer connected to us anew while our connection is up: whether its name
+    /// now resolves to addresses without the one our connection goes to (it moved, and
+    /// our connection may go to where it was). `None`: keep the connection (an IP
+    /// address, the same address, or no answer in time).
+    async fn moved_from(&self, conn: &Connection) -> Option<Vec<SocketAddr>> {
+        let addr = self.addr.borrow().clone();
+        if !addr.is_name() {
+            return None;
+        }
+        let resolver = self.shared.resolver.clone();
+        let now = tokio::time::timeout(MOVED_CHECK_TIMEOUT, addr.resolve(&*resolver))
+            .await
+            .ok()?
+            .ok()?;
+        let canonical = |a: SocketAddr| (a.ip().to_canonical(), a.port());
+        let ours = canonical(conn.remote_address());
+        (!now.iter().any(|a| canonical(*a) == ours)).then_some(now)
+    }
+
     /// Connects, checks the peer's identity and opens the stream, draining the queue
     /// meanwhile.
     async fn connect(&mut self) -> Result<(Connection, SendStream), Ended> {
-        let addr = *self.addr.borrow_and_update();
+        let dial = self.target().await?;
+        // What the errors name: the address, and the name it came from.
+        let addr = match &*self.addr.borrow() {
+            PeerAddr::Ip(_) => dial.to_string(),
+            name => format!("{name} ({dial})"),
+        };
+        let addr = addr.as_str();
         let server_name = node_server_name(self.peer);
         let connecting = self
             .shared
             .endpoint
-            .connect_with(self.shared.client_config.clone(), addr, &server_name)
+            .connect_with(self.shared.client_config.clone(), dial, &server_name)
             .map_err(|e| Ended::Failed(format!("{addr}: {e}")))?;
         let peer = self.peer;
         let hello = (*self.shared.hello.borrow()).unwrap_or_default();
@@ -307,6 +393,16 @@ impl Outbound {
                 biased;
                 _ = self.cancel.cancelled() => return Ended::Stop,
                 e = conn.closed() => return Ended::Failed(describe_loss(&e)),
+                // The peer connected to us again: it may have restarted elsewhere, under
+                // the same name, and our connection go to its old address (where nothing
+                // answers with a reset). Ask the name again.
+                _ = self.seen.notified() => {
+                    if let Some(now) = self.moved_from(conn).await {
+                        info!(self.log, "peer's name resolves elsewhere now; reconnecting";
+                            "connected_to" => %conn.remote_address(), "resolves_to" => ?now);
+                        return Ended::Retry;
+                    }
+                }
                 msg = self.rx.recv() => match msg {
                     Some(msg) => {
                         batch.push(msg);

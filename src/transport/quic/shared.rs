@@ -2,7 +2,6 @@
 //! the channel to the driver with the budget its items hold), and what they do with it.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -18,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::tls::node_id_from_cert;
 use crate::transport::hello::Hello;
 use crate::transport::log_limit::LogLimit;
-use crate::transport::{Faults, Inbound, NodeId, TransportStats};
+use crate::transport::{Faults, Inbound, NodeId, PeerAddr, Resolve, TransportStats};
 
 use super::budget::{Budget, Permit};
 use super::code;
@@ -52,6 +51,10 @@ pub(super) struct Shared {
     /// Rate limit of the warnings about refused connections, per remote IP address.
     pub(super) refusal_log: LogLimit,
     pub(super) peers: RwLock<HashMap<NodeId, Peer>>,
+    /// Resolves peers' names, on every connect attempt ([`QuicConfig::resolver`]).
+    ///
+    /// [`QuicConfig::resolver`]: super::QuicConfig::resolver
+    pub(super) resolver: Arc<dyn Resolve>,
     /// What this node says first on every connection it opens ([`Transport::set_hello`]);
     /// `None` until it is set, and outbound tasks wait for it.
     pub(super) hello: watch::Sender<Option<Hello>>,
@@ -72,7 +75,8 @@ pub(super) type Queued = (u32, Message);
 pub(super) struct Peer {
     /// Root and election messages, in the order they were sent.
     pub(super) queue: mpsc::Sender<Queued>,
-    pub(super) addr: watch::Sender<SocketAddr>,
+    /// Where it is reached: read at every connect attempt (a name is resolved then).
+    pub(super) addr: watch::Sender<PeerAddr>,
     /// Cancelled when the peer is removed (child of `shutdown`): stops its outbound task
     /// and closes its inbound connections.
     pub(super) cancel: CancellationToken,
@@ -117,7 +121,7 @@ impl Shared {
         }
     }
 
-    pub(super) fn add_peer(self: &Arc<Self>, id: NodeId, addr: SocketAddr) {
+    pub(super) fn add_peer(self: &Arc<Self>, id: NodeId, addr: PeerAddr) {
         let (peer, task) = Outbound::new(self.clone(), id, addr);
         {
             let mut peers = self
