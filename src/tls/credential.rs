@@ -87,7 +87,7 @@ pub(crate) struct Credential {
     ca_certs: Vec<CertificateDer<'static>>,
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
-    warnings: Vec<IdentityWarning>,
+    pub(super) warnings: Vec<IdentityWarning>,
 }
 
 impl Clone for Credential {
@@ -151,6 +151,13 @@ impl Credential {
             )
             .map_err(|e| not_trusted(cert, ca, e))?;
         Ok(())
+    }
+
+    /// Whether `other` holds the same CA certificates, chain and key.
+    pub(super) fn same_as(&self, other: &Credential) -> bool {
+        self.ca_certs == other.ca_certs
+            && self.chain == other.chain
+            && self.key.secret_der() == other.key.secret_der()
     }
 
     /// The trusted CA certificates (DER).
@@ -244,7 +251,7 @@ fn verify_as_client(
 }
 
 /// The CA certificates of `ca`, each checked to be a CA.
-fn ca_certs_of(ca: &Src<'_>) -> Result<Vec<CertificateDer<'static>>> {
+pub(super) fn ca_certs_of(ca: &Src<'_>) -> Result<Vec<CertificateDer<'static>>> {
     let ca_certs = ca.certs()?;
     for c in &ca_certs {
         if !parse_x509(c, &ca.label)?.is_ca() {

@@ -213,7 +213,7 @@ pub fn write_cluster_certs_per_node(
 }
 
 /// Creates `dir` (and its parents) if missing; a folder it creates gets mode 0700.
-fn make_private_dir(dir: &Path) -> Result<PathBuf> {
+pub(super) fn make_private_dir(dir: &Path) -> Result<PathBuf> {
     let mut b = fs::DirBuilder::new();
     b.recursive(true);
     #[cfg(unix)]
@@ -250,7 +250,7 @@ pub fn write_node_cert(dir: impl AsRef<Path>, id: NodeId) -> Result<()> {
 }
 
 /// Creates `path` (failing if it exists) and writes `text`; `secret` files get mode 0600.
-fn write_new_file(path: &Path, text: &str, secret: bool) -> Result<()> {
+pub(super) fn write_new_file(path: &Path, text: &str, secret: bool) -> Result<()> {
     use std::io::Write;
     let mut opts = fs::OpenOptions::new();
     opts.write(true).create_new(true);

@@ -213,7 +213,7 @@ impl Outbound {
         let connecting = self
             .shared
             .endpoint
-            .connect_with(self.shared.client_config.clone(), addr, &server_name)
+            .connect_with(self.shared.tls.client_config(), addr, &server_name)
             .map_err(|e| Ended::Failed(format!("{addr}: {e}")))?;
         let peer = self.peer;
         let hello = (*self.shared.hello.borrow()).unwrap_or_default();
