@@ -160,11 +160,17 @@ impl fmt::Debug for ClusterCa {
 
 impl ClusterCa {
     /// Makes a new CA: fresh ECDSA P-256 key, self-signed, valid for
-    /// [`CA_VALIDITY_DAYS`], limited to names under `.tenure`.
+    /// [`CA_VALIDITY_DAYS`], limited to names under `.tenure`, named
+    /// `tenure cluster CA <8 random hex digits>` (every CA a name of its own).
     pub fn generate() -> Result<ClusterCa> {
         let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
         let mut params = CertificateParams::default();
-        params.distinguished_name = tenure_dn("tenure cluster CA");
+        // Each CA its own name: while a group moves to a new CA, the bundle holds two,
+        // and a certificate of the retired one is then refused as of an unknown issuer
+        // (rather than as a bad signature under a CA of the same name).
+        let tag: [u8; 4] = rand::random();
+        let tag: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+        params.distinguished_name = tenure_dn(&format!("tenure cluster CA {tag}"));
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
