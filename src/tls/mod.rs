@@ -61,8 +61,9 @@ pub(crate) use credential::{client_builder, ring_provider, Credential};
 pub use error::{Result, TlsError};
 pub use files::{
     node_cert_file, node_dir, node_key_file, write_cluster_certs, write_cluster_certs_per_node,
-    write_node_cert, IdentityWarning, CA_CERT_FILE, CA_DIR, CA_KEY_FILE, OPERATOR_CERT_FILE,
-    OPERATOR_DIR, OPERATOR_KEY_FILE,
+    write_cluster_certs_per_node_valid_for, write_cluster_certs_valid_for, write_node_cert,
+    IdentityWarning, CA_CERT_FILE, CA_DIR, CA_KEY_FILE, OPERATOR_CERT_FILE, OPERATOR_DIR,
+    OPERATOR_KEY_FILE,
 };
 pub use identity::{OperatorIdentity, TlsIdentity, ALPN};
 pub use names::{

@@ -11,16 +11,23 @@ use std::path::{Path, PathBuf};
 use crate::NodeId;
 
 use super::ca::ClusterCa;
+use super::credential::Holder;
 use super::error::{Result, TlsError};
 use super::files::{
     make_private_dir, node_cert_file, node_key_file, write_new_file, CA_CERT_FILE, CA_KEY_FILE,
 };
+use super::identity::TlsIdentity;
 use super::pem::{read_file, Src};
 
 /// Issues node `id` a new certificate and key, valid for `days`, from the CA in `ca_dir`
 /// (`ca.pem`, `ca-key.pem`), and puts them in `out_dir` as `node-<id>.pem` and
 /// `node-<id>-key.pem` (key mode 0600), replacing the files there. `out_dir` may be
 /// `ca_dir` (the one-folder layout). Returns the certificate's and the key's paths.
+///
+/// If `out_dir` holds a `ca.pem` (the node's CA bundle), the new certificate is first
+/// checked against it as the node will check it, and nothing is replaced if it fails
+/// (for example [`TlsError::NotTrusted`]: a certificate of a new CA before the node's
+/// bundle trusts that CA).
 ///
 /// The key is put in place first, then the certificate: a node that reads its files
 /// between the two sees a key that does not match its certificate, refuses that pair,
@@ -37,6 +44,16 @@ pub fn renew_node_cert(
     }
     let ca = ClusterCa::load(ca_dir.join(CA_CERT_FILE), ca_dir.join(CA_KEY_FILE))?;
     let node = ca.issue_node_for(id, days)?;
+    let bundle = out_dir.join(CA_CERT_FILE);
+    if bundle.exists() {
+        let text = read_file(&bundle)?;
+        let label = out_dir.join(node_cert_file(id)).display().to_string();
+        TlsIdentity::from_src(
+            Src::new(bundle.display().to_string(), &text),
+            Src::new(format!("{label} (new)"), node.cert_pem.as_bytes()),
+            Src::new("its new key", node.key_pem.as_bytes()),
+        )?;
+    }
     make_private_dir(out_dir)?;
     let cert = out_dir.join(node_cert_file(id));
     let key = out_dir.join(node_key_file(id));
@@ -208,6 +225,14 @@ mod tests {
         assert!(matches!(e, TlsError::InvalidValidity { days: 0 }), "{e}");
         let e = renew_node_cert(&node, 2, &node, 30).unwrap_err();
         assert!(matches!(e, TlsError::Read { .. }), "no CA key there: {e}");
+        // A certificate of a CA the node's bundle does not trust replaces nothing.
+        let other = dir.path().join("other");
+        write_ca(&other).unwrap();
+        let e = renew_node_cert(&other, 2, &node, 30).unwrap_err();
+        assert!(e.to_string().contains("UnknownIssuer"), "{e}");
+        assert!(TlsIdentity::from_dir(&node, 2)
+            .unwrap()
+            .same_credential(&after));
         // No temporary file is left behind.
         let names: Vec<_> = fs::read_dir(&node)
             .unwrap()
