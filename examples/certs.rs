@@ -25,10 +25,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tenure::transport::tls::{
-    node_cert_file, node_dir, node_key_file, node_server_name, renew_node_cert, write_ca,
-    write_ca_bundle, write_cluster_certs_per_node_valid_for, write_cluster_certs_valid_for,
-    CA_CERT_FILE, CA_DIR, CA_KEY_FILE, MAX_NODE_VALIDITY_DAYS, NODE_VALIDITY_DAYS,
-    OPERATOR_CERT_FILE, OPERATOR_DIR, OPERATOR_KEY_FILE, OPERATOR_NAME,
+    node_cert_file, node_dir, node_key_file, node_server_name, renew_node_cert,
+    renew_operator_cert, write_ca, write_ca_bundle, write_cluster_certs_per_node_valid_for,
+    write_cluster_certs_valid_for, CA_CERT_FILE, CA_DIR, CA_KEY_FILE, MAX_NODE_VALIDITY_DAYS,
+    NODE_VALIDITY_DAYS, OPERATOR_CERT_FILE, OPERATOR_DIR, OPERATOR_KEY_FILE, OPERATOR_NAME,
 };
 
 /// The largest group worth making certificates for in one go (raft groups are 3..7).
@@ -78,17 +78,21 @@ struct Args {
 /// What rotates certificates while the group runs (README, "Rotating certificates").
 #[derive(Debug, Subcommand)]
 enum Rotate {
-    /// Issues one node a new certificate and key from an existing CA, replacing its files
-    /// (the node loads them within seconds, without a restart)
+    /// Issues one node (or the operator) a new certificate and key from an existing CA,
+    /// replacing its files (a node loads them within seconds, without a restart)
     Renew {
         /// The node to renew
-        #[arg(long, value_name = "ID", value_parser = clap::value_parser!(u64).range(1..))]
-        node: u64,
+        #[arg(long, value_name = "ID", required_unless_present = "operator", conflicts_with = "operator", value_parser = clap::value_parser!(u64).range(1..))]
+        node: Option<u64>,
+        /// Renew the operator certificate (operator.pem, operator-key.pem) instead
+        #[arg(long)]
+        operator: bool,
         /// The CA's folder (ca.pem, ca-key.pem), e.g. DIR/ca
         #[arg(long, value_name = "DIR")]
         ca: PathBuf,
-        /// The node's folder to write node-<ID>.pem and node-<ID>-key.pem into (default:
-        /// the CA's folder, as in the one-folder layout)
+        /// The folder to write node-<ID>.pem and node-<ID>-key.pem (or the operator's
+        /// files) into (default: the CA's folder, as in the one-folder layout). Its ca.pem,
+        /// if any, must trust the new certificate, or nothing is replaced
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
         /// How long the certificate stays valid, in days
@@ -168,22 +172,31 @@ fn run_rotate(rotate: &Rotate) -> Result<(), tenure::transport::tls::TlsError> {
     match rotate {
         Rotate::Renew {
             node,
+            operator,
             ca,
             out,
             days,
         } => {
             let out = out.as_ref().unwrap_or(ca);
-            let (cert, key) = renew_node_cert(ca, *node, out, *days)?;
-            println!(
-                "renewed node {node} ({}), valid {days} days:",
-                node_server_name(*node)
-            );
+            let (cert, key) = match node {
+                Some(node) if !operator => {
+                    let files = renew_node_cert(ca, *node, out, *days)?;
+                    let name = node_server_name(*node);
+                    println!("renewed node {node} ({name}), valid {days} days:");
+                    files
+                }
+                _ => {
+                    let files = renew_operator_cert(ca, out)?;
+                    println!("renewed the operator certificate ({OPERATOR_NAME}):");
+                    files
+                }
+            };
             println!("  {}", cert.display());
             println!("  {} (mode 0600)", key.display());
             if out.join(CA_CERT_FILE).exists() {
                 println!(
-                    "  checked against {} as the node checks it: it loads them at its next \
-                     look (5 s) or on SIGHUP",
+                    "  checked against {} as a node checks it (a node loads its files at \
+                     its next look, 5 s, or on SIGHUP)",
                     out.join(CA_CERT_FILE).display()
                 );
             }

@@ -539,7 +539,7 @@ impl Collector for CertExpiry {
         let gauge = ConstGauge::new(left);
         let metric = encoder.encode_descriptor(
             "cert_expiry_seconds",
-            "Seconds until this node's own TLS certificate expires (negative: expired)",
+            "Seconds until this node's own TLS certificate expires (negative: expired).",
             None,
             gauge.metric_type(),
         )?;

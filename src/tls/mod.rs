@@ -72,4 +72,4 @@ pub use names::{
 };
 pub(crate) use reload::FileSnapshot;
 pub use reload::{TlsFiles, TlsReload};
-pub use rotate::{renew_node_cert, write_ca, write_ca_bundle};
+pub use rotate::{renew_node_cert, renew_operator_cert, write_ca, write_ca_bundle};

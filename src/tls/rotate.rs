@@ -15,8 +15,9 @@ use super::credential::Holder;
 use super::error::{Result, TlsError};
 use super::files::{
     make_private_dir, node_cert_file, node_key_file, write_new_file, CA_CERT_FILE, CA_KEY_FILE,
+    OPERATOR_CERT_FILE, OPERATOR_KEY_FILE,
 };
-use super::identity::TlsIdentity;
+use super::identity::{OperatorIdentity, TlsIdentity};
 use super::pem::{read_file, Src};
 
 /// Issues node `id` a new certificate and key, valid for `days`, from the CA in `ca_dir`
@@ -59,6 +60,36 @@ pub fn renew_node_cert(
     let key = out_dir.join(node_key_file(id));
     replace_file(&key, &node.key_pem, true)?;
     replace_file(&cert, &node.cert_pem, false)?;
+    Ok((cert, key))
+}
+
+/// Issues a new operator certificate and key from the CA in `ca_dir` and puts them in
+/// `out_dir` as `operator.pem` and `operator-key.pem` (key mode 0600), replacing the
+/// files there; checked first against `out_dir/ca.pem` if there is one, as
+/// [`renew_node_cert`] does. For the move to a new CA: nodes that trust only the new CA
+/// refuse the old operator certificate.
+pub fn renew_operator_cert(
+    ca_dir: impl AsRef<Path>,
+    out_dir: impl AsRef<Path>,
+) -> Result<(PathBuf, PathBuf)> {
+    let (ca_dir, out_dir) = (ca_dir.as_ref(), out_dir.as_ref());
+    let ca = ClusterCa::load(ca_dir.join(CA_CERT_FILE), ca_dir.join(CA_KEY_FILE))?;
+    let operator = ca.issue_operator()?;
+    let bundle = out_dir.join(CA_CERT_FILE);
+    if bundle.exists() {
+        let text = read_file(&bundle)?;
+        let label = out_dir.join(OPERATOR_CERT_FILE).display().to_string();
+        OperatorIdentity::from_src(
+            Src::new(bundle.display().to_string(), &text),
+            Src::new(format!("{label} (new)"), operator.cert_pem.as_bytes()),
+            Src::new("its new key", operator.key_pem.as_bytes()),
+        )?;
+    }
+    make_private_dir(out_dir)?;
+    let cert = out_dir.join(OPERATOR_CERT_FILE);
+    let key = out_dir.join(OPERATOR_KEY_FILE);
+    replace_file(&key, &operator.key_pem, true)?;
+    replace_file(&cert, &operator.cert_pem, false)?;
     Ok((cert, key))
 }
 
@@ -261,6 +292,13 @@ mod tests {
             let id = TlsIdentity::from_pem(&text, &n.cert_pem, &n.key_pem).unwrap();
             assert_eq!(id.ca_certs().len(), 2);
         }
+        // The operator's files, renewed from the new CA, load under the bundle.
+        let op = dir.path().join("operator");
+        fs::create_dir(&op).unwrap();
+        fs::copy(&bundle, op.join(CA_CERT_FILE)).unwrap();
+        renew_operator_cert(dir.path().join("new"), &op).unwrap();
+        let id = OperatorIdentity::from_dir(&op).unwrap();
+        assert!(id.warnings().is_empty(), "{:?}", id.warnings());
         // A node certificate is no CA.
         let n = old.issue_node(1).unwrap();
         let leaf = dir.path().join("leaf.pem");
