@@ -1,7 +1,8 @@
 //! Certificate rotation without downtime: every node's certificate renewed, then the CA
 //! replaced through a bundle of both, while a 3-node group (real QUIC on loopback) keeps
 //! its leader and its lease; a reload that fails keeps the credential in use; a
-//! certificate of the retired CA is refused at the handshake, with the reason.
+//! certificate of the retired CA is refused at the handshake, with the reason; and a
+//! removed node's certificate is refused by every member, with the reason.
 
 mod support;
 
@@ -51,19 +52,51 @@ fn expiry_seconds(node: &Node) -> f64 {
 /// ended (the server refuses after it saw the client's certificate, which in TLS 1.3
 /// comes after the client considers the handshake done: so also wait for the close).
 async fn refusal(identity: &TlsIdentity, addr: SocketAddr, server: NodeId) -> String {
+    try_refusal(identity, addr, server, LONG)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`refusal`], or an error if `addr` kept the connection open for `patience`.
+async fn try_refusal(
+    identity: &TlsIdentity,
+    addr: SocketAddr,
+    server: NodeId,
+    patience: Duration,
+) -> Result<String, String> {
     let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
     endpoint.set_default_client_config(identity.client_config().unwrap());
     let connecting = endpoint.connect(addr, &node_server_name(server)).unwrap();
     let why = match tokio::time::timeout(LONG, connecting).await {
-        Err(_) => panic!("no answer from {addr} within {LONG:?}"),
-        Ok(Err(e)) => e.to_string(),
-        Ok(Ok(conn)) => match tokio::time::timeout(LONG, conn.closed()).await {
-            Ok(e) => e.to_string(),
-            Err(_) => panic!("{addr} accepted a certificate it should refuse"),
+        Err(_) => Err(format!("no answer from {addr} within {LONG:?}")),
+        Ok(Err(e)) => Ok(e.to_string()),
+        Ok(Ok(conn)) => match tokio::time::timeout(patience, conn.closed()).await {
+            Ok(e) => Ok(e.to_string()),
+            Err(_) => Err(format!("{addr} accepted a certificate it should refuse")),
         },
     };
     endpoint.close(0u32.into(), b"done");
     why
+}
+
+/// Waits until node `server` refuses `identity` with a reason containing `want`.
+async fn wait_refused(
+    identity: &TlsIdentity,
+    addr: SocketAddr,
+    server: NodeId,
+    want: &str,
+) -> String {
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        let got = try_refusal(identity, addr, server, Duration::from_secs(1)).await;
+        match got {
+            Ok(why) if why.contains(want) => return why,
+            _ if tokio::time::Instant::now() >= deadline => {
+                panic!("node {server} did not refuse with {want:?} within {LONG:?}: {got:?}")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -254,5 +287,50 @@ async fn a_node_finds_renewed_files_by_itself() {
     })
     .await;
     assert!(left > 6.0 * 86_400.0, "{left}");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_nodes_certificate_is_refused_at_the_handshake_by_every_member() {
+    let mut c = Cluster::start(3).await;
+    let certs = c.dir.path().join("certs");
+    let (leader, _) = c.steady_leader(LONG).await;
+    let out = *c.nodes.keys().find(|id| **id != leader).unwrap();
+    let stays = *c
+        .nodes
+        .keys()
+        .find(|id| **id != leader && **id != out)
+        .unwrap();
+    c.node(leader).remove_member(out).await.expect("remove");
+    wait_for("the removed node to say it was removed", LONG, || {
+        (c.view(out).role == Role::Removed).then_some(())
+    })
+    .await;
+    c.kill(out).await;
+    // Its certificate is as valid under the CA as ever: refused by name.
+    let identity = TlsFiles::in_dir(&certs, out).load().unwrap();
+    let want = format!("node {out} was removed from the group");
+    for id in [leader, stays] {
+        let why = wait_refused(&identity, c.addrs[&id], id, &want).await;
+        assert!(
+            why.contains("handshake failed"),
+            "refused at the handshake: {why}"
+        );
+        eprintln!("node {id} refuses node {out}: {why}");
+    }
+    // Its id is never admitted again.
+    let e = c
+        .node(leader)
+        .add_learner(out, c.addrs[&out])
+        .await
+        .unwrap_err();
+    assert_eq!(e, tenure::MembershipError::RemovedNode(out), "{e}");
+    assert!(e.to_string().contains("never admitted again"), "{e}");
+    // A member that restarts (its configuration still lists the removed node) refuses
+    // it from its own store.
+    c.restart(stays).await;
+    c.steady_leader(LONG).await;
+    let why = refusal(&identity, c.addrs[&stays], stays).await;
+    assert!(why.contains(&want), "after a restart: {why}");
     c.shutdown().await;
 }

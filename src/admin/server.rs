@@ -469,6 +469,7 @@ fn membership(me: NodeId, r: Result<Membership, MembershipError>) -> Result<Repl
         MembershipError::ChangeInFlight => ErrorKind::ChangeInFlight,
         MembershipError::UnknownNode(_) => ErrorKind::UnknownNode,
         MembershipError::AlreadyMember(_) => ErrorKind::AlreadyMember,
+        MembershipError::RemovedNode(_) => ErrorKind::RemovedNode,
         MembershipError::NotALearner(_) => ErrorKind::NotALearner,
         MembershipError::LearnerBehind { .. } => ErrorKind::LearnerBehind,
         MembershipError::WouldLoseQuorum { .. } => ErrorKind::WouldLoseQuorum,

@@ -22,6 +22,7 @@ use super::error::{Result, TlsError};
 use super::files::{key_file_warnings, IdentityWarning};
 use super::names::parse_x509;
 use super::pem::{read_files, Src};
+use super::refuse::{RefuseRemoved, RemovedIds};
 
 #[cfg(doc)]
 use super::{OperatorIdentity, TlsIdentity};
@@ -188,11 +189,24 @@ impl Credential {
     /// The rustls server side: TLS 1.3 only, ring provider, ALPN `alpn`, presents this
     /// chain, requires a client certificate that verifies under the CA (the only root).
     /// No 0-RTT, no session tickets.
-    pub(super) fn server_config(&self, alpn: &[u8]) -> Result<rustls::ServerConfig> {
+    ///
+    /// With `removed`, a client certificate naming a removed node is refused too.
+    pub(super) fn server_config(
+        &self,
+        alpn: &[u8],
+        removed: Option<&RemovedIds>,
+    ) -> Result<rustls::ServerConfig> {
         let provider = provider();
-        let verifier = WebPkiClientVerifier::builder_with_provider(self.roots()?, provider.clone())
-            .build()
-            .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?;
+        let mut verifier =
+            WebPkiClientVerifier::builder_with_provider(self.roots()?, provider.clone())
+                .build()
+                .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?;
+        if let Some(removed) = removed {
+            verifier = Arc::new(RefuseRemoved {
+                inner: verifier,
+                removed: removed.clone(),
+            });
+        }
         let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])?
             .with_client_cert_verifier(verifier)

@@ -20,6 +20,7 @@ use super::files::{
 };
 use super::names::{node_id_labeled, node_server_name, operator_labeled, parse_x509};
 use super::pem::Src;
+use super::refuse::RemovedIds;
 
 #[cfg(doc)]
 use super::{node_id_from_cert, write_cluster_certs, CertKind};
@@ -140,7 +141,20 @@ impl TlsIdentity {
     /// The client's node id is not checked here: the caller reads it from the
     /// certificate ([`node_id_from_cert`]) and decides whether it is a known peer.
     pub fn rustls_server_config(&self) -> Result<rustls::ServerConfig> {
-        self.core.server_config(ALPN)
+        self.core.server_config(ALPN, None)
+    }
+
+    /// [`TlsIdentity::server_config`] that also refuses, at the handshake, a client
+    /// certificate naming a node in `removed`.
+    pub(crate) fn server_config_refusing(
+        &self,
+        removed: &RemovedIds,
+    ) -> Result<quinn::ServerConfig> {
+        let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(
+            self.core.server_config(ALPN, Some(removed))?,
+        )
+        .map_err(|e| TlsError::Quic(e.to_string()))?;
+        Ok(quinn::ServerConfig::with_crypto(Arc::new(crypto)))
     }
 
     /// The rustls client side: TLS 1.3 only, ring provider, ALPN [`ALPN`], presents this

@@ -40,6 +40,7 @@
 //! | `files.rs` | the certificate folders: file names, both layouts, writing them; key-permission warnings |
 //! | `identity.rs` | [`TlsIdentity`] and [`OperatorIdentity`]: what each accepts; the quinn configurations |
 //! | `reload.rs` | [`TlsFiles`]: where a node's files are, read again and checked while it runs; [`TlsReload`] |
+//! | `refuse.rs` | refusing a removed node's certificate at the handshake |
 //! | `rotate.rs` | rotation on disk: [`renew_node_cert`], a new CA ([`write_ca`]), a bundle of CAs ([`write_ca_bundle`]) |
 //! | `credential.rs` | the core both identities and the admin client's [`Credentials`](crate::admin::Credentials) share: loading, checking, the rustls configurations |
 
@@ -50,6 +51,7 @@ mod files;
 mod identity;
 mod names;
 mod pem;
+mod refuse;
 mod reload;
 mod rotate;
 
@@ -70,6 +72,7 @@ pub use names::{
     cert_kind, check_operator_cert, node_id_from_cert, node_server_name, CertKind, NAME_SUFFIX,
     OPERATOR_NAME,
 };
+pub(crate) use refuse::{RemovedIds, RemovedNode};
 pub(crate) use reload::FileSnapshot;
 pub use reload::{TlsFiles, TlsReload};
 pub use rotate::{renew_node_cert, renew_operator_cert, write_ca, write_ca_bundle};

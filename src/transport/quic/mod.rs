@@ -526,9 +526,16 @@ impl Transport for QuicTransport {
 
     fn set_peer(&self, id: NodeId, addr: Option<SocketAddr>) {
         match addr {
-            Some(a) => self.set_peer_addr(id, a),
+            Some(a) if !self.shared.tls.removed.contains(id) => self.set_peer_addr(id, a),
+            Some(_) => {}
             None => self.remove_peer(id),
         }
+    }
+
+    fn set_removed(&self, removed: &std::collections::BTreeSet<NodeId>) {
+        // The verifier of every server configuration (the current one included) reads
+        // this set at each handshake.
+        self.shared.tls.removed.set(removed);
     }
 
     fn close(&self) {

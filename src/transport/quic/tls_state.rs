@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::sync::watch;
 
-use crate::tls::{FileSnapshot, TlsError, TlsFiles, TlsIdentity, TlsReload};
+use crate::tls::{FileSnapshot, RemovedIds, TlsError, TlsFiles, TlsIdentity, TlsReload};
 
 /// The transport's credential and where it reloads from.
 pub(super) struct TlsState {
@@ -18,6 +18,9 @@ pub(super) struct TlsState {
     files: Option<TlsFiles>,
     /// The QUIC settings every configuration carries.
     transport: Arc<quinn::TransportConfig>,
+    /// The ids the group removed, refused at the handshake by every server
+    /// configuration this builds.
+    pub(super) removed: RemovedIds,
     /// What dials use: the current identity's client configuration.
     client: RwLock<quinn::ClientConfig>,
     /// The current identity; subscribers (the node's metrics, the admin endpoint) see
@@ -44,11 +47,13 @@ impl TlsState {
         files: Option<TlsFiles>,
         transport: Arc<quinn::TransportConfig>,
     ) -> Result<(TlsState, quinn::ServerConfig), TlsError> {
-        let server = server_config(&identity, &transport)?;
+        let removed = RemovedIds::default();
+        let server = server_config(&identity, &transport, &removed)?;
         let client = client_config(&identity, &transport)?;
         let state = TlsState {
             files,
             transport,
+            removed,
             client: RwLock::new(client),
             current: watch::Sender::new(identity),
             lock: Mutex::new(Tried::default()),
@@ -110,7 +115,7 @@ impl TlsState {
         if identity.same_credential(&self.current.borrow()) {
             return Ok(TlsReload::Unchanged);
         }
-        let server = server_config(&identity, &self.transport)?;
+        let server = server_config(&identity, &self.transport, &self.removed)?;
         let client = client_config(&identity, &self.transport)?;
         endpoint.set_server_config(Some(server));
         *self
@@ -133,12 +138,14 @@ impl TlsState {
     }
 }
 
-/// `identity`'s quinn server configuration with the transport's QUIC settings.
+/// `identity`'s quinn server configuration with the transport's QUIC settings,
+/// refusing the `removed` nodes' certificates at the handshake.
 fn server_config(
     identity: &TlsIdentity,
     transport: &Arc<quinn::TransportConfig>,
+    removed: &RemovedIds,
 ) -> Result<quinn::ServerConfig, TlsError> {
-    let mut config = identity.server_config()?;
+    let mut config = identity.server_config_refusing(removed)?;
     config.transport_config(transport.clone()).migration(false);
     Ok(config)
 }
