@@ -37,6 +37,17 @@
 //!   panics. Failed handshakes and refusals are logged at WARN once per remote address
 //!   per minute (with the count of those held back), the rest at DEBUG.
 //!
+//! # Certificates
+//!
+//! The credential new connections use is swapped while the transport runs
+//! ([`QuicTransport::reload_tls`], and every [`QuicConfig::tls_poll`] when
+//! [`QuicConfig::tls_files`] is set): the files are checked as at a start, then the
+//! endpoint's server configuration is replaced and the next dial uses the new client
+//! configuration; open connections keep theirs (docs/design.md, section 6, "Rotating
+//! certificates"). Every server configuration also refuses, at the handshake, a client
+//! certificate naming a node the group removed ([`Transport::set_removed`]; "Shutting out
+//! a node").
+//!
 //! # Limits
 //!
 //! What a peer can make this node hold is bounded (docs/design.md, section 9, says why

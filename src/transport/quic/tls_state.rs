@@ -36,6 +36,8 @@ pub(super) struct TlsState {
 #[derive(Default)]
 struct Tried {
     last: Option<FileSnapshot>,
+    /// What reading the files failed with at the last try (a missing file, say).
+    unreadable: Option<String>,
     closed: bool,
 }
 
@@ -86,7 +88,8 @@ impl TlsState {
 
     /// Reads the files and, if they hold another valid credential of this node, uses it
     /// for new connections. `poll`: files that hold the same bytes as at the last try
-    /// are not checked again (so a bad file is reported once, not at every poll).
+    /// are not checked again, and a read that fails as the last one did is not reported
+    /// again (so a bad or missing file is reported once, not at every poll).
     pub(super) fn reload(
         &self,
         endpoint: &quinn::Endpoint,
@@ -100,7 +103,19 @@ impl TlsState {
         if tried.closed {
             return Ok(TlsReload::Unchanged);
         }
-        let snapshot = files.read()?;
+        let snapshot = match files.read() {
+            Ok(snapshot) => snapshot,
+            Err(e) => {
+                let text = e.to_string();
+                let again = tried.unreadable.as_ref() == Some(&text);
+                tried.unreadable = Some(text);
+                if poll && again {
+                    return Ok(TlsReload::Unchanged);
+                }
+                return Err(e);
+            }
+        };
+        tried.unreadable = None;
         if poll
             && tried
                 .last
