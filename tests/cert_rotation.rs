@@ -243,10 +243,10 @@ async fn a_reload_that_fails_keeps_the_credential_in_use_and_says_why() {
         match what {
             "cut off" => assert!(text.contains("cut off"), "{what}: {text}"),
             "key of another certificate" => {
-                assert!(matches!(e, TlsError::KeyMismatch { .. }), "{what}: {text}")
+                assert!(matches!(e, TlsError::KeyMismatch { .. }), "{what}: {text}");
             }
             "issued by another CA" => {
-                assert!(matches!(e, TlsError::NotTrusted { .. }), "{what}: {text}")
+                assert!(matches!(e, TlsError::NotTrusted { .. }), "{what}: {text}");
             }
             _ => assert!(
                 text.contains("names node 3, but node 2 was asked for"),
