@@ -177,6 +177,20 @@ async fn rotating_every_certificate_and_then_the_ca_keeps_the_leader_and_its_lea
         lease.ended_at().is_none(),
         "lease lost while the follower rejoined"
     );
+    // And the leader hears it: with the other follower stopped, a confirm of the lease
+    // needs the restarted follower's answer, which comes over a connection of its new
+    // certificate to the leader's reloaded server configuration.
+    let other = *c
+        .nodes
+        .keys()
+        .find(|id| **id != leader && **id != follower)
+        .unwrap();
+    c.kill(other).await;
+    let token = tokio::time::timeout(LONG, lease.confirm())
+        .await
+        .expect("the confirm is answered")
+        .expect("the restarted follower confirms the lease");
+    assert_eq!(token.term(), term);
     let leases = c.leases.lock().unwrap().clone();
     assert_eq!(leases.len(), 1, "one lease in all: {leases:#?}");
 
