@@ -285,8 +285,13 @@ fn measure(o: &Options, n: usize) -> Row {
         row.first_spread_s
     );
     if first.is_none() {
-        row.failures
-            .push(format!("no even spread of {n} elections within {settle:?}"));
+        let (held, c) = {
+            let s = group.state();
+            (holders(&s).len(), counts(&s, &ids))
+        };
+        row.failures.push(format!(
+            "no even spread of {n} elections within {settle:?}: {held} held, per worker {c:?}"
+        ));
         group.stop();
         return row;
     }

@@ -241,6 +241,11 @@ pub struct Config {
     pub data_dir: Option<PathBuf>,
     /// TLS identity for the QUIC transport.
     pub tls: Option<TlsSource>,
+    /// How often the node looks at its TLS files (`Config::tls_dir`, [`TlsSource::Files`])
+    /// for a renewed certificate, key or CA bundle, and uses a changed, valid one for
+    /// new connections without dropping any (5 s; zero: only on
+    /// [`Node::reload_tls`](crate::Node::reload_tls)). README, "Rotating certificates".
+    pub tls_poll: Duration,
     /// Election timing.
     pub timing: Timing,
     /// How [`Lease::confirm`](crate::Lease::confirm) is answered.
@@ -321,6 +326,7 @@ impl fmt::Debug for Config {
             .field("peers", &self.peers)
             .field("data_dir", &self.data_dir)
             .field("tls", &self.tls)
+            .field("tls_poll", &self.tls_poll)
             .field("timing", &self.timing)
             .field("read_mode", &self.read_mode)
             .field("join", &self.join)
@@ -366,6 +372,7 @@ impl Config {
                 malformed_peers: BTreeMap::new(),
                 data_dir: None,
                 tls: None,
+                tls_poll: crate::transport::quic::DEFAULT_TLS_POLL,
                 timing: Timing::default(),
                 read_mode: ReadMode::default(),
                 logger: None,
@@ -509,6 +516,11 @@ impl ConfigBuilder {
     /// TLS identity from any source.
     pub fn tls(mut self, tls: TlsSource) -> Self {
         self.config.tls = Some(tls);
+        self
+    }
+    /// How often to look at the TLS files for renewed ones ([`Config::tls_poll`]).
+    pub fn tls_poll(mut self, every: Duration) -> Self {
+        self.config.tls_poll = every;
         self
     }
     /// Election timing.

@@ -360,6 +360,12 @@ pub enum MembershipError {
     /// The node to add is a member already.
     #[error("node {0} is already a member of the group")]
     AlreadyMember(NodeId),
+    /// The node to add was removed from the group (or replaced) before: its id is never
+    /// admitted again, and every member refuses its certificate. Fix: give the machine a
+    /// new id and a certificate for it (`certs renew --node NEW`), start it with
+    /// `--join`, and add that id.
+    #[error("node {0} was removed from the group and is never admitted again; give the machine a new id and certificate")]
+    RemovedNode(NodeId),
     /// Only a learner can be promoted (add it first with `add_learner`).
     #[error("node {0} is not a learner (add it as a learner first)")]
     NotALearner(NodeId),

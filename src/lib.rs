@@ -354,13 +354,13 @@
 //! | `node` | the public [`Node`] handle: start, watch, lease, transfer, shutdown, membership |
 //! | `founding` | founding a group once: the first members' hellos, the founding rule |
 //! | `status` | [`Role`], [`Leadership`], [`Membership`], [`Status`]: what a node knows |
-//! | `state` | the replicated state beside raft-rs's membership: group id, history, drains, addresses |
+//! | `state` | the replicated state beside raft-rs's membership: group id, history, drains, addresses, removed ids |
 //! | `driver/` | the task that owns raft-rs's `RawNode`: the loop, the Ready, commands, peer input, the lease keeper, handover, membership, publishing (its module docs map the files) |
 //! | [`lease`] | [`Lease`] handles; `token`: the [`FencingToken`] |
 //! | [`GroupId`] | which group a store, a node and a peer belong to |
 //! | [`storage`] | the [`RaftStore`](storage::RaftStore) trait: RocksDB and memory stores |
-//! | [`transport`] | the [`Transport`](transport::Transport) trait; QUIC with mutual TLS (`quic/`: config, outbound, inbound, socket); frames (`frame/`, the wire scan in `scan.rs`); the hello; the in-process test network |
-//! | [`tls`] | the cluster CA and certificate names (`ca.rs`, `names.rs`); PEM and the certificate folders (`pem.rs`, `files.rs`); node and operator identities on one credential core (`identity.rs`, `credential.rs`) |
+//! | [`transport`] | the [`Transport`](transport::Transport) trait; QUIC with mutual TLS (`quic/`: config, outbound, inbound, socket, the credential in use and its reloads); frames (`frame/`, the wire scan in `scan.rs`); the hello; the in-process test network |
+//! | [`tls`] | the cluster CA and certificate names (`ca.rs`, `names.rs`); PEM and the certificate folders (`pem.rs`, `files.rs`); node and operator identities on one credential core (`identity.rs`, `credential.rs`); reloading a node's files and rotating them on disk (`reload.rs`, `rotate.rs`); refusing removed nodes at the handshake (`refuse.rs`) |
 //! | [`error`] | one error enum per operation |
 //! | [`clock`] | `CLOCK_MONOTONIC` timestamps comparable across processes; `CLOCK_BOOTTIME`, which the lease also checks |
 //! | [`fence`] | resource-side token checks: SQLite and RocksDB fences |

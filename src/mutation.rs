@@ -15,6 +15,8 @@
 //! | `lease-one-tick-long` | the lease as long as before the voters' refusal window was shortened by a tick: `(election_ticks − 1)` ticks |
 //! | `fence-accepts-any` | the SQLite fence accepts every token |
 //! | `lease-from-other-election` | a confirm is answered by any election's lease this node holds, not by its own election's (a leader of one name confirms a lease of another it lost) |
+//! | `support-after-vote` | a quiet follower that woke (and may vote once its window closed) keeps acknowledging the election to its leader, which keeps crediting that support (`docs/design.md`, section 12) |
+//! | `quiet-misses-dead-leader` | a quiet follower never notices that its leader's support stream went silent (its quiet elections stay leaderless) |
 //!
 //! Without the feature, [`active`] is a constant `false` and the checks compile away.
 

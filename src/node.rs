@@ -28,7 +28,7 @@ use crate::state::GroupState;
 use crate::status::{Leadership, Membership, Role, Status};
 use crate::storage::ReadyWrite;
 use crate::storage::{RaftStore, RocksStore};
-use crate::tls::TlsIdentity;
+use crate::tls::{TlsError, TlsFiles, TlsIdentity, TlsReload};
 use crate::transport::quic::{QuicConfig, QuicTransport};
 #[cfg(feature = "testing")]
 use crate::transport::Faults;
@@ -81,10 +81,22 @@ impl Node {
         config.validate()?;
         let data_dir = config.data_dir.clone().ok_or(ConfigError::NoDataDir)?;
         let tls = config.tls.clone().ok_or(ConfigError::NoTls)?;
-        let identity = match tls {
-            TlsSource::Dir(dir) => TlsIdentity::from_dir(&dir, config.id)?,
-            TlsSource::Files { ca, cert, key } => TlsIdentity::load(&ca, &cert, &key)?,
-            TlsSource::Identity(id) => id,
+        let (identity, tls_files) = match tls {
+            TlsSource::Dir(dir) => {
+                let files = TlsFiles::in_dir(&dir, config.id);
+                (TlsIdentity::from_dir(&dir, config.id)?, Some(files))
+            }
+            TlsSource::Files { ca, cert, key } => {
+                let identity = TlsIdentity::load(&ca, &cert, &key)?;
+                let files = TlsFiles {
+                    ca,
+                    cert,
+                    key,
+                    id: config.id,
+                };
+                (identity, Some(files))
+            }
+            TlsSource::Identity(id) => (id, None),
         };
         if identity.id() != config.id {
             return Err(ConfigError::IdentityMismatch {
@@ -122,11 +134,26 @@ impl Node {
         let mut qc = QuicConfig::new(config.id, listen, Default::default(), identity);
         qc.peers = peers;
         qc.logger = logger.new(o!("component" => "quic"));
+        qc.tls_files = tls_files;
+        qc.tls_poll = config.tls_poll;
         // The first hello says what the store holds: the node sets it once it has read it.
         qc.hello = None;
         let (transport, inbound) = QuicTransport::start(qc)?;
         let quic = Arc::new(transport);
         let mut node = Node::start_with(config, store, quic.clone(), inbound).await?;
+        // `tenure_cert_expiry_seconds` follows every identity the transport swaps in; the
+        // task ends with the transport.
+        let mut updates = quic.tls_updates();
+        let metrics = node.metrics.clone();
+        tokio::spawn(async move {
+            loop {
+                let not_after = updates.borrow_and_update().not_after();
+                metrics.set_cert_not_after(not_after);
+                if updates.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
         node.quic = Some(quic);
         Ok(node)
     }
@@ -523,6 +550,33 @@ impl Node {
         let mut registry = prometheus_client::registry::Registry::default();
         self.register_metrics(&mut registry);
         crate::metrics::encode(&registry)
+    }
+
+    /// Reads this node's TLS files again (certificate, key, CA bundle) and, if they
+    /// changed and pass every check a start makes, uses them for new connections; open
+    /// connections, and so the group's leader and its lease, are not touched. A failure
+    /// keeps the credential in use and says what is wrong with the files. The node also
+    /// does this every [`Config::tls_poll`]; the example worker on SIGHUP.
+    ///
+    /// [`TlsError::NotReloadable`] for a node started with [`Node::start_with`] or with
+    /// an identity given loaded ([`TlsSource::Identity`]).
+    pub fn reload_tls(&self) -> Result<TlsReload, TlsError> {
+        match &self.quic {
+            Some(quic) => quic.reload_tls(),
+            None => Err(TlsError::NotReloadable),
+        }
+    }
+
+    /// The TLS identity this node's new connections use now (`None` without the QUIC
+    /// transport of [`Node::start`]).
+    pub fn tls_identity(&self) -> Option<TlsIdentity> {
+        self.quic.as_ref().map(|q| q.tls_identity())
+    }
+
+    /// Sees each TLS identity the node swaps in (`None` without the QUIC transport of
+    /// [`Node::start`]).
+    pub(crate) fn tls_updates(&self) -> Option<watch::Receiver<TlsIdentity>> {
+        self.quic.as_ref().map(|q| q.tls_updates())
     }
 
     /// Transport counters (messages sent, dropped, frames rejected, …).

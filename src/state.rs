@@ -48,6 +48,12 @@ pub(crate) struct GroupState {
     /// The id the next created election gets (ids are never reused).
     #[serde(default = "first_election_id")]
     pub(crate) next_election_id: ElectionId,
+    /// Nodes that left the group (removed, or replaced): never admitted again, and
+    /// refused at the TLS handshake by every member (`docs/design.md`, section 6,
+    /// "Shutting out a node"). Recorded as each conf change applies, so every node
+    /// holds the same set; empty in snapshots written before it existed.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub(crate) removed: BTreeSet<NodeId>,
 }
 
 fn first_election_id() -> ElectionId {

@@ -12,6 +12,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
+use std::time::Duration;
 
 fn deploy() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy"))
@@ -82,7 +83,12 @@ fn alerts_fire_on_the_series_they_are_meant_for() {
 fn exposition_passes_promtool_check_metrics() {
     let metrics = tenure::metrics::Metrics::new(1);
     metrics.register_fence("ledger", Arc::new(tenure::fence::FenceStats::default()));
+    metrics.set_cert_not_after(std::time::SystemTime::now() + Duration::from_secs(86_400));
     let text = metrics.render();
+    assert!(
+        text.contains("tenure_cert_expiry_seconds{node=\"1\"} 86"),
+        "{text}"
+    );
     if let Some(out) = promtool_with_input(&["check", "metrics"], &text) {
         assert_ok(&format!("promtool check metrics of\n{text}\n"), out);
     }
@@ -94,6 +100,8 @@ fn alerts_name_only_metrics_tenure_exports() {
     let metrics = tenure::metrics::Metrics::new(1);
     let fence = tenure::fence::FenceStats::default();
     metrics.register_fence("ledger", Arc::new(fence));
+    // Exported once the node knows its certificate (a node started with files does).
+    metrics.set_cert_not_after(std::time::SystemTime::now());
     let text = metrics.render();
     let exported: Vec<&str> = text
         .lines()

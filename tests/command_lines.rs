@@ -159,6 +159,11 @@ fn certs_explains_itself_and_names_the_flag_it_refuses() {
         "--out <DIR>",
         "--per-node",
         "DIR/ca/",
+        "--days <N>",
+        "[default: 90]",
+        "renew",
+        "new-ca",
+        "bundle",
     ] {
         assert!(out.contains(needle), "--help lacks {needle:?}:\n{out}");
     }
@@ -183,8 +188,81 @@ fn certs_explains_itself_and_names_the_flag_it_refuses() {
                 &["--nodes", "3", "--out", "/x", "--per-node=yes"],
                 "'--per-node'",
             ),
+            (
+                &["--nodes", "3", "--out", "/x", "--days", "0"],
+                "'--days <N>'",
+            ),
+            (&["renew", "--node", "3"], "--ca <DIR>"),
+            (&["renew", "--ca", "/x"], "--node <ID>"),
+            (&["renew", "--node", "0", "--ca", "/x"], "'--node <ID>'"),
+            (&["bundle", "--out", "/x"], "--ca <FILE>"),
+            (&["new-ca"], "--out <DIR>"),
         ],
     );
+    // The rotation steps of README "Rotating certificates", in order.
+    let dir2 = tempfile::tempdir().unwrap();
+    let p = |s: &str| dir2.path().join(s).to_str().unwrap().to_string();
+    let steps: [Vec<String>; 5] = [
+        vec![
+            "--nodes".into(),
+            "2".into(),
+            "--out".into(),
+            p(""),
+            "--per-node".into(),
+        ],
+        vec![
+            "renew".into(),
+            "--node".into(),
+            "2".into(),
+            "--ca".into(),
+            p("ca"),
+            "--out".into(),
+            p("node-2"),
+            "--days".into(),
+            "30".into(),
+        ],
+        vec!["new-ca".into(), "--out".into(), p("ca-2")],
+        vec![
+            "bundle".into(),
+            "--ca".into(),
+            p("ca/ca.pem"),
+            "--ca".into(),
+            p("ca-2/ca.pem"),
+            "--out".into(),
+            p("node-2/ca.pem"),
+        ],
+        vec![
+            "renew".into(),
+            "--node".into(),
+            "2".into(),
+            "--ca".into(),
+            p("ca-2"),
+            "--out".into(),
+            p("node-2"),
+        ],
+    ];
+    for args in &steps {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, _, err) = output(&certs, &args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+    }
+    let id = tenure::transport::tls::TlsIdentity::from_dir(p("node-2"), 2).unwrap();
+    assert_eq!(id.ca_certs().len(), 2);
+    // Node 1's folder does not trust the new CA yet: nothing is replaced, exit code 1.
+    let (code, _, err) = output(
+        &certs,
+        &[
+            "renew",
+            "--node",
+            "1",
+            "--ca",
+            &p("ca-2"),
+            "--out",
+            &p("node-1"),
+        ],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("UnknownIssuer"), "{err}");
     // And it still writes what it always wrote.
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("c");

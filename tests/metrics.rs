@@ -49,6 +49,9 @@ fn samples(body: &str) -> HashMap<String, f64> {
 /// worker's own id is `$node`). A scrape must hold every line; it may hold more (add,
 /// do not change). The fence is the example ledger's.
 const EXPOSITION: &str = r#"
+# HELP tenure_cert_expiry_seconds Seconds until this node's own TLS certificate expires (negative: expired).
+# TYPE tenure_cert_expiry_seconds gauge
+tenure_cert_expiry_seconds{node=$node}
 # HELP tenure_elections_started_total Campaigns this node started.
 # TYPE tenure_elections_started_total counter
 tenure_elections_started_total{node=$node}

@@ -45,7 +45,9 @@ fence_rejected. Each election event carries \"election\": null for the group's o
 election, or the name of a named election (--elections N runs shard-0 ... shard-N-1, whose
 leader_changed, lease_*, history and settlement events name them). SIGTERM or SIGINT stops it gracefully (handing leadership over first
 when it leads). SIGUSR1 cuts it off from every peer (a partition drill through the
-transport's fault hooks, no root needed) and SIGUSR2 heals it.";
+transport's fault hooks, no root needed) and SIGUSR2 heals it. SIGHUP reloads the TLS files
+of --certs at once (tls_reloaded, tls_unchanged or tls_reload_failed with the error: the
+certificate in use stays); the worker also looks at them every 5 s by itself.";
 
 // The worker's command line (`examples/worker.rs`, and `local_group __worker`). Every
 // flag, value, default and exit code is what the hand-written parser before it took:
@@ -684,6 +686,28 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
                 }
             });
         }
+    }
+
+    // SIGHUP: read the TLS files again now (README, "Rotating certificates").
+    if let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        let n = node.clone();
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                match n.reload_tls() {
+                    Ok(tenure::transport::tls::TlsReload::Reloaded { not_after }) => {
+                        let left = not_after
+                            .duration_since(std::time::SystemTime::now())
+                            .map_or(0, |d| d.as_secs());
+                        emit(id, "tls_reloaded", json!({"expires_in_seconds": left}));
+                    }
+                    Ok(_) => emit(id, "tls_unchanged", json!({})),
+                    Err(e) => {
+                        eprintln!("worker {id}: TLS files not reloaded: {e}");
+                        emit(id, "tls_reload_failed", json!({"error": e.to_string()}));
+                    }
+                }
+            }
+        });
     }
 
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {

@@ -351,6 +351,8 @@ pub enum ErrorKind {
     UnknownNode,
     /// The node to add is already a member.
     AlreadyMember,
+    /// The node to add was removed before: its id is never admitted again.
+    RemovedNode,
     /// The node to promote (or replace with) is not a learner.
     NotALearner,
     /// The learner has not caught up with the log yet; retry later.
@@ -396,6 +398,7 @@ impl ErrorKind {
             ErrorKind::ChangeInFlight => "change_in_flight",
             ErrorKind::UnknownNode => "unknown_node",
             ErrorKind::AlreadyMember => "already_member",
+            ErrorKind::RemovedNode => "removed_node",
             ErrorKind::NotALearner => "not_a_learner",
             ErrorKind::LearnerBehind => "learner_behind",
             ErrorKind::WouldLoseQuorum => "would_lose_quorum",

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quinn::VarInt;
-use slog::{debug, info, o, Logger};
+use slog::{debug, info, o, warn, Logger};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -121,21 +121,7 @@ pub fn serve(
         });
     }
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| ServeError::NoRuntime)?;
-    let mut crypto = identity.rustls_server_config()?;
-    crypto.alpn_protocols = vec![ALPN.to_vec()];
-    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(crypto)
-        .map_err(|e| ServeError::Tls(TlsError::Quic(e.to_string())))?;
-    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    let mut transport = quinn::TransportConfig::default();
-    transport
-        .max_concurrent_bidi_streams(VarInt::from_u32(MAX_STREAMS))
-        .max_concurrent_uni_streams(VarInt::from_u32(0))
-        .datagram_receive_buffer_size(None)
-        .max_idle_timeout(Some(quinn::IdleTimeout::from(VarInt::from_u32(
-            IDLE_TIMEOUT_MS,
-        ))));
-    config.transport_config(Arc::new(transport));
-    config.migration(false);
+    let config = server_config(identity)?;
     let socket =
         std::net::UdpSocket::bind(addr).map_err(|source| ServeError::Bind { addr, source })?;
     let endpoint = {
@@ -154,6 +140,14 @@ pub fn serve(
     let log = logger.new(o!("admin" => local_addr.to_string()));
     info!(log, "admin endpoint listening");
     let shutdown = CancellationToken::new();
+    if let Some(updates) = node.tls_updates() {
+        runtime.spawn(follow_reloads(
+            endpoint.clone(),
+            updates,
+            shutdown.clone(),
+            log.clone(),
+        ));
+    }
     let task = runtime.spawn(accept_loop(endpoint.clone(), node, shutdown.clone(), log));
     Ok(AdminServer {
         local_addr,
@@ -161,6 +155,55 @@ pub fn serve(
         shutdown,
         task: Some(task),
     })
+}
+
+/// Presents each certificate the node's transport reloads (README, "Rotating
+/// certificates") to new admin clients too, until the endpoint stops.
+async fn follow_reloads(
+    endpoint: quinn::Endpoint,
+    mut updates: tokio::sync::watch::Receiver<TlsIdentity>,
+    shutdown: CancellationToken,
+    log: Logger,
+) {
+    updates.borrow_and_update();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = updates.changed() => if changed.is_err() { return },
+        }
+        let identity = updates.borrow_and_update().clone();
+        match server_config(&identity) {
+            // `stop` cancels `shutdown` before it closes the endpoint; checked again here
+            // so that no configuration is set on a stopped endpoint.
+            Ok(config) if !shutdown.is_cancelled() => {
+                endpoint.set_server_config(Some(config));
+                info!(log, "admin endpoint uses the reloaded certificate");
+            }
+            Ok(_) => return,
+            Err(e) => warn!(log, "admin endpoint keeps its certificate"; "error" => %e),
+        }
+    }
+}
+
+/// The admin endpoint's quinn server configuration: `identity`'s certificate, clients
+/// of its CA bundle, ALPN [`ALPN`], the admin endpoint's QUIC limits.
+fn server_config(identity: &TlsIdentity) -> Result<quinn::ServerConfig, ServeError> {
+    let mut crypto = identity.rustls_server_config()?;
+    crypto.alpn_protocols = vec![ALPN.to_vec()];
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(crypto)
+        .map_err(|e| ServeError::Tls(TlsError::Quic(e.to_string())))?;
+    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .max_concurrent_bidi_streams(VarInt::from_u32(MAX_STREAMS))
+        .max_concurrent_uni_streams(VarInt::from_u32(0))
+        .datagram_receive_buffer_size(None)
+        .max_idle_timeout(Some(quinn::IdleTimeout::from(VarInt::from_u32(
+            IDLE_TIMEOUT_MS,
+        ))));
+    config.transport_config(Arc::new(transport));
+    config.migration(false);
+    Ok(config)
 }
 
 async fn accept_loop(
@@ -426,6 +469,7 @@ fn membership(me: NodeId, r: Result<Membership, MembershipError>) -> Result<Repl
         MembershipError::ChangeInFlight => ErrorKind::ChangeInFlight,
         MembershipError::UnknownNode(_) => ErrorKind::UnknownNode,
         MembershipError::AlreadyMember(_) => ErrorKind::AlreadyMember,
+        MembershipError::RemovedNode(_) => ErrorKind::RemovedNode,
         MembershipError::NotALearner(_) => ErrorKind::NotALearner,
         MembershipError::LearnerBehind { .. } => ErrorKind::LearnerBehind,
         MembershipError::WouldLoseQuorum { .. } => ErrorKind::WouldLoseQuorum,

@@ -83,6 +83,7 @@ impl<S: RaftStore> Driver<S> {
                 for gone in before.difference(&after) {
                     self.state.addrs.remove(gone);
                     self.state.drained.remove(gone);
+                    self.state.removed.insert(*gone);
                     if *gone != self.env.id {
                         info!(self.env.logger, "node left the group"; "node" => *gone);
                         self.farewells.push(Farewell {
@@ -94,6 +95,9 @@ impl<S: RaftStore> Driver<S> {
                         });
                     }
                 }
+                // Refused at the handshake from now on; the open connections stay for
+                // the farewells (`say_farewells` forgets the peer afterwards).
+                self.env.transport.set_removed(&self.state.removed);
                 self.root.force_compact = true;
                 if leading && !self.is_voter(self.env.id) {
                     self.step_down_removed();
@@ -200,6 +204,19 @@ impl<S: RaftStore> Driver<S> {
 
     pub(super) fn is_voter(&self, id: NodeId) -> bool {
         self.root.raw.raft.prs().conf().voters().contains(id)
+    }
+
+    /// Tells the transport which nodes the group removed, and forgets those among its
+    /// peers (configured ones included): at start, and when a snapshot replaced the
+    /// group state. (A removal applied while running keeps the removed peer for its
+    /// farewells.)
+    pub(super) fn shut_out_removed(&self) {
+        self.env.transport.set_removed(&self.state.removed);
+        for id in &self.state.removed {
+            if *id != self.env.id {
+                self.env.transport.set_peer(*id, None);
+            }
+        }
     }
 
     /// Tells the transport where replicated members listen (configured peers keep the
@@ -318,6 +335,9 @@ impl<S: RaftStore> Driver<S> {
             MemberChange::AddLearner(id, addr) => {
                 if id == 0 {
                     return Err(MembershipError::UnknownNode(0));
+                }
+                if self.state.removed.contains(&id) {
+                    return Err(MembershipError::RemovedNode(id));
                 }
                 if m.contains(id) {
                     return Err(MembershipError::AlreadyMember(id));

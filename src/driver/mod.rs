@@ -242,6 +242,7 @@ impl<S: RaftStore> Driver<S> {
         // Replay the committed log above the snapshot (history, drains, conf changes)
         // before anything else, so the membership is current from the first message on.
         self.apply_addrs(&self.state.addrs.clone());
+        self.shut_out_removed();
         if let Err(e) = self.load_removed_elections() {
             error!(self.env.logger, "storage failed; stopping"; "error" => %e);
             self.fail(StopCause::Storage(e));

@@ -150,6 +150,7 @@ impl<S: RaftStore> Driver<S> {
             info!(self.env.logger, "installed a snapshot of the group"; "index" => index);
             self.apply_addrs(&state.addrs);
             self.state = state;
+            self.shut_out_removed();
             self.root.applied = self.root.applied.max(index);
             // The catalog came with it: run what it holds, stop what it no longer does.
             self.sync_catalog()?;

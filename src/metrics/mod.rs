@@ -62,6 +62,7 @@
 //! | `tenure_lease_revocations_total{reason}` | counter | leases revoked, by reason |
 //! | `tenure_fence_accepted_total{fence}` / `tenure_fence_rejections_total{fence}` | counter | registered fences |
 //! | `tenure_transport_*_total` | counter | messages sent/received/dropped, frames rejected, connections |
+//! | `tenure_cert_expiry_seconds` | gauge | seconds until this node's own certificate expires (updated on every reload of its TLS files; absent without a certificate) |
 //! | `tenure_peer_messages_refused_total{reason}` | counter | authenticated peer messages dropped before raft-rs, by [`Refusal`] (a correct peer sends none) |
 //!
 //! Every series carries the label `node` (this node's id), except the two histograms and
@@ -71,16 +72,16 @@
 mod http;
 
 use std::borrow::Cow;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use prometheus_client;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{prometheus_text, DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Metric, Registry};
@@ -157,6 +158,8 @@ pub struct Metrics {
     support_requests: Counter,
     support_acks: Counter,
     support_malformed: Counter,
+    /// When this node's certificate expires (Unix seconds; `i64::MIN` while unknown).
+    cert_not_after: Arc<AtomicI64>,
 }
 
 impl Metrics {
@@ -199,7 +202,22 @@ impl Metrics {
             support_requests: Counter::default(),
             support_acks: Counter::default(),
             support_malformed: Counter::default(),
+            cert_not_after: Arc::new(AtomicI64::new(i64::MIN)),
         })
+    }
+
+    /// When this node's certificate expires: `tenure_cert_expiry_seconds` is the time
+    /// left until then at each encoding (negative once past). [`Node::start`] sets it
+    /// at start and at every reload of the TLS files; a host with a transport of its
+    /// own may set it too. Not exported until set.
+    ///
+    /// [`Node::start`]: crate::Node::start
+    pub fn set_cert_not_after(&self, not_after: SystemTime) {
+        let secs = match not_after.duration_since(UNIX_EPOCH) {
+            Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            Err(e) => i64::try_from(e.duration().as_secs()).map_or(i64::MIN + 1, |s| -s),
+        };
+        self.cert_not_after.store(secs, Ordering::Relaxed);
     }
 
     /// The named elections this node runs, leads, holds a lease of, and knows no leader of.
@@ -419,6 +437,7 @@ impl Metrics {
             "Peer messages dropped before raft-rs, by reason.",
             self.peer_refusals.clone(),
         );
+        node.register_collector(Box::new(CertExpiry(self.cert_not_after.clone())));
         if let Some(read) = transport {
             node.register_collector(Box::new(TransportCollector(read)));
         }
@@ -551,6 +570,32 @@ impl Collector for Fences {
             }
         }
         Ok(())
+    }
+}
+
+/// Seconds until this node's certificate expires, computed at every encoding:
+/// `tenure_cert_expiry_seconds` (absent until [`Metrics::set_cert_not_after`]).
+#[derive(Debug)]
+struct CertExpiry(Arc<AtomicI64>);
+
+impl Collector for CertExpiry {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let not_after = self.0.load(Ordering::Relaxed);
+        if not_after == i64::MIN {
+            return Ok(());
+        }
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let left = not_after.saturating_sub(now);
+        let gauge = ConstGauge::new(left);
+        let metric = encoder.encode_descriptor(
+            "cert_expiry_seconds",
+            "Seconds until this node's own TLS certificate expires (negative: expired).",
+            None,
+            gauge.metric_type(),
+        )?;
+        gauge.encode(metric)
     }
 }
 

@@ -26,12 +26,18 @@ use super::OPERATOR_NAME;
 
 /// How long a certificate made by [`ClusterCa::generate`] stays valid (about 20 years).
 ///
-/// There is no rotation yet: when it runs out, every handshake fails with an
-/// "expired" certificate error and new certificates must be issued.
+/// Move a group to a new CA before then, without downtime, through a bundle of both CAs
+/// (README, "Rotating certificates").
 pub const CA_VALIDITY_DAYS: u64 = 20 * 365;
 
-/// How long a node certificate stays valid (about 10 years; see [`CA_VALIDITY_DAYS`]).
-pub const NODE_VALIDITY_DAYS: u64 = 10 * 365;
+/// How long a node certificate stays valid unless chosen otherwise
+/// ([`ClusterCa::issue_node_for`]): 90 days. Nodes reload renewed files while they run,
+/// so short-lived certificates cost no restart; `tenure_cert_expiry_seconds` counts
+/// down to the expiry.
+pub const NODE_VALIDITY_DAYS: u64 = 90;
+
+/// The longest validity [`ClusterCa::issue_node_for`] issues: the CA's.
+pub const MAX_NODE_VALIDITY_DAYS: u64 = CA_VALIDITY_DAYS;
 
 /// How long an operator certificate stays valid (about 2 years). It is a person's or a
 /// tool's credential: re-issue it with [`ClusterCa::issue_operator`] when it runs out.
@@ -57,13 +63,6 @@ impl CertKind {
                 ExtendedKeyUsagePurpose::ClientAuth,
             ],
             CertKind::Operator => vec![ExtendedKeyUsagePurpose::ClientAuth],
-        }
-    }
-
-    fn validity_days(&self) -> u64 {
-        match self {
-            CertKind::Node(_) => NODE_VALIDITY_DAYS,
-            CertKind::Operator => OPERATOR_VALIDITY_DAYS,
         }
     }
 }
@@ -161,11 +160,17 @@ impl fmt::Debug for ClusterCa {
 
 impl ClusterCa {
     /// Makes a new CA: fresh ECDSA P-256 key, self-signed, valid for
-    /// [`CA_VALIDITY_DAYS`], limited to names under `.tenure`.
+    /// [`CA_VALIDITY_DAYS`], limited to names under `.tenure`, named
+    /// `tenure cluster CA <8 random hex digits>` (every CA a name of its own).
     pub fn generate() -> Result<ClusterCa> {
         let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
         let mut params = CertificateParams::default();
-        params.distinguished_name = tenure_dn("tenure cluster CA");
+        // Each CA its own name: while a group moves to a new CA, the bundle holds two,
+        // and a certificate of the retired one is then refused as of an unknown issuer
+        // (rather than as a bad signature under a CA of the same name).
+        let tag: [u8; 4] = rand::random();
+        let tag: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+        params.distinguished_name = tenure_dn(&format!("tenure cluster CA {tag}"));
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
@@ -277,10 +282,19 @@ impl ClusterCa {
     /// `node-<id>.tenure`, clientAuth and serverAuth usages, valid for
     /// [`NODE_VALIDITY_DAYS`].
     pub fn issue_node(&self, id: NodeId) -> Result<NodeCertificate> {
+        self.issue_node_for(id, NODE_VALIDITY_DAYS)
+    }
+
+    /// Like [`ClusterCa::issue_node`], valid for `days` (1 to
+    /// [`MAX_NODE_VALIDITY_DAYS`]; [`TlsError::InvalidValidity`] otherwise).
+    pub fn issue_node_for(&self, id: NodeId, days: u64) -> Result<NodeCertificate> {
         if id == 0 {
             return Err(TlsError::InvalidNodeId);
         }
-        let (cert_pem, key_pem) = self.issue(CertKind::Node(id))?;
+        if !(1..=MAX_NODE_VALIDITY_DAYS).contains(&days) {
+            return Err(TlsError::InvalidValidity { days });
+        }
+        let (cert_pem, key_pem) = self.issue(CertKind::Node(id), days)?;
         Ok(NodeCertificate {
             id,
             cert_pem,
@@ -293,12 +307,12 @@ impl ClusterCa {
     /// [`OPERATOR_VALIDITY_DAYS`]. It lets its holder use the admin endpoint of every
     /// node of the group ([`crate::admin`]), and nothing else.
     pub fn issue_operator(&self) -> Result<OperatorCertificate> {
-        let (cert_pem, key_pem) = self.issue(CertKind::Operator)?;
+        let (cert_pem, key_pem) = self.issue(CertKind::Operator, OPERATOR_VALIDITY_DAYS)?;
         Ok(OperatorCertificate { cert_pem, key_pem })
     }
 
-    /// Issues a certificate of `kind`: returns (certificate PEM, key PEM).
-    fn issue(&self, kind: CertKind) -> Result<(String, String)> {
+    /// Issues a certificate of `kind` valid for `days`: returns (certificate PEM, key PEM).
+    fn issue(&self, kind: CertKind, days: u64) -> Result<(String, String)> {
         let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
         let mut params = CertificateParams::default();
         params.subject_alt_names = vec![SanType::DnsName(kind.dns_name().try_into()?)];
@@ -308,7 +322,7 @@ impl ClusterCa {
         params.extended_key_usages = kind.extended_key_usages();
         params.use_authority_key_identifier_extension = true;
         params.serial_number = Some(random_serial());
-        set_validity(&mut params, kind.validity_days())?;
+        set_validity(&mut params, days)?;
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok((cert.pem(), key.serialize_pem()))
     }

@@ -22,6 +22,7 @@ use super::error::{Result, TlsError};
 use super::files::{key_file_warnings, IdentityWarning};
 use super::names::parse_x509;
 use super::pem::{read_files, Src};
+use super::refuse::{RefuseRemoved, RemovedIds};
 
 #[cfg(doc)]
 use super::{OperatorIdentity, TlsIdentity};
@@ -87,7 +88,7 @@ pub(crate) struct Credential {
     ca_certs: Vec<CertificateDer<'static>>,
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
-    warnings: Vec<IdentityWarning>,
+    pub(super) warnings: Vec<IdentityWarning>,
 }
 
 impl Clone for Credential {
@@ -153,6 +154,13 @@ impl Credential {
         Ok(())
     }
 
+    /// Whether `other` holds the same CA certificates, chain and key.
+    pub(super) fn same_as(&self, other: &Credential) -> bool {
+        self.ca_certs == other.ca_certs
+            && self.chain == other.chain
+            && self.key.secret_der() == other.key.secret_der()
+    }
+
     /// The trusted CA certificates (DER).
     pub(crate) fn ca_certs(&self) -> &[CertificateDer<'static>] {
         &self.ca_certs
@@ -181,11 +189,24 @@ impl Credential {
     /// The rustls server side: TLS 1.3 only, ring provider, ALPN `alpn`, presents this
     /// chain, requires a client certificate that verifies under the CA (the only root).
     /// No 0-RTT, no session tickets.
-    pub(super) fn server_config(&self, alpn: &[u8]) -> Result<rustls::ServerConfig> {
+    ///
+    /// With `removed`, a client certificate naming a removed node is refused too.
+    pub(super) fn server_config(
+        &self,
+        alpn: &[u8],
+        removed: Option<&RemovedIds>,
+    ) -> Result<rustls::ServerConfig> {
         let provider = provider();
-        let verifier = WebPkiClientVerifier::builder_with_provider(self.roots()?, provider.clone())
-            .build()
-            .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?;
+        let mut verifier =
+            WebPkiClientVerifier::builder_with_provider(self.roots()?, provider.clone())
+                .build()
+                .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?;
+        if let Some(removed) = removed {
+            verifier = Arc::new(RefuseRemoved {
+                inner: verifier,
+                removed: removed.clone(),
+            });
+        }
         let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])?
             .with_client_cert_verifier(verifier)
@@ -244,7 +265,7 @@ fn verify_as_client(
 }
 
 /// The CA certificates of `ca`, each checked to be a CA.
-fn ca_certs_of(ca: &Src<'_>) -> Result<Vec<CertificateDer<'static>>> {
+pub(super) fn ca_certs_of(ca: &Src<'_>) -> Result<Vec<CertificateDer<'static>>> {
     let ca_certs = ca.certs()?;
     for c in &ca_certs {
         if !parse_x509(c, &ca.label)?.is_ca() {

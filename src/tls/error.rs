@@ -152,6 +152,21 @@ pub enum TlsError {
     /// from 1.
     #[error("node id 0 is not valid (raft-rs reserves 0); number nodes from 1")]
     InvalidNodeId,
+    /// A node certificate's validity is out of range. Cause: `--days 0`, or more than the
+    /// CA's lifetime. Fix: choose 1 to 7300 days (90 is the default).
+    #[error(
+        "a node certificate valid for {days} days cannot be issued: choose 1 to {} days",
+        super::ca::MAX_NODE_VALIDITY_DAYS
+    )]
+    InvalidValidity {
+        /// The days asked for.
+        days: u64,
+    },
+    /// The node's identity cannot be reloaded. Cause: it was given already loaded
+    /// (`TlsSource::Identity`), so there are no files to read again, or the node does not
+    /// run the QUIC transport. Fix: start it with `Config::tls_dir` or `TlsSource::Files`.
+    #[error("this node's TLS identity has no files to reload from (it was given loaded, or the node runs no QUIC transport)")]
+    NotReloadable,
     /// The CA certificate cannot be used to issue certificates with this library. Cause:
     /// a subject name with several attributes in one RDN, or string types tenure does not
     /// re-encode. Fix: use a CA made by [`ClusterCa::generate`].

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::NodeId;
 
-use super::ca::ClusterCa;
+use super::ca::{ClusterCa, MAX_NODE_VALIDITY_DAYS, NODE_VALIDITY_DAYS};
 use super::error::{Result, TlsError};
 
 #[cfg(doc)]
@@ -107,6 +107,17 @@ pub fn write_cluster_certs(
     dir: impl AsRef<Path>,
     nodes: impl IntoIterator<Item = NodeId>,
 ) -> Result<()> {
+    write_cluster_certs_valid_for(dir, nodes, NODE_VALIDITY_DAYS)
+}
+
+/// [`write_cluster_certs`] with node certificates valid for `days` (1 to
+/// [`MAX_NODE_VALIDITY_DAYS`]).
+pub fn write_cluster_certs_valid_for(
+    dir: impl AsRef<Path>,
+    nodes: impl IntoIterator<Item = NodeId>,
+    days: u64,
+) -> Result<()> {
+    check_days(days)?;
     let dir = dir.as_ref();
     let nodes = node_ids(nodes)?;
     let mut names = vec![
@@ -133,7 +144,7 @@ pub fn write_cluster_certs(
     write_new_file(&dir.join(CA_CERT_FILE), ca.cert_pem(), false)?;
     write_new_file(&dir.join(CA_KEY_FILE), ca.key_pem(), true)?;
     for id in nodes {
-        let node = ca.issue_node(id)?;
+        let node = ca.issue_node_for(id, days)?;
         write_new_file(&dir.join(node_cert_file(id)), &node.cert_pem, false)?;
         write_new_file(&dir.join(node_key_file(id)), &node.key_pem, true)?;
     }
@@ -173,6 +184,17 @@ pub fn write_cluster_certs_per_node(
     dir: impl AsRef<Path>,
     nodes: impl IntoIterator<Item = NodeId>,
 ) -> Result<()> {
+    write_cluster_certs_per_node_valid_for(dir, nodes, NODE_VALIDITY_DAYS)
+}
+
+/// [`write_cluster_certs_per_node`] with node certificates valid for `days` (1 to
+/// [`MAX_NODE_VALIDITY_DAYS`]).
+pub fn write_cluster_certs_per_node_valid_for(
+    dir: impl AsRef<Path>,
+    nodes: impl IntoIterator<Item = NodeId>,
+    days: u64,
+) -> Result<()> {
+    check_days(days)?;
     let dir = dir.as_ref();
     let nodes = node_ids(nodes)?;
     let mut files: Vec<PathBuf> = vec![
@@ -199,7 +221,7 @@ pub fn write_cluster_certs_per_node(
     write_new_file(&ca_dir.join(CA_KEY_FILE), ca.key_pem(), true)?;
     for id in nodes {
         let d = make_private_dir(&dir.join(node_dir(id)))?;
-        let node = ca.issue_node(id)?;
+        let node = ca.issue_node_for(id, days)?;
         write_new_file(&d.join(CA_CERT_FILE), ca.cert_pem(), false)?;
         write_new_file(&d.join(node_cert_file(id)), &node.cert_pem, false)?;
         write_new_file(&d.join(node_key_file(id)), &node.key_pem, true)?;
@@ -212,8 +234,17 @@ pub fn write_cluster_certs_per_node(
     Ok(())
 }
 
+/// Refuses a node validity out of range before anything is written.
+fn check_days(days: u64) -> Result<()> {
+    if (1..=MAX_NODE_VALIDITY_DAYS).contains(&days) {
+        Ok(())
+    } else {
+        Err(TlsError::InvalidValidity { days })
+    }
+}
+
 /// Creates `dir` (and its parents) if missing; a folder it creates gets mode 0700.
-fn make_private_dir(dir: &Path) -> Result<PathBuf> {
+pub(super) fn make_private_dir(dir: &Path) -> Result<PathBuf> {
     let mut b = fs::DirBuilder::new();
     b.recursive(true);
     #[cfg(unix)]
@@ -250,7 +281,7 @@ pub fn write_node_cert(dir: impl AsRef<Path>, id: NodeId) -> Result<()> {
 }
 
 /// Creates `path` (failing if it exists) and writes `text`; `secret` files get mode 0600.
-fn write_new_file(path: &Path, text: &str, secret: bool) -> Result<()> {
+pub(super) fn write_new_file(path: &Path, text: &str, secret: bool) -> Result<()> {
     use std::io::Write;
     let mut opts = fs::OpenOptions::new();
     opts.write(true).create_new(true);

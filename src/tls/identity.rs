@@ -6,6 +6,7 @@
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustls::pki_types::CertificateDer;
 
@@ -17,8 +18,9 @@ use super::files::{
     node_cert_file, node_key_file, IdentityWarning, CA_CERT_FILE, OPERATOR_CERT_FILE,
     OPERATOR_KEY_FILE,
 };
-use super::names::{node_id_labeled, node_server_name, operator_labeled};
+use super::names::{node_id_labeled, node_server_name, operator_labeled, parse_x509};
 use super::pem::Src;
+use super::refuse::RemovedIds;
 
 #[cfg(doc)]
 use super::{node_id_from_cert, write_cluster_certs, CertKind};
@@ -39,12 +41,14 @@ pub const ALPN: &[u8] = b"tenure/1";
 pub struct TlsIdentity {
     id: NodeId,
     core: Credential,
+    /// When the node's certificate stops being valid (its `notAfter`).
+    not_after: SystemTime,
 }
 
 impl fmt::Debug for TlsIdentity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("TlsIdentity");
-        d.field("id", &self.id);
+        d.field("id", &self.id).field("not_after", &self.not_after);
         self.core.debug_fields(&mut d);
         d.finish()
     }
@@ -108,6 +112,18 @@ impl TlsIdentity {
         self.id
     }
 
+    /// When the node's certificate expires (its `notAfter`): after that, every peer
+    /// refuses it. `tenure_cert_expiry_seconds` counts down to it.
+    pub fn not_after(&self) -> SystemTime {
+        self.not_after
+    }
+
+    /// Whether `other` holds the same CA certificates, certificate chain and key (the
+    /// files it came from may differ in layout or whitespace).
+    pub fn same_credential(&self, other: &TlsIdentity) -> bool {
+        self.id == other.id && self.core.same_as(&other.core)
+    }
+
     /// The trusted CA certificates (DER).
     pub fn ca_certs(&self) -> &[CertificateDer<'static>] {
         self.core.ca_certs()
@@ -125,7 +141,20 @@ impl TlsIdentity {
     /// The client's node id is not checked here: the caller reads it from the
     /// certificate ([`node_id_from_cert`]) and decides whether it is a known peer.
     pub fn rustls_server_config(&self) -> Result<rustls::ServerConfig> {
-        self.core.server_config(ALPN)
+        self.core.server_config(ALPN, None)
+    }
+
+    /// [`TlsIdentity::server_config`] that also refuses, at the handshake, a client
+    /// certificate naming a node in `removed`.
+    pub(crate) fn server_config_refusing(
+        &self,
+        removed: &RemovedIds,
+    ) -> Result<quinn::ServerConfig> {
+        let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(
+            self.core.server_config(ALPN, Some(removed))?,
+        )
+        .map_err(|e| TlsError::Quic(e.to_string()))?;
+        Ok(quinn::ServerConfig::with_crypto(Arc::new(crypto)))
     }
 
     /// The rustls client side: TLS 1.3 only, ring provider, ALPN [`ALPN`], presents this
@@ -255,7 +284,16 @@ impl Holder for TlsIdentity {
     fn from_src(ca: Src<'_>, cert: Src<'_>, key: Src<'_>) -> Result<TlsIdentity> {
         let (core, id) = Credential::from_src(&ca, &cert, &key, node_id_labeled)?;
         core.verify_as_server(node_server_name(id), &cert, &ca)?;
-        Ok(TlsIdentity { id, core })
+        let secs = parse_x509(&core.chain()[0], &cert.label)?
+            .validity()
+            .not_after
+            .timestamp();
+        let not_after = UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).unwrap_or(0));
+        Ok(TlsIdentity {
+            id,
+            core,
+            not_after,
+        })
     }
 
     fn credential_mut(&mut self) -> &mut Credential {

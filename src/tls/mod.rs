@@ -39,6 +39,9 @@
 //! | `pem.rs` | reading PEM text and files, with errors in words |
 //! | `files.rs` | the certificate folders: file names, both layouts, writing them; key-permission warnings |
 //! | `identity.rs` | [`TlsIdentity`] and [`OperatorIdentity`]: what each accepts; the quinn configurations |
+//! | `reload.rs` | [`TlsFiles`]: where a node's files are, read again and checked while it runs; [`TlsReload`] |
+//! | `refuse.rs` | refusing a removed node's certificate at the handshake |
+//! | `rotate.rs` | rotation on disk: [`renew_node_cert`], a new CA ([`write_ca`]), a bundle of CAs ([`write_ca_bundle`]) |
 //! | `credential.rs` | the core both identities and the admin client's [`Credentials`](crate::admin::Credentials) share: loading, checking, the rustls configurations |
 
 mod ca;
@@ -48,20 +51,28 @@ mod files;
 mod identity;
 mod names;
 mod pem;
+mod refuse;
+mod reload;
+mod rotate;
 
 pub use ca::{
-    ClusterCa, NodeCertificate, OperatorCertificate, CA_VALIDITY_DAYS, NODE_VALIDITY_DAYS,
-    OPERATOR_VALIDITY_DAYS,
+    ClusterCa, NodeCertificate, OperatorCertificate, CA_VALIDITY_DAYS, MAX_NODE_VALIDITY_DAYS,
+    NODE_VALIDITY_DAYS, OPERATOR_VALIDITY_DAYS,
 };
 pub(crate) use credential::{client_builder, ring_provider, Credential};
 pub use error::{Result, TlsError};
 pub use files::{
     node_cert_file, node_dir, node_key_file, write_cluster_certs, write_cluster_certs_per_node,
-    write_node_cert, IdentityWarning, CA_CERT_FILE, CA_DIR, CA_KEY_FILE, OPERATOR_CERT_FILE,
-    OPERATOR_DIR, OPERATOR_KEY_FILE,
+    write_cluster_certs_per_node_valid_for, write_cluster_certs_valid_for, write_node_cert,
+    IdentityWarning, CA_CERT_FILE, CA_DIR, CA_KEY_FILE, OPERATOR_CERT_FILE, OPERATOR_DIR,
+    OPERATOR_KEY_FILE,
 };
 pub use identity::{OperatorIdentity, TlsIdentity, ALPN};
 pub use names::{
     cert_kind, check_operator_cert, node_id_from_cert, node_server_name, CertKind, NAME_SUFFIX,
     OPERATOR_NAME,
 };
+pub(crate) use refuse::{RemovedIds, RemovedNode};
+pub(crate) use reload::FileSnapshot;
+pub use reload::{TlsFiles, TlsReload};
+pub use rotate::{renew_node_cert, renew_operator_cert, write_ca, write_ca_bundle};

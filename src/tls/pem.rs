@@ -128,6 +128,11 @@ impl ReadFile {
     pub(super) fn src(&self) -> Src<'_> {
         Src::new(self.label.clone(), &self.text)
     }
+
+    /// The file's contents.
+    pub(super) fn bytes(&self) -> &[u8] {
+        &self.text
+    }
 }
 
 /// Reads the PEM files of an identity: CA, certificate, key.

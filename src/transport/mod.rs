@@ -130,6 +130,15 @@ pub trait Transport: Send + Sync + 'static {
     fn set_peer(&self, id: NodeId, addr: Option<PeerAddr>) {
         let _ = (id, addr);
     }
+
+    /// The nodes the group removed (`docs/design.md`, section 6, "Shutting out a
+    /// node"): their certificates are refused from now on, at the handshake, however
+    /// valid under the CA; their ids are never admitted again. Connections open now are
+    /// left to [`set_peer`](Transport::set_peer). Transports without certificates
+    /// ignore it.
+    fn set_removed(&self, removed: &std::collections::BTreeSet<NodeId>) {
+        let _ = removed;
+    }
 }
 
 /// Test hooks to cut links of one endpoint: messages to a blocked peer are dropped

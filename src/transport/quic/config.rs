@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use slog::{o, Logger};
 
-use crate::tls::TlsIdentity;
+use crate::tls::{TlsFiles, TlsIdentity};
 use crate::transport::frame::{self, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_FRAME};
 use crate::transport::hello::Hello;
 use crate::transport::{NodeId, PeerAddr, Resolve, SystemResolver};
@@ -33,6 +33,8 @@ pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(1);
 /// Default QUIC idle timeout.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default interval between looks at the TLS files for a renewed certificate: 5 s.
+pub const DEFAULT_TLS_POLL: Duration = Duration::from_secs(5);
 /// Default number of messages kept for a peer while it is disconnected.
 pub const DEFAULT_KEEP_WHILE_DISCONNECTED: usize = 8;
 /// Default time a frame's payload has to arrive once its length prefix has: 5 s.
@@ -66,6 +68,14 @@ pub struct QuicConfig {
     pub resolver: Arc<dyn Resolve>,
     /// The CA, certificate and key of this node.
     pub identity: TlsIdentity,
+    /// The files `identity` was loaded from, if it was: the transport reads them again
+    /// every `tls_poll` and on [`QuicTransport::reload_tls`], and a changed, valid
+    /// credential of this node is used for new connections from then on (`None`, the
+    /// default of [`QuicConfig::new`]: `identity` is used for good).
+    pub tls_files: Option<TlsFiles>,
+    /// How often to look at `tls_files` ([`DEFAULT_TLS_POLL`]); zero: only on
+    /// [`QuicTransport::reload_tls`].
+    pub tls_poll: Duration,
     /// Largest frame payload sent or accepted ([`DEFAULT_MAX_FRAME`]). Use the same value
     /// on every node.
     pub max_frame: usize,
@@ -126,6 +136,8 @@ impl fmt::Debug for QuicConfig {
             .field("listen", &self.listen)
             .field("peers", &self.peers)
             .field("identity", &self.identity)
+            .field("tls_files", &self.tls_files)
+            .field("tls_poll", &self.tls_poll)
             .field("max_frame", &self.max_frame)
             .field("max_entries", &self.max_entries)
             .field("frame_timeout", &self.frame_timeout)
@@ -160,6 +172,8 @@ impl QuicConfig {
             peers: peers.into_iter().map(|(id, a)| (id, a.into())).collect(),
             resolver: Arc::new(SystemResolver),
             identity,
+            tls_files: None,
+            tls_poll: DEFAULT_TLS_POLL,
             max_frame: DEFAULT_MAX_FRAME,
             max_entries: DEFAULT_MAX_ENTRIES,
             frame_timeout: DEFAULT_FRAME_TIMEOUT,

@@ -10,6 +10,7 @@ use quinn::{Connection, ConnectionError, RecvStream};
 use slog::{debug, o, warn, Logger};
 use tokio_util::sync::CancellationToken;
 
+use crate::tls::RemovedNode;
 use crate::transport::frame::{self, FrameError};
 use crate::transport::hello::{Hello, HELLO_LEN};
 use crate::transport::log_limit::warn_limited;
@@ -92,6 +93,11 @@ async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
         Ok(id) => id,
         Err(e) => return refuse(close_code::REFUSED, e),
     };
+    // The handshake refuses them already; this catches a handshake that completed just
+    // before the removal was applied.
+    if shared.tls.removed.contains(peer) {
+        return refuse(close_code::REFUSED, RemovedNode(peer).to_string());
+    }
     let max_conns = shared.settings.max_connections_per_peer;
     let (cancel, seen, slot) = match shared.peers_read().get(&peer) {
         Some(p) => (

@@ -42,6 +42,17 @@
 //!   panics. Failed handshakes and refusals are logged at WARN once per remote address
 //!   per minute (with the count of those held back), the rest at DEBUG.
 //!
+//! # Certificates
+//!
+//! The credential new connections use is swapped while the transport runs
+//! ([`QuicTransport::reload_tls`], and every [`QuicConfig::tls_poll`] when
+//! [`QuicConfig::tls_files`] is set): the files are checked as at a start, then the
+//! endpoint's server configuration is replaced and the next dial uses the new client
+//! configuration; open connections keep theirs (docs/design.md, section 6, "Rotating
+//! certificates"). Every server configuration also refuses, at the handshake, a client
+//! certificate naming a node the group removed ([`Transport::set_removed`]; "Shutting out
+//! a node").
+//!
 //! # Limits
 //!
 //! What a peer can make this node hold is bounded (docs/design.md, section 9, says why
@@ -99,6 +110,7 @@
 //! | `outbound.rs` | the outbound task of one peer: connect, pump, backoff |
 //! | `inbound.rs` | the accept loop, naming a peer by its certificate, the connection cap, the hello, reading frames |
 //! | `socket.rs` | the UDP socket, which the transport releases at shutdown |
+//! | `tls_state.rs` | the credential in use and reloading it from its files |
 //! | `cids.rs` | connection ids (any may be ours, so a restarted node answers with a stateless reset) |
 
 mod budget;
@@ -108,6 +120,7 @@ mod inbound;
 mod outbound;
 mod shared;
 mod socket;
+mod tls_state;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -124,7 +137,7 @@ use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::tls::TlsError;
+use crate::tls::{TlsError, TlsIdentity, TlsReload};
 use crate::transport::hello::Hello;
 use crate::transport::log_limit::{self, LogLimit};
 use crate::transport::{
@@ -135,7 +148,7 @@ pub use config::{
     QuicConfig, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_FRAME_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT, DEFAULT_INBOUND_BUDGET, DEFAULT_INBOUND_DEPTH, DEFAULT_KEEP_ALIVE,
     DEFAULT_KEEP_WHILE_DISCONNECTED, DEFAULT_MAX_CONNECTIONS_PER_PEER, DEFAULT_QUEUE_DEPTH,
-    RESOLVE_TIMEOUT,
+    DEFAULT_TLS_POLL, RESOLVE_TIMEOUT,
 };
 
 #[cfg(doc)]
@@ -149,6 +162,7 @@ use config::Settings;
 use inbound::accept_loop;
 use shared::{DriverQueue, Shared};
 use socket::{GivenSocket, ReleasableSocket};
+use tls_state::TlsState;
 
 /// Unidirectional streams a peer may open at once on one connection. tenure sends on one.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 4;
@@ -309,12 +323,8 @@ impl QuicTransport {
             .datagram_receive_buffer_size(None);
         let transport = Arc::new(transport);
 
-        let mut server_config = cfg.identity.server_config()?;
-        server_config
-            .transport_config(transport.clone())
-            .migration(false);
-        let mut client_config = cfg.identity.client_config()?;
-        client_config.transport_config(transport);
+        let (tls, server_config) =
+            TlsState::new(cfg.identity.clone(), cfg.tls_files.clone(), transport)?;
 
         let reset_key = ring::hmac::Key::new(
             ring::hmac::HMAC_SHA256,
@@ -370,7 +380,7 @@ impl QuicTransport {
             id: cfg.id,
             endpoint,
             socket,
-            client_config,
+            tls,
             runtime,
             settings: Settings {
                 max_frame: cfg.max_frame,
@@ -409,6 +419,9 @@ impl QuicTransport {
             shared.add_peer(id, addr);
         }
         shared.spawn(accept_loop(shared.clone()));
+        if shared.tls.reloadable() && !cfg.tls_poll.is_zero() {
+            shared.spawn(poll_tls(shared.clone(), cfg.tls_poll));
+        }
         Ok((
             QuicTransport { shared, local_addr },
             Inbox::from_receiver(inbound_rx),
@@ -460,6 +473,27 @@ impl QuicTransport {
             info!(self.shared.log, "peer removed"; "peer" => id);
             peer.cancel.cancel();
         }
+    }
+
+    /// Reads this node's certificate, key and CA bundle again and, if they changed and
+    /// pass every check a start makes (PEM, a node certificate naming this node, the
+    /// key belongs to it, it verifies under the bundle), uses them for every new
+    /// connection, both ways; open connections keep theirs, so nothing is dropped. A
+    /// failure keeps the credential in use and says what is wrong with the files
+    /// ([`TlsError::NotReloadable`] if the identity was not loaded from files). Also
+    /// done every [`QuicConfig::tls_poll`].
+    pub fn reload_tls(&self) -> Result<TlsReload, TlsError> {
+        self.shared.reload_tls(false)
+    }
+
+    /// The TLS identity new connections use now.
+    pub fn tls_identity(&self) -> TlsIdentity {
+        self.shared.tls.current()
+    }
+
+    /// Sees each identity the transport swaps in by a reload (the current one first).
+    pub fn tls_updates(&self) -> watch::Receiver<TlsIdentity> {
+        self.shared.tls.subscribe()
     }
 
     /// Closes the transport (as [`Transport::close`]) and waits until all its tasks have
@@ -517,9 +551,16 @@ impl Transport for QuicTransport {
 
     fn set_peer(&self, id: NodeId, addr: Option<PeerAddr>) {
         match addr {
-            Some(a) => self.set_peer_addr(id, a),
+            Some(a) if !self.shared.tls.removed.contains(id) => self.set_peer_addr(id, a),
+            Some(_) => {}
             None => self.remove_peer(id),
         }
+    }
+
+    fn set_removed(&self, removed: &std::collections::BTreeSet<NodeId>) {
+        // The verifier of every server configuration (the current one included) reads
+        // this set at each handshake.
+        self.shared.tls.removed.set(removed);
     }
 
     fn close(&self) {
@@ -531,7 +572,7 @@ impl Transport for QuicTransport {
         shared.shutdown.cancel();
         // Refuse new handshakes right away (packets of new connections are ignored), so
         // that draining the open ones is not prolonged by peers that keep dialing.
-        shared.endpoint.set_server_config(None);
+        shared.tls.close(&shared.endpoint);
         shared
             .peers
             .write()
@@ -554,6 +595,19 @@ impl Transport for QuicTransport {
         shared
             .runtime
             .spawn(async move { shared2.release_socket().await });
+    }
+}
+
+/// Reloads the TLS files every `every` until the transport closes.
+async fn poll_tls(shared: Arc<Shared>, every: std::time::Duration) {
+    loop {
+        tokio::select! {
+            biased;
+            _ = shared.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        // Errors are logged by `reload_tls`; the next change of the files is tried again.
+        let _ = shared.reload_tls(true);
     }
 }
 

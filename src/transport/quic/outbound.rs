@@ -299,7 +299,7 @@ impl Outbound {
         let connecting = self
             .shared
             .endpoint
-            .connect_with(self.shared.client_config.clone(), dial, &server_name)
+            .connect_with(self.shared.tls.client_config(), dial, &server_name)
             .map_err(|e| Ended::Failed(format!("{addr}: {e}")))?;
         let peer = self.peer;
         let hello = (*self.shared.hello.borrow()).unwrap_or_default();

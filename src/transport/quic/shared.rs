@@ -9,12 +9,12 @@ use std::time::Duration;
 use quinn::{Connection, ConnectionError};
 use raft::eraftpb::Message;
 use rustls::pki_types::CertificateDer;
-use slog::{debug, warn, Logger};
+use slog::{debug, info, warn, Logger};
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::tls::node_id_from_cert;
+use crate::tls::{node_id_from_cert, TlsError, TlsReload};
 use crate::transport::hello::Hello;
 use crate::transport::log_limit::LogLimit;
 use crate::transport::{Faults, Inbound, NodeId, PeerAddr, Resolve, TransportStats};
@@ -24,6 +24,7 @@ use super::code;
 use super::config::Settings;
 use super::outbound::Outbound;
 use super::socket::ReleasableSocket;
+use super::tls_state::TlsState;
 
 /// At shutdown, how long a task waits for the endpoint's close of its connection to be
 /// processed (that is prompt: this only bounds a stuck runtime) before closing it itself.
@@ -38,7 +39,8 @@ pub(super) struct Shared {
     pub(super) endpoint: quinn::Endpoint,
     /// The endpoint's UDP socket, released once the tasks have ended after `close`.
     pub(super) socket: Arc<ReleasableSocket>,
-    pub(super) client_config: quinn::ClientConfig,
+    /// The credential new connections use, and reloading it.
+    pub(super) tls: TlsState,
     pub(super) runtime: tokio::runtime::Handle,
     pub(super) settings: Settings,
     pub(super) stats: TransportStats,
@@ -169,6 +171,29 @@ impl Shared {
             return;
         }
         conn.close(code(c), reason);
+    }
+
+    /// Reloads the TLS files ([`TlsState::reload`]) and logs what happened: a swap at
+    /// INFO, files that do not pass at WARN (the credential in use stays).
+    pub(super) fn reload_tls(&self, poll: bool) -> Result<TlsReload, TlsError> {
+        let r = self.tls.reload(&self.endpoint, poll);
+        match &r {
+            Ok(TlsReload::Reloaded { not_after }) => {
+                let identity = self.tls.current();
+                let days = not_after
+                    .duration_since(std::time::SystemTime::now())
+                    .map_or(0, |d| d.as_secs() / 86_400);
+                info!(self.log, "TLS identity reloaded: new connections use the new certificate";
+                    "expires_in_days" => days, "cas_trusted" => identity.ca_certs().len());
+                for w in identity.warnings() {
+                    warn!(self.log, "TLS identity: fix this file"; "warning" => %w);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => warn!(self.log,
+                "TLS files not reloaded: keeping the certificate in use"; "error" => %e),
+        }
+        r
     }
 
     /// Tells the driver that `peer` is unreachable (never blocks).
