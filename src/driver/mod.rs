@@ -256,8 +256,8 @@ impl<S: RaftStore> Driver<S> {
             // A stalled process must not act on a lease that ran out while it slept
             // (suspended: by the boot-time clock): check before anything else.
             self.expire_lease(self.env.clock.stamp());
-            self.expire_named_leases(self.env.clock.stamp());
-            let deadline = self.lease_deadline();
+            let named_deadline = self.expire_named_leases(self.env.clock.stamp());
+            let deadline = self.lease_deadline(named_deadline);
             let clock = self.env.clock.clone();
             tokio::select! {
                 biased;
@@ -369,6 +369,9 @@ impl<S: RaftStore> Driver<S> {
             t.redraw(&mut self.root.raw.raft);
         }
         for ng in self.named.groups.values_mut() {
+            if ng.g.untouched_quiet() {
+                continue; // it does not tick
+            }
             if let Some(t) = &mut ng.g.election_timeouts {
                 t.redraw(&mut ng.g.raw.raft);
             }

@@ -62,6 +62,8 @@ pub(super) struct Spread {
     last_look: Option<Instant>,
     last_moves: Option<Instant>,
     moved_at: HashMap<ElectionId, Instant>,
+    /// The root's voters, learners and drained nodes at the last membership pass.
+    membership_seen: Option<(BTreeSet<NodeId>, BTreeSet<NodeId>, BTreeSet<NodeId>)>,
 }
 
 /// One move: election `election`, led here, to node `to`.
@@ -317,9 +319,18 @@ impl<S: RaftStore> Driver<S> {
         }
         let me = self.env.id;
         let drained = self.state.drained.clone();
+        // Quiet elections nothing happened to need a look only when the root's
+        // membership changed (it cannot have changed under them otherwise).
+        let seen = (
+            root_voters.clone(),
+            root_learners.clone(),
+            self.state.drained.clone(),
+        );
+        let changed = self.spread.membership_seen.as_ref() != Some(&seen);
+        self.spread.membership_seen = Some(seen);
         for ng in self.named.groups.values_mut().filter(|ng| !ng.retiring) {
             let g = &mut ng.g;
-            if g.raw.raft.state != StateRole::Leader {
+            if g.raw.raft.state != StateRole::Leader || (!changed && g.untouched_quiet()) {
                 continue;
             }
             g.release_conf_hold(now);

@@ -91,6 +91,10 @@ pub(super) struct Named<S: RaftStore> {
     pub(super) watches: Watches,
     view: watch::Sender<ElectionsView>,
     view_dirty: bool,
+    /// No named lease ends before this (the earliest end at the last expiry pass, lowered
+    /// by every lease granted since; leases only grow otherwise): until then the pass is
+    /// skipped.
+    pub(super) lease_floor: Option<Stamp>,
     /// Ids removed here (tombstoned): never founded again.
     pub(super) removed: BTreeSet<ElectionId>,
     pub(super) pending: Vec<PendingCatalog>,
@@ -129,6 +133,7 @@ impl<S: RaftStore> Named<S> {
             watches: parts.watches,
             view: parts.view,
             view_dirty: false,
+            lease_floor: None,
             removed: BTreeSet::new(),
             pending: Vec::new(),
             removing: HashMap::new(),
@@ -609,30 +614,42 @@ impl<S: RaftStore> Driver<S> {
         }
     }
 
-    /// Revokes every named lease whose period ran out (the root's: `expire_lease`).
-    pub(super) fn expire_named_leases(&mut self, now: Stamp) {
+    /// Revokes every named lease whose period ran out (the root's: `expire_lease`), and
+    /// returns the earliest end of those that remain (one pass: with thousands of
+    /// elections this runs every loop turn).
+    pub(super) fn expire_named_leases(&mut self, now: Stamp) -> Option<Stamp> {
+        if let Some(floor) = self.named.lease_floor {
+            if now.before(floor) {
+                return Some(floor);
+            }
+        }
         let mut changed = false;
         let mut lapsed = Vec::new();
+        let mut first: Option<Stamp> = None;
         for (id, ng) in &mut self.named.groups {
             if ng.g.expire_lease(&self.env, now) {
                 changed |= ng.g.publish_named(&self.env);
                 if ng.g.quiet != Quiet::Awake {
                     lapsed.push(*id);
                 }
+            } else if let Some(l) = &ng.g.lease {
+                let u = l.valid_until();
+                first = Some(first.map_or(u, |f| Stamp {
+                    mono: f.mono.min(u.mono),
+                    boot: f.boot.min(u.boot),
+                }));
             }
         }
         self.named.view_dirty |= changed;
         self.wake_lapsed(lapsed);
+        self.named.lease_floor = first;
+        first
     }
 
-    /// The earliest end of a lease this node holds, root or named (the loop wakes then).
-    pub(super) fn lease_deadline(&self) -> Option<Stamp> {
+    /// The earliest end of a lease this node holds, the root's or `named` (the earliest
+    /// named one): the loop wakes then.
+    pub(super) fn lease_deadline(&self, named: Option<Stamp>) -> Option<Stamp> {
         let root = self.root.lease.as_ref().map(|l| l.valid_until());
-        let named = self
-            .named
-            .groups
-            .values()
-            .filter_map(|ng| ng.g.lease.as_ref().map(|l| l.valid_until()));
         // Either clock ends a lease: wake when the first of all of them does.
         root.into_iter().chain(named).reduce(|a, b| Stamp {
             mono: a.mono.min(b.mono),

@@ -72,6 +72,14 @@ impl<S: RaftStore> Driver<S> {
             }
             // A retiring election grants no lease: it hands nothing out, as a handover.
             again |= g.grant_and_renew(env, at, shutting_down || retiring);
+            if let (Some(l), Some(floor)) = (&g.lease, self.named.lease_floor) {
+                // A lease granted now may end before the floor: lower it.
+                let u = l.valid_until();
+                self.named.lease_floor = Some(Stamp {
+                    mono: floor.mono.min(u.mono),
+                    boot: floor.boot.min(u.boot),
+                });
+            }
             if std::mem::take(&mut g.support_urgent) {
                 self.support.urgent = true;
             }
