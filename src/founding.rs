@@ -1,7 +1,9 @@
 //! Founding a group, once: a node with an empty store and [`Config::found`] founds only
-//! when every first member says it is founding too, or holds a pristine store of the
-//! group. The argument is in `docs/design.md`, section 6; [`judge`] is the rule, and
-//! [`wait_to_found`] waits for it.
+//! when every first member says it is founding too, holds a pristine store of the
+//! group, or holds a store of the group that was founded counting on this very
+//! incarnation's founding hello (it quotes this process's nonce). The argument is in
+//! `docs/design.md`, section 6; [`judge`] is the rule, and [`wait_to_found`] waits for
+//! it.
 //!
 //! [`Config::found`]: crate::Config::found
 
@@ -19,7 +21,8 @@ use crate::transport::{Hello, Inbound, Inbox, NodeId, Standing, Transport};
 /// What the hellos heard so far allow.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Verdict {
-    /// Every other first member is founding this group or holds a pristine store of it.
+    /// Every other first member is founding this group, holds a pristine store of it, or
+    /// holds a store of it founded counting on this incarnation's hello.
     Found,
     /// Not yet: `missing` have not said hello; `blocking` said something that does not
     /// allow founding (with what, for the log).
@@ -27,14 +30,18 @@ pub(crate) enum Verdict {
         missing: Vec<NodeId>,
         blocking: Vec<(NodeId, String)>,
     },
-    /// A member holds a store of this group that has moved on since founding: the group
-    /// exists, so this node's empty store means it lost its data.
+    /// A member holds a store of this group that has moved on since founding, and was not
+    /// founded counting on this incarnation (it quotes another nonce, or none): the group
+    /// counts on something an earlier incarnation of this node did, so this node's empty
+    /// store means it lost its data.
     LostData { peer: NodeId, term: u64 },
 }
 
-/// The founding rule for node `me` founding `group` with first members `members`.
+/// The founding rule for node `me`, whose incarnation said `nonce` in its founding
+/// hellos, founding `group` with first members `members`.
 pub(crate) fn judge(
     me: NodeId,
+    nonce: u128,
     group: GroupId,
     members: &[NodeId],
     heard: &BTreeMap<NodeId, Hello>,
@@ -51,6 +58,10 @@ pub(crate) fn judge(
             Standing::Starting => missing.push(m),
             Standing::Founding if ours => {}
             Standing::Member { pristine: true, .. } if ours => {}
+            // Founded counting on this very incarnation's hello (nothing else of it).
+            Standing::Member {
+                pristine: false, ..
+            } if ours && hello.nonce == Some(nonce) => {}
             Standing::Member {
                 term,
                 pristine: false,
@@ -62,6 +73,32 @@ pub(crate) fn judge(
         Verdict::Found
     } else {
         Verdict::Wait { missing, blocking }
+    }
+}
+
+/// What a founder records, with its founding, of the hellos it founded on: the nonce of
+/// every first member that was founding (`docs/design.md`, section 6). Its hellos as a
+/// member quote each peer its own, so that a slow founder learns that the group counted
+/// on its very hello.
+pub(crate) fn founded_with(
+    heard: &BTreeMap<NodeId, Hello>,
+    group: GroupId,
+) -> BTreeMap<NodeId, u128> {
+    heard
+        .iter()
+        .filter(|(_, h)| h.standing == Standing::Founding && h.group == Some(group))
+        .filter_map(|(id, h)| Some((*id, h.nonce?)))
+        .collect()
+}
+
+/// A fresh incarnation nonce: 128 bits from the thread's cryptographic RNG (seeded by
+/// the OS), never 0.
+pub(crate) fn incarnation_nonce() -> u128 {
+    loop {
+        let n = rand::random::<u128>();
+        if n != 0 {
+            return n;
+        }
     }
 }
 
@@ -77,9 +114,19 @@ pub(crate) enum NotFounded {
     LostData(String),
 }
 
-/// Waits until [`judge`] says `Found`. Meanwhile raft messages are dropped (raft-rs
-/// retransmits), status requests are answered, a shutdown or kill ends the wait, and
-/// every other command is kept for the driver (returned in order).
+/// What founding leaves for the driver.
+pub(crate) struct Founded {
+    /// Commands that came while the node waited, in order.
+    pub kept: Vec<Command>,
+    /// The nonces of the first members that were founding ([`founded_with`]): to be
+    /// recorded with the founding.
+    pub with: BTreeMap<NodeId, u128>,
+}
+
+/// Waits until [`judge`] says `Found`. This incarnation's founding hellos carry a fresh
+/// nonce. Meanwhile raft messages are dropped (raft-rs retransmits), status requests
+/// are answered, a shutdown or kill ends the wait, and every other command is kept for
+/// the driver (returned in order).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn wait_to_found(
     me: NodeId,
@@ -90,10 +137,12 @@ pub(crate) async fn wait_to_found(
     commands: &mut mpsc::Receiver<Command>,
     leadership: &watch::Sender<Leadership>,
     logger: &Logger,
-) -> Result<Vec<Command>, NotFounded> {
+) -> Result<Founded, NotFounded> {
+    let nonce = incarnation_nonce();
     transport.set_hello(Hello {
         group: Some(group),
         standing: Standing::Founding,
+        nonce: Some(nonce),
     });
     leadership.send_replace(Leadership {
         term: 0,
@@ -109,18 +158,42 @@ pub(crate) async fn wait_to_found(
     let mut report = tokio::time::interval(REPORT_EVERY);
     report.tick().await;
     loop {
-        match judge(me, group, members, &heard) {
+        match judge(me, nonce, group, members, &heard) {
             Verdict::Found => {
-                info!(logger, "founding the group: every first member is founding or pristine";
-                      "group" => %group);
-                return Ok(kept);
+                let late: Vec<NodeId> = heard
+                    .iter()
+                    .filter(|(_, h)| {
+                        matches!(
+                            h.standing,
+                            Standing::Member {
+                                pristine: false,
+                                ..
+                            }
+                        )
+                    })
+                    .map(|(id, _)| *id)
+                    .collect();
+                if late.is_empty() {
+                    info!(logger, "founding the group: every first member is founding or pristine";
+                          "group" => %group);
+                } else {
+                    info!(logger, "founding the group: the members that moved on founded it \
+                                   counting on this node's founding hello";
+                          "group" => %group, "moved_on" => ?late);
+                }
+                return Ok(Founded {
+                    kept,
+                    with: founded_with(&heard, group),
+                });
             }
             Verdict::LostData { peer, term } => {
                 let why = format!(
                     "node {me} has no store, but group {group} already exists (node {peer} is at \
                      term {term}): this node lost its data folder, and a member that forgot its \
-                     vote and log must not return as a voter. Replace it by a new node id that \
-                     joins the group (README: a replacement machine)"
+                     vote and log must not return as a voter (the group was not founded \
+                     counting on this process's founding hello; a founder restarted after the \
+                     others founded without it is in the same place). Replace it by a new \
+                     node id that joins the group (README: a replacement machine)"
                 );
                 warn!(logger, "refusing to found the group"; "why" => &why);
                 return Err(NotFounded::LostData(why));
@@ -152,7 +225,7 @@ pub(crate) async fn wait_to_found(
                 None => return Err(NotFounded::Stopped),
             },
             _ = report.tick() => {
-                if let Verdict::Wait { missing, blocking } = judge(me, group, members, &heard) {
+                if let Verdict::Wait { missing, blocking } = judge(me, nonce, group, members, &heard) {
                     let blocking: Vec<String> =
                         blocking.iter().map(|(n, h)| format!("node {n}: {h}")).collect();
                     warn!(logger, "founding the group: still waiting";
@@ -167,10 +240,20 @@ pub(crate) async fn wait_to_found(
 mod tests {
     use super::*;
 
+    const MINE: u128 = 0x5eed_0000_0000_0000_0000_0000_0000_0001;
+
     fn founding(g: GroupId) -> Hello {
         Hello {
             group: Some(g),
             standing: Standing::Founding,
+            nonce: None,
+        }
+    }
+
+    fn quoting(hello: Hello, nonce: u128) -> Hello {
+        Hello {
+            nonce: Some(nonce),
+            ..hello
         }
     }
 
@@ -179,7 +262,7 @@ mod tests {
         let g = GroupId::random();
         let mut heard = BTreeMap::new();
         assert_eq!(
-            judge(1, g, &[1, 2, 3], &heard),
+            judge(1, MINE, g, &[1, 2, 3], &heard),
             Verdict::Wait {
                 missing: vec![2, 3],
                 blocking: vec![]
@@ -188,12 +271,12 @@ mod tests {
         heard.insert(2, founding(g));
         heard.insert(3, Hello::default());
         assert!(
-            matches!(judge(1, g, &[1, 2, 3], &heard), Verdict::Wait { missing, .. } if missing == vec![3])
+            matches!(judge(1, MINE, g, &[1, 2, 3], &heard), Verdict::Wait { missing, .. } if missing == vec![3])
         );
         heard.insert(3, Hello::member(Some(g), 1, 0, 1));
-        assert_eq!(judge(1, g, &[1, 2, 3], &heard), Verdict::Found);
+        assert_eq!(judge(1, MINE, g, &[1, 2, 3], &heard), Verdict::Found);
         // A group of one founds at once.
-        assert_eq!(judge(1, g, &[1], &BTreeMap::new()), Verdict::Found);
+        assert_eq!(judge(1, MINE, g, &[1], &BTreeMap::new()), Verdict::Found);
     }
 
     #[test]
@@ -203,15 +286,73 @@ mod tests {
         heard.insert(2, founding(g));
         heard.insert(3, Hello::member(Some(g), 7, 2, 40));
         assert_eq!(
-            judge(1, g, &[1, 2, 3], &heard),
+            judge(1, MINE, g, &[1, 2, 3], &heard),
             Verdict::LostData { peer: 3, term: 7 }
         );
         // Even a member that only voted once is not pristine.
         heard.insert(3, Hello::member(Some(g), 2, 2, 1));
         assert!(matches!(
-            judge(1, g, &[1, 2, 3], &heard),
+            judge(1, MINE, g, &[1, 2, 3], &heard),
             Verdict::LostData { peer: 3, .. }
         ));
+    }
+
+    /// The race of slow founders: the others heard this incarnation's founding hello,
+    /// founded and moved on. Members that quote this incarnation's nonce allow founding;
+    /// one quoting another nonce (an earlier incarnation's), or none, is lost data, even
+    /// beside members that quote it.
+    #[test]
+    fn members_that_founded_counting_on_this_incarnation_allow_founding() {
+        let g = GroupId::random();
+        let moved_on = Hello::member(Some(g), 2, 3, 2);
+        let mut heard = BTreeMap::new();
+        heard.insert(2, quoting(moved_on, MINE));
+        heard.insert(3, quoting(moved_on, MINE));
+        heard.insert(4, founding(g));
+        assert_eq!(
+            judge(1, MINE, g, &[1, 2, 3, 4, 5], &heard),
+            Verdict::Wait {
+                missing: vec![5],
+                blocking: vec![]
+            }
+        );
+        heard.insert(5, Hello::member(Some(g), 1, 0, 1));
+        assert_eq!(judge(1, MINE, g, &[1, 2, 3, 4, 5], &heard), Verdict::Found);
+        // A pristine member may quote or not: it blocks nothing either way.
+        heard.insert(5, quoting(Hello::member(Some(g), 1, 0, 1), 99));
+        assert_eq!(judge(1, MINE, g, &[1, 2, 3, 4, 5], &heard), Verdict::Found);
+
+        // The nonce of an earlier incarnation: that one may have voted.
+        heard.insert(3, quoting(moved_on, MINE + 1));
+        assert_eq!(
+            judge(1, MINE, g, &[1, 2, 3, 4, 5], &heard),
+            Verdict::LostData { peer: 3, term: 2 }
+        );
+        // No quote at all (the group was founded before this incarnation said hello).
+        heard.insert(3, moved_on);
+        assert!(matches!(
+            judge(1, MINE, g, &[1, 2, 3, 4, 5], &heard),
+            Verdict::LostData { peer: 3, .. }
+        ));
+        // A quote of this nonce by a member of another group counts for nothing.
+        let other = GroupId::random();
+        heard.insert(3, quoting(Hello::member(Some(other), 2, 3, 2), MINE));
+        assert!(matches!(
+            judge(1, MINE, g, &[1, 2, 3, 4, 5], &heard),
+            Verdict::Wait { blocking, .. } if blocking.len() == 1 && blocking[0].0 == 3
+        ));
+    }
+
+    #[test]
+    fn a_founder_records_the_nonces_of_the_members_that_were_founding() {
+        let g = GroupId::random();
+        let mut heard = BTreeMap::new();
+        heard.insert(2, quoting(founding(g), 22));
+        heard.insert(3, quoting(Hello::member(Some(g), 2, 3, 2), MINE));
+        heard.insert(4, founding(g)); // an older version: no nonce
+        heard.insert(5, quoting(founding(GroupId::random()), 55));
+        assert_eq!(founded_with(&heard, g), BTreeMap::from([(2, 22)]));
+        assert_ne!(incarnation_nonce(), incarnation_nonce());
     }
 
     #[test]
@@ -225,10 +366,11 @@ mod tests {
             Hello {
                 group: None,
                 standing: Standing::Joining,
+                nonce: None,
             },
         );
         heard.insert(4, Hello::member(Some(other), 9, 1, 30));
-        let Verdict::Wait { missing, blocking } = judge(1, g, &[1, 2, 3, 4], &heard) else {
+        let Verdict::Wait { missing, blocking } = judge(1, MINE, g, &[1, 2, 3, 4], &heard) else {
             panic!("must wait");
         };
         assert!(missing.is_empty());

@@ -670,8 +670,8 @@ impl<S: RaftStore> Setup<S> {
             &self.logger,
         )
         .await;
-        let kept = match waited {
-            Ok(kept) => kept,
+        let founded = match waited {
+            Ok(founded) => founded,
             Err(not) => {
                 self.transport.close();
                 let mut last = self.leadership.borrow().clone();
@@ -688,11 +688,16 @@ impl<S: RaftStore> Setup<S> {
         let failed = |e: &dyn std::fmt::Display| {
             NodeStopped::new(StopCause::DriverTask(format!("founding failed: {e}")))
         };
+        // The nonces first: a crash before the snapshot leaves a fresh store, founded
+        // again (and recorded anew) on the next start.
+        self.store
+            .record_founding_nonces(&founded.with)
+            .map_err(|e| failed(&e))?;
         found(&self.store, &self.config, group).map_err(|e| failed(&e))?;
         let tx = self.command_tx.upgrade();
         let driver = self.into_driver().map_err(|e| failed(&e))?;
         if let Some(tx) = tx {
-            for cmd in kept {
+            for cmd in founded.kept {
                 let _ = tx.try_send(cmd);
             }
         }
@@ -730,6 +735,9 @@ impl<S: RaftStore> Setup<S> {
             ..Default::default()
         };
         raft_config.validate()?;
+        // Quoted in this node's hellos as a member (docs/design.md, section 6).
+        let quotes = store.founding_nonces()?;
+        self.transport.set_quotes(quotes.clone());
         let named = NamedParts {
             watches: self.watches,
             view: self.view,
@@ -769,6 +777,7 @@ impl<S: RaftStore> Setup<S> {
             election_seed: config.hooks.election_seed,
             election_timeouts_at_minimum: config.hooks.election_timeouts_at_minimum,
             named,
+            quotes,
         }))
     }
 }

@@ -101,6 +101,9 @@ pub(crate) struct DriverParts<S: RaftStore> {
     pub election_timeouts_at_minimum: bool,
     /// What the named elections need.
     pub named: NamedParts,
+    /// The founding nonces this node's hellos quote to the first members still to be
+    /// heard as members (`docs/design.md`, section 6); set on the transport already.
+    pub quotes: BTreeMap<NodeId, u128>,
 }
 
 pub(crate) struct Driver<S: RaftStore> {
@@ -151,6 +154,9 @@ pub(crate) struct Driver<S: RaftStore> {
     stop: Option<StopKind>,
     /// What this node last told the transport to say to peers (`update_hello`).
     hello: Option<Hello>,
+    /// The founding nonces the hellos quote, per first member not yet heard as a member
+    /// since this start (a member has a store: the quote can no longer help it).
+    quotes: BTreeMap<NodeId, u128>,
 }
 
 enum StopKind {
@@ -226,6 +232,7 @@ impl<S: RaftStore> Driver<S> {
             shutdown: None,
             stop: None,
             hello: None,
+            quotes: parts.quotes,
         }
     }
 
@@ -341,6 +348,7 @@ impl<S: RaftStore> Driver<S> {
             Hello {
                 group: self.state.group,
                 standing: Standing::Joining,
+                nonce: None,
             }
         } else {
             Hello::member(

@@ -45,6 +45,7 @@
 //! | `tenure/e/` + id + `/snapshot_data` | its snapshot's data, raw bytes |
 //! | `tenure/e/` + id + `/log/` + index (u64, big endian) | its `Entry`s |
 //! | `tenure/e/` + id + `/removed` | the tombstone of a removed election: empty; no other key of `id` is left |
+//! | `tenure/founded_with` | the founding nonces of the first members this node founded with (`founding.rs`); not raft state, older builds ignore it |
 //!
 //! The keys above are the root election's (id 0), which a version 2 store holds alone.
 //! Each log's entries are exactly the indexes `snapshot index + 1 ..= last index`,
@@ -82,6 +83,8 @@ use rocksdb::{DBCompressionType, Options, ReadOptions, WriteBatch, WriteOptions,
 use super::model::{LogState, SizeLimit, WritePlan, MAX_INDEX};
 use super::{ElectionIds, RaftStore, ReadyWrite, StorageError};
 use crate::transport::NodeId;
+
+mod founding;
 
 const META_KEY: &[u8] = b"tenure/meta";
 const NODE_KEY: &[u8] = b"tenure/node";
@@ -722,6 +725,20 @@ impl RaftStore for RocksStore {
 
     fn node_id(&self) -> Option<NodeId> {
         Some(self.shared.node)
+    }
+
+    fn founding_nonces(&self) -> Result<std::collections::BTreeMap<NodeId, u128>, StorageError> {
+        founding::read(&self.shared.path, &self.shared.db)
+    }
+
+    fn record_founding_nonces(
+        &self,
+        nonces: &std::collections::BTreeMap<NodeId, u128>,
+    ) -> Result<(), StorageError> {
+        let mut batch = WriteBatch::default();
+        founding::put(&mut batch, nonces);
+        // Once per store, before its founding snapshot; not one of the counted writes.
+        write_synced(&self.shared.path, &self.shared.db, batch)
     }
 
     fn election(&self, id: u32) -> Result<Option<Self>, StorageError> {
