@@ -13,10 +13,13 @@ use std::time::Duration;
 use slog::{info, warn, Logger};
 use tokio::sync::{mpsc, watch};
 
+use crate::config::Config;
 use crate::driver::Command;
 use crate::group_id::GroupId;
+use crate::history::History;
+use crate::state::{ElectionSpec, GroupState};
 use crate::status::{Leadership, Role, Status};
-use crate::transport::{Hello, Inbound, Inbox, NodeId, Standing, Transport};
+use crate::transport::{Floor, Hello, Inbound, Inbox, NodeId, Standing, Transport};
 
 /// What the hellos heard so far allow.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,10 +41,11 @@ pub(crate) enum Verdict {
 }
 
 /// The founding rule for node `me`, whose incarnation said `nonce` in its founding
-/// hellos, founding `group` with first members `members`.
+/// hellos, founding `group` from `floor` with first members `members`.
 pub(crate) fn judge(
     me: NodeId,
     nonce: u128,
+    floor: Floor,
     group: GroupId,
     members: &[NodeId],
     heard: &BTreeMap<NodeId, Hello>,
@@ -56,8 +60,27 @@ pub(crate) fn judge(
         let ours = hello.group == Some(group);
         match hello.standing {
             Standing::Starting => missing.push(m),
-            Standing::Founding if ours => {}
-            Standing::Member { pristine: true, .. } if ours => {}
+            Standing::Founding if ours && hello.floor == floor => {}
+            Standing::Founding if ours => blocking.push((
+                m,
+                format!(
+                    "{hello}, but this node founds from term floor {} (restored state {:016x}): \
+                     give every first member the same term floor and backup",
+                    floor.term, floor.restore
+                ),
+            )),
+            Standing::Member {
+                pristine: true,
+                term,
+            } if ours && term == floor.term.max(1) => {}
+            Standing::Member { pristine: true, .. } if ours => blocking.push((
+                m,
+                format!(
+                    "{hello}, founded at another term than this node's floor {}: give every \
+                     first member the same term floor and backup",
+                    floor.term.max(1)
+                ),
+            )),
             // Founded counting on this very incarnation's hello (nothing else of it).
             Standing::Member {
                 pristine: false, ..
@@ -102,6 +125,52 @@ pub(crate) fn incarnation_nonce() -> u128 {
     }
 }
 
+/// What a node founds with: the replicated state of its founding snapshot, the root's
+/// founding term, and what its founding hellos say of both (every first member must say
+/// the same). Without a floor or a backup: [`GroupState::bootstrap`] at term 1.
+pub(crate) fn founding_plan(config: &Config, group: GroupId) -> (GroupState, u64, Floor) {
+    let mut state = GroupState::bootstrap(group, config.peers.clone());
+    let mut term = config.term_floor.max(1);
+    let mut restore = 0;
+    if let Some(b) = &config.restore {
+        term = term.max(b.root_floor());
+        let voters = config.member_ids();
+        state.drained = b
+            .members
+            .drained
+            .iter()
+            .copied()
+            .filter(|d| voters.contains(d))
+            .collect();
+        state.history = History::from_records(b.history.clone());
+        state.next_election_id = b.next_election_id.max(1);
+        state.elections = b
+            .elections
+            .iter()
+            .map(|(name, e)| {
+                let spec = ElectionSpec {
+                    id: e.id,
+                    options: e.options.clone(),
+                    created_at: 1,
+                    voters: voters.clone(),
+                    learners: Vec::new(),
+                    floor: Some(crate::backup::election_floor(e.id, e.term)),
+                };
+                (name.clone(), spec)
+            })
+            .collect();
+        // The addresses come from each node's configuration: not part of the digest.
+        let mut restored = state.clone();
+        restored.addrs.clear();
+        restore = crate::backup::digest(&restored.to_snapshot()).max(1);
+    }
+    let floor = Floor {
+        term: if term > 1 { term } else { 0 },
+        restore,
+    };
+    (state, term, floor)
+}
+
 /// How often a waiting founder says whom it waits for.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
 
@@ -131,6 +200,7 @@ pub(crate) struct Founded {
 pub(crate) async fn wait_to_found(
     me: NodeId,
     group: GroupId,
+    floor: Floor,
     members: &[NodeId],
     transport: &dyn Transport,
     inbound: &mut Inbox,
@@ -143,6 +213,7 @@ pub(crate) async fn wait_to_found(
         group: Some(group),
         standing: Standing::Founding,
         nonce: Some(nonce),
+        floor,
     });
     leadership.send_replace(Leadership {
         term: 0,
@@ -158,7 +229,7 @@ pub(crate) async fn wait_to_found(
     let mut report = tokio::time::interval(REPORT_EVERY);
     report.tick().await;
     loop {
-        match judge(me, nonce, group, members, &heard) {
+        match judge(me, nonce, floor, group, members, &heard) {
             Verdict::Found => {
                 let late: Vec<NodeId> = heard
                     .iter()
@@ -225,7 +296,7 @@ pub(crate) async fn wait_to_found(
                 None => return Err(NotFounded::Stopped),
             },
             _ = report.tick() => {
-                if let Verdict::Wait { missing, blocking } = judge(me, nonce, group, members, &heard) {
+                if let Verdict::Wait { missing, blocking } = judge(me, nonce, floor, group, members, &heard) {
                     let blocking: Vec<String> =
                         blocking.iter().map(|(n, h)| format!("node {n}: {h}")).collect();
                     warn!(logger, "founding the group: still waiting";
@@ -246,7 +317,7 @@ mod tests {
         Hello {
             group: Some(g),
             standing: Standing::Founding,
-            nonce: None,
+            ..Hello::default()
         }
     }
 
@@ -262,7 +333,7 @@ mod tests {
         let g = GroupId::random();
         let mut heard = BTreeMap::new();
         assert_eq!(
-            judge(1, MINE, g, &[1, 2, 3], &heard),
+            judge(1, MINE, Floor::default(), g, &[1, 2, 3], &heard),
             Verdict::Wait {
                 missing: vec![2, 3],
                 blocking: vec![]
@@ -271,12 +342,18 @@ mod tests {
         heard.insert(2, founding(g));
         heard.insert(3, Hello::default());
         assert!(
-            matches!(judge(1, MINE, g, &[1, 2, 3], &heard), Verdict::Wait { missing, .. } if missing == vec![3])
+            matches!(judge(1, MINE, Floor::default(), g, &[1, 2, 3], &heard), Verdict::Wait { missing, .. } if missing == vec![3])
         );
         heard.insert(3, Hello::member(Some(g), 1, 0, 1));
-        assert_eq!(judge(1, MINE, g, &[1, 2, 3], &heard), Verdict::Found);
+        assert_eq!(
+            judge(1, MINE, Floor::default(), g, &[1, 2, 3], &heard),
+            Verdict::Found
+        );
         // A group of one founds at once.
-        assert_eq!(judge(1, MINE, g, &[1], &BTreeMap::new()), Verdict::Found);
+        assert_eq!(
+            judge(1, MINE, Floor::default(), g, &[1], &BTreeMap::new()),
+            Verdict::Found
+        );
     }
 
     #[test]
@@ -286,13 +363,13 @@ mod tests {
         heard.insert(2, founding(g));
         heard.insert(3, Hello::member(Some(g), 7, 2, 40));
         assert_eq!(
-            judge(1, MINE, g, &[1, 2, 3], &heard),
+            judge(1, MINE, Floor::default(), g, &[1, 2, 3], &heard),
             Verdict::LostData { peer: 3, term: 7 }
         );
         // Even a member that only voted once is not pristine.
         heard.insert(3, Hello::member(Some(g), 2, 2, 1));
         assert!(matches!(
-            judge(1, MINE, g, &[1, 2, 3], &heard),
+            judge(1, MINE, Floor::default(), g, &[1, 2, 3], &heard),
             Verdict::LostData { peer: 3, .. }
         ));
     }
@@ -310,36 +387,87 @@ mod tests {
         heard.insert(3, quoting(moved_on, MINE));
         heard.insert(4, founding(g));
         assert_eq!(
-            judge(1, MINE, g, &[1, 2, 3, 4, 5], &heard),
+            judge(1, MINE, Floor::default(), g, &[1, 2, 3, 4, 5], &heard),
             Verdict::Wait {
                 missing: vec![5],
                 blocking: vec![]
             }
         );
         heard.insert(5, Hello::member(Some(g), 1, 0, 1));
-        assert_eq!(judge(1, MINE, g, &[1, 2, 3, 4, 5], &heard), Verdict::Found);
+        assert_eq!(
+            judge(1, MINE, Floor::default(), g, &[1, 2, 3, 4, 5], &heard),
+            Verdict::Found
+        );
         // A pristine member may quote or not: it blocks nothing either way.
         heard.insert(5, quoting(Hello::member(Some(g), 1, 0, 1), 99));
-        assert_eq!(judge(1, MINE, g, &[1, 2, 3, 4, 5], &heard), Verdict::Found);
+        assert_eq!(
+            judge(1, MINE, Floor::default(), g, &[1, 2, 3, 4, 5], &heard),
+            Verdict::Found
+        );
 
         // The nonce of an earlier incarnation: that one may have voted.
         heard.insert(3, quoting(moved_on, MINE + 1));
         assert_eq!(
-            judge(1, MINE, g, &[1, 2, 3, 4, 5], &heard),
+            judge(1, MINE, Floor::default(), g, &[1, 2, 3, 4, 5], &heard),
             Verdict::LostData { peer: 3, term: 2 }
         );
         // No quote at all (the group was founded before this incarnation said hello).
         heard.insert(3, moved_on);
         assert!(matches!(
-            judge(1, MINE, g, &[1, 2, 3, 4, 5], &heard),
+            judge(1, MINE, Floor::default(), g, &[1, 2, 3, 4, 5], &heard),
             Verdict::LostData { peer: 3, .. }
         ));
         // A quote of this nonce by a member of another group counts for nothing.
         let other = GroupId::random();
         heard.insert(3, quoting(Hello::member(Some(other), 2, 3, 2), MINE));
         assert!(matches!(
-            judge(1, MINE, g, &[1, 2, 3, 4, 5], &heard),
+            judge(1, MINE, Floor::default(), g, &[1, 2, 3, 4, 5], &heard),
             Verdict::Wait { blocking, .. } if blocking.len() == 1 && blocking[0].0 == 3
+        ));
+    }
+
+    /// Founders from a term floor or a backup must all say the same floor, and a
+    /// pristine member must have been founded at it: otherwise nobody founds.
+    #[test]
+    fn founders_must_agree_on_the_term_floor() {
+        let g = GroupId::random();
+        let floor = Floor {
+            term: 1 << 20,
+            restore: 9,
+        };
+        let mut heard = BTreeMap::new();
+        heard.insert(
+            2,
+            Hello {
+                floor,
+                ..founding(g)
+            },
+        );
+        heard.insert(3, founding(g));
+        let Verdict::Wait { missing, blocking } = judge(1, MINE, floor, g, &[1, 2, 3], &heard)
+        else {
+            panic!("must wait");
+        };
+        assert!(missing.is_empty());
+        assert_eq!(blocking.len(), 1);
+        assert_eq!(blocking[0].0, 3);
+        assert!(
+            blocking[0].1.contains("same term floor"),
+            "{}",
+            blocking[0].1
+        );
+        heard.insert(3, Hello::member_founded_at(Some(g), 1 << 20, 0, 1, 1 << 20));
+        assert_eq!(judge(1, MINE, floor, g, &[1, 2, 3], &heard), Verdict::Found);
+        // A pristine member founded at term 1 does not match the floor.
+        heard.insert(3, Hello::member(Some(g), 1, 0, 1));
+        assert!(matches!(
+            judge(1, MINE, floor, g, &[1, 2, 3], &heard),
+            Verdict::Wait { blocking, .. } if blocking.len() == 1
+        ));
+        // Without a floor, a founder with one blocks too.
+        assert!(matches!(
+            judge(1, MINE, Floor::default(), g, &[1, 2], &heard),
+            Verdict::Wait { blocking, .. } if blocking.len() == 1
         ));
     }
 
@@ -366,11 +494,13 @@ mod tests {
             Hello {
                 group: None,
                 standing: Standing::Joining,
-                nonce: None,
+                ..Hello::default()
             },
         );
         heard.insert(4, Hello::member(Some(other), 9, 1, 30));
-        let Verdict::Wait { missing, blocking } = judge(1, MINE, g, &[1, 2, 3, 4], &heard) else {
+        let Verdict::Wait { missing, blocking } =
+            judge(1, MINE, Floor::default(), g, &[1, 2, 3, 4], &heard)
+        else {
             panic!("must wait");
         };
         assert!(missing.is_empty());

@@ -21,7 +21,6 @@ use crate::error::{
     ConfigError, MembershipError, NodeStopped, StartError, StopCause, StorageError, TransferError,
 };
 use crate::founding;
-use crate::group_id::GroupId;
 use crate::history::TenureRecord;
 use crate::lease::{ConfirmRequest, Lease};
 use crate::metrics::Metrics;
@@ -386,6 +385,17 @@ impl Node {
         self.ask(|reply| Command::Status { reply }).await
     }
 
+    /// A backup of the group's replicated state as this node applied it (membership,
+    /// drains, history, the catalog with its next id) and the highest term of the root
+    /// and of each named election it runs: what founding again with
+    /// [`ConfigBuilder::restore_from`](crate::ConfigBuilder::restore_from) needs so that
+    /// tokens never go back. Ask the leader for the newest view.
+    pub async fn backup(&self) -> Result<crate::backup::Backup, NodeStopped> {
+        self.ask(|reply| Command::Backup { reply })
+            .await?
+            .map_err(|e| NodeStopped::shutdown(&e))
+    }
+
     /// Adds node `id`, listening at `addr`, as a learner: it receives the log (first a
     /// snapshot of the group) but does not vote until [`promote`](Node::promote)d. Start
     /// the new node with [`Config::join`]. Call on the leader; resolves once the change
@@ -601,26 +611,31 @@ fn check_store<S: RaftStore>(
     Ok(StoreKind::Member)
 }
 
-/// Founds the group in a fresh store: a snapshot at index 1 (term 1) holding the first
-/// membership, the group id and the members' addresses. The membership then exists only
-/// in snapshots, never in log entries, so a node that joins later can only learn the
-/// group from a snapshot whose membership includes it (raft-rs refuses others) — never
-/// by replaying entries on top of an empty membership.
-fn found<S: RaftStore>(store: &S, config: &Config, group: GroupId) -> Result<(), StorageError> {
-    let state = GroupState::bootstrap(group, config.peers.clone());
+/// Founds the group in a fresh store: a snapshot at index 1 (term `term`: 1, or a term
+/// floor) holding `state`: the first membership, the group id and the members'
+/// addresses (and what a backup restores). The membership then exists only in
+/// snapshots, never in log entries, so a node that joins later can only learn the group
+/// from a snapshot whose membership includes it (raft-rs refuses others) — never by
+/// replaying entries on top of an empty membership.
+fn found<S: RaftStore>(
+    store: &S,
+    config: &Config,
+    state: GroupState,
+    term: u64,
+) -> Result<(), StorageError> {
     let mut snap = raft::eraftpb::Snapshot {
         data: state.to_snapshot().into(),
         ..Default::default()
     };
     let meta = snap.mut_metadata();
     meta.index = 1;
-    meta.term = 1;
+    meta.term = term;
     meta.set_conf_state(ConfState {
         voters: config.member_ids(),
         ..Default::default()
     });
     let hard_state = raft::eraftpb::HardState {
-        term: 1,
+        term,
         vote: 0,
         commit: 1,
         ..Default::default()
@@ -659,9 +674,11 @@ impl<S: RaftStore> Setup<S> {
                 "founding without a group id".into(),
             )));
         };
+        let (state, term, floor) = founding::founding_plan(&self.config, group);
         let waited = founding::wait_to_found(
             self.config.id,
             group,
+            floor,
             &self.config.member_ids(),
             self.transport.as_ref(),
             &mut self.inbound,
@@ -693,7 +710,7 @@ impl<S: RaftStore> Setup<S> {
         self.store
             .record_founding_nonces(&founded.with)
             .map_err(|e| failed(&e))?;
-        found(&self.store, &self.config, group).map_err(|e| failed(&e))?;
+        found(&self.store, &self.config, state, term).map_err(|e| failed(&e))?;
         let tx = self.command_tx.upgrade();
         let driver = self.into_driver().map_err(|e| failed(&e))?;
         if let Some(tx) = tx {

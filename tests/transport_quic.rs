@@ -819,7 +819,7 @@ async fn every_connection_begins_with_the_senders_hello() {
     nodes[1].0.set_hello(Hello {
         group: Some(group),
         standing: Standing::Founding,
-        nonce: None,
+        ..Hello::default()
     });
     // Node 1 may have connected before its hello was set: reconnect it by restarting 2.
     nodes[0].0.send(msg(1, 2, 1));
@@ -864,6 +864,7 @@ async fn hellos_carry_founding_nonces_and_each_peer_its_own_quote() {
             group: Some(group),
             standing: Standing::Founding,
             nonce: Some(nonce),
+            ..Hello::default()
         });
     }
     for (i, (transport, _)) in nodes.iter().enumerate() {

@@ -348,14 +348,17 @@ impl<S: RaftStore> Driver<S> {
             Hello {
                 group: self.state.group,
                 standing: Standing::Joining,
-                nonce: None,
+                ..Hello::default()
             }
         } else {
-            Hello::member(
+            // The founding snapshot's term: above 1 when founded from a term floor.
+            let founded_at = raft.raft_log.term(1).unwrap_or(1);
+            Hello::member_founded_at(
                 self.state.group,
                 raft.term,
                 raft.vote,
                 raft.raft_log.last_index(),
+                founded_at,
             )
         };
         if self.hello != Some(hello) {

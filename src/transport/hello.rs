@@ -18,7 +18,8 @@
 //! |---|---|
 //! | 0..30 | as above, magic `TNR2`; flags bit 1: a nonce follows |
 //! | 30..32 | `n`, the extension's length after these two bytes (u16, big endian; at most [`MAX_EXTENSION`]) |
-//! | 32..48 | the nonce (u128, big endian, never 0) when flags bit 1 is set |
+//! | next 16 | the nonce (u128, big endian, never 0) when flags bit 1 is set |
+//! | next 16 | when flags bit 2 is set (a founding hello with a [`Floor`]): the root's founding term (u64) and the digest of the restored state (u64, 0: none), big endian |
 //! | … | the rest of the `n` bytes: ignored (room for later fields) |
 //!
 //! The nonce of a *founding* hello is the sender's incarnation's (fresh, random, per
@@ -46,6 +47,24 @@ const MAGIC: &[u8; 4] = b"TNR1";
 const MAGIC_EXTENDED: &[u8; 4] = b"TNR2";
 const PRISTINE: u8 = 1;
 const HAS_NONCE: u8 = 2;
+const HAS_FLOOR: u8 = 4;
+
+/// What a founding node founds with beyond the group id, when it founds from a term
+/// floor or a backup (`docs/design.md`, section 6, "Disaster recovery"): every first
+/// member must say the same, or none founds. The default: a plain founding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Floor {
+    /// The root election's founding term (0 or 1: none).
+    pub term: u64,
+    /// A digest of the restored state ([`crate::backup`]); 0: nothing restored.
+    pub restore: u64,
+}
+
+impl Floor {
+    fn is_plain(&self) -> bool {
+        self.term <= 1 && self.restore == 0
+    }
+}
 
 /// What a node's store says about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +99,8 @@ pub struct Hello {
     /// Set on a hello for all peers, a member's is `None`: the transport fills in each
     /// peer's ([`Hello::to_peer`]).
     pub nonce: Option<u128>,
+    /// A founding hello's term floor and restored state; the default elsewhere.
+    pub floor: Floor,
 }
 
 impl Default for Hello {
@@ -88,6 +109,7 @@ impl Default for Hello {
             group: None,
             standing: Standing::Starting,
             nonce: None,
+            floor: Floor::default(),
         }
     }
 }
@@ -109,19 +131,28 @@ impl Hello {
         if nonce.is_some() {
             flags |= HAS_NONCE;
         }
-        let mut out = Vec::with_capacity(HELLO_LEN + 18);
-        out.extend_from_slice(if nonce.is_some() {
-            MAGIC_EXTENDED
-        } else {
-            MAGIC
-        });
+        let floor =
+            (self.standing == Standing::Founding && !self.floor.is_plain()).then_some(self.floor);
+        if floor.is_some() {
+            flags |= HAS_FLOOR;
+        }
+        let extended = nonce.is_some() || floor.is_some();
+        let mut out = Vec::with_capacity(HELLO_LEN + 34);
+        out.extend_from_slice(if extended { MAGIC_EXTENDED } else { MAGIC });
         out.push(kind);
         out.push(flags);
         out.extend_from_slice(&self.group.map_or(0, GroupId::as_u128).to_be_bytes());
         out.extend_from_slice(&term.to_be_bytes());
-        if let Some(nonce) = nonce {
-            out.extend_from_slice(&16u16.to_be_bytes());
-            out.extend_from_slice(&nonce.to_be_bytes());
+        if extended {
+            let n = 16 * (u16::from(nonce.is_some()) + u16::from(floor.is_some()));
+            out.extend_from_slice(&n.to_be_bytes());
+            if let Some(nonce) = nonce {
+                out.extend_from_slice(&nonce.to_be_bytes());
+            }
+            if let Some(f) = floor {
+                out.extend_from_slice(&f.term.to_be_bytes());
+                out.extend_from_slice(&f.restore.to_be_bytes());
+            }
         }
         out
     }
@@ -178,6 +209,7 @@ impl Hello {
         };
         let rest = &bytes[HELLO_LEN..];
         let mut nonce = None;
+        let mut floor = Floor::default();
         if extended {
             let len: [u8; 2] = rest
                 .get(..2)
@@ -191,6 +223,7 @@ impl Hello {
                     ext.len()
                 ));
             }
+            let mut at = 0;
             if flags & HAS_NONCE != 0 {
                 let raw: [u8; 16] = ext
                     .get(..16)
@@ -201,6 +234,17 @@ impl Hello {
                     return Err("the hello's nonce is 0".into());
                 }
                 nonce = Some(value);
+                at = 16;
+            }
+            if flags & HAS_FLOOR != 0 {
+                let raw: [u8; 16] = ext
+                    .get(at..at + 16)
+                    .and_then(|b| b.try_into().ok())
+                    .ok_or("the hello says a term floor follows, but its extension is too short")?;
+                floor = Floor {
+                    term: u64::from_be_bytes(raw[..8].try_into().expect("8 bytes")),
+                    restore: u64::from_be_bytes(raw[8..].try_into().expect("8 bytes")),
+                };
             }
         } else if !rest.is_empty() {
             return Err(format!(
@@ -212,18 +256,33 @@ impl Hello {
             group,
             standing,
             nonce,
+            floor,
         })
     }
 
-    /// A member's hello: pristine when nothing happened since founding.
+    /// A member's hello: pristine when nothing happened since founding (at term 1).
     pub fn member(group: Option<GroupId>, term: u64, vote: u64, last_index: u64) -> Hello {
+        Hello::member_founded_at(group, term, vote, last_index, 1)
+    }
+
+    /// A member's hello, for a group founded at term `founded_at` (a term floor):
+    /// pristine while the term is still at most that, with no vote and nothing beyond the
+    /// founding snapshot.
+    pub fn member_founded_at(
+        group: Option<GroupId>,
+        term: u64,
+        vote: u64,
+        last_index: u64,
+        founded_at: u64,
+    ) -> Hello {
         Hello {
             group,
             standing: Standing::Member {
                 term,
-                pristine: term <= 1 && vote == 0 && last_index <= 1,
+                pristine: term <= founded_at.max(1) && vote == 0 && last_index <= 1,
             },
             nonce: None,
+            floor: Floor::default(),
         }
     }
 
@@ -258,6 +317,13 @@ impl std::fmt::Display for Hello {
         if let Some(g) = self.group {
             write!(f, " of group {g}")?;
         }
+        if self.standing == Standing::Founding && !self.floor.is_plain() {
+            write!(
+                f,
+                " from term floor {} (restored state {:016x})",
+                self.floor.term, self.floor.restore
+            )?;
+        }
         match (self.standing, self.nonce) {
             (Standing::Founding, Some(n)) => write!(f, " (incarnation nonce {n:032x})"),
             (Standing::Member { .. }, Some(n)) => {
@@ -277,6 +343,7 @@ mod tests {
             group: Some(g),
             standing: Standing::Founding,
             nonce,
+            floor: Floor::default(),
         }
     }
 
@@ -294,7 +361,21 @@ mod tests {
             Hello {
                 group: None,
                 standing: Standing::Joining,
-                nonce: None,
+                ..Hello::default()
+            },
+            Hello {
+                floor: Floor {
+                    term: 1 << 20,
+                    restore: 77,
+                },
+                ..founding(g, Some(3))
+            },
+            Hello {
+                floor: Floor {
+                    term: 41,
+                    restore: 0,
+                },
+                ..founding(g, None)
             },
             Hello::member(Some(g), 1, 0, 1),
             Hello::member(Some(g), 7, 3, 50),

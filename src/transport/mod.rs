@@ -38,7 +38,7 @@ use std::sync::{Arc, RwLock};
 
 use raft::eraftpb::Message;
 
-pub use hello::{Hello, Standing};
+pub use hello::{Floor, Hello, Standing};
 pub use inbox::{DeliverError, Inbox, InboxSender};
 
 /// The TLS layer's old home: [`crate::tls`] is where it lives now.

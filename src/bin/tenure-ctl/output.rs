@@ -56,6 +56,7 @@ pub(super) fn describe(request: &Request) -> String {
             format!("transfer election {name:?} to node {t}")
         }
         Request::Leaderships => "leaderships".into(),
+        Request::Backup => "backup".into(),
         _ => request.name().into(),
     }
 }
