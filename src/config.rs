@@ -427,15 +427,6 @@ impl Config {
                     b.group, self.found
                 )));
             }
-            let ids = self.member_ids();
-            let mut voters = b.members.voters.clone();
-            voters.sort_unstable();
-            if voters != ids {
-                return Err(ConfigError::Restore(format!(
-                    "the backup's voters are {voters:?}, the first members given are {ids:?}: \
-                     found it again with its voters (replace members afterwards)"
-                )));
-            }
         }
         if !(0.25..=4.0).contains(&self.hooks.clock_rate) {
             return Err(ConfigError::Timing(format!(
@@ -453,6 +444,25 @@ impl Config {
             warnings.push(ConfigWarning::EvenGroupSize(n));
         }
         Ok(warnings)
+    }
+
+    /// Refuses to found from a backup whose voters are not the first members given (checked
+    /// only when founding: once the store exists, the backup is ignored, and the
+    /// membership may have changed since).
+    pub(crate) fn check_restore_voters(&self) -> Result<(), ConfigError> {
+        let Some(b) = &self.restore else {
+            return Ok(());
+        };
+        let ids = self.member_ids();
+        let mut voters = b.members.voters.clone();
+        voters.sort_unstable();
+        if voters != ids {
+            return Err(ConfigError::Restore(format!(
+                "the backup's voters are {voters:?}, the first members given are {ids:?}: \
+                 found it again with its voters (replace members afterwards)"
+            )));
+        }
+        Ok(())
     }
 
     /// The address this node listens on.

@@ -580,6 +580,7 @@ fn check_store<S: RaftStore>(
         && store.hard_state() == Default::default();
     if fresh {
         return if config.found.is_some() {
+            config.check_restore_voters()?;
             Ok(StoreKind::Fresh)
         } else if config.join {
             Ok(StoreKind::Joining)

@@ -143,6 +143,11 @@ async fn a_group_founded_again_from_a_backup_hands_out_tokens_above_every_old_on
         .await
         .expect("create another election");
     assert_eq!(created.id, backup.next_election_id);
+    // The unit file keeps `--restore`: a restart opens the store, it restores nothing.
+    let follower = [1, 2, 3].into_iter().find(|id| *id != new_leader).unwrap();
+    c.restart(follower).await;
+    let (_, t) = c.steady_leader(LONG).await;
+    assert!(t >= new_term);
     c.assert_leases_never_overlap();
     c.shutdown().await;
 }
