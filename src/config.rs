@@ -276,6 +276,15 @@ pub struct Config {
     /// group exists it never founds it again. Ignored (but checked against the stored
     /// group) once the data directory holds a store. See `docs/design.md`, section 6.
     pub found: Option<GroupId>,
+    /// Found the group's own election at this term or above (disaster recovery: tokens
+    /// must not go back below what resources remember). Every first member must be given
+    /// the same floor, or none founds. 0: no floor. Ignored once the store exists. See
+    /// `docs/design.md`, section 6, "Disaster recovery".
+    pub term_floor: u64,
+    /// Found the group from this backup ([`crate::backup::Backup`]): its drains, history
+    /// and catalog of named elections, every election above its recorded term. Its group
+    /// must be `found`, and its voters the `peers`. Ignored once the store exists.
+    pub restore: Option<std::sync::Arc<crate::backup::Backup>>,
     /// The group this node must belong to: a data directory of another group is
     /// refused. Defaults to `found`; `None` accepts the stored group.
     pub group: Option<GroupId>,
@@ -331,6 +340,8 @@ impl fmt::Debug for Config {
             .field("read_mode", &self.read_mode)
             .field("join", &self.join)
             .field("found", &self.found)
+            .field("term_floor", &self.term_floor)
+            .field("restore", &self.restore.as_ref().map(|b| (b.group, b.term)))
             .field("group", &self.group)
             .finish_non_exhaustive()
     }
@@ -381,6 +392,8 @@ impl Config {
                 compact_after: 1024,
                 join: false,
                 found: None,
+                term_floor: 0,
+                restore: None,
                 group: None,
                 elections: Vec::new(),
             },
@@ -420,6 +433,22 @@ impl Config {
                 return Err(ConfigError::GroupMismatch { found, group });
             }
         }
+        if self.term_floor > crate::backup::MAX_ROOT_TERM {
+            return Err(ConfigError::Restore(format!(
+                "term floor {} is above the root election's maximum term {}",
+                self.term_floor,
+                crate::backup::MAX_ROOT_TERM
+            )));
+        }
+        if let Some(b) = &self.restore {
+            b.check().map_err(ConfigError::Restore)?;
+            if self.found != Some(b.group) {
+                return Err(ConfigError::Restore(format!(
+                    "the backup is of group {}, but this node founds {:?}",
+                    b.group, self.found
+                )));
+            }
+        }
         if !(0.25..=4.0).contains(&self.hooks.clock_rate) {
             return Err(ConfigError::Timing(format!(
                 "clock_rate {} is outside [0.25, 4]",
@@ -436,6 +465,25 @@ impl Config {
             warnings.push(ConfigWarning::EvenGroupSize(n));
         }
         Ok(warnings)
+    }
+
+    /// Refuses to found from a backup whose voters are not the first members given (checked
+    /// only when founding: once the store exists, the backup is ignored, and the
+    /// membership may have changed since).
+    pub(crate) fn check_restore_voters(&self) -> Result<(), ConfigError> {
+        let Some(b) = &self.restore else {
+            return Ok(());
+        };
+        let ids = self.member_ids();
+        let mut voters = b.members.voters.clone();
+        voters.sort_unstable();
+        if voters != ids {
+            return Err(ConfigError::Restore(format!(
+                "the backup's voters are {voters:?}, the first members given are {ids:?}: \
+                 found it again with its voters (replace members afterwards)"
+            )));
+        }
+        Ok(())
     }
 
     /// The address this node listens on.
@@ -562,6 +610,17 @@ impl ConfigBuilder {
     /// [`Config::found`]).
     pub fn found(mut self, group: GroupId) -> Self {
         self.config.found = Some(group);
+        self
+    }
+    /// Found the root election at term `floor` or above (see [`Config::term_floor`]).
+    pub fn term_floor(mut self, floor: u64) -> Self {
+        self.config.term_floor = floor;
+        self
+    }
+    /// Found the group from `backup` (see [`Config::restore`]); founds its group.
+    pub fn restore_from(mut self, backup: crate::backup::Backup) -> Self {
+        self.config.found = Some(backup.group);
+        self.config.restore = Some(std::sync::Arc::new(backup));
         self
     }
     /// Belong to group `group` only (see [`Config::group`]).

@@ -17,6 +17,10 @@ use crate::transport::NodeId;
 /// A configuration that cannot work.
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum ConfigError {
+    /// A term floor or a backup to found from that cannot be used (`docs/design.md`,
+    /// section 6, "Disaster recovery"). The message says why.
+    #[error("cannot found from this term floor or backup: {0}")]
+    Restore(String),
     /// Node id 0 is reserved by raft-rs. Fix: number nodes from 1.
     #[error("node id must not be 0 (raft reserves it); number nodes from 1")]
     ZeroId,

@@ -104,6 +104,13 @@ impl History {
     pub(crate) fn records(&self) -> Vec<TenureRecord> {
         self.records.iter().cloned().collect()
     }
+
+    /// A history holding `records` (oldest first): a restored backup's.
+    pub(crate) fn from_records(records: Vec<TenureRecord>) -> History {
+        History {
+            records: records.into(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -370,6 +370,7 @@
 //! | [`admin`] | operator controls: the admin endpoint (operator certificates only) and its client |
 
 pub mod admin;
+pub mod backup;
 pub mod clock;
 pub mod config;
 mod driver;

@@ -72,6 +72,10 @@ pub(crate) struct ElectionSpec {
     pub(crate) voters: Vec<NodeId>,
     #[serde(default)]
     pub(crate) learners: Vec<NodeId>,
+    /// The term it is founded at when above its own floor (`term_floor(id)`): a group
+    /// founded again from a backup starts it above every token it handed out before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) floor: Option<u64>,
 }
 
 /// Who proposed a catalog change and which request of theirs it was (so the proposer can
@@ -208,6 +212,7 @@ impl GroupState {
                     created_at: index,
                     voters: voters.to_vec(),
                     learners: learners.to_vec(),
+                    floor: None,
                 };
                 self.elections.insert(e.name.clone(), spec.clone());
                 CatalogChange::Created {

@@ -8,13 +8,20 @@
 
 mod support;
 
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use support::cluster::{wait_for, Cluster};
 use tenure::error::StopCause;
 use tenure::error::StorageError;
-use tenure::{Node, Role, StartError};
+use tenure::storage::{MemDisk, MemStore};
+use tenure::transport::mem::MemNetwork;
+use tenure::transport::{Hello, Inbound, Inbox, NodeId};
+use tenure::{Config, GroupId, Node, Role, StartError};
+use tokio::sync::watch;
 
 const LONG: Duration = Duration::from_secs(15);
 
@@ -261,4 +268,164 @@ async fn a_voter_that_lost_its_folder_and_restarts_joining_stops_with_lost_data(
     let (l2, t2) = c.steady_leader(LONG).await;
     assert_eq!((l2, t2), (leader, term), "the group was not disturbed");
     c.shutdown().await;
+}
+
+/// Delivers what `from` receives to a node's inbox, but holds back what `slow_from`
+/// says until `open` turns true: their hellos are kept (the latest of each, delivered
+/// when the gate opens), their raft messages dropped (raft-rs retransmits). A founder
+/// behind it hears the others only once they have moved on.
+fn gate(mut from: Inbox, slow_from: Vec<NodeId>, mut open: watch::Receiver<bool>) -> Inbox {
+    let (tx, inbox) = Inbox::channel(1024);
+    tokio::spawn(async move {
+        let mut held: BTreeMap<NodeId, Hello> = BTreeMap::new();
+        loop {
+            let opened = *open.borrow_and_update();
+            if opened {
+                for (from, hello) in std::mem::take(&mut held) {
+                    if !tx.deliver(Inbound::Hello { from, hello }).await {
+                        return;
+                    }
+                }
+            }
+            let item = tokio::select! {
+                item = from.recv() => item,
+                changed = open.changed(), if !opened => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let Some(item) = item else { return };
+            let sender = match &item {
+                Inbound::Hello { from, .. } => Some(*from),
+                Inbound::Message(m) => Some(m.from),
+                Inbound::Election { message, .. } => Some(message.from),
+                _ => None,
+            };
+            if !opened && sender.is_some_and(|s| slow_from.contains(&s)) {
+                if let Inbound::Hello { from, hello } = item {
+                    held.insert(from, hello);
+                }
+                continue;
+            }
+            if !tx.deliver(item).await {
+                return;
+            }
+        }
+    });
+    inbox
+}
+
+/// The race of slow founders (`docs/design.md`, section 6), made deterministic. Nodes 1
+/// to 3 hear every first member's founding hello, found and elect a leader; nodes 4 and
+/// 5 hear nothing of them until the group has a leader at term 2 or later, so the first
+/// thing they hear of 1 to 3 is members that moved on. Those members founded counting on
+/// 4's and 5's very founding hellos (they quote their nonces): 4 and 5 found too and
+/// join the running group as voters the leader replicates to, instead of stopping with
+/// lost data (what they did before the nonces).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_founders_found_and_join_when_the_group_was_founded_on_their_hellos() {
+    let ids: [NodeId; 5] = [1, 2, 3, 4, 5];
+    let net = MemNetwork::new();
+    let group = GroupId::random();
+    // The in-process transport does not use the addresses.
+    let peers = ids.map(|p| (p, SocketAddr::from(([127, 0, 0, 1], 7000 + p as u16))));
+    let (open_tx, open_rx) = watch::channel(false);
+    let mut nodes: BTreeMap<NodeId, Node> = BTreeMap::new();
+    // The slow founders first, so that the others hear their hellos when they start.
+    for id in [4, 5, 1, 2, 3] {
+        let config = Config::builder(id)
+            .peers(peers)
+            .timing(support::cluster::test_timing())
+            .found(group)
+            .build();
+        let (transport, inbound) = net.endpoint(id);
+        let inbound = if id >= 4 {
+            gate(inbound, vec![1, 2, 3], open_rx.clone())
+        } else {
+            inbound
+        };
+        let store = MemStore::open(MemDisk::for_node(id));
+        let node = Node::start_with(config, store, Arc::new(transport), inbound)
+            .await
+            .unwrap_or_else(|e| panic!("node {id} does not start: {e}"));
+        nodes.insert(id, node);
+    }
+    let (leader, term) = wait_for(
+        "nodes 1 to 3 elect a leader at term 2 or later",
+        LONG,
+        || {
+            nodes.iter().find_map(|(id, n)| {
+                let l = n.leadership();
+                (l.role == Role::Leader && l.term >= 2).then_some((*id, l.term))
+            })
+        },
+    )
+    .await;
+    assert!(
+        leader <= 3,
+        "node {leader} leads while 4 and 5 are held back"
+    );
+    for id in [4, 5] {
+        assert_eq!(
+            nodes[&id].leadership().role,
+            Role::Founding,
+            "node {id} must still wait for 1 to 3"
+        );
+    }
+
+    open_tx.send_replace(true);
+    for id in [4, 5] {
+        let node = &nodes[&id];
+        let stopped = wait_for(
+            &format!("node {id} founds and follows the leader"),
+            LONG,
+            || {
+                let l = node.leadership();
+                if l.role == Role::Stopped {
+                    return Some(true);
+                }
+                (l.role == Role::Follower && l.leader.is_some() && l.term >= term).then_some(false)
+            },
+        )
+        .await;
+        if stopped {
+            panic!(
+                "node {id} stopped instead of founding: {:?}",
+                node.join().await
+            );
+        }
+    }
+    // The leader replicates to them: an entry it commits after they joined reaches both.
+    let leader_now = wait_for("one leader", LONG, || {
+        nodes
+            .iter()
+            .find(|(_, n)| n.leadership().role == Role::Leader)
+            .map(|(id, _)| *id)
+    })
+    .await;
+    let target = nodes[&leader_now].status().await.expect("status").commit;
+    let deadline = tokio::time::Instant::now() + LONG;
+    for id in [4, 5] {
+        loop {
+            let status = nodes[&id].status().await.expect("status");
+            if status.applied >= target && status.members.is_voter(id) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "node {id} did not catch up to {target}: {status:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let status = nodes[&leader_now].status().await.expect("status");
+    assert_eq!(
+        status.peers_reachable, 5,
+        "the leader reaches every voter: {status:?}"
+    );
+    for n in nodes.values() {
+        n.kill().await;
+    }
 }

@@ -137,6 +137,12 @@ impl Inbox {
 /// Starts one node per identity on 127.0.0.1, each configured with all the others
 /// (the sockets are bound first, so every node knows every port before any starts).
 fn start_all(ids: Vec<TlsIdentity>) -> Vec<(QuicTransport, Inbox)> {
+    start_all_with(ids, Some(Hello::default()))
+}
+
+/// As [`start_all`], with each transport's first hello `hello` (`None`: no connection
+/// opens before `set_hello`).
+fn start_all_with(ids: Vec<TlsIdentity>, hello: Option<Hello>) -> Vec<(QuicTransport, Inbox)> {
     let sockets: Vec<std::net::UdpSocket> = ids
         .iter()
         .map(|_| std::net::UdpSocket::bind(loopback()).unwrap())
@@ -151,6 +157,7 @@ fn start_all(ids: Vec<TlsIdentity>) -> Vec<(QuicTransport, Inbox)> {
         .map(|(identity, socket)| {
             let me = identity.id();
             let mut cfg = config(identity, socket.local_addr().unwrap());
+            cfg.hello = hello;
             cfg.peers = addrs
                 .iter()
                 .filter(|(id, _)| **id != me)
@@ -812,6 +819,7 @@ async fn every_connection_begins_with_the_senders_hello() {
     nodes[1].0.set_hello(Hello {
         group: Some(group),
         standing: Standing::Founding,
+        ..Hello::default()
     });
     // Node 1 may have connected before its hello was set: reconnect it by restarting 2.
     nodes[0].0.send(msg(1, 2, 1));
@@ -833,6 +841,77 @@ async fn every_connection_begins_with_the_senders_hello() {
     )
     .await;
     assert!(inbox2.hellos.iter().all(|(from, _)| *from == 1));
+}
+
+/// The founding nonces cross the wire (`docs/design.md`, section 6): a founding hello
+/// carries its incarnation's nonce, and a member's hello to a peer quotes the nonce it
+/// recorded for that peer (`Transport::set_quotes`), not another peer's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hellos_carry_founding_nonces_and_each_peer_its_own_quote() {
+    let ca = ClusterCa::generate().unwrap();
+    let group = GroupId::random();
+    let mut nodes = start_all_with(
+        vec![identity(&ca, 1), identity(&ca, 2), identity(&ca, 3)],
+        None,
+    );
+    // Node 1 is a member that founded with 2 and 3; 2 and 3 are still founding.
+    nodes[0]
+        .0
+        .set_quotes(std::collections::BTreeMap::from([(2, 0x22), (3, 0x33)]));
+    nodes[0].0.set_hello(Hello::member(Some(group), 2, 1, 3));
+    for (i, nonce) in [(1, 0x2222), (2, 0x3333)] {
+        nodes[i].0.set_hello(Hello {
+            group: Some(group),
+            standing: Standing::Founding,
+            nonce: Some(nonce),
+            ..Hello::default()
+        });
+    }
+    for (i, (transport, _)) in nodes.iter().enumerate() {
+        let from = i as NodeId + 1;
+        for to in (1..=3).filter(|to| *to != from) {
+            transport.send(msg(from, to, 1));
+        }
+    }
+    for (i, quote) in [(1, 0x22), (2, 0x33)] {
+        let inbox = &mut nodes[i].1;
+        wait_for(
+            || inbox.pump().hellos.iter().any(|(from, _)| *from == 1),
+            "a founding node hears the member's hello",
+            TIMEOUT,
+        )
+        .await;
+        let heard: Vec<Hello> = inbox
+            .hellos
+            .iter()
+            .filter(|(from, _)| *from == 1)
+            .map(|(_, h)| *h)
+            .collect();
+        let expected = Hello {
+            nonce: Some(quote),
+            ..Hello::member(Some(group), 2, 1, 3)
+        };
+        assert!(
+            heard.iter().all(|h| *h == expected),
+            "node {} hears its own quote: {heard:?}",
+            i + 1
+        );
+    }
+    let inbox = &mut nodes[0].1;
+    wait_for(
+        || inbox.pump().hellos.len() >= 2,
+        "the member hears both founding hellos",
+        TIMEOUT,
+    )
+    .await;
+    let mut nonces: Vec<(NodeId, Option<u128>)> = inbox
+        .hellos
+        .iter()
+        .map(|(from, h)| (*from, h.nonce))
+        .collect();
+    nonces.sort_unstable();
+    nonces.dedup();
+    assert_eq!(nonces, vec![(2, Some(0x2222)), (3, Some(0x3333))]);
 }
 
 /// A node of another group that holds this group's certificates (a data folder copied

@@ -108,6 +108,17 @@ pub(crate) struct WorkerCli {
     #[arg(long)]
     join: bool,
 
+    /// With --found: found the group's election at term N or above, so that its tokens
+    /// stay above what resources remember (disaster recovery); every first member the same
+    #[arg(long, value_name = "N", default_value = "0")]
+    term_floor: u64,
+
+    /// Found the group again from a backup (ctl backup --out FILE) after every member lost
+    /// its data: its group (no --found needed), drains, history and elections, every
+    /// election above its recorded term; every first member the same file
+    #[arg(long, value_name = "FILE")]
+    restore: Option<PathBuf>,
+
     /// Timing preset
     #[arg(long, value_name = "PRESET", default_value = "lan")]
     timing: TimingPreset,
@@ -323,6 +334,8 @@ impl WorkerCli {
             join: self.join,
             found: self.found,
             group: self.group,
+            term_floor: self.term_floor,
+            restore: self.restore,
         }))
     }
 }
@@ -350,6 +363,8 @@ pub(crate) struct WorkerArgs {
     pub join: bool,
     pub found: Option<tenure::GroupId>,
     pub group: Option<tenure::GroupId>,
+    pub term_floor: u64,
+    pub restore: Option<PathBuf>,
 }
 
 /// How long settling one payment takes: `base` plus a uniformly random `0..=jitter`.
@@ -416,6 +431,19 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
         .join(args.join);
     if let Some(g) = args.found {
         b = b.found(g);
+    }
+    b = b.term_floor(args.term_floor);
+    if let Some(path) = &args.restore {
+        let backup = std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| tenure::backup::Backup::from_json(&text));
+        match backup {
+            Ok(backup) => b = b.restore_from(backup),
+            Err(e) => {
+                eprintln!("worker {id}: --restore {}: {e}", path.display());
+                return 2;
+            }
+        }
     }
     if let Some(g) = args.group {
         b = b.group(g);

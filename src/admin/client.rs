@@ -495,6 +495,15 @@ impl Client {
         }
     }
 
+    /// A backup of the group's replicated state as the node applied it
+    /// ([`crate::backup::Backup`]); ask the leader for the newest.
+    pub async fn backup(&self) -> Result<crate::backup::Backup, ClientError> {
+        match self.request(&Request::Backup).await? {
+            Reply::Backup(b) => Ok(b),
+            other => Err(self.unexpected(other)),
+        }
+    }
+
     /// Hands leadership to `to` (or the most up-to-date follower); returns the new
     /// leader. The node must be the leader.
     pub async fn transfer(&self, to: Option<NodeId>) -> Result<NodeId, ClientError> {

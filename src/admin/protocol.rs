@@ -97,6 +97,9 @@ pub enum Request {
     /// The named elections this node leads, with their terms and whether it holds their
     /// lease. Any node.
     Leaderships,
+    /// A backup of the replicated state, for founding again after every member lost its
+    /// data ([`crate::backup`]). Any node; the leader's is the newest.
+    Backup,
 }
 
 /// The names of the commands, as they appear on the wire.
@@ -115,6 +118,7 @@ pub const COMMANDS: &[&str] = &[
     "remove_election",
     "transfer_election",
     "leaderships",
+    "backup",
 ];
 
 /// The arguments each command takes.
@@ -149,6 +153,7 @@ impl Request {
             Request::RemoveElection { .. } => "remove_election",
             Request::TransferElection { .. } => "transfer_election",
             Request::Leaderships => "leaderships",
+            Request::Backup => "backup",
         }
     }
 
@@ -159,7 +164,11 @@ impl Request {
     pub fn leader_only(&self) -> bool {
         !matches!(
             self,
-            Request::Status | Request::History | Request::Elections | Request::Leaderships
+            Request::Status
+                | Request::History
+                | Request::Elections
+                | Request::Leaderships
+                | Request::Backup
         )
     }
 
@@ -282,6 +291,8 @@ pub enum Reply {
     },
     /// Answer to [`Request::Leaderships`].
     Leaderships(Leaderships),
+    /// Answer to [`Request::Backup`].
+    Backup(crate::backup::Backup),
 }
 
 /// One named election in a [`Reply::Elections`]: the catalog's entry and the answering
@@ -597,6 +608,7 @@ mod tests {
                 to: Some(3),
             },
             Request::Leaderships,
+            Request::Backup,
         ];
         for command in COMMANDS {
             assert!(

@@ -331,6 +331,7 @@ async fn execute(node: &Node, request: Request) -> Result<Reply, ErrorReply> {
         Request::History => Ok(Reply::History {
             records: node.history().await?,
         }),
+        Request::Backup => Ok(Reply::Backup(node.backup().await?)),
         Request::Transfer { to } => node
             .transfer_leadership(to)
             .await

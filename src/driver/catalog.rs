@@ -41,6 +41,45 @@ impl<S: RaftStore> Driver<S> {
             .collect()
     }
 
+    /// A backup of the replicated state as this node applied it, with the highest term
+    /// of the root and of each named election it runs (`crate::backup`).
+    pub(super) fn backup(&self) -> Result<crate::backup::Backup, String> {
+        let raft = &self.root.raw.raft;
+        let group = self
+            .state
+            .group
+            .ok_or("this node's store records no group id (founded before groups had ids)")?;
+        let elections = self
+            .state
+            .elections
+            .iter()
+            .map(|(name, spec)| {
+                let term = self
+                    .named
+                    .groups
+                    .get(&spec.id)
+                    .map_or(0, |ng| ng.g.raw.raft.term);
+                let e = crate::backup::BackupElection {
+                    id: spec.id,
+                    options: spec.options.clone(),
+                    term,
+                };
+                (name.clone(), e)
+            })
+            .collect();
+        Ok(crate::backup::Backup {
+            version: crate::backup::BACKUP_VERSION,
+            group,
+            taken_by: self.env.id,
+            taken_from_leader: raft.state == StateRole::Leader,
+            term: raft.term,
+            members: self.membership(),
+            history: self.state.history.records(),
+            next_election_id: self.state.next_election_id.max(1),
+            elections,
+        })
+    }
+
     fn catalog_leader_check(&self) -> Result<(), ElectionError> {
         let raft = &self.root.raw.raft;
         if raft.state == StateRole::Leader && self.is_voter(self.env.id) {

@@ -69,6 +69,10 @@ pub(crate) enum Command {
     LogSpan { reply: oneshot::Sender<(u64, u64)> },
     /// Role, term, membership, health.
     Status { reply: oneshot::Sender<Status> },
+    /// A backup of the replicated state (disaster recovery).
+    Backup {
+        reply: oneshot::Sender<Result<crate::backup::Backup, String>>,
+    },
     /// Change the membership or drain a node (leader only).
     ChangeMembers {
         change: MemberChange,
@@ -144,6 +148,9 @@ impl<S: RaftStore> Driver<S> {
             }
             Command::Status { reply } => {
                 let _ = reply.send(self.status());
+            }
+            Command::Backup { reply } => {
+                let _ = reply.send(self.backup());
             }
             Command::ChangeMembers { change, reply } => {
                 let now = self.env.clock.now();

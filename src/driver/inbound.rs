@@ -8,7 +8,7 @@ use slog::{debug, error, warn};
 use super::{support, Driver};
 use crate::peer_input::{self, Local, Verdict};
 use crate::storage::RaftStore;
-use crate::transport::{Inbound, NodeId};
+use crate::transport::{Inbound, NodeId, Standing};
 
 impl<S: RaftStore> Driver<S> {
     /// Judges and steps one inbound item (a panic in raft-rs stops the driver).
@@ -100,8 +100,16 @@ impl<S: RaftStore> Driver<S> {
                 }
             }
             // Hellos matter before the group exists (founding) and at the transport
-            // (groups are checked there).
-            Inbound::Hello { .. } => {}
+            // (groups are checked there); here only to stop quoting a founding nonce to
+            // a first member that has a store now (docs/design.md, section 6).
+            Inbound::Hello { from, hello } => {
+                let member = matches!(hello.standing, Standing::Member { .. })
+                    && hello.group.is_some()
+                    && hello.group == self.state.group;
+                if member && self.quotes.remove(&from).is_some() {
+                    self.env.transport.set_quotes(self.quotes.clone());
+                }
+            }
         }
     }
 

@@ -102,6 +102,9 @@ pub(crate) struct DriverParts<S: RaftStore> {
     pub election_timeouts_at_minimum: bool,
     /// What the named elections need.
     pub named: NamedParts,
+    /// The founding nonces this node's hellos quote to the first members still to be
+    /// heard as members (`docs/design.md`, section 6); set on the transport already.
+    pub quotes: BTreeMap<NodeId, u128>,
 }
 
 pub(crate) struct Driver<S: RaftStore> {
@@ -154,6 +157,9 @@ pub(crate) struct Driver<S: RaftStore> {
     stop: Option<StopKind>,
     /// What this node last told the transport to say to peers (`update_hello`).
     hello: Option<Hello>,
+    /// The founding nonces the hellos quote, per first member not yet heard as a member
+    /// since this start (a member has a store: the quote can no longer help it).
+    quotes: BTreeMap<NodeId, u128>,
 }
 
 enum StopKind {
@@ -230,6 +236,7 @@ impl<S: RaftStore> Driver<S> {
             shutdown: None,
             stop: None,
             hello: None,
+            quotes: parts.quotes,
         }
     }
 
@@ -347,13 +354,17 @@ impl<S: RaftStore> Driver<S> {
             Hello {
                 group: self.state.group,
                 standing: Standing::Joining,
+                ..Hello::default()
             }
         } else {
-            Hello::member(
+            // The founding snapshot's term: above 1 when founded from a term floor.
+            let founded_at = raft.raft_log.term(1).unwrap_or(1);
+            Hello::member_founded_at(
                 self.state.group,
                 raft.term,
                 raft.vote,
                 raft.raft_log.last_index(),
+                founded_at,
             )
         };
         if self.hello != Some(hello) {

@@ -42,6 +42,8 @@ struct DiskState {
     removed: BTreeSet<u32>,
     /// The node the disk was made for, if any.
     node: Option<NodeId>,
+    /// The founding nonces recorded ([`RaftStore::record_founding_nonces`]).
+    founding_nonces: BTreeMap<NodeId, u128>,
 }
 
 /// One group's raft state on the disk.
@@ -116,6 +118,7 @@ impl MemDisk {
                 elections: BTreeMap::new(),
                 removed: BTreeSet::new(),
                 node,
+                founding_nonces: BTreeMap::new(),
             })),
         }
     }
@@ -307,6 +310,15 @@ impl RaftStore for MemStore {
 
     fn node_id(&self) -> Option<NodeId> {
         self.disk.lock().node
+    }
+
+    fn founding_nonces(&self) -> Result<BTreeMap<NodeId, u128>, StorageError> {
+        Ok(self.disk.lock().founding_nonces.clone())
+    }
+
+    fn record_founding_nonces(&self, nonces: &BTreeMap<NodeId, u128>) -> Result<(), StorageError> {
+        self.disk.lock().founding_nonces = nonces.clone();
+        Ok(())
     }
 
     fn election(&self, id: u32) -> Result<Option<Self>, StorageError> {

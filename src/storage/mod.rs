@@ -200,6 +200,28 @@ pub trait RaftStore: raft::Storage + Clone + Send + Sync + 'static {
         })
     }
 
+    /// The founding nonces this node recorded when it founded the group: for each first
+    /// member that was founding then, the nonce of its founding hello
+    /// (`docs/design.md`, section 6). Empty if none were recorded (a store of a joiner,
+    /// of an older version, or of a store without this record).
+    fn founding_nonces(
+        &self,
+    ) -> Result<std::collections::BTreeMap<crate::NodeId, u128>, StorageError> {
+        Ok(Default::default())
+    }
+
+    /// Records the founding nonces (synced), replacing any earlier record; written just
+    /// before the founding snapshot. The default records nothing: the node's hellos then
+    /// quote nothing, and a slow first member stops with lost data instead of founding
+    /// (safe, not live).
+    fn record_founding_nonces(
+        &self,
+        nonces: &std::collections::BTreeMap<crate::NodeId, u128>,
+    ) -> Result<(), StorageError> {
+        let _ = nonces;
+        Ok(())
+    }
+
     /// Writes `parts`, each one group's [`ReadyWrite`] on that group's handle (the store
     /// itself for the root, or an election handle of the same store), as one atomic
     /// batch.

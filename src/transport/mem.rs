@@ -25,13 +25,14 @@
 //! `election_sent` and `election_received`); the root's arrive as [`Inbound::Message`].
 //!
 //! Hellos ([`Transport::set_hello`]) reach every endpoint that is up when they are set,
-//! and a new endpoint hears the latest hello of every node that is up.
+//! and a new endpoint hears the latest hello of every node that is up; a member's hello
+//! to each peer quotes the nonce set for that peer ([`Transport::set_quotes`]).
 //!
 //! A crash is `close()` on the endpoint (or dropping it); `network.endpoint(id)` again
 //! registers a fresh endpoint for the same id (a restart), which replaces any endpoint
 //! of that id still open.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -69,6 +70,8 @@ struct Registered {
     faults: Faults,
     /// What the node tells peers (as a QUIC connection's first bytes do).
     hello: Option<Hello>,
+    /// The founding nonces a member's hello quotes, per peer ([`Transport::set_quotes`]).
+    quotes: BTreeMap<NodeId, u128>,
 }
 
 impl Default for MemNetwork {
@@ -121,12 +124,11 @@ impl MemNetwork {
         let (tx, rx) = mpsc::channel(state.inbound_depth);
         // A new endpoint "connects" to every node that is up and hears its hello.
         for (peer, slot) in &state.nodes {
-            if let Some(hello) = slot
-                .up
-                .as_ref()
-                .and_then(|r| r.hello)
-                .filter(|_| *peer != id)
-            {
+            let Some(up) = slot.up.as_ref().filter(|_| *peer != id) else {
+                continue;
+            };
+            if let Some(hello) = up.hello {
+                let hello = hello.to_peer(id, &up.quotes);
                 let _ = tx.try_send(Inbound::Hello { from: *peer, hello });
             }
         }
@@ -142,6 +144,7 @@ impl MemNetwork {
             stats: stats.clone(),
             faults: faults.clone(),
             hello: None,
+            quotes: BTreeMap::new(),
         });
         let transport = MemTransport {
             id,
@@ -269,13 +272,16 @@ impl Transport for MemTransport {
 
     fn set_hello(&self, hello: Hello) {
         let mut state = self.net.lock();
-        match state.nodes.get_mut(&self.id) {
+        let quotes = match state.nodes.get_mut(&self.id) {
             Some(slot) if slot.generation == self.generation => match slot.up.as_mut() {
-                Some(me) => me.hello = Some(hello),
+                Some(me) => {
+                    me.hello = Some(hello);
+                    me.quotes.clone()
+                }
                 None => return,
             },
             _ => return,
-        }
+        };
         for (peer, slot) in &state.nodes {
             let Some(dest) = slot.up.as_ref().filter(|_| *peer != self.id) else {
                 continue;
@@ -285,8 +291,19 @@ impl Transport for MemTransport {
             }
             let _ = dest.inbound.try_send(Inbound::Hello {
                 from: self.id,
-                hello,
+                hello: hello.to_peer(*peer, &quotes),
             });
+        }
+    }
+
+    fn set_quotes(&self, quotes: BTreeMap<NodeId, u128>) {
+        let mut state = self.net.lock();
+        if let Some(slot) = state.nodes.get_mut(&self.id) {
+            if slot.generation == self.generation {
+                if let Some(me) = slot.up.as_mut() {
+                    me.quotes = quotes;
+                }
+            }
         }
     }
 

@@ -41,7 +41,7 @@ use std::sync::{Arc, RwLock};
 use raft::eraftpb::Message;
 
 pub use addr::{PeerAddr, PeerAddrError, Resolve, Resolving, SystemResolver, ToPeerAddr};
-pub use hello::{Hello, Standing};
+pub use hello::{Floor, Hello, Standing};
 pub use inbox::{DeliverError, Inbox, InboxSender};
 
 /// The TLS layer's old home: [`crate::tls`] is where it lives now.
@@ -123,6 +123,16 @@ pub trait Transport: Send + Sync + 'static {
     /// node sets it when it starts and when its standing changes; peers of another group
     /// are refused once it names a group.
     fn set_hello(&self, hello: Hello);
+
+    /// The founding nonces this node recorded for its first members when it founded
+    /// (`docs/design.md`, section 6): from now on a member's hello to peer `p` carries
+    /// `quotes[p]` ([`Hello::to_peer`]), so that a first member still founding learns
+    /// that the group was founded counting on its very hello. Set before the first
+    /// member hello. The default ignores them (such a transport's slow founders stop
+    /// with lost data instead of founding: safe, not live).
+    fn set_quotes(&self, quotes: std::collections::BTreeMap<NodeId, u128>) {
+        let _ = quotes;
+    }
 
     /// The group's membership changed: reach peer `id` at `addr` from now on (a new
     /// member, or one that moved), or forget it (`None`: it left the group). Transports

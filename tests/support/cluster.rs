@@ -74,6 +74,9 @@ pub(crate) struct Cluster {
     /// The group the first members found (`Config::found`; every start passes it, as a
     /// unit file would).
     pub group: tenure::GroupId,
+    /// A backup every founding start restores (`Config::restore`): a group founded again
+    /// after every member lost its data.
+    pub restore: Option<Arc<tenure::backup::Backup>>,
 }
 
 pub(crate) fn test_timing() -> Timing {
@@ -117,6 +120,7 @@ impl Cluster {
             compact_after: 1024,
             joining: Default::default(),
             group: tenure::GroupId::random(),
+            restore: None,
         }
     }
 
@@ -131,7 +135,9 @@ impl Cluster {
         if self.joining.contains(&id) {
             b.join(true).build()
         } else {
-            b.found(self.group).build()
+            let mut config = b.found(self.group).build();
+            config.restore = self.restore.clone();
+            config
         }
     }
 

@@ -38,7 +38,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -55,7 +55,9 @@ use tokio::task::JoinSet;
 
 #[path = "output.rs"]
 mod output;
-use output::{explain, print_done, print_history, print_leaderships, print_members, print_status};
+use output::{
+    explain, print_done, print_history, print_leaderships, print_members, print_status, write_whole,
+};
 
 #[path = "elections.rs"]
 mod elections;
@@ -134,6 +136,15 @@ enum Command {
     /// Named elections: list, create, remove, transfer
     #[command(subcommand)]
     Elections(Elections),
+    /// Write a backup of the group's replicated state (membership, drains, history,
+    /// election catalog, highest terms) to FILE, taken from the leader if one answers:
+    /// what a worker's `--restore FILE` founds the group again from after every member
+    /// lost its data, with tokens above every token handed out before
+    Backup {
+        /// The file to write (JSON; replaced whole, never left half written)
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
     /// Print a completion script for SHELL on stdout (needs no --certs or --addr)
     Completions {
         /// The shell to complete in
@@ -251,6 +262,8 @@ struct Args {
     request: Request,
     /// `status --names`: list the names of the elections each node leads.
     names: bool,
+    /// `backup --out FILE`.
+    backup_out: Option<PathBuf>,
 }
 
 /// The request a command sends, or, for `completions`, the shell to print a script for.
@@ -279,6 +292,7 @@ fn request_of(command: Command) -> Result<Request, clap_complete::Shell> {
         Command::Elections(Elections::Transfer { name, to }) => {
             Request::TransferElection { name, to }
         }
+        Command::Backup { .. } => Request::Backup,
         Command::Completions { shell } => return Err(shell),
     })
 }
@@ -309,6 +323,10 @@ pub(crate) fn main(name: &'static str) -> ExitCode {
             .exit()
     };
     let names = matches!(cli.command, Command::Status { names: true });
+    let backup_out = match &cli.command {
+        Command::Backup { out } => Some(out.clone()),
+        _ => None,
+    };
     let request = match request_of(cli.command) {
         Ok(request) => request,
         Err(shell) => return print_completions(name, shell),
@@ -328,6 +346,7 @@ pub(crate) fn main(name: &'static str) -> ExitCode {
         timeout: cli.timeout,
         request,
         names,
+        backup_out,
     };
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -466,6 +485,43 @@ async fn execute(args: &Args, identity: &OperatorIdentity) -> Result<(), Failure
                 println!("{}", json!({"node": client.node_id(), "history": records}));
             } else {
                 print_history(client.node_id(), &records);
+            }
+            Ok(())
+        }
+        Request::Backup => {
+            let found = ask_all(args, identity, Ask::Once).await;
+            let client = found.most_current()?;
+            let backup = client.backup().await.map_err(|e| Failure::client(&e))?;
+            let out = args
+                .backup_out
+                .as_deref()
+                .unwrap_or(Path::new("backup.json"));
+            write_whole(out, backup.to_json().as_bytes())
+                .map_err(|e| Failure::new(format!("cannot write {}: {e}", out.display())))?;
+            if args.json {
+                println!(
+                    "{}",
+                    json!({"node": client.node_id(), "file": out.display().to_string(),
+                           "group": backup.group.to_string(), "term": backup.term,
+                           "from_leader": backup.taken_from_leader,
+                           "elections": backup.elections.len()})
+                );
+            } else {
+                println!(
+                    "backup of group {} from node {}{}: root term {}, {} voters, {} named \
+                     elections, written to {}",
+                    backup.group,
+                    backup.taken_by,
+                    if backup.taken_from_leader {
+                        " (the leader)"
+                    } else {
+                        " (not the leader)"
+                    },
+                    backup.term,
+                    backup.members.voters.len(),
+                    backup.elections.len(),
+                    out.display()
+                );
             }
             Ok(())
         }

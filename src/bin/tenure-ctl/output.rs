@@ -56,6 +56,7 @@ pub(super) fn describe(request: &Request) -> String {
             format!("transfer election {name:?} to node {t}")
         }
         Request::Leaderships => "leaderships".into(),
+        Request::Backup => "backup".into(),
         _ => request.name().into(),
     }
 }
@@ -306,6 +307,16 @@ pub(super) fn utc(ms: u64) -> String {
         rem % 60,
         ms % 1000
     )
+}
+
+/// Writes `bytes` to `path` whole: a temporary file beside it, synced, then renamed over.
+pub(crate) fn write_whole(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]

@@ -356,9 +356,12 @@ impl<S: RaftStore> Driver<S> {
                         ..Default::default()
                     };
                     let data = serde_json::to_vec(&History::default()).unwrap_or_default();
-                    self.root
-                        .store
-                        .found_election(spec.id, term_floor(spec.id), cs, data)?
+                    self.root.store.found_election(
+                        spec.id,
+                        spec.floor.unwrap_or(term_floor(spec.id)),
+                        cs,
+                        data,
+                    )?
                 } else {
                     // Not among its first members (a node that joined later): a store with
                     // no membership, as a joiner's (section 6); a member's snapshot brings it.

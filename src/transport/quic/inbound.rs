@@ -20,7 +20,7 @@ use super::config::Settings;
 use super::shared::{describe_loss, peer_node_id, Shared};
 use super::{close_code, code};
 
-/// How long an accepted stream may take to deliver its 30-byte hello.
+/// How long an accepted stream may take to deliver its hello.
 const HELLO_WAIT: Duration = Duration::from_secs(5);
 
 /// One of a peer's incoming connection slots; given back when dropped.
@@ -272,6 +272,32 @@ async fn read_stream(
     }
 }
 
+/// The bytes of the hello a stream begins with: the fixed part and, when it announces
+/// one, the extension (at most [`MAX_EXTENSION`](crate::transport::hello::MAX_EXTENSION) bytes). The inner error: not a hello.
+async fn read_hello_bytes(
+    stream: &mut RecvStream,
+) -> Result<Result<Vec<u8>, String>, quinn::ReadExactError> {
+    let mut head = [0u8; HELLO_LEN];
+    stream.read_exact(&mut head).await?;
+    let mut bytes = head.to_vec();
+    match Hello::extended(&head) {
+        Ok(false) => return Ok(Ok(bytes)),
+        Ok(true) => {}
+        Err(e) => return Ok(Err(e)),
+    }
+    let mut len = [0u8; 2];
+    stream.read_exact(&mut len).await?;
+    let n = match Hello::extension_len(len) {
+        Ok(n) => n,
+        Err(e) => return Ok(Err(e)),
+    };
+    bytes.extend_from_slice(&len);
+    let mut ext = vec![0u8; n];
+    stream.read_exact(&mut ext).await?;
+    bytes.extend_from_slice(&ext);
+    Ok(Ok(bytes))
+}
+
 /// Reads the hello a stream begins with; refuses (closes the connection) a stream that
 /// does not begin with one, or a peer of another group than ours.
 async fn read_hello(
@@ -282,18 +308,17 @@ async fn read_hello(
     cancel: &CancellationToken,
     log: &Logger,
 ) -> Option<Hello> {
-    let mut bytes = [0u8; HELLO_LEN];
     let read = tokio::select! {
         biased;
         _ = cancel.cancelled() => return None,
-        r = tokio::time::timeout(HELLO_WAIT, stream.read_exact(&mut bytes)) => r,
+        r = tokio::time::timeout(HELLO_WAIT, read_hello_bytes(stream)) => r,
     };
     let refuse = |why: String| {
         let key = conn.remote_address().ip().to_string();
         refuse_connection(shared, conn, log, &key, close_code::WRONG_GROUP, &why);
     };
     let hello = match read {
-        Ok(Ok(())) => match Hello::decode(&bytes) {
+        Ok(Ok(Ok(bytes))) => match Hello::decode(&bytes) {
             Ok(h) => h,
             Err(e) => {
                 TransportStats::bump(&shared.stats.frames_malformed);
@@ -301,6 +326,11 @@ async fn read_hello(
                 return None;
             }
         },
+        Ok(Ok(Err(e))) => {
+            TransportStats::bump(&shared.stats.frames_malformed);
+            refuse(format!("node {peer}: {e}"));
+            return None;
+        }
         Ok(Err(e)) => {
             debug!(log, "stream ended before its hello"; "reason" => %e);
             return None;

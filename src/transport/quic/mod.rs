@@ -11,7 +11,8 @@
 //!   [`QuicConfig::resolver`], on every attempt: a failure is a failed attempt), connects
 //!   with server name `node-<id>.tenure`, checks that the certificate names the peer it
 //!   dialed, opens one unidirectional stream, writes this node's [hello](super::hello)
-//!   and then frames in order. When the connect
+//!   (a member's quotes the founding nonce it recorded for that peer,
+//!   [`Transport::set_quotes`]) and then frames in order. When the connect
 //!   fails or the connection is lost, the task reports [`Inbound::Unreachable`] once for
 //!   that failure (so at most once per backoff step), then reconnects with exponential
 //!   backoff and jitter (`backoff_min..backoff_max`). While it is disconnected it keeps
@@ -122,7 +123,7 @@ mod shared;
 mod socket;
 mod tls_state;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
@@ -401,6 +402,7 @@ impl QuicTransport {
             peers: RwLock::new(HashMap::new()),
             resolver: cfg.resolver,
             hello: watch::Sender::new(cfg.hello),
+            quotes: Mutex::new(BTreeMap::new()),
             shutdown: CancellationToken::new(),
             closed: AtomicBool::new(false),
             task_guard: Mutex::new(Some(guard)),
@@ -547,6 +549,14 @@ impl Transport for QuicTransport {
 
     fn set_hello(&self, hello: Hello) {
         self.shared.hello.send_replace(Some(hello));
+    }
+
+    fn set_quotes(&self, quotes: BTreeMap<NodeId, u128>) {
+        *self
+            .shared
+            .quotes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = quotes;
     }
 
     fn set_peer(&self, id: NodeId, addr: Option<PeerAddr>) {

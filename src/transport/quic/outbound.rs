@@ -302,7 +302,14 @@ impl Outbound {
             .connect_with(self.shared.tls.client_config(), dial, &server_name)
             .map_err(|e| Ended::Failed(format!("{addr}: {e}")))?;
         let peer = self.peer;
-        let hello = (*self.shared.hello.borrow()).unwrap_or_default();
+        let hello = (*self.shared.hello.borrow()).unwrap_or_default().to_peer(
+            peer,
+            &self
+                .shared
+                .quotes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
         let mut connecting = connecting;
         // Set once the peer has answered (its handshake messages arrived).
         let answered = AtomicBool::new(false);

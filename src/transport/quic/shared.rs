@@ -1,7 +1,7 @@
 //! [`Shared`]: what the transport's tasks share (the endpoint, the peers, the counters,
 //! the channel to the driver with the budget its items hold), and what they do with it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -60,6 +60,8 @@ pub(super) struct Shared {
     /// What this node says first on every connection it opens ([`Transport::set_hello`]);
     /// `None` until it is set, and outbound tasks wait for it.
     pub(super) hello: watch::Sender<Option<Hello>>,
+    /// The founding nonces a member's hello quotes, per peer ([`Transport::set_quotes`]).
+    pub(super) quotes: Mutex<BTreeMap<NodeId, u128>>,
     /// Cancelled by `close`: every task stops.
     pub(super) shutdown: CancellationToken,
     pub(super) closed: AtomicBool,

@@ -1,5 +1,7 @@
 //! The public handle to a running election node.
 
+mod members;
+
 use std::sync::Arc;
 
 use raft::eraftpb::ConfState;
@@ -20,7 +22,6 @@ use crate::error::{
     ConfigError, MembershipError, NodeStopped, StartError, StopCause, StorageError, TransferError,
 };
 use crate::founding;
-use crate::group_id::GroupId;
 use crate::history::TenureRecord;
 use crate::lease::{ConfirmRequest, Lease};
 use crate::metrics::Metrics;
@@ -413,96 +414,15 @@ impl Node {
         self.ask(|reply| Command::Status { reply }).await
     }
 
-    /// Adds node `id`, listening at `addr` (an IP address or a name, which every member
-    /// resolves again on each reconnect), as a learner: it receives the log (first a
-    /// snapshot of the group) but does not vote until [`promote`](Node::promote)d. Start
-    /// the new node with [`Config::join`]. Call on the leader; resolves once the change
-    /// is applied here.
-    pub async fn add_learner(
-        &self,
-        id: NodeId,
-        addr: impl Into<PeerAddr>,
-    ) -> Result<Membership, MembershipError> {
-        self.change(MemberChange::AddLearner(id, addr.into())).await
-    }
-
-    /// Makes learner `id` a voter, once it has caught up with the log.
-    pub async fn promote(&self, id: NodeId) -> Result<Membership, MembershipError> {
-        self.change(MemberChange::Promote(id)).await
-    }
-
-    /// Removes `id` from the group. Removing the leader itself is allowed: once the change
-    /// is applied it hands leadership to the most up-to-date remaining voter. Refused when
-    /// the remaining voters reachable now would not form a quorum of the new group.
-    pub async fn remove_member(&self, id: NodeId) -> Result<Membership, MembershipError> {
-        self.change(MemberChange::Remove(id)).await
-    }
-
-    /// Replaces voter `old` (typically a dead node) by learner `new` in one joint-consensus
-    /// change: `new` becomes a voter and `old` leaves atomically. Resolves once the group
-    /// has left the joint configuration.
-    pub async fn replace_member(
-        &self,
-        old: NodeId,
-        new: NodeId,
-    ) -> Result<Membership, MembershipError> {
-        self.replace(old, new, false).await
-    }
-
-    /// Drains (`true`) or undrains member `id`. A drained node never campaigns and, if it
-    /// leads, hands leadership over at once. The setting is replicated through the log,
-    /// so it holds on every node and survives restarts.
-    ///
-    /// Resolves once the leader has applied it; the other nodes apply it with the next
-    /// heartbeat. Draining the last voter that may lead is refused. A drained node does
-    /// not campaign while a leader may come from elsewhere; once it has known no leader
-    /// for twice the longest election timeout it campaigns as a last resort (its log may
-    /// be the only up-to-date one left, and an undrain needs a leader) and hands over as
-    /// soon as it wins. Keep at least two voters undrained.
-    pub async fn set_drained(
-        &self,
-        id: NodeId,
-        drained: bool,
-    ) -> Result<Membership, MembershipError> {
-        self.change(MemberChange::Drain(id, drained)).await
-    }
-
-    /// A joint change with an explicit leave (the group stays joint until a leader leaves
-    /// it): for tests of a crash in the middle of a joint change.
-    #[doc(hidden)]
-    #[cfg(feature = "testing")]
-    pub async fn replace_member_explicit(
-        &self,
-        old: NodeId,
-        new: NodeId,
-    ) -> Result<Membership, MembershipError> {
-        self.replace(old, new, true).await
-    }
-
-    async fn replace(
-        &self,
-        old: NodeId,
-        new: NodeId,
-        explicit: bool,
-    ) -> Result<Membership, MembershipError> {
-        self.change(MemberChange::Replace { old, new, explicit })
-            .await
-    }
-
-    /// Sends the driver the command `make` builds around a reply channel, and waits for
-    /// the answer.
-    async fn ask<T>(
-        &self,
-        make: impl FnOnce(oneshot::Sender<T>) -> Command,
-    ) -> Result<T, NodeStopped> {
-        let (tx, rx) = oneshot::channel();
-        self.commands.send(make(tx)).await.map_err(|_| stopped())?;
-        rx.await.map_err(|_| stopped())
-    }
-
-    async fn change(&self, change: MemberChange) -> Result<Membership, MembershipError> {
-        self.ask(|reply| Command::ChangeMembers { change, reply })
+    /// A backup of the group's replicated state as this node applied it (membership,
+    /// drains, history, the catalog with its next id) and the highest term of the root
+    /// and of each named election it runs: what founding again with
+    /// [`ConfigBuilder::restore_from`](crate::ConfigBuilder::restore_from) needs so that
+    /// tokens never go back. Ask the leader for the newest view.
+    pub async fn backup(&self) -> Result<crate::backup::Backup, NodeStopped> {
+        self.ask(|reply| Command::Backup { reply })
             .await?
+            .map_err(|e| NodeStopped::shutdown(&e))
     }
 
     /// The first and last index of this node's Raft log (for tests of compaction).
@@ -625,6 +545,7 @@ fn check_store<S: RaftStore>(
         && store.hard_state() == Default::default();
     if fresh {
         return if config.found.is_some() {
+            config.check_restore_voters()?;
             Ok(StoreKind::Fresh)
         } else if config.join {
             Ok(StoreKind::Joining)
@@ -656,26 +577,31 @@ fn check_store<S: RaftStore>(
     Ok(StoreKind::Member)
 }
 
-/// Founds the group in a fresh store: a snapshot at index 1 (term 1) holding the first
-/// membership, the group id and the members' addresses. The membership then exists only
-/// in snapshots, never in log entries, so a node that joins later can only learn the
-/// group from a snapshot whose membership includes it (raft-rs refuses others) — never
-/// by replaying entries on top of an empty membership.
-fn found<S: RaftStore>(store: &S, config: &Config, group: GroupId) -> Result<(), StorageError> {
-    let state = GroupState::bootstrap(group, config.peers.clone());
+/// Founds the group in a fresh store: a snapshot at index 1 (term `term`: 1, or a term
+/// floor) holding `state`: the first membership, the group id and the members'
+/// addresses (and what a backup restores). The membership then exists only in
+/// snapshots, never in log entries, so a node that joins later can only learn the group
+/// from a snapshot whose membership includes it (raft-rs refuses others) — never by
+/// replaying entries on top of an empty membership.
+fn found<S: RaftStore>(
+    store: &S,
+    config: &Config,
+    state: GroupState,
+    term: u64,
+) -> Result<(), StorageError> {
     let mut snap = raft::eraftpb::Snapshot {
         data: state.to_snapshot().into(),
         ..Default::default()
     };
     let meta = snap.mut_metadata();
     meta.index = 1;
-    meta.term = 1;
+    meta.term = term;
     meta.set_conf_state(ConfState {
         voters: config.member_ids(),
         ..Default::default()
     });
     let hard_state = raft::eraftpb::HardState {
-        term: 1,
+        term,
         vote: 0,
         commit: 1,
         ..Default::default()
@@ -714,9 +640,11 @@ impl<S: RaftStore> Setup<S> {
                 "founding without a group id".into(),
             )));
         };
+        let (state, term, floor) = founding::founding_plan(&self.config, group);
         let waited = founding::wait_to_found(
             self.config.id,
             group,
+            floor,
             &self.config.member_ids(),
             self.transport.as_ref(),
             &mut self.inbound,
@@ -725,8 +653,8 @@ impl<S: RaftStore> Setup<S> {
             &self.logger,
         )
         .await;
-        let kept = match waited {
-            Ok(kept) => kept,
+        let founded = match waited {
+            Ok(founded) => founded,
             Err(not) => {
                 self.transport.close();
                 let mut last = self.leadership.borrow().clone();
@@ -743,11 +671,16 @@ impl<S: RaftStore> Setup<S> {
         let failed = |e: &dyn std::fmt::Display| {
             NodeStopped::new(StopCause::DriverTask(format!("founding failed: {e}")))
         };
-        found(&self.store, &self.config, group).map_err(|e| failed(&e))?;
+        // The nonces first: a crash before the snapshot leaves a fresh store, founded
+        // again (and recorded anew) on the next start.
+        self.store
+            .record_founding_nonces(&founded.with)
+            .map_err(|e| failed(&e))?;
+        found(&self.store, &self.config, state, term).map_err(|e| failed(&e))?;
         let tx = self.command_tx.upgrade();
         let driver = self.into_driver().map_err(|e| failed(&e))?;
         if let Some(tx) = tx {
-            for cmd in kept {
+            for cmd in founded.kept {
                 let _ = tx.try_send(cmd);
             }
         }
@@ -785,6 +718,9 @@ impl<S: RaftStore> Setup<S> {
             ..Default::default()
         };
         raft_config.validate()?;
+        // Quoted in this node's hellos as a member (docs/design.md, section 6).
+        let quotes = store.founding_nonces()?;
+        self.transport.set_quotes(quotes.clone());
         let named = NamedParts {
             watches: self.watches,
             view: self.view,
@@ -824,6 +760,7 @@ impl<S: RaftStore> Setup<S> {
             election_seed: config.hooks.election_seed,
             election_timeouts_at_minimum: config.hooks.election_timeouts_at_minimum,
             named,
+            quotes,
         }))
     }
 }
