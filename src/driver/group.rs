@@ -54,6 +54,11 @@ pub(super) struct Env {
     pub(super) confirm_tx: mpsc::WeakSender<ConfirmRequest>,
     /// A base for the leases' atomic clocks.
     pub(super) epoch: Instant,
+    /// The named elections a turn must look at: every one that is not quiet, and every
+    /// quiet one something happened to since the driver last looked (a superset is
+    /// harmless). Per-turn work visits only these, so a turn costs per awake election,
+    /// not per name (`docs/design.md`, section 12).
+    pub(super) hot: std::cell::RefCell<std::collections::BTreeSet<ElectionId>>,
 }
 
 /// One election's raft state and lease, on this node.
@@ -166,6 +171,14 @@ impl<S: RaftStore> Group<S> {
             leader_heard: None,
             acted: false,
             touched: true,
+        }
+    }
+
+    /// Something happened to this election: the driver looks at it in the next turn.
+    pub(super) fn touch(&mut self, env: &Env) {
+        self.touched = true;
+        if self.election != 0 {
+            env.hot.borrow_mut().insert(self.election);
         }
     }
 

@@ -205,7 +205,7 @@ impl<S: RaftStore> Group<S> {
         info!(env.logger, "handing leadership over"; "to" => target, "term" => raft.term,
               "election" => self.name.as_deref());
         self.revoke(env, LostReason::HandedOver);
-        self.touched = true;
+        self.touch(env);
         self.raw.transfer_leader(target);
         Ok(target)
     }

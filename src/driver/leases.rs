@@ -30,7 +30,7 @@ impl<S: RaftStore> Group<S> {
     /// mode, otherwise by the next round.
     pub(super) fn on_confirm(&mut self, env: &Env, req: ConfirmRequest) {
         let ConfirmRequest { term, reply } = req;
-        self.touched = true;
+        self.touch(env);
         match &self.lease {
             Some(l) if l.token.term() == term && self.raw.raft.term == term => {
                 if env.read_mode == ReadMode::LeaseBased && l.is_valid_at(env.clock.stamp()) {

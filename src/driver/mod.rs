@@ -208,6 +208,7 @@ impl<S: RaftStore> Driver<S> {
                 transport: parts.transport,
                 confirm_tx: parts.confirm_tx,
                 epoch: now,
+                hot: std::cell::RefCell::new(BTreeSet::new()),
             },
             root,
             named: named::Named::new(parts.named),
@@ -379,7 +380,11 @@ impl<S: RaftStore> Driver<S> {
         if let Some(t) = &mut self.root.election_timeouts {
             t.redraw(&mut self.root.raw.raft);
         }
-        for ng in self.named.groups.values_mut() {
+        let hot: Vec<_> = self.env.hot.borrow().iter().copied().collect();
+        for id in hot {
+            let Some(ng) = self.named.groups.get_mut(&id) else {
+                continue;
+            };
             if ng.g.untouched_quiet() {
                 continue; // it does not tick
             }

@@ -158,7 +158,7 @@ impl<S: RaftStore> Group<S> {
                 TenureStart::Election
             };
             let data = History::entry(term, env.id, started_by);
-            self.touched = true;
+            self.touch(env);
             match self.raw.propose(vec![], data) {
                 Ok(()) => self.recorded_term = term,
                 Err(e) => debug!(env.logger, "history record not proposed yet"; "error" => %e),

@@ -52,7 +52,11 @@ impl<S: RaftStore> Driver<S> {
             None => None,
         };
         let mut named = Vec::new();
-        for (id, ng) in &mut self.named.groups {
+        let hot: Vec<_> = self.env.hot.borrow().iter().copied().collect();
+        for id in hot {
+            let Some(ng) = self.named.groups.get_mut(&id) else {
+                continue;
+            };
             if ng.g.untouched_quiet() {
                 continue; // nothing can have changed it (section 12)
             }
@@ -64,7 +68,7 @@ impl<S: RaftStore> Driver<S> {
                 if !write.is_empty() {
                     parts.push((ng.g.store.clone(), write));
                 }
-                named.push((*id, rd, history));
+                named.push((id, rd, history));
             }
         }
         // Pass 2: what the votes and acknowledgements below promise is on disk first.

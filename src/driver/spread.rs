@@ -328,7 +328,15 @@ impl<S: RaftStore> Driver<S> {
         );
         let changed = self.spread.membership_seen.as_ref() != Some(&seen);
         self.spread.membership_seen = Some(seen);
-        for ng in self.named.groups.values_mut().filter(|ng| !ng.retiring) {
+        let ids: Vec<ElectionId> = if changed {
+            self.named.groups.keys().copied().collect()
+        } else {
+            self.env.hot.borrow().iter().copied().collect()
+        };
+        for id in ids {
+            let Some(ng) = self.named.groups.get_mut(&id).filter(|ng| !ng.retiring) else {
+                continue;
+            };
             let g = &mut ng.g;
             if g.raw.raft.state != StateRole::Leader || (!changed && g.untouched_quiet()) {
                 continue;
@@ -355,7 +363,7 @@ impl<S: RaftStore> Driver<S> {
             }
             let mut cc = ConfChangeV2::default();
             cc.set_changes(changes.clone().into());
-            g.touched = true;
+            g.touch(&self.env);
             match g.raw.propose_conf_change(vec![], cc) {
                 Ok(()) => {
                     info!(self.env.logger, "election follows the group's membership";

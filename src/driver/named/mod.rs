@@ -95,6 +95,8 @@ pub(super) struct Named<S: RaftStore> {
     /// by every lease granted since; leases only grow otherwise): until then the pass is
     /// skipped.
     pub(super) lease_floor: Option<Stamp>,
+    /// When the gauges were last counted over every election.
+    pub(super) counted_at: Option<Instant>,
     /// Ids removed here (tombstoned): never founded again.
     pub(super) removed: BTreeSet<ElectionId>,
     pub(super) pending: Vec<PendingCatalog>,
@@ -134,6 +136,7 @@ impl<S: RaftStore> Named<S> {
             view: parts.view,
             view_dirty: false,
             lease_floor: None,
+            counted_at: None,
             removed: BTreeSet::new(),
             pending: Vec::new(),
             removing: HashMap::new(),
@@ -433,6 +436,7 @@ impl<S: RaftStore> Driver<S> {
         );
         info!(self.env.logger, "election running"; "election" => &*name, "id" => spec.id,
               "term" => group.raw.raft.term);
+        self.env.hot.borrow_mut().insert(spec.id);
         self.named.by_name.insert(Arc::clone(&name), spec.id);
         self.named.options.insert(spec.id, spec.options.clone());
         self.named.groups.insert(
@@ -492,7 +496,12 @@ impl<S: RaftStore> Driver<S> {
     fn progress_retirements(&mut self, now: Instant) -> Result<(), StorageError> {
         let linger = self.env.timing.heartbeat_interval() * 2;
         let mut done = Vec::new();
-        for (id, ng) in &mut self.named.groups {
+        // Retiring elections are awake (woken when the retirement began): hot.
+        let hot: Vec<ElectionId> = self.env.hot.borrow().iter().copied().collect();
+        for id in &hot {
+            let Some(ng) = self.named.groups.get_mut(id) else {
+                continue;
+            };
             if !ng.retiring {
                 continue;
             }
@@ -509,7 +518,7 @@ impl<S: RaftStore> Driver<S> {
             }
             if leading && ng.retire_proposed != Some(raft.term) {
                 let term = raft.term;
-                ng.g.touched = true;
+                ng.g.touch(&self.env);
                 match ng.g.raw.propose(vec![], RETIRE_ENTRY.to_vec()) {
                     Ok(()) => ng.retire_proposed = Some(term),
                     Err(e) => debug!(self.env.logger, "retirement not proposed yet"; "error" => %e),
@@ -531,6 +540,7 @@ impl<S: RaftStore> Driver<S> {
         id: ElectionId,
     ) -> Result<(), StorageError> {
         self.support_forget(id);
+        self.env.hot.borrow_mut().remove(&id);
         if let Some(mut ng) = self.named.groups.remove(&id) {
             ng.g.end_for_users(&self.env, LostReason::Removed, name);
             // (A retiring group said so already; and a newer incarnation of the name
@@ -611,7 +621,7 @@ impl<S: RaftStore> Driver<S> {
                    "election_id" => election, "from" => m.from, "type" => ?t);
             return;
         }
-        ng.g.touched = true;
+        ng.g.touch(&self.env);
         if let Err(e) = ng.g.raw.step(m) {
             debug!(self.env.logger, "raft rejected a message"; "error" => %e, "election_id" => election);
         }
@@ -663,7 +673,11 @@ impl<S: RaftStore> Driver<S> {
     /// Ticks every named election.
     pub(super) fn tick_named(&mut self) {
         let now = self.env.clock.now();
-        for ng in self.named.groups.values_mut() {
+        let hot: Vec<ElectionId> = self.env.hot.borrow().iter().copied().collect();
+        for id in hot {
+            let Some(ng) = self.named.groups.get_mut(&id) else {
+                continue;
+            };
             let g = &mut ng.g;
             if matches!(g.quiet, Quiet::Leading | Quiet::Following(_)) {
                 continue;
@@ -695,7 +709,7 @@ impl<S: RaftStore> Driver<S> {
                     let _ = reply.send(Ok(l));
                 }
                 None => {
-                    ng.g.touched = true;
+                    ng.g.touch(env);
                     ng.g.lease_waiters.push(reply);
                 }
             },

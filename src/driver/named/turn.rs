@@ -10,6 +10,7 @@ use slog::{debug, error};
 use super::super::group::Quiet;
 use super::super::{Driver, PendingTransfer};
 use crate::clock::Stamp;
+use crate::election::ElectionId;
 use crate::error::StopCause;
 use crate::status::Leadership;
 use crate::storage::RaftStore;
@@ -28,16 +29,25 @@ impl<S: RaftStore> Driver<S> {
         let drained = drained_set.contains(&env.id);
         let mut again = false;
         let mut changed = false;
-        let (mut led, mut leased, mut leaderless, mut quiet) = (0, 0, 0, 0);
-        for ng in self.named.groups.values_mut() {
+        // Only the hot elections (awake, or touched since the last look): a quiet one
+        // nothing happened to has nothing to do (section 12). A draining or stopping node
+        // hands every election over: it looks at each.
+        let every = drained || shutting_down;
+        let ids: Vec<ElectionId> = if every {
+            self.named.groups.keys().copied().collect()
+        } else {
+            env.hot.borrow().iter().copied().collect()
+        };
+        let mut cold = Vec::new();
+        for id in ids {
+            let Some(ng) = self.named.groups.get_mut(&id) else {
+                cold.push(id);
+                continue;
+            };
             let retiring = ng.retiring;
             let g = &mut ng.g;
-            if g.untouched_quiet() && !(drained || shutting_down) {
-                // Nothing happened to it: nothing to do (section 12). (A draining or
-                // stopping node hands every election over: it looks at each.)
-                led += u64::from(g.raw.raft.state == StateRole::Leader);
-                leased += u64::from(g.lease.is_some());
-                quiet += 1;
+            if g.untouched_quiet() && !every {
+                cold.push(id);
                 continue;
             }
             g.touched = false;
@@ -90,14 +100,40 @@ impl<S: RaftStore> Driver<S> {
                 changed |= g.publish_named(env);
             }
             again |= g.raw.has_ready();
-            led += u64::from(g.raw.raft.state == StateRole::Leader);
-            leased += u64::from(g.lease.is_some());
-            leaderless += u64::from(g.raw.raft.leader_id == 0);
-            quiet += u64::from(g.quiet != Quiet::Awake && g.quiet != Quiet::Offered);
+            if g.untouched_quiet() {
+                cold.push(id);
+            }
         }
-        env.metrics
-            .set_named(self.named.groups.len() as u64, led, leased, leaderless);
-        env.metrics.set_named_quiet(quiet);
+        {
+            let mut hot = env.hot.borrow_mut();
+            for id in cold {
+                let stays = self
+                    .named
+                    .groups
+                    .get(&id)
+                    .is_some_and(|ng| !ng.g.untouched_quiet());
+                if !stays {
+                    hot.remove(&id);
+                }
+            }
+        }
+        // The gauges from every election, four times a second.
+        if self.named.counted_at.is_none_or(|t| {
+            now.saturating_duration_since(t) >= std::time::Duration::from_millis(250)
+        }) {
+            self.named.counted_at = Some(now);
+            let (mut led, mut leased, mut leaderless, mut quiet) = (0, 0, 0, 0);
+            for ng in self.named.groups.values() {
+                let g = &ng.g;
+                led += u64::from(g.raw.raft.state == StateRole::Leader);
+                leased += u64::from(g.lease.is_some());
+                leaderless += u64::from(g.raw.raft.leader_id == 0);
+                quiet += u64::from(matches!(g.quiet, Quiet::Leading | Quiet::Following(_)));
+            }
+            env.metrics
+                .set_named(self.named.groups.len() as u64, led, leased, leaderless);
+            env.metrics.set_named_quiet(quiet);
+        }
         self.named.view_dirty |= changed;
         if let Err(e) = self.progress_retirements(now) {
             error!(self.env.logger, "storage failed; stopping"; "error" => %e);
@@ -108,12 +144,14 @@ impl<S: RaftStore> Driver<S> {
         self.follow_root_membership(now);
         self.balance(now);
         self.publish_view();
+        let hot = self.env.hot.borrow();
         again
-            || self
-                .named
-                .groups
-                .values()
-                .any(|ng| !ng.g.untouched_quiet() && ng.g.raw.has_ready())
+            || hot.iter().any(|id| {
+                self.named
+                    .groups
+                    .get(id)
+                    .is_some_and(|ng| !ng.g.untouched_quiet() && ng.g.raw.has_ready())
+            })
     }
 
     /// Publishes every election's leadership as one view, if one changed.

@@ -285,7 +285,7 @@ impl<S: RaftStore> Driver<S> {
                "why" => ?why, "was" => ?ng.g.quiet);
         ng.g.quiet = Quiet::Awake;
         ng.g.awake_since = now;
-        ng.g.touched = true;
+        ng.g.touch(&self.env);
         for o in self.support.out.values_mut() {
             o.withdraw(id);
         }
@@ -327,7 +327,7 @@ impl<S: RaftStore> Driver<S> {
                    "why" => ?why);
             ng.g.quiet = Quiet::Awake;
             ng.g.awake_since = now;
-            ng.g.touched = true;
+            ng.g.touch(&self.env);
         }
     }
 
@@ -409,11 +409,17 @@ impl<S: RaftStore> Driver<S> {
         self.wake_lapsed(lapsed);
         self.offer_idle(now);
         let offered: Vec<ElectionId> = self
-            .named
-            .groups
+            .env
+            .hot
+            .borrow()
             .iter()
-            .filter(|(_, ng)| ng.g.quiet == Quiet::Offered)
-            .map(|(id, _)| *id)
+            .copied()
+            .filter(|id| {
+                self.named
+                    .groups
+                    .get(id)
+                    .is_some_and(|ng| ng.g.quiet == Quiet::Offered)
+            })
             .collect();
         for id in offered {
             self.settle_offer(id);
@@ -466,7 +472,11 @@ impl<S: RaftStore> Driver<S> {
         let down_after = self.env.timing.election_timeout();
         let last_heard = &self.last_heard;
         let mut offers = Vec::new();
-        for (id, ng) in &self.named.groups {
+        let hot = self.env.hot.borrow();
+        for id in hot.iter() {
+            let Some(ng) = self.named.groups.get(id) else {
+                continue;
+            };
             let g = &ng.g;
             if g.quiet != Quiet::Awake
                 || ng.retiring
@@ -512,6 +522,7 @@ impl<S: RaftStore> Driver<S> {
                 ));
             }
         }
+        drop(hot);
         let incarnation = self.support.incarnation;
         for (id, term, last, commit, voters) in offers {
             for v in voters.into_iter().filter(|v| *v != me) {
