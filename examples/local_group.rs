@@ -984,8 +984,8 @@ fn sample_spread(
 }
 
 /// How many named leaderships each worker holds: `n1 4  n2 3 ...`.
-fn leaderships_line(views: &BTreeMap<u64, WorkerView>) -> String {
-    views
+fn leaderships_line(views: &BTreeMap<u64, WorkerView>, total: u64) -> String {
+    let per = views
         .iter()
         .map(|(id, v)| {
             if v.alive && !v.paused {
@@ -995,7 +995,36 @@ fn leaderships_line(views: &BTreeMap<u64, WorkerView>) -> String {
             }
         })
         .collect::<Vec<_>>()
-        .join("  ")
+        .join("  ");
+    // Names no running worker holds a lease of: a count, and the first few (never one
+    // line per election: there may be thousands).
+    let held: std::collections::HashSet<&str> = views
+        .values()
+        .filter(|v| v.alive && !v.paused)
+        .flat_map(|v| v.named.keys().map(String::as_str))
+        .collect();
+    let missing: Vec<String> = (0..total)
+        .map(|k| format!("shard-{k}"))
+        .filter(|n| !held.contains(n.as_str()))
+        .collect();
+    let first: Vec<&str> = missing.iter().take(4).map(String::as_str).collect();
+    format!(
+        "{per}   without a lease: {}{}",
+        missing.len(),
+        if first.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({}{})",
+                first.join(", "),
+                if missing.len() > first.len() {
+                    ", …"
+                } else {
+                    ""
+                }
+            )
+        }
+    )
 }
 
 /// The last failover of each name: a grid of `name  ms  →node` cells when there are few
@@ -1220,7 +1249,10 @@ fn render(
             started.elapsed().as_secs_f64()
         );
         if o.elections > 0 {
-            println!("         named leaderships: {}", leaderships_line(views));
+            println!(
+                "         named leaderships: {}",
+                leaderships_line(views, o.elections)
+            );
             print!("         {}", failover_table(named, o, 4));
         }
         return;
@@ -1255,6 +1287,10 @@ fn render(
     }
     if o.elections > 0 {
         out.push('\n');
+        out.push_str(&format!(
+            "named leaderships: {}\n",
+            leaderships_line(views, o.elections)
+        ));
         out.push_str(&failover_table(named, o, 3));
     }
     let mut stdout = std::io::stdout().lock();
