@@ -787,13 +787,19 @@ pub(crate) fn random_member_ops(
 /// The names of the named elections a run uses: the first [`INITIAL_ELECTIONS`] are
 /// created at the start, the rest only by ops; creates and removes draw from all of them,
 /// so a removed name comes back (as a new incarnation, with a new id).
-pub(crate) const ELECTION_NAMES: [&str; 20] = [
-    "e00", "e01", "e02", "e03", "e04", "e05", "e06", "e07", "e08", "e09", "e10", "e11", "e12",
-    "e13", "e14", "e15", "x0", "x1", "x2", "x3",
-];
+pub(crate) static ELECTION_NAMES: std::sync::LazyLock<Vec<&'static str>> =
+    std::sync::LazyLock::new(|| {
+        let initial = (0..INITIAL_ELECTIONS).map(|i| format!("e{i:03}"));
+        let later = (0..4).map(|i| format!("x{i}"));
+        initial
+            .chain(later)
+            .map(|n| &*Box::leak(n.into_boxed_str()))
+            .collect()
+    });
 
-/// How many of [`ELECTION_NAMES`] every run creates at the start.
-pub(crate) const INITIAL_ELECTIONS: usize = 16;
+/// How many of [`ELECTION_NAMES`] every run creates at the start (issue 15: at least 100
+/// beside the root, so that quiet elections and the support stream carry many names).
+pub(crate) const INITIAL_ELECTIONS: usize = 100;
 
 /// Between `count.0` and `count.1` ops on named elections, in the window of `shape`
 /// before the schedule's heal, under the schedule's faults: removes (each followed, six
