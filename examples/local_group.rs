@@ -101,7 +101,7 @@ struct Options {
     /// own; with --ledger each settles its own shard (batch B: shard-(B mod N)) under its
     /// own fence, and the summary checks every shard and every election by itself
     #[arg(long, value_name = "N", default_value_t = 0,
-          value_parser = clap::value_parser!(u64).range(0..=1024))]
+          value_parser = clap::value_parser!(u64).range(0..=65_536))]
     elections: u64,
 }
 

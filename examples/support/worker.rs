@@ -182,7 +182,7 @@ pub(crate) struct WorkerCli {
     /// missing); with --ledger, batch B belongs to shard-(B mod N), settled by that
     /// election's leader under that election's own fence
     #[arg(long, value_name = "N", default_value_t = 0,
-          value_parser = clap::value_parser!(u64).range(0..=4096))]
+          value_parser = clap::value_parser!(u64).range(0..=65_536))]
     elections: u64,
 
     /// Serve Prometheus metrics on http://ADDR/metrics
