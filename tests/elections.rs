@@ -8,30 +8,9 @@ use std::time::Duration;
 
 use support::cluster::{wait_for, Cluster};
 use tenure::election::{election_of_term, term_floor};
-use tenure::{ElectionError, ElectionOptions, Leadership, LostReason, NodeId, Role};
+use tenure::{ElectionError, ElectionOptions, LostReason, NodeId, Role};
 
 const T: Duration = Duration::from_secs(20);
-
-/// The node that leads election `name` with a lease, if exactly one running node does,
-/// and every running node follows it.
-fn named_leader(c: &Cluster, ids: &[NodeId], name: &str) -> Option<(NodeId, u64)> {
-    let views: Vec<(NodeId, Leadership)> = ids
-        .iter()
-        .map(|id| (*id, c.node(*id).election(name).leadership()))
-        .collect();
-    let leased: Vec<_> = views
-        .iter()
-        .filter(|(_, l)| l.leased && l.role == Role::Leader)
-        .collect();
-    if leased.len() != 1 {
-        return None;
-    }
-    let (leader, term) = (leased[0].0, leased[0].1.term);
-    views
-        .iter()
-        .all(|(_, l)| l.leader == Some(leader) && l.term == term)
-        .then_some((leader, term))
-}
 
 async fn create_on_leader(c: &Cluster, name: &str) -> tenure::ElectionInfo {
     let (root, _) = c.steady_leader(T).await;
@@ -68,7 +47,7 @@ async fn each_named_election_elects_its_own_leader_with_tokens_in_its_range() {
     }
     for info in &infos {
         let (leader, term) = wait_for(&format!("a leased leader of {}", info.name), T, || {
-            named_leader(&c, &ids, &info.name)
+            c.named_leader(&ids, &info.name)
         })
         .await;
         assert_eq!(
@@ -156,7 +135,7 @@ async fn removal_revokes_the_lease_and_a_name_created_again_hands_out_higher_tok
     let ids = [1, 2, 3];
     let first = create_on_leader(&c, "ledger").await;
     let (leader, term) = wait_for("a leased leader of ledger", T, || {
-        named_leader(&c, &ids, "ledger")
+        c.named_leader(&ids, "ledger")
     })
     .await;
     let old = c.node(leader).election("ledger").lease().await.unwrap();
@@ -181,7 +160,8 @@ async fn removal_revokes_the_lease_and_a_name_created_again_hands_out_higher_tok
     let again = create_on_leader(&c, "ledger").await;
     assert!(again.id > first.id);
     let (leader2, term2) = wait_for("a leased leader of the new ledger", T, || {
-        named_leader(&c, &ids, "ledger").filter(|(_, t)| election_of_term(*t) == again.id)
+        c.named_leader(&ids, "ledger")
+            .filter(|(_, t)| election_of_term(*t) == again.id)
     })
     .await;
     assert!(term2 > removed.retired_above.term());
@@ -207,7 +187,7 @@ async fn a_named_election_fails_over_when_its_leader_dies_and_survives_restarts(
     let mut before = BTreeMap::new();
     for name in ["a", "b", "c"] {
         let l = wait_for(&format!("a leased leader of {name}"), T, || {
-            named_leader(&c, &ids, name)
+            c.named_leader(&ids, name)
         })
         .await;
         before.insert(name, l);
@@ -217,7 +197,7 @@ async fn a_named_election_fails_over_when_its_leader_dies_and_survives_restarts(
     ids.retain(|i| *i != victim);
     for name in ["a", "b", "c"] {
         let (leader, term) = wait_for(&format!("{name} led by a live node"), T, || {
-            named_leader(&c, &ids, name)
+            c.named_leader(&ids, name)
         })
         .await;
         assert_ne!(leader, victim);
@@ -233,7 +213,7 @@ async fn a_named_election_fails_over_when_its_leader_dies_and_survives_restarts(
     ids.push(victim);
     for name in ["a", "b", "c"] {
         wait_for(&format!("{name} followed by the restarted node"), T, || {
-            named_leader(&c, &ids, name)
+            c.named_leader(&ids, name)
         })
         .await;
     }
@@ -319,12 +299,12 @@ async fn affinity_places_an_election_on_its_preferred_node() {
     wait_for(
         "pinned led by its preferred node",
         Duration::from_secs(30),
-        || named_leader(&c, &ids, "pinned").filter(|(l, _)| *l == want),
+        || c.named_leader(&ids, "pinned").filter(|(l, _)| *l == want),
     )
     .await;
     spread_evenly(&c, &ids, 6, "6 elections, 2 per node").await;
     wait_for("pinned still on its preferred node", T, || {
-        named_leader(&c, &ids, "pinned").filter(|(l, _)| *l == want)
+        c.named_leader(&ids, "pinned").filter(|(l, _)| *l == want)
     })
     .await;
     c.shutdown().await;
@@ -491,7 +471,7 @@ async fn a_graceful_shutdown_hands_every_led_election_over_and_transfers_work_pe
     // A transfer of one name, to a named node.
     // (Every node's view agrees on the leader a moment after the spread settled.)
     let (from, term) = wait_for("s-0 led, every node agreeing", T, || {
-        named_leader(&c, &ids, "s-0")
+        c.named_leader(&ids, "s-0")
     })
     .await;
     let to = ids.into_iter().find(|i| *i != from).unwrap();
@@ -504,7 +484,7 @@ async fn a_graceful_shutdown_hands_every_led_election_over_and_transfers_work_pe
         to
     );
     let (now, term2) = wait_for("s-0 led by the target", T, || {
-        named_leader(&c, &ids, "s-0").filter(|(l, _)| *l == to)
+        c.named_leader(&ids, "s-0").filter(|(l, _)| *l == to)
     })
     .await;
     assert!(term2 > term && now == to);
@@ -534,7 +514,7 @@ async fn a_graceful_shutdown_hands_every_led_election_over_and_transfers_work_pe
     let alive: Vec<NodeId> = ids.into_iter().filter(|i| *i != victim).collect();
     for name in &names {
         let (leader, term) = wait_for(&format!("{name} led elsewhere"), T, || {
-            named_leader(&c, &alive, name)
+            c.named_leader(&alive, name)
         })
         .await;
         let e = c.node(leader).election(name);

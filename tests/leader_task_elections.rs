@@ -13,7 +13,7 @@ use std::time::Duration;
 use support::cluster::{wait_for, Cluster};
 use tenure::election::election_of_term;
 use tenure::runner::{LeaderTask, LeaderTaskHandle};
-use tenure::{ElectionOptions, Lease, LostReason, NodeId, Role};
+use tenure::{ElectionOptions, Lease, LostReason, NodeId};
 use tokio::time::Instant;
 
 const T: Duration = Duration::from_secs(20);
@@ -93,27 +93,6 @@ fn spawn_tasks(c: &Cluster, id: NodeId, log: &Log) -> LeaderTaskHandle {
     })
 }
 
-/// The node and term of `name`'s leased leader, if exactly one node among `ids` holds
-/// its lease and every one of them follows it.
-fn named_leader(c: &Cluster, ids: &[NodeId], name: &str) -> Option<(NodeId, u64)> {
-    let views: Vec<_> = ids
-        .iter()
-        .map(|id| (*id, c.node(*id).election(name).leadership()))
-        .collect();
-    let leased: Vec<_> = views
-        .iter()
-        .filter(|(_, l)| l.leased && l.role == Role::Leader)
-        .collect();
-    if leased.len() != 1 {
-        return None;
-    }
-    let (leader, term) = (leased[0].0, leased[0].1.term);
-    views
-        .iter()
-        .all(|(_, l)| l.leader == Some(leader) && l.term == term)
-        .then_some((leader, term))
-}
-
 /// The running task of `name` (not yet ended), if exactly one runs.
 fn running(log: &Log, name: &str) -> Option<Run> {
     let l = log.lock().unwrap();
@@ -128,7 +107,7 @@ fn running(log: &Log, name: &str) -> Option<Run> {
 /// token; the task's run.
 async fn task_of_leader(c: &Cluster, ids: &[NodeId], log: &Log, name: &str) -> Run {
     wait_for(&format!("a task of {name} on its leader"), T, || {
-        let (leader, term) = named_leader(c, ids, name)?;
+        let (leader, term) = c.named_leader(ids, name)?;
         running(log, name).filter(|r| r.node == leader && r.token == term)
     })
     .await

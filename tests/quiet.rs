@@ -9,30 +9,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use support::cluster::{wait_for, Cluster};
-use tenure::{ElectionOptions, Leadership, NodeId, Role};
+use tenure::{ElectionOptions, NodeId};
 
 const T: Duration = Duration::from_secs(30);
-
-/// The node leading `name` with a lease, if exactly one of `ids` does and all of them
-/// follow it.
-fn named_leader(c: &Cluster, ids: &[NodeId], name: &str) -> Option<(NodeId, u64)> {
-    let views: Vec<(NodeId, Leadership)> = ids
-        .iter()
-        .map(|id| (*id, c.node(*id).election(name).leadership()))
-        .collect();
-    let leased: Vec<_> = views
-        .iter()
-        .filter(|(_, l)| l.leased && l.role == Role::Leader)
-        .collect();
-    if leased.len() != 1 {
-        return None;
-    }
-    let (leader, term) = (leased[0].0, leased[0].1.term);
-    views
-        .iter()
-        .all(|(_, l)| l.leader == Some(leader) && l.term == term)
-        .then_some((leader, term))
-}
 
 async fn with_elections(n: u64, names: usize) -> (Cluster, Vec<String>) {
     let c = Cluster::start(n).await;
@@ -65,7 +44,7 @@ async fn idle_elections_go_quiet_keep_their_leases_and_confirm_without_waking() 
     let mut leaders = BTreeMap::new();
     for name in &names {
         let (leader, term) = wait_for("a leased leader every node follows", T, || {
-            named_leader(&c, &ids, name)
+            c.named_leader(&ids, name)
         })
         .await;
         leaders.insert(name.clone(), (leader, term));
@@ -100,7 +79,7 @@ async fn idle_elections_go_quiet_keep_their_leases_and_confirm_without_waking() 
     for name in &names {
         let (leader, term) = leaders[name];
         assert_eq!(
-            named_leader(&c, &ids, name),
+            c.named_leader(&ids, name),
             Some((leader, term)),
             "{name}: the quiet lease was kept"
         );
@@ -118,7 +97,7 @@ async fn quiet_elections_of_a_dead_leader_fail_over() {
     all_quiet(&c, &ids, names.len(), "6 elections quiet on 3 nodes").await;
     let mut led: BTreeMap<NodeId, Vec<(String, u64)>> = BTreeMap::new();
     for name in &names {
-        let (leader, term) = wait_for("a leased leader", T, || named_leader(&c, &ids, name)).await;
+        let (leader, term) = wait_for("a leased leader", T, || c.named_leader(&ids, name)).await;
         led.entry(leader).or_default().push((name.clone(), term));
     }
     let (victim, lost) = led
@@ -130,7 +109,7 @@ async fn quiet_elections_of_a_dead_leader_fail_over() {
     let live: Vec<NodeId> = ids.into_iter().filter(|i| *i != victim).collect();
     for (name, old_term) in &lost {
         let (leader, term) = wait_for("a new leased leader among the live nodes", T, || {
-            named_leader(&c, &live, name)
+            c.named_leader(&live, name)
         })
         .await;
         assert_ne!(leader, victim);

@@ -279,6 +279,27 @@ impl Cluster {
         (leased.len() == 1).then(|| leased[0])
     }
 
+    /// The node and term of named election `name`'s leased leader, if exactly one node
+    /// among `ids` holds its lease and every one of them follows it.
+    pub(crate) fn named_leader(&self, ids: &[NodeId], name: &str) -> Option<(NodeId, u64)> {
+        let views: Vec<(NodeId, Leadership)> = ids
+            .iter()
+            .map(|id| (*id, self.node(*id).election(name).leadership()))
+            .collect();
+        let leased: Vec<_> = views
+            .iter()
+            .filter(|(_, l)| l.leased && l.role == Role::Leader)
+            .collect();
+        if leased.len() != 1 {
+            return None;
+        }
+        let (leader, term) = (leased[0].0, leased[0].1.term);
+        views
+            .iter()
+            .all(|(_, l)| l.leader == Some(leader) && l.term == term)
+            .then_some((leader, term))
+    }
+
     /// Waits until one node holds a lease and every running node agrees on it.
     pub(crate) async fn steady_leader(&self, timeout: Duration) -> (NodeId, u64) {
         wait_for("one leased leader that every node follows", timeout, || {
