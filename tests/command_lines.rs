@@ -94,7 +94,7 @@ fn the_worker_explains_itself_and_names_the_flag_it_refuses() {
             (&with(&W, &["--admin", "x:y"]), "'--admin <ADDR>'"),
             (&with(&W, &["--confirm-ms"]), "'--confirm-ms <N>'"),
             (&with(&W, &["--elections", "many"]), "'--elections <N>'"),
-            (&with(&W, &["--elections", "5000"]), "'--elections <N>'"),
+            (&with(&W, &["--elections", "70000"]), "'--elections <N>'"),
             (&["--new-group-id", "--id", "1"], "'--new-group-id'"),
         ],
     );
