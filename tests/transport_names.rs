@@ -7,9 +7,12 @@
 //! to reach the moved node (p50 and max over its trials; `--nocapture` shows them).
 //! Set `TENURE_TEST_LOG=1` to see the transports' logs on stderr.
 
+#[path = "support/quic_kit.rs"]
+mod quic_kit;
 #[path = "support/shared_log.rs"]
 mod shared_log;
 
+use quic_kit::{identity, logger, msg, wait_for};
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
@@ -17,9 +20,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use raft::eraftpb::Message;
 use shared_log::SharedLog;
-use slog::{o, Drain, Logger};
+use slog::{o, Logger};
 use tenure::transport::quic::{QuicConfig, QuicTransport};
 use tenure::transport::tls::{ClusterCa, TlsIdentity};
 use tenure::transport::{Inbound, NodeId, PeerAddr, Resolve, Resolving, Transport};
@@ -27,44 +29,6 @@ use tenure::transport::{Inbound, NodeId, PeerAddr, Resolve, Resolving, Transport
 const TIMEOUT: Duration = Duration::from_secs(20);
 /// Restarts of the moving node: the figures are over these.
 const TRIALS: usize = 12;
-
-fn logger() -> Logger {
-    if std::env::var_os("TENURE_TEST_LOG").is_some() {
-        let decorator = slog_term::PlainSyncDecorator::new(std::io::stderr());
-        let drain = slog_term::FullFormat::new(decorator).build().fuse();
-        Logger::root(drain, o!())
-    } else {
-        Logger::root(slog::Discard, o!())
-    }
-}
-
-/// Polls `cond` every 5 ms until it holds; panics naming `what` after `timeout`.
-async fn wait_for(mut cond: impl FnMut() -> bool, what: &str, timeout: Duration) {
-    let start = Instant::now();
-    loop {
-        if cond() {
-            return;
-        }
-        if start.elapsed() > timeout {
-            panic!("timed out after {timeout:?} waiting for: {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-fn msg(from: NodeId, to: NodeId, term: u64) -> Message {
-    Message {
-        from,
-        to,
-        term,
-        ..Default::default()
-    }
-}
-
-fn identity(ca: &ClusterCa, id: NodeId) -> TlsIdentity {
-    let node = ca.issue_node(id).unwrap();
-    TlsIdentity::from_pem(ca.cert_pem(), &node.cert_pem, &node.key_pem).unwrap()
-}
 
 fn name(host: &str, port: u16) -> PeerAddr {
     PeerAddr::Name {

@@ -3,9 +3,12 @@
 //!
 //! Set `TENURE_TEST_LOG=1` to see the transports' logs on stderr.
 
+#[path = "support/quic_kit.rs"]
+mod quic_kit;
 #[path = "support/shared_log.rs"]
 mod shared_log;
 
+use quic_kit::{identity, logger, msg, wait_for};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,7 +18,7 @@ use raft::eraftpb::Message;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use shared_log::SharedLog;
-use slog::{o, Drain, Logger};
+use slog::o;
 use tenure::transport::frame;
 use tenure::transport::quic::{close_code, QuicConfig, QuicTransport};
 use tenure::transport::tls::{node_server_name, ClusterCa, TlsIdentity};
@@ -23,44 +26,6 @@ use tenure::transport::{Hello, Inbound, NodeId, Standing, Transport};
 use tenure::GroupId;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
-
-fn logger() -> Logger {
-    if std::env::var_os("TENURE_TEST_LOG").is_some() {
-        let decorator = slog_term::PlainSyncDecorator::new(std::io::stderr());
-        let drain = slog_term::FullFormat::new(decorator).build().fuse();
-        Logger::root(drain, o!())
-    } else {
-        Logger::root(slog::Discard, o!())
-    }
-}
-
-/// Polls `cond` every 10 ms until it holds; panics naming `what` after `timeout`.
-async fn wait_for(mut cond: impl FnMut() -> bool, what: &str, timeout: Duration) {
-    let start = Instant::now();
-    loop {
-        if cond() {
-            return;
-        }
-        if start.elapsed() > timeout {
-            panic!("timed out after {timeout:?} waiting for: {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-fn msg(from: NodeId, to: NodeId, term: u64) -> Message {
-    Message {
-        from,
-        to,
-        term,
-        ..Default::default()
-    }
-}
-
-fn identity(ca: &ClusterCa, id: NodeId) -> TlsIdentity {
-    let node = ca.issue_node(id).unwrap();
-    TlsIdentity::from_pem(ca.cert_pem(), &node.cert_pem, &node.key_pem).unwrap()
-}
 
 fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()

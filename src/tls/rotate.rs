@@ -5,7 +5,6 @@
 //! never half of one.
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::NodeId;
@@ -186,19 +185,7 @@ fn replace_file(path: &Path, text: &str, secret: bool) -> Result<()> {
         move |source| TlsError::Write { path: p, source }
     };
     let _ = fs::remove_file(&tmp);
-    let mut opts = fs::OpenOptions::new();
-    opts.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(if secret { 0o600 } else { 0o644 });
-    }
-    #[cfg(not(unix))]
-    let _ = secret;
-    let mut file = opts.open(&tmp).map_err(werr(&tmp))?;
-    file.write_all(text.as_bytes()).map_err(werr(&tmp))?;
-    file.sync_all().map_err(werr(&tmp))?;
-    drop(file);
+    write_new_file(&tmp, text, secret)?;
     fs::rename(&tmp, path).map_err(|e| {
         let _ = fs::remove_file(&tmp);
         werr(path)(e)
