@@ -39,6 +39,7 @@ impl<S: RaftStore> Driver<S> {
             env.hot.borrow().iter().copied().collect()
         };
         let mut cold = Vec::new();
+        let mut lapsed = Vec::new();
         for id in ids {
             let Some(ng) = self.named.groups.get_mut(&id) else {
                 cold.push(id);
@@ -100,7 +101,14 @@ impl<S: RaftStore> Driver<S> {
                 changed |= g.publish_named(env);
             }
             again |= g.raw.has_ready();
-            if g.untouched_quiet() {
+            if matches!(g.quiet, Quiet::Offered | Quiet::Leading)
+                && (g.lease.is_none() || !g.leads_as_voter(env))
+            {
+                // A quiet leader whose lease ended here (revoked, expired, handed over)
+                // wakes: raft-rs's check-quorum must run again (the expiry pass wakes
+                // the ones whose lease ran out there).
+                lapsed.push(id);
+            } else if g.untouched_quiet() {
                 cold.push(id);
             }
         }
@@ -135,6 +143,7 @@ impl<S: RaftStore> Driver<S> {
             env.metrics.set_named_quiet(quiet);
         }
         self.named.view_dirty |= changed;
+        self.wake_lapsed(lapsed);
         if let Err(e) = self.progress_retirements(now) {
             error!(self.env.logger, "storage failed; stopping"; "error" => %e);
             self.fail(StopCause::Storage(e));

@@ -391,22 +391,6 @@ impl<S: RaftStore> Driver<S> {
             return;
         }
         let now = at.mono;
-        // A quiet leader without a lease (it lapsed, or was revoked on any path) wakes:
-        // raft-rs's check-quorum must run again.
-        let me = self.env.id;
-        let lapsed: Vec<ElectionId> = self
-            .named
-            .groups
-            .iter()
-            .filter(|(_, ng)| {
-                matches!(ng.g.quiet, Quiet::Offered | Quiet::Leading)
-                    && (ng.g.lease.is_none()
-                        || ng.g.raw.raft.state != StateRole::Leader
-                        || !ng.g.raw.raft.prs().conf().voters().contains(me))
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        self.wake_lapsed(lapsed);
         self.offer_idle(now);
         let offered: Vec<ElectionId> = self
             .env
