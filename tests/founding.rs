@@ -107,6 +107,71 @@ async fn founding_waits_until_every_first_member_has_said_hello() {
     c.shutdown().await;
 }
 
+/// Calls made while a node waits to found are all answered once it has: more of them
+/// than the command channel holds (1,024) were once put back into it and the rest
+/// dropped, so a worker's 1,000 `Election::lease` calls made at start lost their tail
+/// with "node stopped".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_made_while_founding_is_answered_after_it() {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Waker};
+    type Call = Pin<Box<dyn Future<Output = Result<usize, tenure::error::NodeStopped>> + Send>>;
+    const CALLS: usize = 1_500;
+    const ROUND: usize = 500;
+    let mut c = Cluster::unstarted(3, support::cluster::test_timing(), tenure::ReadMode::Safe);
+    c.start_node(1).await;
+    let node = c.node(1).clone();
+    let mut calls: Vec<Call> = Vec::with_capacity(CALLS);
+    let mut cx = Context::from_waker(Waker::noop());
+    for _ in 0..CALLS / ROUND {
+        // One poll each sends its command (the channel has room for a round); a status
+        // sent after them is answered only once the founding wait took every one
+        // before it (one channel, in order).
+        for _ in 0..ROUND {
+            let n = node.clone();
+            // Unconstrained: tokio's cooperative budget must not turn a send that has room
+            // into a pending one here.
+            let mut call: Call = Box::pin(tokio::task::unconstrained(async move {
+                n.list_elections().await.map(|list| list.len())
+            }));
+            assert!(
+                call.as_mut().poll(&mut cx).is_pending(),
+                "answered before founding"
+            );
+            calls.push(call);
+        }
+        assert_eq!(node.status().await.unwrap().role, Role::Founding);
+    }
+    c.start_node(2).await;
+    c.start_node(3).await;
+    let answers = tokio::time::timeout(LONG, futures_all(calls))
+        .await
+        .expect("every call answered after founding");
+    let failed: Vec<String> = answers
+        .iter()
+        .filter_map(|a| a.as_ref().err().map(ToString::to_string))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {CALLS} calls made while founding failed, the first: {:?}",
+        failed.len(),
+        failed.first()
+    );
+    c.shutdown().await;
+}
+
+/// Awaits every future, in order.
+async fn futures_all<T>(
+    calls: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>>,
+) -> Vec<T> {
+    let mut out = Vec::with_capacity(calls.len());
+    for call in calls {
+        out.push(call.await);
+    }
+    out
+}
+
 /// The unit file keeps `--found`: a voter whose folder is lost and that restarts with
 /// the same configuration finds that the group has moved on, and stops with an error
 /// saying it lost its data, before it ever votes.

@@ -241,8 +241,10 @@ impl<S: RaftStore> Driver<S> {
         }
     }
 
-    /// Runs until shutdown, kill, a fatal error, or every handle is dropped.
-    pub(crate) async fn run(mut self) -> Result<(), NodeStopped> {
+    /// Runs until shutdown, kill, a fatal error, or every handle is dropped. `early`:
+    /// commands that came before the driver ran (while the node waited to found), handled
+    /// first and in order, before any from the channel.
+    pub(crate) async fn run(mut self, early: Vec<Command>) -> Result<(), NodeStopped> {
         // Ticks on this node's clock: a stalled clock stalls them, as in a frozen guest.
         let mut ticker = self.env.clock.ticker(self.env.timing.tick);
         info!(self.env.logger, "driver started"; "term" => self.root.raw.raft.term,
@@ -259,6 +261,9 @@ impl<S: RaftStore> Driver<S> {
         self.handle_ready();
         self.publish();
         self.update_hello();
+        for cmd in early {
+            self.guarded(|| "handling a command".into(), |d| d.on_command(cmd));
+        }
         loop {
             self.redraw_election_timeout();
             // A stalled process must not act on a lease that ran out while it slept

@@ -204,7 +204,6 @@ impl Node {
             transport: transport.clone(),
             inbound,
             commands: cmd_rx,
-            command_tx: cmd_tx.downgrade(),
             confirms: confirm_rx,
             confirm_tx: confirm_tx.downgrade(),
             leadership: ltx,
@@ -218,7 +217,7 @@ impl Node {
             StoreKind::Fresh => tokio::spawn(setup.found_then_run()),
             StoreKind::Joining | StoreKind::Member => {
                 let driver = setup.into_driver()?;
-                tokio::spawn(driver.run())
+                tokio::spawn(driver.run(Vec::new()))
             }
         };
         Ok(Node {
@@ -620,7 +619,6 @@ struct Setup<S: RaftStore> {
     transport: Arc<dyn Transport>,
     inbound: Inbox,
     commands: mpsc::Receiver<Command>,
-    command_tx: mpsc::WeakSender<Command>,
     confirms: mpsc::Receiver<ConfirmRequest>,
     confirm_tx: mpsc::WeakSender<ConfirmRequest>,
     leadership: watch::Sender<Leadership>,
@@ -677,14 +675,12 @@ impl<S: RaftStore> Setup<S> {
             .record_founding_nonces(&founded.with)
             .map_err(|e| failed(&e))?;
         found(&self.store, &self.config, state, term).map_err(|e| failed(&e))?;
-        let tx = self.command_tx.upgrade();
         let driver = self.into_driver().map_err(|e| failed(&e))?;
-        if let Some(tx) = tx {
-            for cmd in founded.kept {
-                let _ = tx.try_send(cmd);
-            }
-        }
-        driver.run().await
+        // The commands kept while waiting go to the driver first and all of them: put
+        // back into the channel, those past its capacity were dropped, and 1,000
+        // `Election::lease` calls made before founding ended lost their tail ("node
+        // stopped").
+        driver.run(founded.kept).await
     }
 
     /// The driver over the store's state.
