@@ -575,6 +575,14 @@ enum TickerInner {
 }
 
 impl Ticker {
+    /// Whether the next tick is due now ([`Ticker::tick`] would complete at once).
+    pub(crate) fn is_due(&self) -> bool {
+        match &self.inner {
+            TickerInner::Tokio { next, .. } => tokio::time::Instant::now() >= *next,
+            TickerInner::Clocked { next, .. } => self.clock.now() >= *next,
+        }
+    }
+
     /// Completes at the next tick. Cancel-safe.
     pub(crate) async fn tick(&mut self) {
         match &mut self.inner {

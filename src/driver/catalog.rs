@@ -14,6 +14,9 @@ use crate::state::{CatalogChange, GroupState, Request};
 use crate::storage::{RaftStore, StorageError};
 use crate::token::FencingToken;
 
+/// How many declared elections the root leader creates per second.
+const DECLARE_PER_SECOND: usize = 500;
+
 /// A caller waiting for a catalog entry it proposed to apply.
 pub(super) struct PendingCatalog {
     pub(super) nonce: u64,
@@ -277,7 +280,10 @@ impl<S: RaftStore> Driver<S> {
     }
 
     /// The root leader creates the elections the configuration declares, once a second
-    /// until the catalog holds them (a name that exists is left as it is).
+    /// until the catalog holds them (a name that exists is left as it is), at most
+    /// [`DECLARE_PER_SECOND`] a time: thousands of declared elections come up in waves,
+    /// each going quiet while the next one elects, instead of all campaigning and
+    /// settling at once.
     pub(super) fn ensure_declared(&mut self, now: Instant) {
         if self.named.declared.is_empty()
             || self.root.lease.is_none()
@@ -293,6 +299,7 @@ impl<S: RaftStore> Driver<S> {
             .declared
             .iter()
             .filter(|(n, _)| !self.state.elections.contains_key(n))
+            .take(DECLARE_PER_SECOND)
             .cloned()
             .collect();
         if !missing.is_empty() {

@@ -59,6 +59,12 @@ pub(super) struct Env {
     /// harmless). Per-turn work visits only these, so a turn costs per awake election,
     /// not per name (`docs/design.md`, section 12).
     pub(super) hot: std::cell::RefCell<std::collections::BTreeSet<ElectionId>>,
+    /// The named elections something happened to since the driver last looked at them
+    /// (a message, a command, a tick that made a Ready or made a timed duty due): a
+    /// subset of `hot`. The Ready pass and the after-Ready pass visit only these, and
+    /// all of `hot` only on a sweep, so a turn costs per election that acted, not per
+    /// awake election.
+    pub(super) busy: std::cell::RefCell<std::collections::BTreeSet<ElectionId>>,
 }
 
 /// One election's raft state and lease, on this node.
@@ -179,7 +185,17 @@ impl<S: RaftStore> Group<S> {
         self.touched = true;
         if self.election != 0 {
             env.hot.borrow_mut().insert(self.election);
+            env.busy.borrow_mut().insert(self.election);
         }
+    }
+
+    /// Whether something of this election is due by time alone, without a message: a
+    /// leader's lease renewal (every `every`), a transfer's deadline, confirms waiting.
+    pub(super) fn timed_duty_due(&self, now: Instant, every: std::time::Duration) -> bool {
+        self.transfer.is_some()
+            || self.keeper.has_pending()
+            || (self.raw.raft.state == raft::StateRole::Leader
+                && self.keeper.renewal_due(now, every))
     }
 
     /// Whether the driver's per-turn work may pass this election by: quiet, and nothing

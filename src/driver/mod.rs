@@ -169,6 +169,9 @@ enum StopKind {
     Dropped,
 }
 
+/// The most inbound items one turn takes before it writes, sends and ticks.
+const INBOUND_PER_TURN: usize = 4096;
+
 impl<S: RaftStore> Driver<S> {
     pub(crate) fn new(parts: DriverParts<S>) -> Self {
         let now = parts.clock.now();
@@ -209,6 +212,7 @@ impl<S: RaftStore> Driver<S> {
                 confirm_tx: parts.confirm_tx,
                 epoch: now,
                 hot: std::cell::RefCell::new(BTreeSet::new()),
+                busy: std::cell::RefCell::new(BTreeSet::new()),
             },
             root,
             named: named::Named::new(parts.named),
@@ -309,7 +313,9 @@ impl<S: RaftStore> Driver<S> {
                     match inbound {
                         Some(item) => {
                             self.on_inbound(item);
-                            for _ in 0..256 {
+                            // Many per turn: the turn's one synced write is shared by all
+                            // of them (with thousands of elections, bursts are large).
+                            for _ in 0..INBOUND_PER_TURN {
                                 if self.stop.is_some() {
                                     break; // a fatal message or a panic: stop here
                                 }
@@ -325,14 +331,14 @@ impl<S: RaftStore> Driver<S> {
                         }
                     }
                 }
-                _ = ticker.tick() => {
-                    self.guarded(|| "ticking".into(), |d| {
-                        d.root.raw.tick();
-                        d.tick_named();
-                        d.support_tick(d.env.clock.stamp());
-                    });
-                    self.update_health();
-                }
+                _ = ticker.tick() => self.on_tick(),
+            }
+            // A flood of commands or messages must not starve the ticks (raft-rs's clock,
+            // the leases' renewals and the support stream run on them), nor ticks the
+            // messages: a turn that did not tick ticks too if one is due.
+            if ticker.is_due() && self.stop.is_none() {
+                ticker.tick().await;
+                self.on_tick();
             }
             if self.stop.is_none() {
                 self.handle_ready();
@@ -349,6 +355,19 @@ impl<S: RaftStore> Driver<S> {
                 return self.finish(stop);
             }
         }
+    }
+
+    /// One tick of every election's clock, and the support stream's.
+    fn on_tick(&mut self) {
+        self.guarded(
+            || "ticking".into(),
+            |d| {
+                d.root.raw.tick();
+                d.tick_named();
+                d.support_tick(d.env.clock.stamp());
+            },
+        );
+        self.update_health();
     }
 
     /// Tells the transport what to say to peers when it connects: joining until this
@@ -384,6 +403,9 @@ impl<S: RaftStore> Driver<S> {
     fn redraw_election_timeout(&mut self) {
         if let Some(t) = &mut self.root.election_timeouts {
             t.redraw(&mut self.root.raw.raft);
+        }
+        if self.root.election_timeouts.is_none() {
+            return; // not seeded: raft-rs's own draws stand
         }
         let hot: Vec<_> = self.env.hot.borrow().iter().copied().collect();
         for id in hot {

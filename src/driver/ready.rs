@@ -52,14 +52,13 @@ impl<S: RaftStore> Driver<S> {
             None => None,
         };
         let mut named = Vec::new();
-        let hot: Vec<_> = self.env.hot.borrow().iter().copied().collect();
-        for id in hot {
+        // Only the elections something happened to (`Env::busy`): nothing else can have
+        // a Ready (a sweep of the after-Ready pass catches any that slipped by).
+        let busy: Vec<_> = self.env.busy.borrow().iter().copied().collect();
+        for id in busy {
             let Some(ng) = self.named.groups.get_mut(&id) else {
                 continue;
             };
-            if ng.g.untouched_quiet() {
-                continue; // nothing can have changed it (section 12)
-            }
             if let Some((rd, write)) = ng.g.take_ready(&self.env, drained) {
                 let history = match &write.snapshot {
                     Some(snap) => Some(ng.decode_snapshot(snap)?),

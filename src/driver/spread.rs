@@ -306,8 +306,9 @@ impl<S: RaftStore> Driver<S> {
 
     /// For each named election this node leads: propose the difference between its
     /// configuration and the root's (one change in flight per election), or hand it
-    /// over if this node is no longer a root voter.
-    pub(super) fn follow_root_membership(&mut self, now: Instant) {
+    /// over if this node is no longer a root voter. Looks at every election when the
+    /// root's membership changed, else only at those the turn `visited`.
+    pub(super) fn follow_root_membership(&mut self, now: Instant, visited: &[ElectionId]) {
         if self.root.joint {
             return;
         }
@@ -331,7 +332,7 @@ impl<S: RaftStore> Driver<S> {
         let ids: Vec<ElectionId> = if changed {
             self.named.groups.keys().copied().collect()
         } else {
-            self.env.hot.borrow().iter().copied().collect()
+            visited.to_vec()
         };
         for id in ids {
             let Some(ng) = self.named.groups.get_mut(&id).filter(|ng| !ng.retiring) else {

@@ -320,8 +320,10 @@ impl Node {
         self.ask(|reply| Command::Elections { reply }).await
     }
 
-    /// Every named election's leadership on this node, by name; changes once per driver
-    /// turn that changed any.
+    /// Every named election's leadership on this node, by name; changes after a driver
+    /// turn that changed any, at most once per heartbeat interval (with thousands of
+    /// names a copy per turn would cost more than the turn). [`crate::Election::watch`]
+    /// follows one name without delay.
     pub fn elections(&self) -> watch::Receiver<ElectionsView> {
         self.elections.clone()
     }

@@ -7,7 +7,7 @@
 //! | the table of groups, founding and removal | [`Named`], `Driver::open_election`, `Driver::close_election` |
 //! | messages of named elections from peers | `Driver::on_election_message` |
 //! | catalog commands (create, remove, list) | `catalog.rs` |
-//! | per-turn duties (leases, transfers, drains, publishing) | `Driver::named_after_ready` |
+//! | ticks, per-turn duties (leases, transfers, drains, publishing) | `turn.rs`: `Driver::tick_named`, `Driver::named_after_ready` |
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -91,12 +91,17 @@ pub(super) struct Named<S: RaftStore> {
     pub(super) watches: Watches,
     view: watch::Sender<ElectionsView>,
     view_dirty: bool,
+    /// When the view was last published (at most once per heartbeat interval).
+    view_at: Option<Instant>,
     /// No named lease ends before this (the earliest end at the last expiry pass, lowered
     /// by every lease granted since; leases only grow otherwise): until then the pass is
     /// skipped.
     pub(super) lease_floor: Option<Stamp>,
     /// When the gauges were last counted over every election.
     pub(super) counted_at: Option<Instant>,
+    /// When the after-Ready pass last visited every awake election, not only the busy
+    /// ones (a sweep: what no event marks, such as forgotten rounds, is done there).
+    pub(super) swept_at: Option<Instant>,
     /// Ids removed here (tombstoned): never founded again.
     pub(super) removed: BTreeSet<ElectionId>,
     pub(super) pending: Vec<PendingCatalog>,
@@ -105,7 +110,7 @@ pub(super) struct Named<S: RaftStore> {
     pub(super) removing: HashMap<ElectionId, (RemoveReply, Removed, Instant)>,
     pub(super) next_nonce: u64,
     /// Lease requests for names this node does not run (yet).
-    waiting: Vec<(Arc<str>, LeaseWaiter)>,
+    waiting: HashMap<Arc<str>, Vec<LeaseWaiter>>,
     raft_config: raft::Config,
     raft_logger: Logger,
     election_seed: Option<u64>,
@@ -135,15 +140,17 @@ impl<S: RaftStore> Named<S> {
             watches: parts.watches,
             view: parts.view,
             view_dirty: false,
+            view_at: None,
             lease_floor: None,
             counted_at: None,
+            swept_at: None,
             removed: BTreeSet::new(),
             pending: Vec::new(),
             removing: HashMap::new(),
             // Random, so a restarted proposer's requests never match an entry of its
             // previous run still in the log.
             next_nonce: rand::random::<u64>() >> 1,
-            waiting: Vec::new(),
+            waiting: HashMap::new(),
             raft_config: parts.raft_config,
             raft_logger: parts.raft_logger,
             election_seed: parts.election_seed,
@@ -437,6 +444,7 @@ impl<S: RaftStore> Driver<S> {
         info!(self.env.logger, "election running"; "election" => &*name, "id" => spec.id,
               "term" => group.raw.raft.term);
         self.env.hot.borrow_mut().insert(spec.id);
+        self.env.busy.borrow_mut().insert(spec.id);
         self.named.by_name.insert(Arc::clone(&name), spec.id);
         self.named.options.insert(spec.id, spec.options.clone());
         self.named.groups.insert(
@@ -451,13 +459,9 @@ impl<S: RaftStore> Driver<S> {
         );
         self.named.view_dirty = true;
         // Lease requests that waited for this name.
-        let (now_known, still): (Vec<_>, Vec<_>) = std::mem::take(&mut self.named.waiting)
-            .into_iter()
-            .partition(|(n, _)| **n == *name);
-        self.named.waiting = still;
+        let now_known = self.named.waiting.remove(&name).unwrap_or_default();
         if let Some(ng) = self.named.groups.get_mut(&spec.id) {
-            ng.g.lease_waiters
-                .extend(now_known.into_iter().map(|(_, w)| w));
+            ng.g.lease_waiters.extend(now_known);
         }
         Ok(())
     }
@@ -493,12 +497,16 @@ impl<S: RaftStore> Driver<S> {
     /// Retiring elections: a leader proposes the retirement entry (once per term); a
     /// group that applied it closes (a leader after two heartbeats, so its followers hear
     /// the commit), and a removal this node waits for is answered.
-    fn progress_retirements(&mut self, now: Instant) -> Result<(), StorageError> {
+    fn progress_retirements(
+        &mut self,
+        now: Instant,
+        visited: &[ElectionId],
+    ) -> Result<(), StorageError> {
         let linger = self.env.timing.heartbeat_interval() * 2;
         let mut done = Vec::new();
-        // Retiring elections are awake (woken when the retirement began): hot.
-        let hot: Vec<ElectionId> = self.env.hot.borrow().iter().copied().collect();
-        for id in &hot {
+        // Retiring elections are awake (woken when the retirement began) and busy on
+        // every tick: among the elections this turn visited.
+        for id in visited {
             let Some(ng) = self.named.groups.get_mut(id) else {
                 continue;
             };
@@ -541,6 +549,7 @@ impl<S: RaftStore> Driver<S> {
     ) -> Result<(), StorageError> {
         self.support_forget(id);
         self.env.hot.borrow_mut().remove(&id);
+        self.env.busy.borrow_mut().remove(&id);
         if let Some(mut ng) = self.named.groups.remove(&id) {
             ng.g.end_for_users(&self.env, LostReason::Removed, name);
             // (A retiring group said so already; and a newer incarnation of the name
@@ -670,32 +679,6 @@ impl<S: RaftStore> Driver<S> {
         })
     }
 
-    /// Ticks every named election.
-    pub(super) fn tick_named(&mut self) {
-        let now = self.env.clock.now();
-        let hot: Vec<ElectionId> = self.env.hot.borrow().iter().copied().collect();
-        for id in hot {
-            let Some(ng) = self.named.groups.get_mut(&id) else {
-                continue;
-            };
-            let g = &mut ng.g;
-            if matches!(g.quiet, Quiet::Leading | Quiet::Following(_)) {
-                continue;
-            }
-            if let Some(u) = g.refuse_until {
-                if now >= u {
-                    g.refuse_until = None;
-                } else if g.raw.raft.state != StateRole::Leader
-                    && g.raw.raft.election_elapsed + 1 >= g.raw.raft.randomized_election_timeout()
-                {
-                    // It would campaign: not while the promise holds (section 12).
-                    continue;
-                }
-            }
-            g.raw.tick();
-        }
-    }
-
     /// A lease of election `name`: now if this node holds one, else when it gets one.
     pub(super) fn election_lease(
         &mut self,
@@ -713,7 +696,7 @@ impl<S: RaftStore> Driver<S> {
                     ng.g.lease_waiters.push(reply);
                 }
             },
-            None => self.named.waiting.push((name, reply)),
+            None => self.named.waiting.entry(name).or_default().push(reply),
         }
     }
 
@@ -775,7 +758,7 @@ impl<S: RaftStore> Driver<S> {
             ng.g.end_for_users(&self.env, reason, &name);
             ng.g.publish_stopped();
         }
-        for (_, w) in self.named.waiting.drain(..) {
+        for w in self.named.waiting.drain().flat_map(|(_, w)| w) {
             let _ = w.send(Err(ElectionError::Stopped(NodeStopped::shutdown(
                 "node stopped",
             ))));

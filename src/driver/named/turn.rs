@@ -1,5 +1,6 @@
-//! A named election's per-turn duties, after every Ready (`Driver::named_after_ready`),
-//! and publishing every election's leadership as one view.
+//! A named election's per-turn duties: its ticks (`Driver::tick_named`), what follows
+//! every Ready (`Driver::named_after_ready`), and every election's leadership published
+//! as one view.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,6 +17,40 @@ use crate::status::Leadership;
 use crate::storage::RaftStore;
 
 impl<S: RaftStore> Driver<S> {
+    /// Ticks every named election.
+    pub(in crate::driver) fn tick_named(&mut self) {
+        let now = self.env.clock.now();
+        let env = &self.env;
+        let every = env.timing.heartbeat_interval();
+        let hot: Vec<ElectionId> = env.hot.borrow().iter().copied().collect();
+        for id in hot {
+            let Some(ng) = self.named.groups.get_mut(&id) else {
+                continue;
+            };
+            let retiring = ng.retiring;
+            let g = &mut ng.g;
+            if matches!(g.quiet, Quiet::Leading | Quiet::Following(_)) {
+                continue;
+            }
+            if let Some(u) = g.refuse_until {
+                if now >= u {
+                    g.refuse_until = None;
+                } else if g.raw.raft.state != StateRole::Leader
+                    && g.raw.raft.election_elapsed + 1 >= g.raw.raft.randomized_election_timeout()
+                {
+                    // It would campaign: not while the promise holds (section 12).
+                    continue;
+                }
+            }
+            // A tick that made a Ready (a campaign, heartbeats) or made a timed duty due
+            // (a renewal, a transfer's deadline, a retirement's linger) makes the election
+            // busy: the turn looks at it.
+            if g.raw.tick() || retiring || g.timed_duty_due(now, every) {
+                g.touch(env);
+            }
+        }
+    }
+
     /// After every turn, for every named election: its lease follows its role, its
     /// transfer progresses, a failed handover steps down, an expired lease ends, a
     /// drained node hands over what it leads, a new leader records its tenure, leases
@@ -29,18 +64,29 @@ impl<S: RaftStore> Driver<S> {
         let drained = drained_set.contains(&env.id);
         let mut again = false;
         let mut changed = false;
-        // Only the hot elections (awake, or touched since the last look): a quiet one
-        // nothing happened to has nothing to do (section 12). A draining or stopping node
-        // hands every election over: it looks at each.
+        // Only the busy elections (something happened to them since the last look): an
+        // election nothing happened to has nothing to do (section 12). Every election
+        // timeout a sweep visits every awake one too. A draining or stopping node hands
+        // every election over: it looks at each.
         let every = drained || shutting_down;
+        let sweep = self
+            .named
+            .swept_at
+            .is_none_or(|t| now.saturating_duration_since(t) >= env.timing.election_timeout());
+        if sweep {
+            self.named.swept_at = Some(now);
+        }
+        let busy = std::mem::take(&mut *env.busy.borrow_mut());
         let ids: Vec<ElectionId> = if every {
             self.named.groups.keys().copied().collect()
+        } else if sweep {
+            env.hot.borrow().union(&busy).copied().collect()
         } else {
-            env.hot.borrow().iter().copied().collect()
+            busy.into_iter().collect()
         };
         let mut cold = Vec::new();
         let mut lapsed = Vec::new();
-        for id in ids {
+        for &id in &ids {
             let Some(ng) = self.named.groups.get_mut(&id) else {
                 cold.push(id);
                 continue;
@@ -100,7 +146,11 @@ impl<S: RaftStore> Driver<S> {
             if !retiring {
                 changed |= g.publish_named(env);
             }
-            again |= g.raw.has_ready();
+            if g.raw.has_ready() {
+                // A round started, a step-down: the next Ready pass takes it.
+                again = true;
+                g.touch(env);
+            }
             if matches!(g.quiet, Quiet::Offered | Quiet::Leading)
                 && (g.lease.is_none() || !g.leads_as_voter(env))
             {
@@ -144,31 +194,30 @@ impl<S: RaftStore> Driver<S> {
         }
         self.named.view_dirty |= changed;
         self.wake_lapsed(lapsed);
-        if let Err(e) = self.progress_retirements(now) {
+        if let Err(e) = self.progress_retirements(now, &ids) {
             error!(self.env.logger, "storage failed; stopping"; "error" => %e);
             self.fail(StopCause::Storage(e));
         }
         self.expire_catalog_calls(now);
         self.ensure_declared(now);
-        self.follow_root_membership(now);
+        self.follow_root_membership(now, &ids);
         self.balance(now);
         self.publish_view();
-        let hot = self.env.hot.borrow();
-        again
-            || hot.iter().any(|id| {
-                self.named
-                    .groups
-                    .get(id)
-                    .is_some_and(|ng| !ng.g.untouched_quiet() && ng.g.raw.has_ready())
-            })
+        again || !self.env.busy.borrow().is_empty()
     }
 
     /// Publishes every election's leadership as one view, if one changed.
     fn publish_view(&mut self) {
-        if !self.named.view_dirty {
+        let now = self.env.clock.now();
+        if !self.named.view_dirty
+            || self.named.view_at.is_some_and(|t| {
+                now.saturating_duration_since(t) < self.env.timing.heartbeat_interval()
+            })
+        {
             return;
         }
         self.named.view_dirty = false;
+        self.named.view_at = Some(now);
         let view: BTreeMap<String, Leadership> = self
             .named
             .groups

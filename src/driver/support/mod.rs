@@ -384,13 +384,22 @@ impl<S: RaftStore> Driver<S> {
         self.wake_follower(id, promised, why);
     }
 
-    /// Every tick: idle elections are offered, offers settle, followers whose leader's
-    /// stream went silent wake, and requests leave every heartbeat interval.
+    /// Every tick: followers whose leader's stream went silent wake. Every heartbeat
+    /// interval: idle elections are offered, offers settle, and requests leave.
     pub(super) fn support_tick(&mut self, at: Stamp) {
         if self.support.disabled {
             return;
         }
         let now = at.mono;
+        self.check_silence(now);
+        let due = self.support.last_round.is_none_or(|t| {
+            now.saturating_duration_since(t) >= self.env.timing.heartbeat_interval()
+        });
+        if !due {
+            return;
+        }
+        // Offers and their settling walk the awake elections: once per heartbeat, with
+        // the requests that carry them.
         self.offer_idle(now);
         let offered: Vec<ElectionId> = self
             .env
@@ -408,13 +417,7 @@ impl<S: RaftStore> Driver<S> {
         for id in offered {
             self.settle_offer(id);
         }
-        self.check_silence(now);
-        let due = self.support.last_round.is_none_or(|t| {
-            now.saturating_duration_since(t) >= self.env.timing.heartbeat_interval()
-        });
-        if due {
-            self.send_support(at);
-        }
+        self.send_support(at);
     }
 
     /// Requests to every peer something is asked of.
@@ -469,6 +472,9 @@ impl<S: RaftStore> Driver<S> {
                 continue;
             }
             let r = &g.raw.raft;
+            if r.state != StateRole::Leader {
+                continue; // the common case with thousands of elections: not ours
+            }
             let voters: Vec<NodeId> = r.prs().conf().voters().ids().iter().collect();
             let idle = r.state == StateRole::Leader
                 && voters.contains(&me)

@@ -23,8 +23,10 @@ use crate::transport::Transport;
 
 /// Default capacity of each peer's outbound queue.
 pub const DEFAULT_QUEUE_DEPTH: usize = 1024;
-/// Default capacity of the inbound channel to the driver.
-pub const DEFAULT_INBOUND_DEPTH: usize = 1024;
+/// Default capacity of the inbound channel to the driver, in messages (their bytes are
+/// bounded by the inbound budget): with thousands of named elections, one turn's burst
+/// from four peers is this large.
+pub const DEFAULT_INBOUND_DEPTH: usize = 16 * 1024;
 /// Default first reconnect delay.
 pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_millis(20);
 /// Default longest reconnect delay.
