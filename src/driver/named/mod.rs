@@ -248,6 +248,22 @@ impl<S: RaftStore> NamedGroup<S> {
                         Ok(cs) => {
                             self.g.joint = !cs.voters_outgoing.is_empty();
                             self.g.force_compact = true;
+                            let me = self.g.raw.raft.id;
+                            let member = [&cs.voters, &cs.voters_outgoing, &cs.learners]
+                                .iter()
+                                .any(|ids| ids.contains(&me));
+                            if !member && self.g.raw.raft.state == StateRole::Leader {
+                                // A removal an earlier leader appended, committed under
+                                // this one: raft-rs keeps it leading without its own
+                                // progress, and panics on the next acknowledgement
+                                // (`maybe_commit`). It steps down, as the root does.
+                                warn!(env.logger, "removed from the election while leading it: stepping down";
+                                      "election" => self.g.name.as_deref(), "index" => e.index);
+                                self.g.revoke(env, LostReason::SteppedDown);
+                                let term = self.g.raw.raft.term;
+                                self.g.raw.raft.become_follower(term, raft::INVALID_ID);
+                                self.g.touch(env);
+                            }
                         }
                         Err(err) => {
                             warn!(env.logger, "conf change rejected by raft"; "error" => %err,
