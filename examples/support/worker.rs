@@ -645,11 +645,7 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
                     Ok(lease) => tenure_events(id, Some(&name), &lease, confirm_every, 0).await,
                     // Removed (by an operator): a later incarnation may lead again.
                     Err(tenure::ElectionError::Removed(_)) => continue,
-                    // Said, not silent: a lost lease task once hid a driver bug.
-                    Err(e) => {
-                        eprintln!("worker {id}: no more leases of {name}: {e}");
-                        break;
-                    }
+                    Err(_) => break,
                 }
             }
         }));

@@ -276,7 +276,13 @@ impl<S: RaftStore> Driver<S> {
             let cooled = moved_at
                 .get(&e)
                 .is_none_or(|t| now.saturating_duration_since(*t) >= COOLDOWN);
-            cooled && groups.get(&e).is_some_and(|ng| caught_up(&ng.g, to))
+            // Only a leased election moves: one still without its lease serves nobody
+            // yet, and a handover of it (under load, when leases are slow to come) fails
+            // more often than not and starts its election over.
+            cooled
+                && groups
+                    .get(&e)
+                    .is_some_and(|ng| ng.g.lease.is_some() && caught_up(&ng.g, to))
         });
         if moves.is_empty() {
             return;
