@@ -476,8 +476,7 @@ impl<S: RaftStore> Driver<S> {
                 continue; // the common case with thousands of elections: not ours
             }
             let voters: Vec<NodeId> = r.prs().conf().voters().ids().iter().collect();
-            let idle = r.state == StateRole::Leader
-                && voters.contains(&me)
+            let idle = voters.contains(&me)
                 && voters.len() >= 2
                 && r.prs().iter().count() == voters.len()
                 && !g.joint
