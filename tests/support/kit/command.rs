@@ -155,9 +155,12 @@ impl WorkerCommand {
         self
     }
 
-    /// `--log-level LEVEL` (`off`, `error`, `warn`, `info`, `debug`).
+    /// `--log-level LEVEL` (`off`, `error`, `warn`, `info`, `debug`). The environment's
+    /// `TENURE_TEST_WORKER_LOG`, when set, overrides it: to read a failing test's
+    /// workers' logs (on stderr, with `--nocapture`).
     pub(crate) fn log_level(mut self, level: &str) -> Self {
-        self.log_level = Some(level.to_string());
+        let level = std::env::var("TENURE_TEST_WORKER_LOG").unwrap_or_else(|_| level.to_string());
+        self.log_level = Some(level);
         self
     }
 
