@@ -23,7 +23,8 @@
 //! * a move goes only to a voter whose log is at the election's last index and that was
 //!   heard recently, so its gap is a handover's; lower priority, no affinity, lower id
 //!   move first; one move in flight per election; an election moved waits [`COOLDOWN`]
-//!   before it moves again.
+//!   before it moves again, on the node it left and on the node it reached (which
+//!   starts the wait when `MsgTimeoutNow` arrives, whoever asked for the handover).
 //!
 //! **Membership.** The leader of a named election proposes, with the election's own conf
 //! changes (joint consensus when more than one voter changes), the difference between
@@ -61,9 +62,19 @@ pub(super) struct Spread {
     healthy_since: BTreeMap<NodeId, Instant>,
     last_look: Option<Instant>,
     last_moves: Option<Instant>,
+    /// When each election moved lately: handed over from here, or to here (forgotten
+    /// once the cooldown is over).
     moved_at: HashMap<ElectionId, Instant>,
     /// The root's voters, learners and drained nodes at the last membership pass.
     membership_seen: Option<(BTreeSet<NodeId>, BTreeSet<NodeId>, BTreeSet<NodeId>)>,
+}
+
+impl Spread {
+    /// Election `e` was just handed over to this node: it waits out the cooldown here
+    /// before the balancer moves it again (whoever moved it, a balancer or an operator).
+    pub(super) fn handed_here(&mut self, e: ElectionId, now: Instant) {
+        self.moved_at.insert(e, now);
+    }
 }
 
 /// One move: election `election`, led here, to node `to`.
@@ -122,28 +133,28 @@ pub(super) fn plan(
     let n = in_h.len();
     let target = targets(healthy, &counts, n);
     let mut moves = Vec::new();
-    // Affinity first, for every election (every node computes the same): an election
-    // belongs on the first healthy node of its list, while that node is below its target
-    // plus one. Only this node's own such moves are carried out; the others count.
+    // Affinity first: an election belongs on the first healthy node of its list, while
+    // that node is below its target plus one. Only this node's own such moves count:
+    // another leader's may not happen (it cannot move the election yet, and only it
+    // knows), and counting it would make this node give away, or take, an election
+    // for a move that never comes, again every round.
     let preferred = |p: &Placed| p.affinity.iter().copied().find(|a| healthy.contains(a));
     let mut moving_in: BTreeSet<ElectionId> = BTreeSet::new();
     for p in &in_h {
         let Some(pref) = preferred(p) else { continue };
-        if pref == p.leader || counts[&pref] > target[&pref] {
+        if p.leader != me || pref == me || counts[&pref] > target[&pref] {
             continue;
         }
-        if p.leader == me && !movable(p.election, pref) {
+        if !movable(p.election, pref) {
             continue;
         }
         *counts.get_mut(&p.leader).expect("leader in H") -= 1;
         *counts.get_mut(&pref).expect("pref in H") += 1;
         moving_in.insert(p.election);
-        if p.leader == me {
-            moves.push(Move {
-                election: p.election,
-                to: pref,
-            });
-        }
+        moves.push(Move {
+            election: p.election,
+            to: pref,
+        });
     }
     let (floor, ceil) = (n / healthy.len(), n.div_ceil(healthy.len()));
     if !counts.values().any(|c| *c < floor || *c > ceil) {
@@ -235,6 +246,9 @@ impl<S: RaftStore> Driver<S> {
             return;
         }
         self.spread.last_look = Some(now);
+        self.spread
+            .moved_at
+            .retain(|_, t| now.saturating_duration_since(*t) < COOLDOWN);
         let healthy = self.healthy_voters(now);
         if self.named.groups.is_empty()
             || self.shutdown.is_some()
@@ -384,15 +398,16 @@ impl<S: RaftStore> Driver<S> {
     }
 }
 
-/// Whether `to`'s log in `g` is at the leader's last index and it was heard recently.
+/// Whether voter `to`'s log in `g` is at the leader's last index. That `to` was heard
+/// recently the healthy set says (every target is in it): raft-rs's `recent_active`
+/// cannot, since a quiet election's followers send it nothing, and its leader, which
+/// does not tick, keeps whatever its last quorum check left (often `false`), so a
+/// quiet election would never move.
 fn caught_up<S: RaftStore>(g: &Group<S>, to: NodeId) -> bool {
     let raft = &g.raw.raft;
     let last = raft.raft_log.last_index();
     raft.prs().conf().voters().contains(to)
-        && raft
-            .prs()
-            .get(to)
-            .is_some_and(|pr| pr.matched >= last && pr.recent_active)
+        && raft.prs().get(to).is_some_and(|pr| pr.matched >= last)
 }
 
 /// The changes that make `g`'s configuration the root's: add new members as learners,
@@ -535,6 +550,32 @@ mod tests {
         assert!(all_moves(&h, &p).is_empty(), "{p:?}");
         let counts = after(&p, &[]);
         assert!(counts.values().all(|c| *c == 2), "{counts:?}");
+    }
+
+    #[test]
+    fn an_affinity_move_its_leader_cannot_make_moves_nothing_else() {
+        // Election 1 prefers node 2, but its leader (node 1) cannot move it yet (not
+        // leased, cooling down, node 2 behind). The others must not count it as moving:
+        // node 2 would see itself over target and give election 2 away, node 1 would
+        // take it and give it back, every round (the ctl test's mail, once per 2 s).
+        let h: BTreeSet<NodeId> = (1..=3).collect();
+        let mut p = placed(&[1, 2]);
+        p[0].affinity = vec![2, 1];
+        for round in 0..6 {
+            let moves: Vec<Move> = h
+                .iter()
+                .flat_map(|me| plan(*me, &h, &p, |e, _| e != 1))
+                .collect();
+            assert!(moves.is_empty(), "round {round}: {moves:?} from {p:?}");
+        }
+        // Once its leader can, it moves, and what follows settles.
+        for _ in 0..4 {
+            for m in all_moves(&h, &p) {
+                p[m.election as usize - 1].leader = m.to;
+            }
+        }
+        assert_eq!(p[0].leader, 2, "{p:?}");
+        assert!(all_moves(&h, &p).is_empty(), "{p:?}");
     }
 
     #[test]

@@ -624,6 +624,9 @@ impl<S: RaftStore> Driver<S> {
         }
         if t == MessageType::MsgTimeoutNow {
             ng.g.handover_term = Some(ng.g.raw.raft.term + 1);
+            // An election handed over (by a balancer or an operator) waits out the
+            // cooldown here too before it moves on (section 11, "Moves").
+            self.spread.handed_here(election, self.env.clock.now());
         }
         let handover_vote =
             t == MessageType::MsgRequestVote && m.context.as_ref() == raft::CAMPAIGN_TRANSFER;
