@@ -399,9 +399,12 @@ fn leader_only_commands_answer_while_a_node_is_stopped() {
     g.stop();
 }
 
+/// One row of `elections list --json`: (name, id, leader, term).
+type Listed = (String, u64, Option<u64>, u64);
+
 impl Ctl {
     /// `elections list --json`: (name, id, leader, term) of each election.
-    fn elections(&self) -> Vec<(String, u64, Option<u64>, u64)> {
+    fn elections(&self) -> Vec<Listed> {
         let (code, out, err) = self.all(&["--json", "elections", "list"]);
         assert_eq!(code, 0, "elections list failed: {err}");
         let v: Value = serde_json::from_str(out.trim()).expect("elections list --json is JSON");
@@ -420,10 +423,37 @@ impl Ctl {
             .collect()
     }
 
+    /// Waits until the balancer is done: every election led by a different node, and
+    /// `elections list` unchanged over more than the balancer's cooldown (2 s). Then the
+    /// placement stays put while the nodes stay up (a balanced group moves nothing).
+    fn settled(&self) -> Vec<Listed> {
+        let deadline = Instant::now() + LONG;
+        let mut since: Option<(Instant, Vec<Listed>)> = None;
+        loop {
+            let now = self.elections();
+            let leaders: std::collections::BTreeSet<_> = now.iter().map(|e| e.2).collect();
+            let spread = now.iter().all(|e| e.2.is_some()) && leaders.len() == now.len();
+            match &since {
+                Some((t, seen)) if spread && *seen == now => {
+                    if t.elapsed() > Duration::from_millis(2500) {
+                        return now;
+                    }
+                }
+                _ => since = spread.then(|| (Instant::now(), now.clone())),
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the elections did not settle on distinct leaders: {now:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Waits until `elections list` shows election `name` led, by a node `ok` accepts,
     /// and that node's `status` says it leads it with a lease; (leader, term).
     fn named_leader(&self, name: &str, ok: impl Fn(u64) -> bool) -> (u64, u64) {
         let deadline = Instant::now() + LONG;
+        let mut last_status = String::new();
         loop {
             let listed = self.elections();
             let led = listed
@@ -448,10 +478,11 @@ impl Ctl {
                 if holds {
                     return (leader, term);
                 }
+                last_status = out;
             }
             assert!(
                 Instant::now() < deadline,
-                "no leased leader of {name}: {listed:?}"
+                "no leased leader of {name}: {listed:?}; the nodes' status: {last_status}"
             );
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -540,9 +571,12 @@ fn ctl_creates_lists_transfers_and_removes_named_elections() {
         "{err}"
     );
 
-    // List: a table with each election's leader and term.
+    // List: a table with each election's leader and term. The balancer first takes jobs
+    // to node 2 (its affinity) and spreads the two: the figures are read once it is done.
+    let placed = ctl.settled();
     let (jl, jt) = ctl.named_leader("jobs", |_| true);
-    ctl.named_leader("mail", |_| true);
+    let (ml, mt) = ctl.named_leader("mail", |_| true);
+    assert_eq!(jl, 2, "jobs follows its affinity: {placed:?}");
     assert_eq!(tenure::election::election_of_term(jt), 1, "term {jt}");
     let (code, out, err) = ctl.all(&["elections", "list"]);
     assert_eq!(code, 0, "{err}");
@@ -585,30 +619,32 @@ fn ctl_creates_lists_transfers_and_removes_named_elections() {
         "{block}"
     );
 
-    // Transfer goes to the election's leader, found from the nodes' leaderships.
-    let target = (1..=3).find(|id| *id != jl).unwrap();
-    let (code, out, err) = ctl.all(&["elections", "transfer", "jobs", "--to", &target.to_string()]);
+    // Transfer goes to the election's leader, found from the nodes' leaderships. Mail
+    // (no affinity) moves to the node that leads nothing, so the group stays balanced
+    // and the balancer leaves it there.
+    let target = (1..=3).find(|id| *id != jl && *id != ml).unwrap();
+    let (code, out, err) = ctl.all(&["elections", "transfer", "mail", "--to", &target.to_string()]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains(&format!(
-            "leadership of election jobs moved to node {target}"
+            "leadership of election mail moved to node {target}"
         )),
         "{out}"
     );
-    let (now, term) = ctl.named_leader("jobs", |l| l == target);
+    let (now, term) = ctl.named_leader("mail", |l| l == target);
     assert_eq!(now, target);
-    assert!(term > jt, "term {term} after {jt}");
+    assert!(term > mt, "term {term} after {mt}");
     // Given only a node that does not lead it, the refusal names the one that does.
     let other = (1..=3).find(|id| *id != target).unwrap();
     let out = ctl.run(
         &admin[(other as usize) - 1],
-        &["elections", "transfer", "jobs"],
+        &["elections", "transfer", "mail"],
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains(&format!(
-            "node {other} does not lead election \"jobs\"; node {target} leads it"
+            "node {other} does not lead election \"mail\"; node {target} leads it"
         )) && err.contains(&format!("give node {target}'s admin address")),
         "{err}"
     );
