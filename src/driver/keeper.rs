@@ -89,6 +89,19 @@ impl LeaseKeeper {
     }
 
     /// Whether confirms wait for a round.
+    /// Whether support from `sent` in `term` would add nothing: the term's lease end is
+    /// already at least `sent + duration` on both clocks, and no round it would answer
+    /// waits (one of this term sent at or before `sent`).
+    pub(crate) fn covers(&self, sent: Stamp, term: u64) -> bool {
+        let end = sent.add(self.duration);
+        self.until
+            .is_some_and(|(t, u)| t == term && u.mono >= end.mono && u.boot >= end.boot)
+            && !self
+                .rounds
+                .values()
+                .any(|r| r.term == term && r.sent.mono <= sent.mono)
+    }
+
     pub(crate) fn has_pending(&self) -> bool {
         !self.pending.is_empty()
     }
@@ -373,6 +386,29 @@ mod tests {
             Acked::Unknown,
             "answered once"
         );
+    }
+
+    #[test]
+    fn support_that_extends_nothing_and_answers_nothing_is_covered() {
+        let t0 = Instant::now();
+        let mut k = LeaseKeeper::new(D);
+        assert!(!k.covers(stamp(t0, 0), 4), "no lease end yet");
+        k.supported(stamp(t0, 50), 4);
+        assert!(k.covers(stamp(t0, 50), 4), "the same support again");
+        assert!(k.covers(stamp(t0, 20), 4), "older support");
+        assert!(!k.covers(stamp(t0, 51), 4), "newer support extends");
+        assert!(!k.covers(stamp(t0, 10), 5), "another term");
+        // A round of this term it would answer makes it count; one of another term, or
+        // sent after the support, does not.
+        let (w, mut rx) = waiter();
+        k.queue_confirm(w);
+        k.start_round(stamp(t0, 40), 4);
+        assert!(!k.covers(stamp(t0, 50), 4));
+        k.supported(stamp(t0, 50), 4);
+        assert_eq!(rx.try_recv().unwrap(), Ok(FencingToken::new(4)));
+        k.start_round(stamp(t0, 45), 3);
+        k.start_round(stamp(t0, 60), 4);
+        assert!(k.covers(stamp(t0, 50), 4), "{:?}", k.rounds.len());
     }
 
     #[test]

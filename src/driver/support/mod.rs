@@ -54,7 +54,14 @@ pub(super) struct Support {
     pub(super) disabled: bool,
     /// Reused by `credit` (it runs for every held election on every ack).
     scratch: Vec<Stamp>,
+    /// Reused by `credit_held`: each class's key and its `σ`, for one ack.
+    classes: Vec<(ClassKey, Option<Stamp>)>,
 }
+
+/// A support class, as one ack sees it: the peers among the election's voters and the
+/// peers among those that hold it (bits by the peer's place in `Support::out`), whether
+/// this node is a voter, and the number of voters.
+type ClassKey = (u64, u64, bool, usize);
 
 impl Support {
     pub(super) fn new(disabled: bool) -> Self {
@@ -66,6 +73,7 @@ impl Support {
             urgent: false,
             disabled,
             scratch: Vec::new(),
+            classes: Vec::new(),
         }
     }
 }
@@ -187,52 +195,127 @@ impl<S: RaftStore> Driver<S> {
         for id in &o.unheld {
             self.wake_leader(*id, Wake::Unheld);
         }
-        let held: Vec<(ElectionId, u64)> = self
-            .support
-            .out
-            .get(&from)
-            .map(|o| o.held().collect())
-            .unwrap_or_default();
-        for (id, term) in held {
-            self.credit(id, term);
-        }
+        self.credit_held(from);
         for id in o.newly_held {
             self.settle_offer(id);
         }
     }
 
+    /// After an ack from `from`: extends the lease of every election `from` holds (led
+    /// here) to the latest send time a quorum of its voters supports, `σ` (section 12).
+    ///
+    /// `σ` depends only on which voters the election has and which of them hold it, its
+    /// *class*: with thousands of elections on one membership there are a handful of
+    /// classes, so `σ` is computed once per class, not per election. Which peers hold an
+    /// election is read by walking every peer's held set in step (they are sorted), not
+    /// by a lookup per peer per election. An election whose lease already runs to
+    /// `σ + L` (three of the four acks of a round, with four peers) is left alone.
+    fn credit_held(&mut self, from: NodeId) {
+        let me = self.env.id;
+        let Support {
+            out,
+            scratch,
+            classes,
+            ..
+        } = &mut self.support;
+        let Some(b) = out.get(&from) else {
+            return;
+        };
+        if out.len() > 64 {
+            // More peers than a class's bit set holds: one election at a time.
+            let held: Vec<(ElectionId, u64)> = b.held().collect();
+            for (id, term) in held {
+                self.credit(id, term);
+            }
+            return;
+        }
+        // Every peer: its last acknowledged request's send time, and a cursor over the
+        // elections it holds.
+        let mut peers: Vec<(NodeId, Option<Stamp>, _)> = out
+            .iter()
+            .map(|(id, o)| (*id, o.last_ack().map(|(s, _)| s), o.held().peekable()))
+            .collect();
+        classes.clear();
+        for (id, term) in b.held() {
+            let Some(ng) = self.named.groups.get_mut(&id) else {
+                continue;
+            };
+            // The class: voters among the peers (bits), whether this node is one, and
+            // which of those voters hold `id`.
+            let (mut voters, mut holders, mut member, mut count) = (0u64, 0u64, false, 0usize);
+            for v in ng.g.raw.raft.prs().conf().voters().ids().iter() {
+                count += 1;
+                if v == me {
+                    member = true;
+                } else if let Some(i) = peers.iter().position(|p| p.0 == v) {
+                    voters |= 1 << i;
+                }
+            }
+            for (i, (_, _, cursor)) in peers.iter_mut().enumerate() {
+                while cursor.next_if(|(e, _)| *e < id).is_some() {}
+                if voters & (1 << i) != 0 && cursor.peek().is_some_and(|(e, _)| *e == id) {
+                    holders |= 1 << i;
+                }
+            }
+            let key = (voters, holders, member, count);
+            let sigma = match classes.iter().find(|(k, _)| *k == key) {
+                Some((_, sigma)) => *sigma,
+                None => {
+                    scratch.clear();
+                    scratch.extend(
+                        peers
+                            .iter()
+                            .enumerate()
+                            .filter(|(i, _)| holders & (1 << i) != 0)
+                            .filter_map(|(_, p)| p.1),
+                    );
+                    let quorum = count / 2 + 1;
+                    // This node's own support counts at any time: it needs quorum − 1
+                    // others.
+                    let sigma = if !member || count < 2 || scratch.len() + 1 < quorum {
+                        None
+                    } else {
+                        Some(latest_supported_by(scratch, quorum - 1))
+                    };
+                    classes.push((key, sigma));
+                    sigma
+                }
+            };
+            #[cfg(debug_assertions)]
+            {
+                // The class's σ is the election's own (every test and simulation seed
+                // checks it).
+                let mut own = Vec::new();
+                let voters = ng.g.raw.raft.prs().conf().voters().ids();
+                let one = sigma_of(out, &mut own, me, voters.iter(), id);
+                debug_assert_eq!(
+                    sigma,
+                    one,
+                    "σ of election {id}'s class {key:?}; peers {:?}",
+                    peers.iter().map(|p| (p.0, p.1)).collect::<Vec<_>>()
+                );
+            }
+            let Some(sigma) = sigma else { continue };
+            if ng.g.keeper.covers(sigma, term) {
+                continue;
+            }
+            let retiring = ng.retiring;
+            ng.g.credit_support(&self.env, sigma, term, retiring);
+        }
+    }
+
     /// Extends election `id`'s lease (led here in `term`) to the latest send time a
-    /// quorum of its voters supports.
+    /// quorum of its voters supports (one election; `credit_held` does it by class).
     fn credit(&mut self, id: ElectionId, term: u64) {
         let me = self.env.id;
         let Some(ng) = self.named.groups.get_mut(&id) else {
             return;
         };
         let Support { out, scratch, .. } = &mut self.support;
-        scratch.clear();
-        let mut voters = 0;
-        let mut member = false;
-        for v in ng.g.raw.raft.prs().conf().voters().ids().iter() {
-            voters += 1;
-            if v == me {
-                member = true;
-                continue;
-            }
-            if let Some((sent, _)) = out
-                .get(&v)
-                .filter(|o| o.holds(id))
-                .and_then(Outgoing::last_ack)
-            {
-                scratch.push(sent);
-            }
-        }
-        let quorum = voters / 2 + 1;
-        // This node's own support counts at any time: it needs quorum − 1 others.
-        if !member || voters < 2 || scratch.len() + 1 < quorum {
+        let voters = ng.g.raw.raft.prs().conf().voters().ids();
+        let Some(sigma) = sigma_of(out, scratch, me, voters.iter(), id) else {
             return;
-        }
-        scratch.sort_unstable_by_key(|s| std::cmp::Reverse(s.mono));
-        let sigma = scratch[quorum - 2];
+        };
         let retiring = ng.retiring;
         ng.g.credit_support(&self.env, sigma, term, retiring);
     }
@@ -587,5 +670,57 @@ impl<S: RaftStore> Driver<S> {
                 inc.drop_held(id, true);
             }
         }
+    }
+}
+
+/// Election `id`'s `σ`, one election at a time: the `(quorum − 1)`-th latest send time
+/// acknowledged by a voter (of `voters`) that holds it; `None` without such a quorum.
+fn sigma_of(
+    out: &BTreeMap<NodeId, Outgoing>,
+    scratch: &mut Vec<Stamp>,
+    me: NodeId,
+    voters: impl Iterator<Item = NodeId>,
+    id: ElectionId,
+) -> Option<Stamp> {
+    scratch.clear();
+    let mut count = 0;
+    let mut member = false;
+    for v in voters {
+        count += 1;
+        if v == me {
+            member = true;
+            continue;
+        }
+        if let Some((sent, _)) = out
+            .get(&v)
+            .filter(|o| o.holds(id))
+            .and_then(Outgoing::last_ack)
+        {
+            scratch.push(sent);
+        }
+    }
+    let quorum = count / 2 + 1;
+    // This node's own support counts at any time: it needs quorum − 1 others.
+    if !member || count < 2 || scratch.len() + 1 < quorum {
+        return None;
+    }
+    Some(latest_supported_by(scratch, quorum - 1))
+}
+
+/// The latest time that `need` of the `acked` send times are at or after, on both
+/// clocks: of the `need` latest (by the monotonic clock, then the boot-time one), the
+/// earliest monotonic reading and the earliest boot-time reading. Send times of one node
+/// grow on both clocks together, so this is the `need`-th latest; the minimum keeps it
+/// exact when two requests share a monotonic reading but not a boot-time one.
+fn latest_supported_by(acked: &mut [Stamp], need: usize) -> Stamp {
+    acked.sort_unstable_by_key(|s| std::cmp::Reverse((s.mono, s.boot)));
+    let top = &acked[..need];
+    Stamp {
+        mono: top[need - 1].mono,
+        boot: top
+            .iter()
+            .map(|s| s.boot)
+            .min()
+            .unwrap_or(top[need - 1].boot),
     }
 }
