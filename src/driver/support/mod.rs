@@ -269,14 +269,7 @@ impl<S: RaftStore> Driver<S> {
                             .filter(|(i, _)| holders & (1 << i) != 0)
                             .filter_map(|(_, p)| p.1),
                     );
-                    let quorum = count / 2 + 1;
-                    // This node's own support counts at any time: it needs quorum − 1
-                    // others.
-                    let sigma = if !member || count < 2 || scratch.len() + 1 < quorum {
-                        None
-                    } else {
-                        Some(latest_supported_by(scratch, quorum - 1))
-                    };
+                    let sigma = quorum_sigma(scratch, member, count);
                     classes.push((key, sigma));
                     sigma
                 }
@@ -699,12 +692,18 @@ fn sigma_of(
             scratch.push(sent);
         }
     }
+    quorum_sigma(scratch, member, count)
+}
+
+/// `σ` from the send times `acked` by the voters that hold an election, of `count`
+/// voters (this node one of them if `member`); `None` without a quorum.
+fn quorum_sigma(acked: &mut [Stamp], member: bool, count: usize) -> Option<Stamp> {
     let quorum = count / 2 + 1;
     // This node's own support counts at any time: it needs quorum − 1 others.
-    if !member || count < 2 || scratch.len() + 1 < quorum {
+    if !member || count < 2 || acked.len() + 1 < quorum {
         return None;
     }
-    Some(latest_supported_by(scratch, quorum - 1))
+    Some(latest_supported_by(acked, quorum - 1))
 }
 
 /// The latest time that `need` of the `acked` send times are at or after, on both
