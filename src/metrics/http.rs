@@ -773,10 +773,9 @@ mod tests {
         // The values move between two reads (ticks, messages); the series served are
         // the node's own.
         let names = |text: &str| -> std::collections::BTreeSet<String> {
-            text.lines()
-                .filter(|l| !l.starts_with('#') && !l.is_empty())
-                .map(|l| l.split(['{', ' ']).next().unwrap_or("").to_string())
-                .collect()
+            let lines = text.lines().map(|l| Ok(l.to_string()));
+            let scrape = prometheus_parse::Scrape::parse(lines).expect("valid exposition");
+            scrape.samples.into_iter().map(|s| s.metric).collect()
         };
         let served = get(addr, "/metrics").await.2;
         assert!(served.contains("tenure_"), "{served}");
