@@ -660,6 +660,37 @@ fn ctl_creates_lists_transfers_and_removes_named_elections() {
     let v: Value = serde_json::from_str(out.trim()).expect("refusal as JSON");
     assert_eq!(v["error"]["kind"], "unknown_election", "{v}");
 
+    // A stopped node that does not lead it does not hold the transfer up: ctl asks the
+    // nodes that answered instead of waiting out the connect timeout for the stopped one
+    // (it waited 5 s, and with a shorter --timeout than that ran out of time).
+    let stopped = (1..=3).find(|id| *id != target).unwrap();
+    let to = (1..=3).find(|id| *id != target && *id != stopped).unwrap();
+    g.signal(stopped, libc::SIGSTOP);
+    let timeout = Duration::from_secs(4);
+    let secs = timeout.as_secs().to_string();
+    let began = Instant::now();
+    let (code, out, err) = ctl.all(&[
+        "--timeout",
+        &secs,
+        "elections",
+        "transfer",
+        "mail",
+        "--to",
+        &to.to_string(),
+    ]);
+    let took = began.elapsed();
+    eprintln!("elections transfer with node {stopped} stopped took {took:?}");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("leadership of election mail moved to node {to}")),
+        "{out}"
+    );
+    assert!(
+        took < timeout,
+        "elections transfer took {took:?}: it waited for the stopped node"
+    );
+    g.signal(stopped, libc::SIGCONT);
+
     // Remove, at the group's leader; then it is gone, and removing it again is refused.
     let (code, out, err) = ctl.all(&["elections", "remove", "jobs"]);
     assert_eq!(code, 0, "{err}");

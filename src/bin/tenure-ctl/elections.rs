@@ -11,7 +11,11 @@ use tenure::transport::tls::OperatorIdentity;
 use tenure::{NodeId, Role};
 
 use super::output::print_elections;
-use super::{connect_all, join_all, report, Args, Failure, ASK_AGAIN};
+use super::{connect_most, join_all, report, Args, Failure, ASK_AGAIN};
+
+/// How long one look at who leads waits for each node's answer (a paused node answers
+/// nothing; the look is repeated every `ASK_AGAIN` until the client timeout).
+const LEADERSHIPS_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// `elections list`: the catalog of the most current node that answers (the group's
 /// leader, else the one that applied the most), each election's leader and term as the
@@ -95,10 +99,16 @@ pub(super) async fn transfer(
     name: &str,
     request: &Request,
 ) -> Result<(), Failure> {
-    let clients = connect_all(args, identity).await;
+    // The leader is the one node needed: a stopped node does not hold the transfer up
+    // for the whole connect timeout (it did, 5 s, whenever a node was stalled).
+    let clients = connect_most(args, identity).await;
     let connected: Vec<&Client> = clients
         .iter()
         .filter_map(|(_, c)| c.as_ref().ok())
+        .collect();
+    let unreached: Vec<String> = clients
+        .iter()
+        .filter_map(|(_, c)| c.as_ref().err().map(ToString::to_string))
         .collect();
     let Some(first) = connected.first().copied() else {
         let errors: Vec<String> = clients
@@ -118,7 +128,20 @@ pub(super) async fn transfer(
     let client_of = |id: NodeId| connected.iter().copied().find(|c| c.node_id() == id);
     let deadline = tokio::time::Instant::now() + args.timeout;
     loop {
-        let leaderships = join_all(connected.iter().map(|c| c.leaderships())).await;
+        // A node that connected but is paused would hold every look up for the whole
+        // client timeout: each look waits at most LEADERSHIPS_WAIT for each node.
+        let leaderships = join_all(connected.iter().map(|c| async move {
+            tokio::time::timeout(LEADERSHIPS_WAIT, c.leaderships())
+                .await
+                .unwrap_or_else(|_| {
+                    Err(ClientError::TimedOut {
+                        addr: c.addr(),
+                        what: "its leaderships".into(),
+                        timeout: LEADERSHIPS_WAIT,
+                    })
+                })
+        }))
+        .await;
         let leader = leaderships
             .iter()
             .filter_map(|l| l.as_ref().ok())
@@ -139,10 +162,19 @@ pub(super) async fn transfer(
             _ => return report(args, target, request, result),
         };
         if let Some(l) = hint.filter(|l| client_of(*l).is_none()) {
-            return Err(Failure::new(format!(
-                "no node among {} reports leading election {name:?}; they name node {l}, whose admin address was not given",
+            let mut s = format!(
+                "no node among {} reports leading election {name:?}; they name node {l}, ",
                 args.addrs.len()
-            )));
+            );
+            if unreached.is_empty() {
+                s.push_str("whose admin address was not given");
+            } else {
+                s.push_str(&format!(
+                    "whose admin address was not given or could not be reached ({})",
+                    unreached.join("; ")
+                ));
+            }
+            return Err(Failure::new(s));
         }
         // Leadership may have moved since: follow the hint once.
         if let Some(next) = hint
