@@ -123,6 +123,9 @@ pub(super) struct Group<S: RaftStore> {
     /// When this quiet follower last stepped a heartbeat of its leader (a round's, which
     /// raft-rs's in-lease refusal answers for: a wake by silence counts from it too).
     pub(super) leader_heard: Option<Instant>,
+    /// When this quiet leader's lease ran out, while it waits for the stream to earn it
+    /// again before it wakes (`Driver::wake_lapsed`).
+    pub(super) lapsed_at: Option<Instant>,
     /// A confirm of a quiet election waits for the support stream's next requests.
     pub(super) support_urgent: bool,
     /// A quiet leader sent something of its own in this turn (it wakes).
@@ -173,6 +176,7 @@ impl<S: RaftStore> Group<S> {
             quiet: Quiet::Awake,
             awake_since: now,
             refuse_until: None,
+            lapsed_at: None,
             support_urgent: false,
             leader_heard: None,
             acted: false,
@@ -201,7 +205,11 @@ impl<S: RaftStore> Group<S> {
     /// Whether the driver's per-turn work may pass this election by: quiet, and nothing
     /// happened to it since it last looked.
     pub(super) fn untouched_quiet(&self) -> bool {
-        !self.touched && matches!(self.quiet, Quiet::Leading | Quiet::Following(_))
+        // A quiet leader waiting for its lapsed lease stays looked at (its sweep wakes
+        // it if the stream does not earn the lease again).
+        !self.touched
+            && matches!(self.quiet, Quiet::Leading | Quiet::Following(_))
+            && self.lapsed_at.is_none()
     }
 
     /// Ends a conf hold once the final (non-joint) configuration is applied: rounds sent

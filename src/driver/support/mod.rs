@@ -38,6 +38,12 @@ use book::{Asked, Incoming, Outgoing};
 pub(crate) use wire::SUPPORT_STREAM;
 use wire::{Decoded, Op};
 
+/// At most this many elections wake in one tick because their leader's stream went
+/// silent (the rest wake on the next ticks, longest overdue first). It only binds when
+/// a leader of thousands goes silent: two thousand elections on four followers wake
+/// within about two ticks more than their own deadlines.
+const SILENT_WAKES_PER_TICK: usize = 256;
+
 /// The support stream's state on this node.
 pub(super) struct Support {
     /// This driver's incarnation: peers tell a restart by it.
@@ -361,6 +367,7 @@ impl<S: RaftStore> Driver<S> {
                "why" => ?why, "was" => ?ng.g.quiet);
         ng.g.quiet = Quiet::Awake;
         ng.g.awake_since = now;
+        ng.g.lapsed_at = None;
         ng.g.touch(&self.env);
         for o in self.support.out.values_mut() {
             o.withdraw(id);
@@ -603,26 +610,46 @@ impl<S: RaftStore> Driver<S> {
         }
     }
 
-    /// Followers wake the elections of a leader whose stream was silent for an election
-    /// timeout, as if its heartbeats had stopped when its last request arrived.
+    /// Followers wake the elections of a leader whose stream was silent, each at its own
+    /// deadline: its last request's arrival plus the election's randomized election
+    /// timeout (section 12, "A quiet election still detects a dead leader"), as if its
+    /// heartbeats had stopped then. So thousands of elections held for one leader do not
+    /// all wake on one tick when it stalls: they wake spread over `[E, E_max)` ticks,
+    /// at most [`SILENT_WAKES_PER_TICK`] a tick, and those still held when the leader's
+    /// stream speaks again stay quiet.
     fn check_silence(&mut self, now: Instant) {
         let timeout = self.env.timing.election_timeout();
-        let mut silent = Vec::new();
+        let tick = self.env.timing.tick;
+        if mutation::active("quiet-misses-dead-leader") {
+            return;
+        }
+        let mut due = Vec::new();
         for (peer, inc) in &self.support.inc {
             if !inc.holds_any() {
                 continue;
             }
             let Some(r) = inc.last_at() else { continue };
-            if now.saturating_duration_since(r) >= timeout
-                && !mutation::active("quiet-misses-dead-leader")
-            {
-                silent.push((*peer, r, inc.held_ids()));
+            let silent = now.saturating_duration_since(r);
+            if silent < timeout {
+                continue;
+            }
+            for id in inc.held_ids() {
+                let Some(ng) = self.named.groups.get(&id) else {
+                    continue;
+                };
+                let own = tick * ng.g.raw.raft.randomized_election_timeout() as u32;
+                if silent >= own {
+                    // Longest overdue first, then by id (deterministic).
+                    due.push((std::cmp::Reverse(silent - own), *peer, id));
+                }
             }
         }
-        for (peer, _, ids) in silent {
-            for id in ids {
-                self.drop_followed(id, peer, Wake::LeaderSilent);
-            }
+        if due.len() > SILENT_WAKES_PER_TICK {
+            due.sort_unstable();
+            due.truncate(SILENT_WAKES_PER_TICK);
+        }
+        for (_, peer, id) in due {
+            self.drop_followed(id, peer, Wake::LeaderSilent);
         }
     }
 
@@ -647,9 +674,35 @@ impl<S: RaftStore> Driver<S> {
         }
     }
 
-    /// Quiet elections whose lease ran out wake (raft-rs's check-quorum then decides).
+    /// Quiet elections whose lease ran out here. One that still leads as a voter in a
+    /// term it may hold a lease in stays quiet for an election timeout: the stream's
+    /// next acks earn its lease again (`Group::credit_support`), so a stall that made
+    /// every lease lapse at once does not wake every election at once. One that is
+    /// still without a lease after that, or that no longer leads, wakes (raft-rs's
+    /// check-quorum then decides).
     pub(super) fn wake_lapsed(&mut self, ids: Vec<ElectionId>) {
+        let now = self.env.clock.now();
+        let grace = self.env.timing.election_timeout();
         for id in ids {
+            let Some(ng) = self.named.groups.get_mut(&id) else {
+                continue;
+            };
+            let g = &mut ng.g;
+            let may_wait = !ng.retiring
+                && g.lease.is_none()
+                && g.leads_as_voter(&self.env)
+                && g.may_hold_lease_in(g.raw.raft.term);
+            if may_wait {
+                match g.lapsed_at {
+                    None => {
+                        g.lapsed_at = Some(now);
+                        g.touch(&self.env);
+                        continue;
+                    }
+                    Some(t) if now.saturating_duration_since(t) < grace => continue,
+                    Some(_) => {}
+                }
+            }
             self.wake_leader(id, Wake::LeaseLapsed);
         }
     }
