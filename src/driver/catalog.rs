@@ -17,6 +17,16 @@ use crate::token::FencingToken;
 /// How many declared elections the root leader creates per second.
 const DECLARE_PER_SECOND: usize = 500;
 
+/// The root leader creates declared elections only while fewer of its own than this are
+/// awake (hot): new elections campaign, elect and stay awake for an election timeout
+/// before they go quiet, and a wave on top of a backlog is how five workers on two cores
+/// went from creating to never settling (section 12, "Overload is metastable").
+const DECLARE_WHILE_HOT_BELOW: usize = 1_000;
+
+/// Declared elections created per second however many are awake, so creation never
+/// stops altogether.
+const DECLARE_TRICKLE: usize = 10;
+
 /// A caller waiting for a catalog entry it proposed to apply.
 pub(super) struct PendingCatalog {
     pub(super) nonce: u64,
@@ -281,7 +291,8 @@ impl<S: RaftStore> Driver<S> {
 
     /// The root leader creates the elections the configuration declares, once a second
     /// until the catalog holds them (a name that exists is left as it is), at most
-    /// [`DECLARE_PER_SECOND`] a time: thousands of declared elections come up in waves,
+    /// [`DECLARE_PER_SECOND`] a time and fewer while many of its elections are awake
+    /// ([`DECLARE_WHILE_HOT_BELOW`]): thousands of declared elections come up in waves,
     /// each going quiet while the next one elects, instead of all campaigning and
     /// settling at once.
     pub(super) fn ensure_declared(&mut self, now: Instant) {
@@ -299,7 +310,11 @@ impl<S: RaftStore> Driver<S> {
             .declared
             .iter()
             .filter(|(n, _)| !self.state.elections.contains_key(n))
-            .take(DECLARE_PER_SECOND)
+            .take(
+                DECLARE_WHILE_HOT_BELOW
+                    .saturating_sub(self.env.hot.borrow().len())
+                    .clamp(DECLARE_TRICKLE, DECLARE_PER_SECOND),
+            )
             .cloned()
             .collect();
         if !missing.is_empty() {

@@ -55,6 +55,12 @@ pub(super) const COOLDOWN: Duration = Duration::from_secs(2);
 /// How often the balancer looks.
 const EVERY: Duration = Duration::from_millis(200);
 
+/// The balancer moves nothing while more of this node's elections than this are awake
+/// (or were touched since the driver last looked): while thousands are being created,
+/// or wake after a stall or a failover, a move is one more election to wake and elect,
+/// and its handover fails more often than not (section 12, "Overload is metastable").
+const BALANCE_WHILE_HOT_BELOW: usize = 512;
+
 /// The balancer's memory (nothing of it is replicated).
 #[derive(Debug, Default)]
 pub(super) struct Spread {
@@ -254,6 +260,7 @@ impl<S: RaftStore> Driver<S> {
             || self.shutdown.is_some()
             || !healthy.contains(&self.env.id)
             || self.root.joint
+            || self.env.hot.borrow().len() >= BALANCE_WHILE_HOT_BELOW
             || self
                 .spread
                 .last_moves
