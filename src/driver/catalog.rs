@@ -15,13 +15,14 @@ use crate::storage::{RaftStore, StorageError};
 use crate::token::FencingToken;
 
 /// How many declared elections the root leader creates per second.
-const DECLARE_PER_SECOND: usize = 500;
+const DECLARE_PER_SECOND: usize = 200;
 
-/// The root leader creates declared elections only while fewer of its own than this are
-/// awake (hot): new elections campaign, elect and stay awake for an election timeout
-/// before they go quiet, and a wave on top of a backlog is how five workers on two cores
-/// went from creating to never settling (section 12, "Overload is metastable").
-const DECLARE_WHILE_HOT_BELOW: usize = 1_000;
+/// The root leader creates declared elections only while fewer than this are awake on
+/// it (not quiet, as the gauges last counted them) or proposed and not yet created: new elections campaign, elect and
+/// stay awake for an election timeout before they go quiet, and a wave on top of a
+/// backlog is how five workers on two cores went from creating to never settling
+/// (section 12, "Overload is metastable").
+const DECLARE_WHILE_AWAKE_BELOW: usize = 300;
 
 /// Declared elections created per second however many are awake, so creation never
 /// stops altogether.
@@ -292,7 +293,7 @@ impl<S: RaftStore> Driver<S> {
     /// The root leader creates the elections the configuration declares, once a second
     /// until the catalog holds them (a name that exists is left as it is), at most
     /// [`DECLARE_PER_SECOND`] a time and fewer while many of its elections are awake
-    /// ([`DECLARE_WHILE_HOT_BELOW`]): thousands of declared elections come up in waves,
+    /// ([`DECLARE_WHILE_AWAKE_BELOW`]): thousands of declared elections come up in waves,
     /// each going quiet while the next one elects, instead of all campaigning and
     /// settling at once.
     pub(super) fn ensure_declared(&mut self, now: Instant) {
@@ -311,8 +312,8 @@ impl<S: RaftStore> Driver<S> {
             .iter()
             .filter(|(n, _)| !self.state.elections.contains_key(n))
             .take(
-                DECLARE_WHILE_HOT_BELOW
-                    .saturating_sub(self.env.hot.borrow().len())
+                DECLARE_WHILE_AWAKE_BELOW
+                    .saturating_sub(self.named.awake + self.named.pending.len())
                     .clamp(DECLARE_TRICKLE, DECLARE_PER_SECOND),
             )
             .cloned()

@@ -55,11 +55,17 @@ pub(super) const COOLDOWN: Duration = Duration::from_secs(2);
 /// How often the balancer looks.
 const EVERY: Duration = Duration::from_millis(200);
 
-/// The balancer moves nothing while more of this node's elections than this are awake
-/// (or were touched since the driver last looked): while thousands are being created,
+/// The balancer moves nothing while this many of this node's elections or more are awake
+/// (not quiet, as the gauges last counted them): while thousands are being created,
 /// or wake after a stall or a failover, a move is one more election to wake and elect,
 /// and its handover fails more often than not (section 12, "Overload is metastable").
-const BALANCE_WHILE_HOT_BELOW: usize = 512;
+const BALANCE_WHILE_AWAKE_BELOW: usize = 512;
+
+/// At most this many moves start in one look of one node (the rest wait for the next
+/// look after the cool-down): each move wakes an election and runs a handover, and 164 at
+/// once from one node, among 2,000 elections, was one of the bursts that tipped five
+/// workers on two cores into overload.
+const MOVES_PER_LOOK: usize = 64;
 
 /// The balancer's memory (nothing of it is replicated).
 #[derive(Debug, Default)]
@@ -73,6 +79,9 @@ pub(super) struct Spread {
     moved_at: HashMap<ElectionId, Instant>,
     /// The root's voters, learners and drained nodes at the last membership pass.
     membership_seen: Option<(BTreeSet<NodeId>, BTreeSet<NodeId>, BTreeSet<NodeId>)>,
+    /// The catalog's size when declared elections were last looked up, and whether some
+    /// were missing (looked up again only when the size changes).
+    declared_seen: Option<(usize, bool)>,
 }
 
 impl Spread {
@@ -260,7 +269,8 @@ impl<S: RaftStore> Driver<S> {
             || self.shutdown.is_some()
             || !healthy.contains(&self.env.id)
             || self.root.joint
-            || self.env.hot.borrow().len() >= BALANCE_WHILE_HOT_BELOW
+            || self.named.awake >= BALANCE_WHILE_AWAKE_BELOW
+            || self.declared_missing()
             || self
                 .spread
                 .last_moves
@@ -293,7 +303,7 @@ impl<S: RaftStore> Driver<S> {
         let me = self.env.id;
         let moved_at = &self.spread.moved_at;
         let groups = &self.named.groups;
-        let moves = plan(me, &healthy, &placed, |e, to| {
+        let mut moves = plan(me, &healthy, &placed, |e, to| {
             let cooled = moved_at
                 .get(&e)
                 .is_none_or(|t| now.saturating_duration_since(*t) >= COOLDOWN);
@@ -308,6 +318,7 @@ impl<S: RaftStore> Driver<S> {
         if moves.is_empty() {
             return;
         }
+        moves.truncate(MOVES_PER_LOOK);
         info!(self.env.logger, "balancer: handing elections over"; "moves" => moves.len(),
               "healthy" => ?healthy);
         self.spread.last_moves = Some(now);
@@ -329,6 +340,24 @@ impl<S: RaftStore> Driver<S> {
                                  "election" => ng.g.name.as_deref(), "error" => %e),
             }
         }
+    }
+
+    /// Whether elections this node's configuration declares are still missing from the
+    /// catalog (the root leader is creating them): the balancer waits, since moves
+    /// during creation only add churn (it spreads them once they are all there).
+    fn declared_missing(&mut self) -> bool {
+        let size = self.state.elections.len();
+        if let Some((seen, missing)) = self.spread.declared_seen {
+            if seen == size {
+                return missing;
+            }
+        }
+        let declared = &self.named.declared;
+        let missing = declared
+            .iter()
+            .any(|(n, _)| !self.state.elections.contains_key(n));
+        self.spread.declared_seen = Some((size, missing));
+        missing
     }
 
     /// For each named election this node leads: propose the difference between its

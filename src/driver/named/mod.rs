@@ -99,6 +99,8 @@ pub(super) struct Named<S: RaftStore> {
     pub(super) lease_floor: Option<Stamp>,
     /// When the gauges were last counted over every election.
     pub(super) counted_at: Option<Instant>,
+    /// How many elections were not quiet here when the gauges were last counted.
+    pub(super) awake: usize,
     /// When the after-Ready pass last visited every awake election, not only the busy
     /// ones (a sweep: what no event marks, such as forgotten rounds, is done there).
     pub(super) swept_at: Option<Instant>,
@@ -143,6 +145,7 @@ impl<S: RaftStore> Named<S> {
             view_at: None,
             lease_floor: None,
             counted_at: None,
+            awake: 0,
             swept_at: None,
             removed: BTreeSet::new(),
             pending: Vec::new(),
@@ -205,6 +208,7 @@ impl<S: RaftStore> NamedGroup<S> {
         let (committed, read_states, mut light) = self.g.advance(env, drained, rd)?;
         if let Some((h, index)) = snapshot {
             self.g.joint = super::joint_config(&self.g.raw);
+            self.g.voter_class = None;
             self.g.applied = self.g.applied.max(index);
             self.history = h;
         }
@@ -247,6 +251,7 @@ impl<S: RaftStore> NamedGroup<S> {
                     match self.g.raw.apply_conf_change(&cc) {
                         Ok(cs) => {
                             self.g.joint = !cs.voters_outgoing.is_empty();
+                            self.g.voter_class = None;
                             self.g.force_compact = true;
                             let me = self.g.raw.raft.id;
                             let member = [&cs.voters, &cs.voters_outgoing, &cs.learners]

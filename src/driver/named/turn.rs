@@ -191,6 +191,7 @@ impl<S: RaftStore> Driver<S> {
             env.metrics
                 .set_named(self.named.groups.len() as u64, led, leased, leaderless);
             env.metrics.set_named_quiet(quiet);
+            self.named.awake = self.named.groups.len().saturating_sub(quiet as usize);
         }
         self.named.view_dirty |= changed;
         self.wake_lapsed(lapsed);

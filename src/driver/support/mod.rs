@@ -242,21 +242,34 @@ impl<S: RaftStore> Driver<S> {
             .map(|(id, o)| (*id, o.last_ack().map(|(s, _)| s), o.held().peekable()))
             .collect();
         classes.clear();
+        // The peer list's fingerprint: an election's voter bits are by place in it.
+        let fingerprint = peers.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, p| {
+            (h ^ p.0).wrapping_mul(0x100_0000_01b3)
+        });
         for (id, term) in b.held() {
             let Some(ng) = self.named.groups.get_mut(&id) else {
                 continue;
             };
             // The class: voters among the peers (bits), whether this node is one, and
-            // which of those voters hold `id`.
-            let (mut voters, mut holders, mut member, mut count) = (0u64, 0u64, false, 0usize);
-            for v in ng.g.raw.raft.prs().conf().voters().ids().iter() {
-                count += 1;
-                if v == me {
-                    member = true;
-                } else if let Some(i) = peers.iter().position(|p| p.0 == v) {
-                    voters |= 1 << i;
+            // which of those voters hold `id`. The first three only change with the
+            // configuration or the peers: kept with the election.
+            let (voters, member, count) = match ng.g.voter_class {
+                Some((f, voters, member, count)) if f == fingerprint => (voters, member, count),
+                _ => {
+                    let (mut voters, mut member, mut count) = (0u64, false, 0usize);
+                    for v in ng.g.raw.raft.prs().conf().voters().ids().iter() {
+                        count += 1;
+                        if v == me {
+                            member = true;
+                        } else if let Some(i) = peers.iter().position(|p| p.0 == v) {
+                            voters |= 1 << i;
+                        }
+                    }
+                    ng.g.voter_class = Some((fingerprint, voters, member, count));
+                    (voters, member, count)
                 }
-            }
+            };
+            let mut holders = 0u64;
             for (i, (_, _, cursor)) in peers.iter_mut().enumerate() {
                 while cursor.next_if(|(e, _)| *e < id).is_some() {}
                 if voters & (1 << i) != 0 && cursor.peek().is_some_and(|(e, _)| *e == id) {
