@@ -518,12 +518,9 @@ impl RocksStore {
         let mut batch = WriteBatch::default();
         Self::upgrade_in(&registry, &mut batch);
         keys.add_state(&mut batch, &log, snapshot_data)?;
-        // Not synced (docs/design.md, section 11, "Storage"): nothing is promised from a
-        // founding until a later synced write of this store, which RocksDB's one WAL
-        // orders after it; a founding lost in a crash before that is made again, the
-        // same, from the root's catalog when the node starts. Syncing it made a wave of
-        // 300 new elections 300 fsyncs in one driver turn: a stall long enough for every
-        // peer to hear this node's support stream as silent.
+        // Not synced (design, section 11, "Storage"): nothing is promised from a founding
+        // before a later synced write, which the one WAL orders after it; one lost in a
+        // crash is made again from the catalog at start.
         self.write_batch(batch, false)?;
         registry.version = ELECTIONS_VERSION;
         let group = Arc::new(Group {
