@@ -18,10 +18,10 @@ use crate::token::FencingToken;
 const DECLARE_PER_SECOND: usize = 200;
 
 /// The root leader creates declared elections only while fewer than this are awake on
-/// it (not quiet, as the gauges last counted them) or proposed and not yet created: new elections campaign, elect and
-/// stay awake for an election timeout before they go quiet, and a wave on top of a
-/// backlog is how five workers on two cores went from creating to never settling
-/// (section 12, "Overload is metastable").
+/// it (not quiet, as the gauges last counted them) or proposed and not yet created: new
+/// elections campaign, elect and stay awake for an election timeout before they go
+/// quiet, and a wave on top of a backlog is how five workers on two cores went from
+/// creating to never settling (section 12, "Overload is metastable").
 const DECLARE_WHILE_AWAKE_BELOW: usize = 300;
 
 /// Declared elections created per second however many are awake, so creation never
