@@ -123,9 +123,6 @@ pub(super) struct Group<S: RaftStore> {
     /// When this quiet follower last stepped a heartbeat of its leader (a round's, which
     /// raft-rs's in-lease refusal answers for: a wake by silence counts from it too).
     pub(super) leader_heard: Option<Instant>,
-    /// When this quiet leader's lease ran out, while it waits for the stream to earn it
-    /// again before it wakes (`Driver::wake_lapsed`).
-    pub(super) lapsed_at: Option<Instant>,
     /// Its voters as the support stream's credit sees them (`Driver::credit_held`): the
     /// peer list's fingerprint it was computed for, the voters among those peers (bits by
     /// place), whether this node votes, and the number of voters. Cleared wherever the
@@ -182,7 +179,6 @@ impl<S: RaftStore> Group<S> {
             quiet: Quiet::Awake,
             awake_since: now,
             refuse_until: None,
-            lapsed_at: None,
             voter_class: None,
             support_urgent: false,
             leader_heard: None,
@@ -212,11 +208,7 @@ impl<S: RaftStore> Group<S> {
     /// Whether the driver's per-turn work may pass this election by: quiet, and nothing
     /// happened to it since it last looked.
     pub(super) fn untouched_quiet(&self) -> bool {
-        // A quiet leader waiting for its lapsed lease stays looked at (its sweep wakes
-        // it if the stream does not earn the lease again).
-        !self.touched
-            && matches!(self.quiet, Quiet::Leading | Quiet::Following(_))
-            && self.lapsed_at.is_none()
+        !self.touched && matches!(self.quiet, Quiet::Leading | Quiet::Following(_))
     }
 
     /// Ends a conf hold once the final (non-joint) configuration is applied: rounds sent

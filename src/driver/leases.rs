@@ -132,7 +132,6 @@ impl<S: RaftStore> Group<S> {
                 let shared =
                     LeaseShared::new(FencingToken::new(term), env.epoch, until, env.clock.clone());
                 info!(env.logger, "lease acquired"; "token" => term, "election" => self.name.as_deref());
-                self.lapsed_at = None;
                 if self.election == 0 {
                     env.metrics.lease_acquired();
                 }
@@ -184,13 +183,6 @@ impl<S: RaftStore> Group<S> {
             return;
         }
         let Some(lease) = &self.lease else {
-            if self.lapsed_at.is_some() && self.raw.raft.commit_to_current_term() {
-                // A quiet leader whose lease ran out (acks came late): support earns it
-                // again in this term, as a round acknowledged by the same quorum would;
-                // the after-Ready pass grants it (`grant_and_renew`).
-                self.keeper.supported(sigma, term);
-                self.touch(env);
-            }
             return;
         };
         if lease.token.term() != term {

@@ -380,7 +380,6 @@ impl<S: RaftStore> Driver<S> {
                "why" => ?why, "was" => ?ng.g.quiet);
         ng.g.quiet = Quiet::Awake;
         ng.g.awake_since = now;
-        ng.g.lapsed_at = None;
         ng.g.touch(&self.env);
         for o in self.support.out.values_mut() {
             o.withdraw(id);
@@ -687,35 +686,9 @@ impl<S: RaftStore> Driver<S> {
         }
     }
 
-    /// Quiet elections whose lease ran out here. One that still leads as a voter in a
-    /// term it may hold a lease in stays quiet for an election timeout: the stream's
-    /// next acks earn its lease again (`Group::credit_support`), so a stall that made
-    /// every lease lapse at once does not wake every election at once. One that is
-    /// still without a lease after that, or that no longer leads, wakes (raft-rs's
-    /// check-quorum then decides).
+    /// Quiet elections whose lease ran out wake (raft-rs's check-quorum then decides).
     pub(super) fn wake_lapsed(&mut self, ids: Vec<ElectionId>) {
-        let now = self.env.clock.now();
-        let grace = self.env.timing.election_timeout();
         for id in ids {
-            let Some(ng) = self.named.groups.get_mut(&id) else {
-                continue;
-            };
-            let g = &mut ng.g;
-            let may_wait = !ng.retiring
-                && g.lease.is_none()
-                && g.leads_as_voter(&self.env)
-                && g.may_hold_lease_in(g.raw.raft.term);
-            if may_wait {
-                match g.lapsed_at {
-                    None => {
-                        g.lapsed_at = Some(now);
-                        g.touch(&self.env);
-                        continue;
-                    }
-                    Some(t) if now.saturating_duration_since(t) < grace => continue,
-                    Some(_) => {}
-                }
-            }
             self.wake_leader(id, Wake::LeaseLapsed);
         }
     }
