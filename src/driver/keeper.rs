@@ -28,6 +28,9 @@ struct Round {
     sent: Stamp,
     term: u64,
     waiters: Vec<Waiter>,
+    /// Answered by the support stream only (a quiet election's round sends no raft-rs
+    /// message): if the election wakes, nothing else will answer it.
+    on_stream: bool,
 }
 
 /// What an acknowledged round did.
@@ -115,6 +118,32 @@ impl LeaseKeeper {
     /// A round of `term` leaves at `sent`, carrying the pending confirms; returns its
     /// context id (for `read_index`).
     pub(crate) fn start_round(&mut self, sent: Stamp, term: u64) -> u64 {
+        self.start(sent, term, false)
+    }
+
+    /// A round of a quiet election (section 12): the support stream's next requests,
+    /// not a ReadIndex, answer it (see [`LeaseKeeper::supported`]).
+    pub(crate) fn start_stream_round(&mut self, sent: Stamp, term: u64) -> u64 {
+        self.start(sent, term, true)
+    }
+
+    /// The election woke: the stream no longer supports it, so its stream rounds will
+    /// never be answered. Their confirms wait for the next round (a ReadIndex now).
+    pub(crate) fn requeue_stream_rounds(&mut self) {
+        let stream: Vec<u64> = self
+            .rounds
+            .iter()
+            .filter(|(_, r)| r.on_stream)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in stream {
+            if let Some(r) = self.rounds.remove(&k) {
+                self.pending.extend(r.waiters);
+            }
+        }
+    }
+
+    fn start(&mut self, sent: Stamp, term: u64, on_stream: bool) -> u64 {
         let ctx = self.next_ctx;
         self.next_ctx += 1;
         let sent_as_counted = if self.ignore_boottime {
@@ -134,6 +163,7 @@ impl LeaseKeeper {
                 sent: sent_as_counted,
                 term,
                 waiters: std::mem::take(&mut self.pending),
+                on_stream,
             },
         );
         self.last_round = Some(sent.mono);
@@ -516,6 +546,27 @@ mod tests {
         let again = k.start_round(stamp(t0, 260), 2);
         k.acknowledged(again, true, 2);
         assert_eq!(rx.try_recv().unwrap(), Ok(FencingToken::new(2)));
+    }
+
+    #[test]
+    fn a_woken_elections_stream_rounds_wait_for_the_next_round() {
+        let t0 = Instant::now();
+        let mut k = LeaseKeeper::new(D);
+        let (w1, mut rx1) = waiter();
+        k.queue_confirm(w1);
+        k.start_stream_round(stamp(t0, 10), 5);
+        let (w2, mut rx2) = waiter();
+        k.queue_confirm(w2);
+        let read = k.start_round(stamp(t0, 11), 5);
+        k.requeue_stream_rounds();
+        assert!(k.has_pending(), "the stream round's confirm waits again");
+        assert!(rx1.try_recv().is_err(), "and is not answered yet");
+        let again = k.start_round(stamp(t0, 12), 5);
+        assert!(matches!(k.acknowledged(again, true, 5), Acked::Renewed { .. }));
+        assert_eq!(rx1.try_recv().unwrap(), Ok(FencingToken::new(5)));
+        assert!(rx2.try_recv().is_err(), "the ReadIndex round stays in flight");
+        assert!(matches!(k.acknowledged(read, true, 5), Acked::Renewed { .. }));
+        assert_eq!(rx2.try_recv().unwrap(), Ok(FencingToken::new(5)));
     }
 
     #[test]

@@ -148,7 +148,7 @@ impl<S: RaftStore> Group<S> {
             // Quiet: the support stream renews the lease; a confirm waits for its next
             // requests, sent at the end of this turn (section 12).
             if self.keeper.has_pending() {
-                self.keeper.start_round(at, term);
+                self.keeper.start_stream_round(at, term);
                 self.support_urgent = true;
             }
             return false;

@@ -297,7 +297,10 @@ impl slog::Drain for RefusalDrain {
     type Ok = ();
     type Err = slog::Never;
 
-    fn log(&self, record: &slog::Record<'_>, _: &slog::OwnedKVList) -> Result<(), slog::Never> {
+    fn log(&self, record: &slog::Record<'_>, values: &slog::OwnedKVList) -> Result<(), slog::Never> {
+        if let Some(filter) = sim_log_filter() {
+            print_record(self.id, filter, record, values);
+        }
         if record.msg().as_str() != Some("refused a message from a peer") {
             return Ok(());
         }
@@ -336,6 +339,42 @@ impl slog::Drain for RefusalDrain {
             .refusals
             .push((self.id, sim_ns(), kv.reason, kv.from));
         Ok(())
+    }
+}
+
+/// `TENURE_SIM_LOG=<text>`: every driver and raft-rs log record (debug and up) whose line
+/// contains `<text>` (an election's name, say; empty for all) is printed with its
+/// simulated time and node, for reading a failing seed's replay.
+fn sim_log_filter() -> Option<&'static str> {
+    static FILTER: OnceLock<Option<String>> = OnceLock::new();
+    FILTER
+        .get_or_init(|| std::env::var("TENURE_SIM_LOG").ok())
+        .as_deref()
+}
+
+fn print_record(id: NodeId, filter: &str, record: &slog::Record<'_>, values: &slog::OwnedKVList) {
+    struct Line(String);
+    impl slog::Serializer for Line {
+        fn emit_arguments(
+            &mut self,
+            key: slog::Key,
+            val: &std::fmt::Arguments<'_>,
+        ) -> slog::Result {
+            use std::fmt::Write as _;
+            let _ = write!(self.0, " {key}={val}");
+            Ok(())
+        }
+    }
+    let mut line = Line(format!("{}", record.msg()));
+    let _ = slog::KV::serialize(&record.kv(), record, &mut line);
+    let _ = slog::KV::serialize(values, record, &mut line);
+    if line.0.contains(filter) {
+        println!(
+            "+{:.3}ms n{id} {} {}",
+            sim_ns() as f64 / 1e6,
+            record.level().as_short_str(),
+            line.0
+        );
     }
 }
 

@@ -127,6 +127,11 @@ impl<S: RaftStore> Driver<S> {
             if !retiring {
                 g.record_tenure(env, shutting_down);
             }
+            // Rounds nobody answered: their confirms go into the round started below (not
+            // after it, where an election that then went quiet would keep them waiting
+            // with nothing left to visit it).
+            g.keeper
+                .forget_unanswered(now, env.timing.election_timeout() * 2);
             // A retiring election grants no lease: it hands nothing out, as a handover.
             again |= g.grant_and_renew(env, at, shutting_down || retiring);
             if let (Some(l), Some(floor)) = (&g.lease, self.named.lease_floor) {
@@ -140,8 +145,6 @@ impl<S: RaftStore> Driver<S> {
             if std::mem::take(&mut g.support_urgent) {
                 self.support.urgent = true;
             }
-            g.keeper
-                .forget_unanswered(now, env.timing.election_timeout() * 2);
             g.lease_waiters.retain(|w| !w.is_closed());
             if !retiring {
                 changed |= g.publish_named(env);

@@ -380,6 +380,8 @@ impl<S: RaftStore> Driver<S> {
                "why" => ?why, "was" => ?ng.g.quiet);
         ng.g.quiet = Quiet::Awake;
         ng.g.awake_since = now;
+        // Confirms waiting for the stream's next requests get a ReadIndex round instead.
+        ng.g.keeper.requeue_stream_rounds();
         ng.g.touch(&self.env);
         for o in self.support.out.values_mut() {
             o.withdraw(id);
