@@ -893,7 +893,12 @@ fn spawn_named_views(node: &Node, elections: u64) {
             tick.tick().await;
             // A chunk's questions at once: the driver answers them in one turn (one at a
             // time, 10,000 elections would cost 10,000 turns per round).
-            for (chunk, lasts) in handles.chunks(512).zip(last.chunks_mut(512)) {
+            for (k, (chunk, lasts)) in handles.chunks(512).zip(last.chunks_mut(512)).enumerate() {
+                if k > 0 {
+                    // Spread over the round: a round of 10,000 is about half a second of
+                    // chunks, not one burst of commands every worker sends at once.
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
                 let mut asks = tokio::task::JoinSet::new();
                 for (i, e) in chunk.iter().enumerate() {
                     let e = e.clone();

@@ -17,6 +17,12 @@ use crate::token::FencingToken;
 /// How many declared elections the root leader creates per second.
 const DECLARE_PER_SECOND: usize = 200;
 
+/// How often the root leader looks for declared elections to create: each look creates
+/// a tenth of a second's worth, so a second's elections do not campaign in one burst
+/// (at 200 in one turn, the peers' outbound queues overflowed and dropped the support
+/// stream's messages with the rest).
+const DECLARE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The root leader creates declared elections only while fewer than this are awake on
 /// it (not quiet, as the gauges last counted them) or proposed and not yet created: new
 /// elections campaign, elect and stay awake for an election timeout before they go
@@ -299,27 +305,42 @@ impl<S: RaftStore> Driver<S> {
     pub(super) fn ensure_declared(&mut self, now: Instant) {
         if self.named.declared.is_empty()
             || self.root.lease.is_none()
-            || self.named.last_declared_check.is_some_and(|t| {
-                now.saturating_duration_since(t) < std::time::Duration::from_secs(1)
-            })
+            || self
+                .named
+                .last_declared_check
+                .is_some_and(|t| now.saturating_duration_since(t) < DECLARE_EVERY)
         {
             return;
         }
         self.named.last_declared_check = Some(now);
-        let missing: Vec<(String, ElectionOptions)> = self
-            .named
-            .declared
-            .iter()
-            .filter(|(n, _)| !self.state.elections.contains_key(n))
-            .take(
-                DECLARE_WHILE_AWAKE_BELOW
-                    .saturating_sub(self.named.awake + self.named.pending.len())
-                    .clamp(DECLARE_TRICKLE, DECLARE_PER_SECOND),
-            )
-            .cloned()
-            .collect();
+        if !self.declared_missing() {
+            return; // all created (cached by the catalog's size)
+        }
+        // Awake now: the elections a turn must look at (a superset of the awake ones).
+        let awake = self.env.hot.borrow().len();
+        let per_look = |n: usize| n.div_ceil(10);
+        let want = DECLARE_WHILE_AWAKE_BELOW
+            .saturating_sub(awake + self.named.pending.len())
+            .clamp(per_look(DECLARE_TRICKLE), per_look(DECLARE_PER_SECOND));
+        // From where the last look stopped (the list does not change; names it passed
+        // were created or exist), round to the start once.
+        let n = self.named.declared.len();
+        let from = self.named.declared_cursor % n.max(1);
+        let mut missing: Vec<(String, ElectionOptions)> = Vec::new();
+        let mut seen = 0;
+        for i in (from..n).chain(0..from) {
+            if missing.len() >= want {
+                break;
+            }
+            seen = i + 1;
+            let (name, options) = &self.named.declared[i];
+            if !self.state.elections.contains_key(name) {
+                missing.push((name.clone(), options.clone()));
+            }
+        }
+        self.named.declared_cursor = seen;
         if !missing.is_empty() {
-            info!(self.env.logger, "creating the declared elections"; "missing" => missing.len());
+            debug!(self.env.logger, "creating the declared elections"; "missing" => missing.len());
         }
         for (name, options) in missing {
             let (tx, _rx) = oneshot::channel();

@@ -65,6 +65,9 @@ pub(super) struct Env {
     /// all of `hot` only on a sweep, so a turn costs per election that acted, not per
     /// awake election.
     pub(super) busy: std::cell::RefCell<std::collections::BTreeSet<ElectionId>>,
+    /// The named elections whose lease this node holds, with it: the expiry pass reads
+    /// these, not every election (kept where a lease is granted and where it is revoked).
+    pub(super) leased: std::cell::RefCell<std::collections::BTreeMap<ElectionId, Arc<LeaseShared>>>,
 }
 
 /// One election's raft state and lease, on this node.
@@ -123,12 +126,6 @@ pub(super) struct Group<S: RaftStore> {
     /// When this quiet follower last stepped a heartbeat of its leader (a round's, which
     /// raft-rs's in-lease refusal answers for: a wake by silence counts from it too).
     pub(super) leader_heard: Option<Instant>,
-    /// Its voters as the support stream's credit sees them (`Driver::credit_held`): the
-    /// peer list's fingerprint it was computed for, the voters among those peers (bits by
-    /// place), whether this node votes, and the number of voters. Cleared wherever the
-    /// configuration changes; reading the configuration for every held election on every
-    /// ack was a tenth of a worker's time at 2,000 elections.
-    pub(super) voter_class: Option<(u64, u64, bool, usize)>,
     /// A confirm of a quiet election waits for the support stream's next requests.
     pub(super) support_urgent: bool,
     /// A quiet leader sent something of its own in this turn (it wakes).
@@ -179,7 +176,6 @@ impl<S: RaftStore> Group<S> {
             quiet: Quiet::Awake,
             awake_since: now,
             refuse_until: None,
-            voter_class: None,
             support_urgent: false,
             leader_heard: None,
             acted: false,

@@ -135,6 +135,11 @@ impl<S: RaftStore> Group<S> {
                 if self.election == 0 {
                     env.metrics.lease_acquired();
                 }
+                if self.election != 0 {
+                    env.leased
+                        .borrow_mut()
+                        .insert(self.election, Arc::clone(&shared));
+                }
                 self.lease = Some(shared);
             }
         }
@@ -222,6 +227,9 @@ impl<S: RaftStore> Group<S> {
     /// Ends the lease (every handle sees `reason`) and answers every waiting confirm.
     pub(super) fn revoke(&mut self, env: &Env, reason: LostReason) {
         if let Some(l) = self.lease.take() {
+            if self.election != 0 {
+                env.leased.borrow_mut().remove(&self.election);
+            }
             info!(env.logger, "lease revoked"; "token" => l.token.term(), "reason" => reason.as_str(),
                   "election" => self.name.as_deref());
             l.revoke(reason);

@@ -172,6 +172,10 @@ enum StopKind {
 /// The most inbound items one turn takes before it writes, sends and ticks.
 const INBOUND_PER_TURN: usize = 4096;
 
+/// The most commands (or confirms) one turn takes: the rest wait for the next turn, after
+/// the peers' messages that arrived meanwhile.
+const COMMANDS_PER_TURN: usize = 1024;
+
 impl<S: RaftStore> Driver<S> {
     pub(crate) fn new(parts: DriverParts<S>) -> Self {
         let now = parts.clock.now();
@@ -213,6 +217,7 @@ impl<S: RaftStore> Driver<S> {
                 epoch: now,
                 hot: std::cell::RefCell::new(BTreeSet::new()),
                 busy: std::cell::RefCell::new(BTreeSet::new()),
+                leased: std::cell::RefCell::new(BTreeMap::new()),
             },
             root,
             named: named::Named::new(parts.named),
@@ -276,14 +281,18 @@ impl<S: RaftStore> Driver<S> {
             let named_deadline = self.expire_named_leases(self.env.clock.stamp());
             let deadline = self.lease_deadline(named_deadline);
             let clock = self.env.clock.clone();
+            let mut took_inbound = false;
             tokio::select! {
                 biased;
                 cmd = self.commands.recv(), if !self.commands_closed => match cmd {
                     Some(cmd) => {
                         self.guarded(|| "handling a command".into(), |d| {
                             d.on_command(cmd);
-                            while let Ok(cmd) = d.commands.try_recv() {
-                                d.on_command(cmd);
+                            for _ in 0..COMMANDS_PER_TURN {
+                                match d.commands.try_recv() {
+                                    Ok(cmd) => d.on_command(cmd),
+                                    Err(_) => break,
+                                }
                             }
                         });
                     }
@@ -293,8 +302,11 @@ impl<S: RaftStore> Driver<S> {
                 req = self.confirms.recv() => match req {
                     Some(req) => {
                         self.on_confirm(req);
-                        while let Ok(req) = self.confirms.try_recv() {
-                            self.on_confirm(req);
+                        for _ in 0..COMMANDS_PER_TURN {
+                            match self.confirms.try_recv() {
+                                Ok(req) => self.on_confirm(req),
+                                Err(_) => break,
+                            }
                         }
                     }
                     None => {
@@ -310,20 +322,13 @@ impl<S: RaftStore> Driver<S> {
                     self.expire_named_leases(self.env.clock.stamp());
                 }
                 inbound = self.inbound.recv() => {
+                    took_inbound = true;
                     match inbound {
                         Some(item) => {
                             self.on_inbound(item);
                             // Many per turn: the turn's one synced write is shared by all
                             // of them (with thousands of elections, bursts are large).
-                            for _ in 0..INBOUND_PER_TURN {
-                                if self.stop.is_some() {
-                                    break; // a fatal message or a panic: stop here
-                                }
-                                match self.inbound.try_recv() {
-                                    Some(item) => self.on_inbound(item),
-                                    None => break,
-                                }
-                            }
+                            self.drain_inbound();
                         }
                         None => {
                             // The transport is gone: nothing can reach us any more.
@@ -332,6 +337,13 @@ impl<S: RaftStore> Driver<S> {
                     }
                 }
                 _ = ticker.tick() => self.on_tick(),
+            }
+            // A flood of commands or confirms (an application asking 10,000 elections'
+            // histories at once) must not starve the peers' messages: the support acks
+            // that renew every quiet lease are among them. A turn that served something
+            // else takes what waits from the peers too.
+            if !took_inbound && self.stop.is_none() {
+                self.drain_inbound();
             }
             // A flood of commands or messages must not starve the ticks (raft-rs's clock,
             // the leases' renewals and the support stream run on them), nor ticks the
@@ -353,6 +365,19 @@ impl<S: RaftStore> Driver<S> {
             }
             if let Some(stop) = self.stop.take() {
                 return self.finish(stop);
+            }
+        }
+    }
+
+    /// The peers' messages that wait, up to [`INBOUND_PER_TURN`], without waiting.
+    fn drain_inbound(&mut self) {
+        for _ in 0..INBOUND_PER_TURN {
+            if self.stop.is_some() {
+                break; // a fatal message or a panic: stop here
+            }
+            match self.inbound.try_recv() {
+                Some(item) => self.on_inbound(item),
+                None => break,
             }
         }
     }

@@ -67,12 +67,19 @@ const BALANCE_WHILE_AWAKE_BELOW: usize = 512;
 /// workers on two cores into overload.
 const MOVES_PER_LOOK: usize = 64;
 
+/// With no leadership changed and the same healthy peers since a look that planned
+/// nothing, the balancer looks again only this often (a look visits every election).
+const QUIET_LOOK_EVERY: Duration = Duration::from_secs(5);
+
 /// The balancer's memory (nothing of it is replicated).
 #[derive(Debug, Default)]
 pub(super) struct Spread {
     /// Since when each peer has been heard from without a gap of an election timeout.
     healthy_since: BTreeMap<NodeId, Instant>,
     last_look: Option<Instant>,
+    /// What the last look that planned no move saw: the elections' change count and the
+    /// healthy voters, and when it looked.
+    idle_look: Option<(u64, BTreeSet<NodeId>, Instant)>,
     last_moves: Option<Instant>,
     /// When each election moved lately: handed over from here, or to here (forgotten
     /// once the cooldown is over).
@@ -278,6 +285,12 @@ impl<S: RaftStore> Driver<S> {
         {
             return;
         }
+        let changes = self.named.changes;
+        if self.spread.idle_look.as_ref().is_some_and(|(c, h, at)| {
+            *c == changes && *h == healthy && now.saturating_duration_since(*at) < QUIET_LOOK_EVERY
+        }) {
+            return; // nothing moved since a look that found nothing to do
+        }
         let mut placed = Vec::with_capacity(self.named.groups.len());
         for ng in self.named.groups.values().filter(|ng| !ng.retiring) {
             let raft = &ng.g.raw.raft;
@@ -316,8 +329,10 @@ impl<S: RaftStore> Driver<S> {
                     .is_some_and(|ng| ng.g.lease.is_some() && caught_up(&ng.g, to))
         });
         if moves.is_empty() {
+            self.spread.idle_look = Some((changes, healthy.clone(), now));
             return;
         }
+        self.spread.idle_look = None;
         moves.truncate(MOVES_PER_LOOK);
         info!(self.env.logger, "balancer: handing elections over"; "moves" => moves.len(),
               "healthy" => ?healthy);
@@ -345,7 +360,7 @@ impl<S: RaftStore> Driver<S> {
     /// Whether elections this node's configuration declares are still missing from the
     /// catalog (the root leader is creating them): the balancer waits, since moves
     /// during creation only add churn (it spreads them once they are all there).
-    fn declared_missing(&mut self) -> bool {
+    pub(super) fn declared_missing(&mut self) -> bool {
         let size = self.state.elections.len();
         if let Some((seen, missing)) = self.spread.declared_seen {
             if seen == size {

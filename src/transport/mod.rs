@@ -44,6 +44,10 @@ pub use addr::{PeerAddr, PeerAddrError, Resolve, Resolving, SystemResolver, ToPe
 pub use hello::{Floor, Hello, Standing};
 pub use inbox::{DeliverError, Inbox, InboxSender};
 
+/// The election id the support stream's messages carry (`docs/design.md`, section 12):
+/// above every id an election can have (`MAX_ELECTION_ID`), so no election's messages are
+/// mistaken for it. The transport sends them, as the root's, in a peer's urgent lane.
+pub(crate) const SUPPORT_STREAM: u32 = u32::MAX;
 /// The TLS layer's old home: [`crate::tls`] is where it lives now.
 pub use crate::tls;
 

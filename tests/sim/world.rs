@@ -297,7 +297,11 @@ impl slog::Drain for RefusalDrain {
     type Ok = ();
     type Err = slog::Never;
 
-    fn log(&self, record: &slog::Record<'_>, values: &slog::OwnedKVList) -> Result<(), slog::Never> {
+    fn log(
+        &self,
+        record: &slog::Record<'_>,
+        values: &slog::OwnedKVList,
+    ) -> Result<(), slog::Never> {
         if let Some(filter) = sim_log_filter() {
             print_record(self.id, filter, record, values);
         }

@@ -91,6 +91,9 @@ pub(super) struct Named<S: RaftStore> {
     pub(super) watches: Watches,
     view: watch::Sender<ElectionsView>,
     view_dirty: bool,
+    /// Counts the changes of any election's published leadership (the balancer looks
+    /// again only after one, or after a while).
+    pub(super) changes: u64,
     /// When the view was last published (at most once per heartbeat interval).
     view_at: Option<Instant>,
     /// No named lease ends before this (the earliest end at the last expiry pass, lowered
@@ -120,6 +123,8 @@ pub(super) struct Named<S: RaftStore> {
     /// Elections the configuration declares: the root leader creates those missing.
     pub(super) declared: Vec<(String, ElectionOptions)>,
     pub(super) last_declared_check: Option<Instant>,
+    /// Where in `declared` the last look for missing ones stopped.
+    pub(super) declared_cursor: usize,
 }
 
 /// What `Named` is built from.
@@ -142,6 +147,7 @@ impl<S: RaftStore> Named<S> {
             watches: parts.watches,
             view: parts.view,
             view_dirty: false,
+            changes: 0,
             view_at: None,
             lease_floor: None,
             counted_at: None,
@@ -160,6 +166,7 @@ impl<S: RaftStore> Named<S> {
             timeouts_at_minimum: parts.timeouts_at_minimum,
             declared: parts.declared,
             last_declared_check: None,
+            declared_cursor: 0,
         }
     }
 
@@ -208,7 +215,6 @@ impl<S: RaftStore> NamedGroup<S> {
         let (committed, read_states, mut light) = self.g.advance(env, drained, rd)?;
         if let Some((h, index)) = snapshot {
             self.g.joint = super::joint_config(&self.g.raw);
-            self.g.voter_class = None;
             self.g.applied = self.g.applied.max(index);
             self.history = h;
         }
@@ -251,7 +257,6 @@ impl<S: RaftStore> NamedGroup<S> {
                     match self.g.raw.apply_conf_change(&cc) {
                         Ok(cs) => {
                             self.g.joint = !cs.voters_outgoing.is_empty();
-                            self.g.voter_class = None;
                             self.g.force_compact = true;
                             let me = self.g.raw.raft.id;
                             let member = [&cs.voters, &cs.voters_outgoing, &cs.learners]
@@ -479,6 +484,7 @@ impl<S: RaftStore> Driver<S> {
             },
         );
         self.named.view_dirty = true;
+        self.named.changes += 1;
         // Lease requests that waited for this name.
         let now_known = self.named.waiting.remove(&name).unwrap_or_default();
         if let Some(ng) = self.named.groups.get_mut(&spec.id) {
@@ -512,6 +518,7 @@ impl<S: RaftStore> Driver<S> {
         ng.g.publish_stopped();
         self.named.by_name.remove(name);
         self.named.view_dirty = true;
+        self.named.changes += 1;
         Ok(true)
     }
 
@@ -591,6 +598,7 @@ impl<S: RaftStore> Driver<S> {
         self.named.options.remove(&id);
         self.named.removed.insert(id);
         self.named.view_dirty = true;
+        self.named.changes += 1;
         self.root.store.remove_election(id)
     }
 
@@ -669,24 +677,46 @@ impl<S: RaftStore> Driver<S> {
                 return Some(floor);
             }
         }
+        let min = |f: Option<Stamp>, u: Stamp| {
+            Some(f.map_or(u, |f| Stamp {
+                mono: f.mono.min(u.mono),
+                boot: f.boot.min(u.boot),
+            }))
+        };
         let mut changed = false;
         let mut lapsed = Vec::new();
         let mut first: Option<Stamp> = None;
-        for (id, ng) in &mut self.named.groups {
+        // Only the leases held (not every election): those that ran out are looked at.
+        let mut ended = Vec::new();
+        for (id, l) in self.env.leased.borrow().iter() {
+            let u = l.valid_until();
+            if now.before(u) {
+                first = min(first, u);
+            } else {
+                ended.push(*id);
+            }
+        }
+        for id in ended {
+            let Some(ng) = self.named.groups.get_mut(&id) else {
+                self.env.leased.borrow_mut().remove(&id);
+                continue;
+            };
             if ng.g.expire_lease(&self.env, now) {
                 changed |= ng.g.publish_named(&self.env);
                 if ng.g.quiet != Quiet::Awake {
-                    lapsed.push(*id);
+                    lapsed.push(id);
                 }
             } else if let Some(l) = &ng.g.lease {
-                let u = l.valid_until();
-                first = Some(first.map_or(u, |f| Stamp {
-                    mono: f.mono.min(u.mono),
-                    boot: f.boot.min(u.boot),
-                }));
+                first = min(first, l.valid_until());
+            } else {
+                self.env.leased.borrow_mut().remove(&id);
             }
         }
-        self.named.view_dirty |= changed;
+        if changed {
+            self.named.view_dirty = true;
+            self.named.changes += 1;
+            self.named.changes += 1;
+        }
         self.wake_lapsed(lapsed);
         self.named.lease_floor = first;
         first

@@ -178,10 +178,12 @@ impl<S: RaftStore> Driver<S> {
                 }
             }
         }
-        // The gauges from every election, four times a second.
-        if self.named.counted_at.is_none_or(|t| {
-            now.saturating_duration_since(t) >= std::time::Duration::from_millis(250)
-        }) {
+        // The gauges from every election, once a second (a pass over all of them).
+        if self
+            .named
+            .counted_at
+            .is_none_or(|t| now.saturating_duration_since(t) >= std::time::Duration::from_secs(1))
+        {
             self.named.counted_at = Some(now);
             let (mut led, mut leased, mut leaderless, mut quiet) = (0, 0, 0, 0);
             for ng in self.named.groups.values() {
@@ -196,7 +198,11 @@ impl<S: RaftStore> Driver<S> {
             env.metrics.set_named_quiet(quiet);
             self.named.awake = self.named.groups.len().saturating_sub(quiet as usize);
         }
-        self.named.view_dirty |= changed;
+        if changed {
+            self.named.view_dirty = true;
+            self.named.changes += 1;
+            self.named.changes += 1;
+        }
         self.wake_lapsed(lapsed);
         if let Err(e) = self.progress_retirements(now, &ids) {
             error!(self.env.logger, "storage failed; stopping"; "error" => %e);

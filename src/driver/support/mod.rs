@@ -18,6 +18,7 @@
 //! The bookkeeping is `book.rs` (no I/O), the wire format `wire.rs`.
 
 mod book;
+mod slots;
 pub(crate) mod wire;
 
 use std::collections::BTreeMap;
@@ -35,6 +36,7 @@ use crate::mutation;
 use crate::storage::RaftStore;
 use crate::transport::NodeId;
 use book::{Asked, Incoming, Outgoing};
+use slots::{Slot, Slots};
 pub(crate) use wire::SUPPORT_STREAM;
 use wire::{Decoded, Op};
 
@@ -62,6 +64,10 @@ pub(super) struct Support {
     scratch: Vec<Stamp>,
     /// Reused by `credit_held`: each class's key and its `σ`, for one ack.
     classes: Vec<(ClassKey, Option<Stamp>)>,
+    /// The elections led here that the stream may renew, for the credit path.
+    slots: Slots,
+    /// Reused by `credit_held`: the elections whose `σ` moved with one ack.
+    due: Vec<(ElectionId, u64, Stamp)>,
 }
 
 /// A support class, as one ack sees it: the peers among the election's voters and the
@@ -80,6 +86,8 @@ impl Support {
             disabled,
             scratch: Vec::new(),
             classes: Vec::new(),
+            slots: Slots::default(),
+            due: Vec::new(),
         }
     }
 }
@@ -198,6 +206,14 @@ impl<S: RaftStore> Driver<S> {
         if o.credited.is_none() {
             return;
         }
+        if let Some(place) = self.support.slots.place(from) {
+            for id in &o.newly_held {
+                self.support.slots.set_holder(*id, place, true);
+            }
+            for id in &o.unheld {
+                self.support.slots.set_holder(*id, place, false);
+            }
+        }
         for id in &o.unheld {
             self.wake_leader(*id, Wake::Unheld);
         }
@@ -207,91 +223,75 @@ impl<S: RaftStore> Driver<S> {
         }
     }
 
-    /// After an ack from `from`: extends the lease of every election `from` holds (led
-    /// here) to the latest send time a quorum of its voters supports, `σ` (section 12).
+    /// After an ack from `from`: extends the lease of every election led here whose `σ`
+    /// (the latest send time a quorum of its voters supports) moved.
     ///
     /// `σ` depends only on which voters the election has and which of them hold it, its
     /// *class*: with thousands of elections on one membership there are a handful of
-    /// classes, so `σ` is computed once per class, not per election. Which peers hold an
-    /// election is read by walking every peer's held set in step (they are sorted), not
-    /// by a lookup per peer per election. An election whose lease already runs to
-    /// `σ + L` (three of the four acks of a round, with four peers) is left alone.
+    /// classes, so `σ` is computed once per class, not per election. The elections are
+    /// the dense slots (`slots.rs`), so an ack is one pass over a `Vec`; an election's
+    /// group is looked at only when its `σ` moved past what it was last credited with,
+    /// once per round (one of the four acks of a round, with four peers), and its lease
+    /// is extended there under every condition of `Group::credit_support`.
     fn credit_held(&mut self, from: NodeId) {
-        let me = self.env.id;
-        let Support {
-            out,
-            scratch,
-            classes,
-            ..
-        } = &mut self.support;
-        let Some(b) = out.get(&from) else {
-            return;
-        };
-        if out.len() > 64 {
+        if self.support.out.len() > 64 {
             // More peers than a class's bit set holds: one election at a time.
+            let Some(b) = self.support.out.get(&from) else {
+                return;
+            };
             let held: Vec<(ElectionId, u64)> = b.held().collect();
             for (id, term) in held {
                 self.credit(id, term);
             }
             return;
         }
-        // Every peer: its last acknowledged request's send time, and a cursor over the
-        // elections it holds.
-        let mut peers: Vec<(NodeId, Option<Stamp>, _)> = out
-            .iter()
-            .map(|(id, o)| (*id, o.last_ack().map(|(s, _)| s), o.held().peekable()))
-            .collect();
+        self.sync_slot_peers();
+        #[cfg(debug_assertions)]
+        self.check_slots(from);
+        let Support {
+            out,
+            scratch,
+            classes,
+            slots,
+            due,
+            ..
+        } = &mut self.support;
+        // Every peer's last acknowledged request's send time, by place.
+        let acked: Vec<Option<Stamp>> =
+            out.values().map(|o| o.last_ack().map(|(s, _)| s)).collect();
         classes.clear();
-        // The peer list's fingerprint: an election's voter bits are by place in it.
-        let fingerprint = peers.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, p| {
-            (h ^ p.0).wrapping_mul(0x100_0000_01b3)
-        });
-        for (id, term) in b.held() {
-            let Some(ng) = self.named.groups.get_mut(&id) else {
-                continue;
-            };
-            // The class: voters among the peers (bits), whether this node is one, and
-            // which of those voters hold `id`. The first three only change with the
-            // configuration or the peers: kept with the election.
-            let (voters, member, count) = match ng.g.voter_class {
-                Some((f, voters, member, count)) if f == fingerprint => (voters, member, count),
-                _ => {
-                    let (mut voters, mut member, mut count) = (0u64, false, 0usize);
-                    for v in ng.g.raw.raft.prs().conf().voters().ids().iter() {
-                        count += 1;
-                        if v == me {
-                            member = true;
-                        } else if let Some(i) = peers.iter().position(|p| p.0 == v) {
-                            voters |= 1 << i;
-                        }
-                    }
-                    ng.g.voter_class = Some((fingerprint, voters, member, count));
-                    (voters, member, count)
-                }
-            };
-            let mut holders = 0u64;
-            for (i, (_, _, cursor)) in peers.iter_mut().enumerate() {
-                while cursor.next_if(|(e, _)| *e < id).is_some() {}
-                if voters & (1 << i) != 0 && cursor.peek().is_some_and(|(e, _)| *e == id) {
-                    holders |= 1 << i;
-                }
-            }
-            let key = (voters, holders, member, count);
+        due.clear();
+        for slot in slots.iter_mut() {
+            let key = (slot.voters, slot.holders, slot.member, slot.count);
             let sigma = match classes.iter().find(|(k, _)| *k == key) {
                 Some((_, sigma)) => *sigma,
                 None => {
                     scratch.clear();
                     scratch.extend(
-                        peers
+                        acked
                             .iter()
                             .enumerate()
-                            .filter(|(i, _)| holders & (1 << i) != 0)
-                            .filter_map(|(_, p)| p.1),
+                            .filter(|(i, _)| slot.holders & (1 << i) != 0)
+                            .filter_map(|(_, s)| *s),
                     );
-                    let sigma = quorum_sigma(scratch, member, count);
+                    let sigma = quorum_sigma(scratch, slot.member, slot.count);
                     classes.push((key, sigma));
                     sigma
                 }
+            };
+            let Some(sigma) = sigma else { continue };
+            if slot
+                .credited
+                .is_some_and(|c| c.mono >= sigma.mono && c.boot >= sigma.boot)
+            {
+                continue; // nothing newer than what it has
+            }
+            slot.credited = Some(sigma);
+            due.push((slot.id, slot.term, sigma));
+        }
+        for &(id, term, sigma) in due.iter() {
+            let Some(ng) = self.named.groups.get_mut(&id) else {
+                continue;
             };
             #[cfg(debug_assertions)]
             {
@@ -299,20 +299,73 @@ impl<S: RaftStore> Driver<S> {
                 // checks it).
                 let mut own = Vec::new();
                 let voters = ng.g.raw.raft.prs().conf().voters().ids();
-                let one = sigma_of(out, &mut own, me, voters.iter(), id);
-                debug_assert_eq!(
-                    sigma,
-                    one,
-                    "σ of election {id}'s class {key:?}; peers {:?}",
-                    peers.iter().map(|p| (p.0, p.1)).collect::<Vec<_>>()
-                );
+                let one = sigma_of(out, &mut own, self.env.id, voters.iter(), id);
+                debug_assert_eq!(Some(sigma), one, "σ of election {id}");
             }
-            let Some(sigma) = sigma else { continue };
             if ng.g.keeper.covers(sigma, term) {
                 continue;
             }
             let retiring = ng.retiring;
             ng.g.credit_support(&self.env, sigma, term, retiring);
+        }
+    }
+
+    /// The slots' bits are by the peers' places in `out`: when the peers change,
+    /// computed again for every slot from the groups and the books.
+    fn sync_slot_peers(&mut self) {
+        let peers: Vec<NodeId> = self.support.out.keys().copied().collect();
+        if self.support.slots.same_peers(&peers) {
+            return;
+        }
+        let me = self.env.id;
+        let Support { out, slots, .. } = &mut self.support;
+        let groups = &self.named.groups;
+        slots.rebuild(&peers, |id| {
+            let ng = groups.get(&id)?;
+            let mut b = voter_bits(&peers, me, ng.g.raw.raft.prs().conf().voters().ids().iter());
+            b.1 = peers
+                .iter()
+                .enumerate()
+                .filter(|(i, p)| b.0 & (1 << i) != 0 && out.get(p).is_some_and(|o| o.holds(id)))
+                .fold(0, |h, (i, _)| h | 1 << i);
+            Some(b)
+        });
+    }
+
+    /// Debug builds: the slots say what the books and the groups say. Every election
+    /// the peer `from` holds has a slot that says so, in the term it holds it in, and
+    /// every slot's holders and voters are right.
+    #[cfg(debug_assertions)]
+    fn check_slots(&self, from: NodeId) {
+        let me = self.env.id;
+        let peers: Vec<NodeId> = self.support.out.keys().copied().collect();
+        let Some(b) = self.support.out.get(&from) else {
+            return;
+        };
+        for (id, term) in b.held() {
+            let Some(ng) = self.named.groups.get(&id) else {
+                continue;
+            };
+            let slot = self.support.slots.get(id);
+            debug_assert!(
+                slot.is_some_and(|s| s.term == term),
+                "election {id} held by {from} in term {term} has no slot of that term: {slot:?}"
+            );
+            let Some(slot) = slot else { continue };
+            let (voters, _, member, count) =
+                voter_bits(&peers, me, ng.g.raw.raft.prs().conf().voters().ids().iter());
+            let holders = peers
+                .iter()
+                .enumerate()
+                .filter(|(i, p)| {
+                    voters & (1 << i) != 0 && self.support.out.get(p).is_some_and(|o| o.holds(id))
+                })
+                .fold(0, |h, (i, _)| h | 1 << i);
+            debug_assert_eq!(
+                (slot.voters, slot.holders, slot.member, slot.count),
+                (voters, holders, member, count),
+                "election {id}'s slot"
+            );
         }
     }
 
@@ -383,6 +436,7 @@ impl<S: RaftStore> Driver<S> {
         // Confirms waiting for the stream's next requests get a ReadIndex round instead.
         ng.g.keeper.requeue_stream_rounds();
         ng.g.touch(&self.env);
+        self.support.slots.remove(id);
         for o in self.support.out.values_mut() {
             o.withdraw(id);
         }
@@ -536,8 +590,12 @@ impl<S: RaftStore> Driver<S> {
                     .or_insert_with(|| Outgoing::new(incarnation));
             }
         }
+        // One send time for the round, read before the first request leaves (so at or
+        // before every one of them): the peers' acks then move `σ` once per round, not
+        // once per ack.
+        let sent = self.env.clock.stamp();
         for (peer, o) in &mut self.support.out {
-            let req = o.request(self.env.clock.stamp());
+            let req = o.request(sent);
             self.env.metrics.support_sent(true);
             self.env
                 .transport
@@ -610,17 +668,32 @@ impl<S: RaftStore> Driver<S> {
         }
         drop(hot);
         let incarnation = self.support.incarnation;
-        for (id, term, last, commit, voters) in offers {
-            for v in voters.into_iter().filter(|v| *v != me) {
+        for (id, term, last, commit, voters) in &offers {
+            for v in voters.iter().filter(|v| **v != me) {
                 self.support
                     .out
-                    .entry(v)
+                    .entry(*v)
                     .or_insert_with(|| Outgoing::new(incarnation))
-                    .offer(id, term, last, commit);
+                    .offer(*id, *term, *last, *commit);
             }
-            if let Some(ng) = self.named.groups.get_mut(&id) {
+            if let Some(ng) = self.named.groups.get_mut(id) {
                 ng.g.quiet = Quiet::Offered;
             }
+        }
+        // The credit path's slots (after the books: an offer may add a peer).
+        self.sync_slot_peers();
+        let peers: Vec<NodeId> = self.support.out.keys().copied().collect();
+        for (id, term, _, _, voters) in offers {
+            let (voters, _, member, count) = voter_bits(&peers, me, voters.into_iter());
+            self.support.slots.insert(Slot {
+                id,
+                term,
+                voters,
+                member,
+                count,
+                holders: 0,
+                credited: None,
+            });
         }
     }
 
@@ -705,6 +778,25 @@ impl<S: RaftStore> Driver<S> {
             }
         }
     }
+}
+
+/// An election's voters as bits of `peers` (by place), whether `me` is one of them, and
+/// how many there are (the first of the pair is the voters; the second, holders, is 0).
+fn voter_bits(
+    peers: &[NodeId],
+    me: NodeId,
+    voters: impl Iterator<Item = NodeId>,
+) -> (u64, u64, bool, usize) {
+    let (mut bits, mut member, mut count) = (0u64, false, 0usize);
+    for v in voters {
+        count += 1;
+        if v == me {
+            member = true;
+        } else if let Some(i) = peers.iter().position(|p| *p == v).filter(|i| *i < 64) {
+            bits |= 1 << i;
+        }
+    }
+    (bits, 0, member, count)
 }
 
 /// Election `id`'s `σ`, one election at a time: the `(quorum − 1)`-th latest send time

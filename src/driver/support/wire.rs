@@ -19,9 +19,7 @@ use raft::eraftpb::{Message, MessageType};
 
 use crate::election::{ElectionId, MAX_ELECTIONS};
 
-/// The election id the support stream's messages carry: above every id an election can
-/// have (`MAX_ELECTION_ID`), so no election's messages are mistaken for it.
-pub(crate) const SUPPORT_STREAM: u32 = u32::MAX;
+pub(crate) use crate::transport::SUPPORT_STREAM;
 
 const VERSION: u8 = 1;
 const ADD: u8 = 1;

@@ -528,7 +528,12 @@ impl Transport for QuicTransport {
             TransportStats::bump(&shared.stats.dropped_fault);
             return;
         }
-        match peer.queue.try_send((election, msg)) {
+        let lane = if shared::is_urgent(election) {
+            &peer.urgent
+        } else {
+            &peer.queue
+        };
+        match lane.try_send((election, msg)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => TransportStats::bump(&shared.stats.dropped_queue_full),
             Err(TrySendError::Closed(_)) => {

@@ -20,7 +20,7 @@ use crate::transport::frame::{self, FrameError};
 use crate::transport::{NodeId, PeerAddr, TransportStats};
 
 use super::config::{Settings, RESOLVE_TIMEOUT};
-use super::shared::{describe_loss, peer_node_id, Peer, Queued, Shared};
+use super::shared::{describe_loss, peer_node_id, Lanes, Peer, Queued, Shared};
 use super::{close_code, code};
 
 /// How long a connect attempt may go unanswered by a peer known to be up (it just
@@ -47,7 +47,7 @@ enum Ended {
 pub(super) struct Outbound {
     shared: Arc<Shared>,
     peer: NodeId,
-    rx: mpsc::Receiver<Queued>,
+    rx: Lanes,
     addr: watch::Receiver<PeerAddr>,
     /// Which of the addresses a name resolves to the next attempt dials (moves on after
     /// each failed attempt, so one dead address of several is not the only one tried).
@@ -66,12 +66,18 @@ impl Outbound {
     /// Peer `peer`'s handle and its outbound task (not started yet), joined by the
     /// peer's queue, its address, its cancellation and its `seen` notification.
     pub(super) fn new(shared: Arc<Shared>, peer: NodeId, addr: PeerAddr) -> (Peer, Outbound) {
-        let (queue, rx) = mpsc::channel(shared.settings.queue_depth);
+        let (queue, bulk) = mpsc::channel(shared.settings.queue_depth);
+        let (urgent, urgent_rx) = mpsc::channel(shared.settings.queue_depth);
+        let rx = Lanes {
+            urgent: urgent_rx,
+            bulk,
+        };
         let (addr_tx, addr_rx) = watch::channel(addr);
         let cancel = shared.shutdown.child_token();
         let seen = Arc::new(Notify::new());
         let handle = Peer {
             queue,
+            urgent,
             addr: addr_tx,
             cancel: cancel.clone(),
             seen: seen.clone(),
@@ -415,8 +421,8 @@ impl Outbound {
                         batch.push(msg);
                         while batch.len() < 64 {
                             match self.rx.try_recv() {
-                                Ok(m) => batch.push(m),
-                                Err(_) => break,
+                                Some(m) => batch.push(m),
+                                None => break,
                             }
                         }
                     }

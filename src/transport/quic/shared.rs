@@ -75,10 +75,46 @@ pub(super) struct Shared {
 /// A message waiting in a peer's outbound queue, with its election (0: the root).
 pub(super) type Queued = (u32, Message);
 
+/// Whether messages of `election` go in a peer's urgent lane: the root election's and
+/// the support stream's (every quiet lease rides on it), so that a burst of named
+/// elections' messages (thousands waking or being created at once) neither delays them
+/// nor has them dropped from a full queue.
+pub(super) fn is_urgent(election: u32) -> bool {
+    election == 0 || election == crate::transport::SUPPORT_STREAM
+}
+
+/// A peer's outbound queues, as its task reads them: the urgent lane first.
+pub(super) struct Lanes {
+    pub(super) urgent: mpsc::Receiver<Queued>,
+    pub(super) bulk: mpsc::Receiver<Queued>,
+}
+
+impl Lanes {
+    /// The next message, urgent first; `None` once both lanes are closed.
+    pub(super) async fn recv(&mut self) -> Option<Queued> {
+        tokio::select! {
+            biased;
+            Some(m) = self.urgent.recv() => Some(m),
+            m = self.bulk.recv() => m,
+        }
+    }
+
+    /// A message that waits now, urgent first.
+    pub(super) fn try_recv(&mut self) -> Option<Queued> {
+        self.urgent
+            .try_recv()
+            .or_else(|_| self.bulk.try_recv())
+            .ok()
+    }
+}
+
 /// The handle of one peer.
 pub(super) struct Peer {
-    /// Root and election messages, in the order they were sent.
+    /// Named elections' messages, in the order they were sent.
     pub(super) queue: mpsc::Sender<Queued>,
+    /// The root's and the support stream's messages, in the order they were sent (each
+    /// lane keeps its own order; the urgent one is sent first).
+    pub(super) urgent: mpsc::Sender<Queued>,
     /// Where it is reached: read at every connect attempt (a name is resolved then).
     pub(super) addr: watch::Sender<PeerAddr>,
     /// Cancelled when the peer is removed (child of `shutdown`): stops its outbound task
