@@ -40,14 +40,26 @@ async fn all_quiet(c: &Cluster, ids: &[NodeId], names: usize, what: &str) {
 async fn idle_elections_go_quiet_keep_their_leases_and_confirm_without_waking() {
     let (c, names) = with_elections(3, 6).await;
     let ids = [1, 2, 3];
+    // The balancer spreads them first (two each), and they go quiet: only then do the
+    // leaderships stay put for the rest of the test.
+    let leaders = wait_for("6 elections spread two a node, each leased", T, || {
+        let mut leaders = BTreeMap::new();
+        let mut per: BTreeMap<NodeId, usize> = BTreeMap::new();
+        for name in &names {
+            let (leader, term) = c.named_leader(&ids, name)?;
+            *per.entry(leader).or_default() += 1;
+            leaders.insert(name.clone(), (leader, term));
+        }
+        (per.len() == 3 && per.values().all(|k| *k == 2)).then_some(leaders)
+    })
+    .await;
     all_quiet(&c, &ids, names.len(), "6 elections quiet on 3 nodes").await;
-    let mut leaders = BTreeMap::new();
     for name in &names {
-        let (leader, term) = wait_for("a leased leader every node follows", T, || {
-            c.named_leader(&ids, name)
-        })
-        .await;
-        leaders.insert(name.clone(), (leader, term));
+        assert_eq!(
+            c.named_leader(&ids, name),
+            Some(leaders[name]),
+            "{name}: no move once spread"
+        );
     }
     // Quiet leases are renewed by the stream alone: they stay valid over many
     // heartbeats, and each `Safe` confirm is answered with the token (a quorum

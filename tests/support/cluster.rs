@@ -79,6 +79,21 @@ pub(crate) struct Cluster {
     pub restore: Option<Arc<tenure::backup::Backup>>,
 }
 
+/// `TENURE_TEST_LOG=debug|info|warn`: the nodes' (and raft-rs's) log on stderr, each line
+/// with its node, for reading a failing test.
+fn test_logger(id: NodeId) -> Option<slog::Logger> {
+    use slog::Drain;
+    let level = match std::env::var("TENURE_TEST_LOG").ok()?.as_str() {
+        "debug" => slog::Level::Debug,
+        "info" => slog::Level::Info,
+        _ => slog::Level::Warning,
+    };
+    let decorator = slog_term::PlainSyncDecorator::new(std::io::stderr());
+    let drain = slog_term::FullFormat::new(decorator).build().fuse();
+    let drain = slog::LevelFilter::new(drain, level).fuse();
+    Some(slog::Logger::root(drain, slog::o!("test_node" => id)))
+}
+
 pub(crate) fn test_timing() -> Timing {
     // 10 ms ticks, 30 ms heartbeats, elections 150–250 ms: fast, with room for a
     // loaded 2-core CI machine.
@@ -132,13 +147,15 @@ impl Cluster {
             .timing(self.timing)
             .read_mode(self.read_mode)
             .compact_after(self.compact_after);
-        if self.joining.contains(&id) {
+        let mut config = if self.joining.contains(&id) {
             b.join(true).build()
         } else {
             let mut config = b.found(self.group).build();
             config.restore = self.restore.clone();
             config
-        }
+        };
+        config.logger = test_logger(id);
+        config
     }
 
     /// Starts a new node `id` that joins the group (certificate issued now, empty data
