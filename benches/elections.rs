@@ -154,6 +154,8 @@ struct Row {
     spread: Vec<(usize, usize)>,
     /// Store writes of Ready passes, and the elections they carried.
     writes: (f64, f64),
+    /// `Safe` confirms with one busy caller per name, per worker: (count, p50 µs, p99 µs).
+    confirms: Vec<(f64, f64, f64)>,
 }
 
 /// Seconds of CPU (user + system) a process used so far, from `/proc/<pid>/stat`.
@@ -199,6 +201,9 @@ fn metric(text: &str, name: &str) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// How long the confirm load runs.
+const CONFIRM_LOAD: Duration = Duration::from_secs(5);
 
 fn main() {
     let o = match parse() {
@@ -259,8 +264,19 @@ fn main() {
 /// phase, kill trials.
 fn measure(o: &Options, n: usize) -> Row {
     let started = Instant::now();
+    // The confirm load starts when this file appears (after the idle phase).
+    let load_file = std::env::temp_dir().join(format!(
+        "tenure-bench-confirm-load-{}-{n}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&load_file);
     let mut group = Group::start_with(o.nodes, true, |w| {
         w.args(["--elections", &n.to_string(), "--confirm-ms", "3600000"])
+            .args(["--confirm-load-secs", &CONFIRM_LOAD.as_secs().to_string()])
+            .args([
+                std::ffi::OsStr::new("--confirm-load-file"),
+                load_file.as_os_str(),
+            ])
     });
     let ids = group.ids.clone();
     // Founding thousands of elections takes a while (one synced store write each).
@@ -277,6 +293,7 @@ fn measure(o: &Options, n: usize) -> Row {
         failures: Vec::new(),
         spread: Vec::new(),
         writes: (0.0, 0.0),
+        confirms: Vec::new(),
     };
     let first = group.wait(settle, |s| even(s, &ids, n));
     row.first_spread_s = started.elapsed().as_secs_f64();
@@ -350,6 +367,32 @@ fn measure(o: &Options, n: usize) -> Row {
         row.msgs_per_s.push((sent(&group, *id) - sent0) / dt);
     }
     row.disk.1 = data(&group);
+    // `Safe` confirms, one busy caller per election on its leader, for CONFIRM_LOAD.
+    eprintln!("elections: Safe confirms, one caller per name, for {CONFIRM_LOAD:?}");
+    let from = group.cursor();
+    let _ = std::fs::write(&load_file, b"");
+    let stats = group.wait(CONFIRM_LOAD + Duration::from_secs(30), |s| {
+        let got: Vec<(f64, f64, f64)> = s.events[from.min(s.events.len())..]
+            .iter()
+            .filter(|e| e.event == "named_confirm_stats")
+            .map(|e| {
+                let f = |k: &str| {
+                    e.v.get(k)
+                        .and_then(serde_json::Value::as_f64)
+                        .unwrap_or(0.0)
+                };
+                (f("count"), f("p50_us"), f("p99_us"))
+            })
+            .collect();
+        (got.len() == ids.len()).then_some(got)
+    });
+    let _ = std::fs::remove_file(&load_file);
+    match stats {
+        Some(v) => row.confirms = v,
+        None => row
+            .failures
+            .push("the confirm load's statistics did not come from every worker".into()),
+    }
     let mut progress = Progress::new(1);
     for t in 0..o.trials {
         progress.update(t, o.trials, "kill the busiest worker");
@@ -486,6 +529,7 @@ fn report(o: &Options, rows: &[Row], machine: &str, took: Duration) -> String {
                 r.disk.1 as f64 / 1048576.0
             ),
             format!("{:.1}", r.first_spread_s),
+            confirm_cell(&r.confirms),
         ]);
     }
     out.push_str(&table(
@@ -500,6 +544,7 @@ fn report(o: &Options, rows: &[Row], machine: &str, took: Duration) -> String {
             "respread s p50 / max",
             "data MiB, idle start → end",
             "first spread s",
+            "Safe confirm µs p50 / p99 (busiest worker), confirms/s",
         ],
         &table_rows,
     ));
@@ -529,6 +574,21 @@ fn report(o: &Options, rows: &[Row], machine: &str, took: Duration) -> String {
         }
     }
     out
+}
+
+/// The confirm load's cell: the highest p50 and p99 of the workers, and confirms per
+/// second over all of them.
+fn confirm_cell(c: &[(f64, f64, f64)]) -> String {
+    if c.is_empty() {
+        return "-".into();
+    }
+    let p50 = c.iter().map(|x| x.1).fold(0.0, f64::max);
+    let p99 = c.iter().map(|x| x.2).fold(0.0, f64::max);
+    let count: f64 = c.iter().map(|x| x.0).sum();
+    format!(
+        "{p50:.0} / {p99:.0}, {:.0}",
+        count / CONFIRM_LOAD.as_secs_f64()
+    )
 }
 
 /// `elections.svg`: idle CPU and failover time against the number of elections.

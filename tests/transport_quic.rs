@@ -980,7 +980,23 @@ async fn root_and_election_messages_share_the_connection_and_keep_their_ids() {
     )
     .await;
     let got: Vec<(u32, u64)> = inbox_b.all.iter().map(|(e, m)| (*e, m.term)).collect();
-    assert_eq!(got, sent, "every message in order, each with its election");
+    // Two lanes, each in order: the root's and the support stream's (urgent, sent first
+    // when both wait), and the named elections'.
+    let urgent = |e: u32| e == 0 || e == u32::MAX;
+    let lane = |v: &[(u32, u64)], u: bool| -> Vec<(u32, u64)> {
+        v.iter().copied().filter(|(e, _)| urgent(*e) == u).collect()
+    };
+    assert_eq!(got.len(), sent.len(), "every message, once");
+    assert_eq!(
+        lane(&got, true),
+        lane(&sent, true),
+        "the urgent lane in order"
+    );
+    assert_eq!(
+        lane(&got, false),
+        lane(&sent, false),
+        "the elections' lane in order"
+    );
     assert!(inbox_b.all.iter().all(|(_, m)| m.from == 1 && m.to == 2));
     for &(e, term) in &sent {
         if e == 0 {

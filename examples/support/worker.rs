@@ -153,6 +153,16 @@ pub(crate) struct WorkerCli {
     #[arg(long, value_name = "N", default_value_t = 0)]
     bench_confirms: usize,
 
+    /// Benchmark: once FILE exists, every named election leased here confirms back to
+    /// back (one caller per name) for --confirm-load-secs, then print
+    /// named_confirm_stats (the latencies' percentiles)
+    #[arg(long, value_name = "FILE")]
+    confirm_load_file: Option<PathBuf>,
+
+    /// How long the --confirm-load-file load runs, in seconds
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    confirm_load_secs: u64,
+
     /// Print transport_stats (messages, bytes sent) every N ms
     #[arg(long, value_name = "N")]
     stats_ms: Option<u64>,
@@ -314,6 +324,9 @@ impl WorkerCli {
             },
             confirm_every: Duration::from_millis(self.confirm_ms.max(1)),
             bench_confirms: self.bench_confirms,
+            confirm_load: self
+                .confirm_load_file
+                .map(|f| (f, Duration::from_secs(self.confirm_load_secs.max(1)))),
             stats_every: self.stats_ms.map(|ms| Duration::from_millis(ms.max(1))),
             log_level: match self.log_level {
                 LogLevel::Off => None,
@@ -352,6 +365,8 @@ pub(crate) struct WorkerArgs {
     pub read_mode: ReadMode,
     pub confirm_every: Duration,
     pub bench_confirms: usize,
+    /// The confirm load's trigger file and length.
+    pub confirm_load: Option<(PathBuf, Duration)>,
     pub stats_every: Option<Duration>,
     pub log_level: Option<slog::Level>,
     pub ledger: Option<PathBuf>,
@@ -636,13 +651,17 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
         }
     });
     let mut named_lease_tasks = Vec::new();
+    let load = ConfirmLoad::spawn(id, args.confirm_load.clone());
     for i in 0..args.elections {
         let election = node.election(&shard_name(i));
+        let load = load.clone();
         named_lease_tasks.push(tokio::spawn(async move {
             let name = election.name().to_string();
             loop {
                 match election.lease().await {
-                    Ok(lease) => tenure_events(id, Some(&name), &lease, confirm_every, 0).await,
+                    Ok(lease) => {
+                        named_lease_events(id, &name, &lease, confirm_every, &load).await;
+                    }
                     // Removed (by an operator): a later incarnation may lead again.
                     Err(tenure::ElectionError::Removed(_)) => continue,
                     Err(_) => break,
@@ -813,6 +832,15 @@ async fn tenure_events(
     confirm_every: Duration,
     bench_confirms: usize,
 ) {
+    acquired(id, election, lease);
+    if bench_confirms > 0 {
+        confirm_bench(id, lease, bench_confirms).await;
+    }
+    confirm_loop(id, election, lease, confirm_every).await;
+}
+
+/// The `lease_acquired` event of `lease`.
+fn acquired(id: u64, election: Option<&str>, lease: &Lease) {
     let token = lease.token().term();
     emit(
         id,
@@ -821,9 +849,11 @@ async fn tenure_events(
                "valid_until_ns": instant_to_monotonic_ns(lease.valid_until()),
                "election": election}),
     );
-    if bench_confirms > 0 {
-        confirm_bench(id, lease, bench_confirms).await;
-    }
+}
+
+/// Confirms `lease` every `confirm_every` (a `lease_confirmed` event each) until it is
+/// lost (a `lease_lost` event).
+async fn confirm_loop(id: u64, election: Option<&str>, lease: &Lease, confirm_every: Duration) {
     loop {
         tokio::select! {
             reason = lease.lost() => {
@@ -925,6 +955,106 @@ fn spawn_named_views(node: &Node, elections: u64) {
             }
         }
     });
+}
+
+/// The confirm load of `--confirm-load-file` (a benchmark): while it runs, every named
+/// election leased here confirms back to back, and the latencies are kept here, not
+/// printed one by one.
+#[derive(Clone)]
+struct ConfirmLoad {
+    on: tokio::sync::watch::Receiver<bool>,
+    latencies_us: std::sync::Arc<std::sync::Mutex<Vec<f64>>>,
+}
+
+impl ConfirmLoad {
+    /// Waits for the trigger file (if any), runs the load for its length, then prints
+    /// `named_confirm_stats`.
+    fn spawn(id: u64, trigger: Option<(PathBuf, Duration)>) -> ConfirmLoad {
+        let (tx, on) = tokio::sync::watch::channel(false);
+        let load = ConfirmLoad {
+            on,
+            latencies_us: Default::default(),
+        };
+        let Some((file, length)) = trigger else {
+            return load;
+        };
+        let latencies = load.latencies_us.clone();
+        tokio::spawn(async move {
+            while !file.exists() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let t0 = StdInstant::now();
+            let _ = tx.send(true);
+            tokio::time::sleep(length).await;
+            let _ = tx.send(false);
+            let secs = t0.elapsed().as_secs_f64();
+            let mut v = std::mem::take(
+                &mut *latencies
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+            v.sort_by(f64::total_cmp);
+            let q = |p: f64| {
+                if v.is_empty() {
+                    0.0
+                } else {
+                    v[((v.len() - 1) as f64 * p).round() as usize]
+                }
+            };
+            emit(
+                id,
+                "named_confirm_stats",
+                json!({"count": v.len(), "secs": secs, "per_s": v.len() as f64 / secs,
+                       "p50_us": q(0.5), "p90_us": q(0.9), "p99_us": q(0.99),
+                       "max_us": v.last().copied().unwrap_or(0.0)}),
+            );
+        });
+        load
+    }
+}
+
+/// A named election's lease loop: as [`tenure_events`], and while the confirm load runs,
+/// confirms back to back, keeping the latencies.
+async fn named_lease_events(
+    id: u64,
+    name: &str,
+    lease: &Lease,
+    confirm_every: Duration,
+    load: &ConfirmLoad,
+) {
+    acquired(id, Some(name), lease);
+    let mut on = load.on.clone();
+    loop {
+        if *on.borrow_and_update() {
+            loop {
+                let t0 = StdInstant::now();
+                tokio::select! {
+                    biased;
+                    r = lease.confirm() => match r {
+                        Ok(_) => load
+                            .latencies_us
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .push(t0.elapsed().as_secs_f64() * 1e6),
+                        Err(e) => {
+                            lost(id, Some(name), lease, e.reason);
+                            return;
+                        }
+                    },
+                    _ = on.changed() => break,
+                }
+                if !*on.borrow() {
+                    break;
+                }
+            }
+            continue;
+        }
+        tokio::select! {
+            biased;
+            _ = on.changed() => {}
+            () = confirm_loop(id, Some(name), lease, confirm_every) => return,
+        }
+    }
 }
 
 /// `lease_lost`, with `ended_ns`: when the lease really ended (its revocation or the end of
