@@ -1041,6 +1041,7 @@ async fn named_lease_events(
                             return;
                         }
                     },
+                    // A change, or the load's end (its sender gone).
                     _ = on.changed() => break,
                 }
                 if !*on.borrow() {
@@ -1051,7 +1052,13 @@ async fn named_lease_events(
         }
         tokio::select! {
             biased;
-            _ = on.changed() => {}
+            changed = on.changed() => {
+                if changed.is_err() {
+                    // No load any more (its sender is gone): only the confirm loop.
+                    confirm_loop(id, Some(name), lease, confirm_every).await;
+                    return;
+                }
+            }
             () = confirm_loop(id, Some(name), lease, confirm_every) => return,
         }
     }
