@@ -145,6 +145,11 @@ struct Registry {
     groups: HashMap<u32, Arc<Group>>,
     /// The format version the disk holds.
     version: u32,
+    /// Which elections the database holds keys of (live, or only a tombstone), read
+    /// once with a scan when first needed and kept since: this store is the database's
+    /// only writer. Founding thousands of elections used to probe the files twice per
+    /// election instead (a read of the tombstone, a seek into its keys).
+    on_disk: Option<ElectionIds>,
 }
 
 /// One raft group's keys and cache: the root's (id 0) or a named election's.
@@ -161,9 +166,84 @@ struct GroupState {
     log: LogState<u64>,
     /// The election was removed: its handles refuse reads and writes.
     removed: bool,
+    /// The last entries written, consecutive and ending at the last index (at most
+    /// [`TAIL_ENTRIES`]): raft-rs reads what it just wrote, to apply it and to send it,
+    /// and with thousands of elections founding at once those reads went to the
+    /// database's files, a fifth of a worker's time (`docs/design.md`, section 12).
+    tail: VecDeque<Entry>,
 }
 
+/// How many of a group's last entries [`GroupState::tail`] keeps.
+const TAIL_ENTRIES: usize = 8;
+
 impl GroupState {
+    fn new(log: LogState<u64>) -> Self {
+        GroupState {
+            log,
+            removed: false,
+            tail: VecDeque::new(),
+        }
+    }
+
+    /// Applies `plan` (once it is written) to the state and the tail.
+    fn apply_write(&mut self, plan: WritePlan) {
+        self.remember(&plan);
+        self.log.apply_write(plan);
+        // Not a run that ends at the last index (a write this cache does not follow):
+        // forget it rather than answer from it.
+        if self
+            .tail
+            .back()
+            .is_some_and(|e| e.index != self.log.last_index())
+        {
+            self.tail.clear();
+        }
+    }
+
+    /// Keeps `plan`'s entries in the tail, after what it deletes.
+    fn remember(&mut self, plan: &WritePlan) {
+        if plan.snapshot.is_some() {
+            self.tail.clear();
+        }
+        let drop_from = |from: u64, tail: &mut VecDeque<Entry>| {
+            while tail.back().is_some_and(|e| e.index >= from) {
+                tail.pop_back();
+            }
+        };
+        if let Some(from) = plan.truncate_from {
+            drop_from(from, &mut self.tail);
+        }
+        for entry in &plan.entries {
+            drop_from(entry.index, &mut self.tail);
+            if self.tail.back().is_some_and(|e| e.index + 1 != entry.index) {
+                self.tail.clear();
+            }
+            self.tail.push_back(entry.clone());
+            if self.tail.len() > TAIL_ENTRIES {
+                self.tail.pop_front();
+            }
+        }
+    }
+
+    /// Forgets the tail's entries at or below `index` (compacted).
+    fn compacted(&mut self, index: u64) {
+        while self.tail.front().is_some_and(|e| e.index <= index) {
+            self.tail.pop_front();
+        }
+    }
+
+    /// Entries `[low, high)` from the tail, if it holds them all (`low < high`).
+    fn tail_range(&self, low: u64, high: u64) -> Option<impl Iterator<Item = &Entry>> {
+        let first = self.tail.front()?.index;
+        let last = self.tail.back()?.index;
+        (first <= low && high - 1 <= last).then(|| {
+            self.tail
+                .iter()
+                .skip((low - first) as usize)
+                .take((high - low) as usize)
+        })
+    }
+
     fn live(&self, id: u32) -> Result<&LogState<u64>, StorageError> {
         if self.removed {
             return Err(StorageError::ElectionRemoved { id });
@@ -407,15 +487,13 @@ impl RocksStore {
                 registry: Mutex::new(Registry {
                     groups: HashMap::new(),
                     version,
+                    on_disk: None,
                 }),
             }),
             group: Arc::new(Group {
                 id: 0,
                 keys: Keys::root(),
-                state: RwLock::new(GroupState {
-                    log: state,
-                    removed: false,
-                }),
+                state: RwLock::new(GroupState::new(state)),
             }),
         }
     }
@@ -473,24 +551,13 @@ impl RocksStore {
         Ok(())
     }
 
-    /// Whether the database holds any key of election `id` (its tombstone included).
-    fn holds_election_keys(&self, id: u32) -> Result<bool, StorageError> {
-        let mut opts = ReadOptions::default();
-        opts.set_iterate_upper_bound(election_end(id));
-        let mut iter = self.shared.db.raw_iterator_opt(opts);
-        iter.seek(election_prefix(id));
-        let found = iter.valid();
-        iter.status().map_err(|e| self.rocks_err(e))?;
-        Ok(found)
-    }
-
-    fn has_tombstone(&self, id: u32) -> Result<bool, StorageError> {
-        Ok(self
-            .shared
-            .db
-            .get_pinned(tombstone_key(id))
-            .map_err(|e| self.rocks_err(e))?
-            .is_some())
+    /// Which elections the database holds keys of ([`Registry::on_disk`]), scanned on
+    /// first use.
+    fn on_disk<'a>(&self, registry: &'a mut Registry) -> Result<&'a mut ElectionIds, StorageError> {
+        if registry.on_disk.is_none() {
+            registry.on_disk = Some(self.election_ids()?);
+        }
+        Ok(registry.on_disk.get_or_insert_with(ElectionIds::default))
     }
 
     /// Writes a new election's state (synced) and registers its cache, unless `id` is
@@ -506,10 +573,11 @@ impl RocksStore {
             return Err(refused_id_zero(what));
         }
         let mut registry = self.registry();
-        if self.has_tombstone(id)? {
+        let on_disk = self.on_disk(&mut registry)?;
+        if on_disk.removed.contains(&id) {
             return Err(StorageError::ElectionRemoved { id });
         }
-        if registry.groups.contains_key(&id) || self.holds_election_keys(id)? {
+        if on_disk.live.contains(&id) || registry.groups.contains_key(&id) {
             return Err(StorageError::invalid(format!(
                 "cannot {what} named election {id}: it is already founded in this store"
             )));
@@ -523,13 +591,13 @@ impl RocksStore {
         // crash is made again from the catalog at start.
         self.write_batch(batch, false)?;
         registry.version = ELECTIONS_VERSION;
+        if let Some(ids) = registry.on_disk.as_mut() {
+            ids.live.insert(id);
+        }
         let group = Arc::new(Group {
             id,
             keys,
-            state: RwLock::new(GroupState {
-                log,
-                removed: false,
-            }),
+            state: RwLock::new(GroupState::new(log)),
         });
         registry.groups.insert(id, Arc::clone(&group));
         Ok(self.handle(group))
@@ -571,6 +639,15 @@ impl raft::Storage for RocksStore {
             return Ok(out);
         }
         let mut limit = SizeLimit::new(max_size.into());
+        if let Some(tail) = state.tail_range(low, high) {
+            for entry in tail {
+                if !limit.admit(entry) {
+                    break;
+                }
+                out.push(entry.clone());
+            }
+            return Ok(out);
+        }
         let mut opts = ReadOptions::default();
         opts.set_iterate_upper_bound(keys.log(high));
         let mut iter = self.shared.db.raw_iterator_opt(opts);
@@ -665,7 +742,7 @@ impl RaftStore for RocksStore {
             .add_plan(&mut batch, &plan)
             .map_err(|e| self.named(e))?;
         self.write_batch(batch, plan.sync)?;
-        state.log.apply_write(plan);
+        state.apply_write(plan);
         Ok(())
     }
 
@@ -692,6 +769,7 @@ impl RaftStore for RocksStore {
         batch.put(&keys.snapshot_data, &snapshot.data);
         write_synced(&self.shared.path, &self.shared.db, batch)?;
         state.log.apply_compact(snapshot.take_metadata());
+        state.compacted(index);
         Ok(())
     }
 
@@ -729,7 +807,8 @@ impl RaftStore for RocksStore {
         if let Some(group) = registry.groups.get(&id) {
             return Ok(Some(self.handle(Arc::clone(group))));
         }
-        if self.has_tombstone(id)? || !self.holds_election_keys(id)? {
+        let on_disk = self.on_disk(&mut registry)?;
+        if on_disk.removed.contains(&id) || !on_disk.live.contains(&id) {
             return Ok(None);
         }
         let keys = Keys::election(id);
@@ -738,10 +817,7 @@ impl RaftStore for RocksStore {
         let group = Arc::new(Group {
             id,
             keys,
-            state: RwLock::new(GroupState {
-                log,
-                removed: false,
-            }),
+            state: RwLock::new(GroupState::new(log)),
         });
         registry.groups.insert(id, Arc::clone(&group));
         Ok(Some(self.handle(group)))
@@ -824,9 +900,14 @@ impl RaftStore for RocksStore {
         batch.put(tombstone_key(id), b"");
         self.write_batch(batch, true)?;
         registry.version = ELECTIONS_VERSION;
+        if let Some(ids) = registry.on_disk.as_mut() {
+            ids.live.remove(&id);
+            ids.removed.insert(id);
+        }
         if let Some(state) = state.as_mut() {
             state.removed = true;
             state.log = LogState::new(ConfState::default());
+            state.tail.clear();
         }
         drop(state);
         registry.groups.remove(&id);
@@ -893,7 +974,7 @@ impl RaftStore for RocksStore {
             first.write_batch(batch, sync)?;
         }
         for (state, plan) in states.iter_mut().zip(plans) {
-            state.log.apply_write(plan);
+            state.apply_write(plan);
         }
         Ok(())
     }
