@@ -22,6 +22,9 @@ use super::Inbound;
 /// [`Node::start_with`]: crate::Node::start_with
 #[derive(Debug)]
 pub struct Inbox {
+    /// The urgent lane ([`Inbound::is_urgent`]), served first, if the transport keeps
+    /// one.
+    urgent: Option<mpsc::Receiver<Inbound>>,
     rx: mpsc::Receiver<Inbound>,
 }
 
@@ -44,21 +47,44 @@ impl Inbox {
     /// An inbox that holds up to `capacity` items (at least 1), and its sender.
     pub fn channel(capacity: usize) -> (InboxSender, Inbox) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
-        (InboxSender { tx }, Inbox { rx })
+        (InboxSender { tx }, Inbox { urgent: None, rx })
     }
 
     /// The inbox of a channel a transport of this crate feeds itself.
     pub(crate) fn from_receiver(rx: mpsc::Receiver<Inbound>) -> Inbox {
-        Inbox { rx }
+        Inbox { urgent: None, rx }
     }
 
-    /// Waits for the next item; `None` once every sender is gone.
+    /// The inbox of two channels a transport of this crate feeds itself: `urgent`'s
+    /// items ([`Inbound::is_urgent`]) are taken before `rx`'s.
+    pub(crate) fn with_urgent(
+        urgent: mpsc::Receiver<Inbound>,
+        rx: mpsc::Receiver<Inbound>,
+    ) -> Inbox {
+        Inbox {
+            urgent: Some(urgent),
+            rx,
+        }
+    }
+
+    /// Waits for the next item, the urgent lane's first; `None` once every sender is
+    /// gone.
     pub async fn recv(&mut self) -> Option<Inbound> {
-        self.rx.recv().await
+        let Some(urgent) = self.urgent.as_mut() else {
+            return self.rx.recv().await;
+        };
+        tokio::select! {
+            biased;
+            Some(item) = urgent.recv() => Some(item),
+            item = self.rx.recv() => item,
+        }
     }
 
-    /// The next item if one is there.
+    /// The next item if one is there, the urgent lane's first.
     pub fn try_recv(&mut self) -> Option<Inbound> {
+        if let Some(item) = self.urgent.as_mut().and_then(|u| u.try_recv().ok()) {
+            return Some(item);
+        }
         self.rx.try_recv().ok()
     }
 }

@@ -90,6 +90,18 @@ impl Inbound {
             election => Inbound::Election { election, message },
         }
     }
+
+    /// Whether the item travels the urgent lane: the root election's messages, the
+    /// support stream's, and what the transport says of its peers. A node serves these
+    /// before named elections' messages, and a backlog of those never crowds them out:
+    /// the stream renews every quiet lease, so its acks must not wait behind a burst of
+    /// campaigns.
+    pub(crate) fn is_urgent(&self) -> bool {
+        match self {
+            Inbound::Election { election, .. } => *election == SUPPORT_STREAM,
+            Inbound::Message(_) | Inbound::Unreachable(_) | Inbound::Hello { .. } => true,
+        }
+    }
 }
 
 /// The sending half of a transport, as the driver uses it.

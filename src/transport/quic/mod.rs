@@ -376,6 +376,7 @@ impl QuicTransport {
             .logger
             .new(o!("node" => cfg.id, "addr" => local_addr.to_string()));
         let (inbound, inbound_rx) = mpsc::channel(cfg.inbound_depth);
+        let (urgent, urgent_rx) = mpsc::channel(cfg.inbound_depth);
         let (guard, done) = mpsc::channel(1);
         let shared = Arc::new(Shared {
             id: cfg.id,
@@ -396,6 +397,7 @@ impl QuicTransport {
             stats: TransportStats::default(),
             faults: Faults::default(),
             inbound,
+            urgent,
             driver_queue: Mutex::new(DriverQueue::default()),
             budget: Budget::new(cfg.inbound_budget),
             refusal_log: LogLimit::new(log_limit::WINDOW),
@@ -426,7 +428,7 @@ impl QuicTransport {
         }
         Ok((
             QuicTransport { shared, local_addr },
-            Inbox::from_receiver(inbound_rx),
+            Inbox::with_urgent(urgent_rx, inbound_rx),
         ))
     }
 

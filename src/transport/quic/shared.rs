@@ -45,8 +45,12 @@ pub(super) struct Shared {
     pub(super) settings: Settings,
     pub(super) stats: TransportStats,
     pub(super) faults: Faults,
+    /// The channel to the driver of named elections' messages.
     pub(super) inbound: mpsc::Sender<Inbound>,
-    /// The permits of the messages in `inbound`, oldest first (see [`DriverQueue`]).
+    /// The urgent lane to the driver ([`Inbound::is_urgent`]: the root's and the support
+    /// stream's messages, hellos, unreachable peers), which the driver reads first.
+    pub(super) urgent: mpsc::Sender<Inbound>,
+    /// The permits of the messages in each channel, oldest first (see [`DriverQueue`]).
     pub(super) driver_queue: Mutex<DriverQueue>,
     /// The inbound byte budget (see [`QuicConfig::inbound_budget`]).
     pub(super) budget: Arc<Budget>,
@@ -134,6 +138,8 @@ pub(super) struct Peer {
 #[derive(Debug, Default)]
 pub(super) struct DriverQueue {
     permits: VecDeque<Option<Permit>>,
+    /// The urgent channel's.
+    urgent: VecDeque<Option<Permit>>,
 }
 
 impl Shared {
@@ -251,11 +257,15 @@ impl Shared {
     }
 
     fn reclaim_locked(&self, q: &mut DriverQueue) {
-        // Items still in the channel (never fewer than there are: the channel frees a
+        // Items still in each channel (never fewer than there are: a channel frees a
         // slot only after the driver has taken its item).
-        let queued = self.inbound.max_capacity() - self.inbound.capacity();
-        while q.permits.len() > queued {
+        let queued = |tx: &mpsc::Sender<Inbound>| tx.max_capacity() - tx.capacity();
+        let (bulk, urgent) = (queued(&self.inbound), queued(&self.urgent));
+        while q.permits.len() > bulk {
             q.permits.pop_front();
+        }
+        while q.urgent.len() > urgent {
+            q.urgent.pop_front();
         }
     }
 
@@ -271,9 +281,15 @@ impl Shared {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.reclaim_locked(&mut q);
-        match self.inbound.try_send(item) {
+        let urgent = item.is_urgent();
+        let tx = if urgent { &self.urgent } else { &self.inbound };
+        match tx.try_send(item) {
             Ok(()) => {
-                q.permits.push_back(permit);
+                if urgent {
+                    q.urgent.push_back(permit);
+                } else {
+                    q.permits.push_back(permit);
+                }
                 Ok(())
             }
             Err(TrySendError::Full(_)) => Err(TrySendError::Full(())),
