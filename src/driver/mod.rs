@@ -160,6 +160,8 @@ pub(crate) struct Driver<S: RaftStore> {
     /// The founding nonces the hellos quote, per first member not yet heard as a member
     /// since this start (a member has a store: the quote can no longer help it).
     quotes: BTreeMap<NodeId, u128>,
+    /// When the last slow turn was reported (at most one warning per second).
+    slow_turns: Option<std::time::Instant>,
 }
 
 enum StopKind {
@@ -167,6 +169,72 @@ enum StopKind {
     Killed(oneshot::Sender<()>),
     Failed(StopCause),
     Dropped,
+}
+
+/// A turn longer than this is reported (a warning naming where its time went): the
+/// peers hear nothing from this node while it lasts, so a lease's length of them lapses
+/// every lease this node supports.
+const SLOW_TURN: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Where one driver turn's time went, on the machine's clock (not the node's: a report,
+/// never a decision). Laps: the event that woke the turn, the messages drained after it,
+/// the tick, the Ready pass (its synced write included), the after-Ready pass.
+#[derive(Default)]
+struct TurnClock {
+    start: Option<std::time::Instant>,
+    laps: [std::time::Duration; 5],
+    last: Option<std::time::Instant>,
+}
+
+impl TurnClock {
+    /// A turn woken at `start`.
+    fn from(start: Option<std::time::Instant>) -> Self {
+        TurnClock {
+            start,
+            ..TurnClock::default()
+        }
+    }
+
+    fn lap(&mut self, i: usize) {
+        let now = std::time::Instant::now();
+        let since = self.last.or(self.start).unwrap_or(now);
+        self.laps[i] = now.saturating_duration_since(since);
+        self.last = Some(now);
+    }
+
+    /// Warns if the turn (from the end of its event's wait) was slow, at most once a
+    /// second.
+    fn report(&self, log: &slog::Logger, last: &mut Option<std::time::Instant>) {
+        let total: std::time::Duration = self.laps.iter().sum();
+        if total < SLOW_TURN {
+            return;
+        }
+        let now = std::time::Instant::now();
+        if last
+            .is_some_and(|t| now.saturating_duration_since(t) < std::time::Duration::from_secs(1))
+        {
+            return;
+        }
+        *last = Some(now);
+        let ms = |d: std::time::Duration| d.as_millis() as u64;
+        slog::warn!(log, "slow driver turn: peers heard nothing from this node meanwhile";
+            "total_ms" => ms(total), "event_ms" => ms(self.laps[0]),
+            "drain_ms" => ms(self.laps[1]), "tick_ms" => ms(self.laps[2]),
+            "ready_ms" => ms(self.laps[3]), "after_ready_ms" => ms(self.laps[4]));
+    }
+}
+
+/// When the future that woke a turn resolved (the machine's clock).
+#[derive(Default)]
+struct Woke(std::sync::OnceLock<std::time::Instant>);
+
+impl Woke {
+    /// `fut`, noting when it resolves.
+    async fn stamp<F: std::future::Future>(&self, fut: F) -> F::Output {
+        let out = fut.await;
+        let _ = self.0.set(std::time::Instant::now());
+        out
+    }
 }
 
 /// The most inbound items one turn takes before it writes, sends and ticks.
@@ -247,6 +315,7 @@ impl<S: RaftStore> Driver<S> {
             stop: None,
             hello: None,
             quotes: parts.quotes,
+            slow_turns: None,
         }
     }
 
@@ -282,9 +351,10 @@ impl<S: RaftStore> Driver<S> {
             let deadline = self.lease_deadline(named_deadline);
             let clock = self.env.clock.clone();
             let mut took_inbound = false;
+            let woke = Woke::default();
             tokio::select! {
                 biased;
-                cmd = self.commands.recv(), if !self.commands_closed => match cmd {
+                cmd = woke.stamp(self.commands.recv()), if !self.commands_closed => match cmd {
                     Some(cmd) => {
                         self.guarded(|| "handling a command".into(), |d| {
                             d.on_command(cmd);
@@ -299,7 +369,7 @@ impl<S: RaftStore> Driver<S> {
                     // Every Node handle is gone; Lease handles may still confirm.
                     None => self.commands_closed = true,
                 },
-                req = self.confirms.recv() => match req {
+                req = woke.stamp(self.confirms.recv()) => match req {
                     Some(req) => {
                         self.on_confirm(req);
                         for _ in 0..COMMANDS_PER_TURN {
@@ -317,11 +387,11 @@ impl<S: RaftStore> Driver<S> {
                         }
                     }
                 },
-                _ = sleep_until_opt(&clock, deadline) => {
+                _ = woke.stamp(sleep_until_opt(&clock, deadline)) => {
                     self.expire_lease(self.env.clock.stamp());
                     self.expire_named_leases(self.env.clock.stamp());
                 }
-                inbound = self.inbound.recv() => {
+                inbound = woke.stamp(self.inbound.recv()) => {
                     took_inbound = true;
                     match inbound {
                         Some(item) => {
@@ -336,8 +406,10 @@ impl<S: RaftStore> Driver<S> {
                         }
                     }
                 }
-                _ = ticker.tick() => self.on_tick(),
+                _ = woke.stamp(ticker.tick()) => self.on_tick(),
             }
+            let mut turn = TurnClock::from(woke.0.get().copied());
+            turn.lap(0);
             // A flood of commands or confirms (an application asking 10,000 elections'
             // histories at once) must not starve the peers' messages: the support acks
             // that renew every quiet lease are among them. A turn that served something
@@ -345,6 +417,7 @@ impl<S: RaftStore> Driver<S> {
             if !took_inbound && self.stop.is_none() {
                 self.drain_inbound();
             }
+            turn.lap(1);
             // A flood of commands or messages must not starve the ticks (raft-rs's clock,
             // the leases' renewals and the support stream run on them), nor ticks the
             // messages: a turn that did not tick ticks too if one is due.
@@ -352,9 +425,11 @@ impl<S: RaftStore> Driver<S> {
                 ticker.tick().await;
                 self.on_tick();
             }
+            turn.lap(2);
             if self.stop.is_none() {
                 self.handle_ready();
             }
+            turn.lap(3);
             if self.stop.is_none() {
                 let now = self.env.clock.stamp();
                 self.guarded(
@@ -363,6 +438,8 @@ impl<S: RaftStore> Driver<S> {
                 );
                 self.update_hello();
             }
+            turn.lap(4);
+            turn.report(&self.env.logger, &mut self.slow_turns);
             if let Some(stop) = self.stop.take() {
                 return self.finish(stop);
             }
