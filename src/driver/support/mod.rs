@@ -46,6 +46,17 @@ use wire::{Decoded, Op};
 /// within about two ticks more than their own deadlines.
 const SILENT_WAKES_PER_TICK: usize = 256;
 
+/// Elections woken because their leader went silent wake only while fewer than this
+/// are awake on the node (its hot set), and otherwise [`SILENT_WAKES_TRICKLE`] a tick.
+/// An awake election costs ticks, heartbeats and renewal rounds; the two thousand
+/// elections of a killed worker all awake at once on four followers made every driver
+/// turn take 200 ms on two cores, longer than a lease, and every other lease of the
+/// group lapsed with them (section 12, "A killed leader of thousands").
+const SILENT_WAKE_WHILE_AWAKE_BELOW: usize = 300;
+
+/// Silent-leader wakes per tick however many are awake, so failover never stops.
+const SILENT_WAKES_TRICKLE: usize = 1;
+
 /// The support stream's state on this node.
 pub(super) struct Support {
     /// This driver's incarnation: peers tell a restart by it.
@@ -731,9 +742,15 @@ impl<S: RaftStore> Driver<S> {
                 }
             }
         }
-        if due.len() > SILENT_WAKES_PER_TICK {
-            due.sort_unstable();
-            due.truncate(SILENT_WAKES_PER_TICK);
+        let awake = self.env.hot.borrow().len();
+        let room = SILENT_WAKE_WHILE_AWAKE_BELOW
+            .saturating_sub(awake)
+            .clamp(SILENT_WAKES_TRICKLE, SILENT_WAKES_PER_TICK);
+        if due.len() > room {
+            // By id, not by how overdue: every follower then wakes the same elections
+            // first, so each has voters awake together.
+            due.sort_unstable_by_key(|(_, peer, id)| (*id, *peer));
+            due.truncate(room);
         }
         for (_, peer, id) in due {
             self.drop_followed(id, peer, Wake::LeaderSilent);
