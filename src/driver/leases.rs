@@ -26,6 +26,35 @@ impl<S: RaftStore> Group<S> {
             && self.raw.raft.prs().conf().voters().contains(env.id)
     }
 
+    /// A `Safe` confirm of a quiet leader's election, if this is one: the support
+    /// stream's next requests (sent at the end of this turn) answer it, and raft-rs has
+    /// nothing to do, so the election is not made busy. A busy election costs the whole
+    /// after-Ready pass each turn: 2,000 callers confirming back to back on each of five
+    /// workers made every turn take 200 ms, longer than a lease, and the group lost every
+    /// lease. Gives the request back if it is not such a confirm.
+    pub(super) fn confirm_on_stream(
+        &mut self,
+        env: &Env,
+        req: ConfirmRequest,
+    ) -> Result<(), ConfirmRequest> {
+        let now = env.clock.stamp();
+        let eligible = self.quiet == super::group::Quiet::Leading
+            && env.read_mode == ReadMode::Safe
+            && self.raw.raft.term == req.term
+            && self.raw.raft.lead_transferee.is_none()
+            && self.transfer.is_none()
+            && self
+                .lease
+                .as_ref()
+                .is_some_and(|l| l.token.term() == req.term && l.is_valid_at(now));
+        if !eligible {
+            return Err(req);
+        }
+        self.keeper.queue_confirm(req.reply);
+        self.keeper.start_stream_round(now, req.term);
+        Ok(())
+    }
+
     /// A `Lease` asks to confirm: answered locally inside a valid lease in `LeaseBased`
     /// mode, otherwise by the next round.
     pub(super) fn on_confirm(&mut self, env: &Env, req: ConfirmRequest) {
@@ -260,6 +289,16 @@ impl<S: RaftStore> Driver<S> {
                 return;
             }
         }
+        let req = match self.named.groups.get_mut(&election) {
+            Some(ng) if !ng.retiring => match ng.g.confirm_on_stream(&self.env, req) {
+                Ok(()) => {
+                    self.support.urgent = true;
+                    return;
+                }
+                Err(req) => req,
+            },
+            _ => req,
+        };
         match self.group_mut(election) {
             Some((g, env)) => g.on_confirm(env, req),
             None => {
