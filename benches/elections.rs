@@ -367,7 +367,27 @@ fn measure(o: &Options, n: usize) -> Row {
         row.msgs_per_s.push((sent(&group, *id) - sent0) / dt);
     }
     row.disk.1 = data(&group);
-    // `Safe` confirms, one busy caller per election on its leader, for CONFIRM_LOAD.
+    let mut progress = Progress::new(1);
+    for t in 0..o.trials {
+        progress.update(t, o.trials, "kill the busiest worker");
+        // Sample the spread for a second before the kill.
+        for _ in 0..20 {
+            let c = counts(&group.state(), &ids);
+            let (min, max) = (c.values().min().copied(), c.values().max().copied());
+            row.spread.push((min.unwrap_or(0), max.unwrap_or(0)));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        match kill_trial(&mut group, &ids, n, settle) {
+            Ok(trial) => row.trials.push(trial),
+            Err(e) => {
+                row.failures.push(format!("trial {t}: {e}"));
+                break;
+            }
+        }
+    }
+    progress.finish();
+    // `Safe` confirms, one busy caller per election on its leader, for CONFIRM_LOAD:
+    // last, as it can saturate the machine (at 10,000 elections on two cores, it did).
     eprintln!("elections: Safe confirms, one caller per name, for {CONFIRM_LOAD:?}");
     let from = group.cursor();
     let _ = std::fs::write(&load_file, b"");
@@ -393,25 +413,6 @@ fn measure(o: &Options, n: usize) -> Row {
             .failures
             .push("the confirm load's statistics did not come from every worker".into()),
     }
-    let mut progress = Progress::new(1);
-    for t in 0..o.trials {
-        progress.update(t, o.trials, "kill the busiest worker");
-        // Sample the spread for a second before the kill.
-        for _ in 0..20 {
-            let c = counts(&group.state(), &ids);
-            let (min, max) = (c.values().min().copied(), c.values().max().copied());
-            row.spread.push((min.unwrap_or(0), max.unwrap_or(0)));
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        match kill_trial(&mut group, &ids, n, settle) {
-            Ok(trial) => row.trials.push(trial),
-            Err(e) => {
-                row.failures.push(format!("trial {t}: {e}"));
-                break;
-            }
-        }
-    }
-    progress.finish();
     // Store writes of the workers' Ready passes (one synced write each, for every
     // election with something to persist in that pass) and the elections they carried.
     for id in &ids {

@@ -403,7 +403,13 @@ async fn run(o: Options) -> i32 {
         template = template.ledger(l);
     }
     if o.elections > 0 {
-        template = template.elections(o.elections);
+        // Each led election confirms its lease every 100 ms, or once per 1 ms × the
+        // number of elections when that is longer: a confirm is an event this process
+        // reads, and 10,000 elections at 100 ms would be 100,000 a second.
+        let every = o.elections.max(100);
+        template = template
+            .elections(o.elections)
+            .args(["--named-confirm-ms".to_string(), every.to_string()]);
     }
     let events_file = match &o.events {
         Some(p) => match std::fs::OpenOptions::new()

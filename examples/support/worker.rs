@@ -148,6 +148,11 @@ pub(crate) struct WorkerCli {
     #[arg(long, value_name = "N", default_value_t = 100)]
     confirm_ms: u64,
 
+    /// Confirm each named election's lease every N ms while leading (default: as
+    /// --confirm-ms; with thousands of elections each confirm is an event on stdout)
+    #[arg(long, value_name = "N")]
+    named_confirm_ms: Option<u64>,
+
     /// Benchmark: on the first lease, time N confirms one by one, then N from 64 tasks;
     /// print confirm_stats
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -323,6 +328,9 @@ impl WorkerCli {
                 ReadModeArg::Lease => ReadMode::LeaseBased,
             },
             confirm_every: Duration::from_millis(self.confirm_ms.max(1)),
+            named_confirm_every: Duration::from_millis(
+                self.named_confirm_ms.unwrap_or(self.confirm_ms).max(1),
+            ),
             bench_confirms: self.bench_confirms,
             confirm_load: self
                 .confirm_load_file
@@ -364,6 +372,8 @@ pub(crate) struct WorkerArgs {
     pub timing: Timing,
     pub read_mode: ReadMode,
     pub confirm_every: Duration,
+    /// How often a named election's lease is confirmed while leading.
+    pub named_confirm_every: Duration,
     pub bench_confirms: usize,
     /// The confirm load's trigger file and length.
     pub confirm_load: Option<(PathBuf, Duration)>,
@@ -652,6 +662,7 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
     });
     let mut named_lease_tasks = Vec::new();
     let load = ConfirmLoad::spawn(id, args.confirm_load.clone());
+    let confirm_every = args.named_confirm_every;
     for i in 0..args.elections {
         let election = node.election(&shard_name(i));
         let load = load.clone();
