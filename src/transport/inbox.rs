@@ -70,22 +70,18 @@ impl Inbox {
     /// Waits for the next item, the urgent lane's first; `None` once every sender is
     /// gone.
     pub async fn recv(&mut self) -> Option<Inbound> {
-        let Some(urgent) = self.urgent.as_mut() else {
-            return self.rx.recv().await;
-        };
-        tokio::select! {
-            biased;
-            Some(item) = urgent.recv() => Some(item),
-            item = self.rx.recv() => item,
+        match self.urgent.as_mut() {
+            Some(urgent) => recv_urgent_first(urgent, &mut self.rx).await,
+            None => self.rx.recv().await,
         }
     }
 
     /// The next item if one is there, the urgent lane's first.
     pub fn try_recv(&mut self) -> Option<Inbound> {
-        if let Some(item) = self.urgent.as_mut().and_then(|u| u.try_recv().ok()) {
-            return Some(item);
+        match self.urgent.as_mut() {
+            Some(urgent) => try_recv_urgent_first(urgent, &mut self.rx),
+            None => self.rx.try_recv().ok(),
         }
-        self.rx.try_recv().ok()
     }
 }
 
@@ -107,4 +103,24 @@ impl InboxSender {
     pub fn is_closed(&self) -> bool {
         self.tx.is_closed()
     }
+}
+
+/// The next item of two channels, `urgent`'s first; `None` once both are closed.
+pub(crate) async fn recv_urgent_first<T>(
+    urgent: &mut mpsc::Receiver<T>,
+    bulk: &mut mpsc::Receiver<T>,
+) -> Option<T> {
+    tokio::select! {
+        biased;
+        Some(item) = urgent.recv() => Some(item),
+        item = bulk.recv() => item,
+    }
+}
+
+/// An item that waits in either channel now, `urgent`'s first.
+pub(crate) fn try_recv_urgent_first<T>(
+    urgent: &mut mpsc::Receiver<T>,
+    bulk: &mut mpsc::Receiver<T>,
+) -> Option<T> {
+    urgent.try_recv().or_else(|_| bulk.try_recv()).ok()
 }

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::tls::{node_id_from_cert, TlsError, TlsReload};
 use crate::transport::hello::Hello;
+use crate::transport::inbox::{recv_urgent_first, try_recv_urgent_first};
 use crate::transport::log_limit::LogLimit;
 use crate::transport::{Faults, Inbound, NodeId, PeerAddr, Resolve, TransportStats};
 
@@ -96,19 +97,12 @@ pub(super) struct Lanes {
 impl Lanes {
     /// The next message, urgent first; `None` once both lanes are closed.
     pub(super) async fn recv(&mut self) -> Option<Queued> {
-        tokio::select! {
-            biased;
-            Some(m) = self.urgent.recv() => Some(m),
-            m = self.bulk.recv() => m,
-        }
+        recv_urgent_first(&mut self.urgent, &mut self.bulk).await
     }
 
     /// A message that waits now, urgent first.
     pub(super) fn try_recv(&mut self) -> Option<Queued> {
-        self.urgent
-            .try_recv()
-            .or_else(|_| self.bulk.try_recv())
-            .ok()
+        try_recv_urgent_first(&mut self.urgent, &mut self.bulk)
     }
 }
 
