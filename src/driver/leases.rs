@@ -203,8 +203,9 @@ impl<S: RaftStore> Group<S> {
     /// The support stream shows a quorum of this election's voters supporting this
     /// leader in `term` from `sigma` on (section 12): the lease extends as a round sent
     /// at `sigma` would, under the same conditions (it leads as a voter in `term`, may
-    /// hold a lease in it, is not changing the configuration, and holds a lease already:
-    /// a term's first lease comes from its first entry's commit).
+    /// hold a lease in it, is not changing the configuration, and holds a lease of
+    /// `term` already or is quiet: a term's first lease comes from its first entry's
+    /// commit, which a quiet leader's has).
     pub(super) fn credit_support(&mut self, env: &Env, sigma: Stamp, term: u64, retiring: bool) {
         if retiring
             || !self.leads_as_voter(env)
@@ -216,14 +217,25 @@ impl<S: RaftStore> Group<S> {
         {
             return;
         }
-        let Some(lease) = &self.lease else {
-            return;
-        };
-        if lease.token.term() != term {
-            return;
+        match &self.lease {
+            Some(lease) if lease.token.term() == term => {
+                let until = self.keeper.supported(sigma, term);
+                lease.extend(until);
+            }
+            Some(_) => {}
+            None if self.quiet == super::group::Quiet::Leading => {
+                // A quiet leader whose lease lapsed (a stall of this node or of its
+                // supporters) and that still leads in `term`: the support is as good as a
+                // round's, so the lease comes back on this turn's after-Ready pass
+                // (`grant_and_renew`), without waking the election (section 12, "A
+                // lapse is not a wake-up").
+                let until = self.keeper.supported(sigma, term);
+                if env.clock.stamp().before(until) {
+                    self.touch(env);
+                }
+            }
+            None => {}
         }
-        let until = self.keeper.supported(sigma, term);
-        lease.extend(until);
     }
 
     /// A handle of the current lease, while it is valid.

@@ -158,6 +158,7 @@ pub struct Metrics {
     support_requests: Counter,
     support_acks: Counter,
     support_malformed: Counter,
+    prevotes_ignored_quiet: Counter,
     /// When this node's certificate expires (Unix seconds; `i64::MIN` while unknown).
     cert_not_after: Arc<AtomicI64>,
 }
@@ -202,6 +203,7 @@ impl Metrics {
             support_requests: Counter::default(),
             support_acks: Counter::default(),
             support_malformed: Counter::default(),
+            prevotes_ignored_quiet: Counter::default(),
             cert_not_after: Arc::new(AtomicI64::new(i64::MIN)),
         })
     }
@@ -245,6 +247,11 @@ impl Metrics {
     /// A support message that did not decode was dropped.
     pub(crate) fn support_malformed(&self) {
         self.support_malformed.inc();
+    }
+
+    /// A pre-vote of a quiet election was dropped unanswered (its leader is live).
+    pub(crate) fn prevote_ignored_quiet(&self) {
+        self.prevotes_ignored_quiet.inc();
     }
 
     /// Named elections quiet on this node now.
@@ -400,6 +407,11 @@ impl Metrics {
                 "support_messages_malformed",
                 "Support messages from peers that did not decode, dropped.",
                 &self.support_malformed,
+            ),
+            (
+                "prevotes_ignored_quiet",
+                "Pre-votes of quiet named elections dropped unanswered: the leader's stream is live (raft-rs ignores them in its lease too).",
+                &self.prevotes_ignored_quiet,
             ),
             (
                 "named_election_messages_unknown",

@@ -605,6 +605,10 @@ impl<S: RaftStore> Driver<S> {
     /// A message of a named election from a peer: judged against that election's group,
     /// then stepped. An id this node does not run is counted and dropped.
     pub(super) fn on_election_message(&mut self, election: ElectionId, m: raft::eraftpb::Message) {
+        if self.quiet_ignores(election, &m) {
+            self.env.metrics.prevote_ignored_quiet();
+            return;
+        }
         self.wake_for_message(election, &m);
         let Some(ng) = self.named.groups.get_mut(&election) else {
             let removed = self.named.removed.contains(&election)
@@ -703,7 +707,12 @@ impl<S: RaftStore> Driver<S> {
             };
             if ng.g.expire_lease(&self.env, now) {
                 changed |= ng.g.publish_named(&self.env);
-                if ng.g.quiet != Quiet::Awake {
+                if ng.g.quiet == Quiet::Leading && ng.g.leads_as_voter(&self.env) {
+                    // Quiet still: the stream's next quorum brings the lease back, or
+                    // the election wakes after a grace (section 12, "A lapse is not a
+                    // wake-up").
+                    self.support.lapsed.entry(id).or_insert(now.mono);
+                } else if ng.g.quiet != Quiet::Awake {
                     lapsed.push(id);
                 }
             } else if let Some(l) = &ng.g.lease {

@@ -101,7 +101,9 @@ impl<S: RaftStore> Driver<S> {
             g.lease_follows_role(env);
             g.progress_transfer(env, now);
             again |= g.end_failed_handover(env, shutting_down);
-            g.expire_lease(env, at);
+            if g.expire_lease(env, at) && g.quiet == Quiet::Leading && g.leads_as_voter(env) {
+                self.support.lapsed.entry(id).or_insert(now);
+            }
             if (drained || shutting_down)
                 && !retiring
                 && g.raw.raft.state == StateRole::Leader
@@ -154,8 +156,12 @@ impl<S: RaftStore> Driver<S> {
                 again = true;
                 g.touch(env);
             }
+            let in_grace = g.quiet == Quiet::Leading
+                && g.leads_as_voter(env)
+                && self.support.lapsed.contains_key(&id);
             if matches!(g.quiet, Quiet::Offered | Quiet::Leading)
                 && (g.lease.is_none() || !g.leads_as_voter(env))
+                && !in_grace
             {
                 // A quiet leader whose lease ended here (revoked, expired, handed over)
                 // wakes: raft-rs's check-quorum must run again (the expiry pass wakes

@@ -57,6 +57,8 @@ pub(crate) struct AckOutcome {
     /// Elections the peer refused or stopped holding (it was holding them, or refused
     /// an offer this ack answered).
     pub(crate) unheld: Vec<ElectionId>,
+    /// Of `unheld`, the offers this ack refused (the rest were held, and dropped).
+    pub(crate) refused: Vec<ElectionId>,
     /// The peer is a new incarnation: everything it held is gone (offer again).
     pub(crate) restarted: bool,
 }
@@ -177,6 +179,7 @@ impl Outgoing {
             if let Op::Add { term, .. } = op {
                 if unheld.contains(&id) {
                     out.unheld.push(id);
+                    out.refused.push(id);
                 } else {
                     self.held.insert(id, term);
                     out.newly_held.push(id);
@@ -190,6 +193,7 @@ impl Outgoing {
         }
         out.unheld.sort_unstable();
         out.unheld.dedup();
+        out.refused.sort_unstable();
         self.last_ack = Some((sent, now));
         out.credited = Some(sent);
         out
@@ -384,6 +388,7 @@ mod tests {
         let ack = follow(&mut b, &req, t0, false).unwrap();
         let out = a.on_ack(&ack, t0);
         assert_eq!(out.unheld, vec![7]);
+        assert_eq!(out.refused, vec![7]);
         assert!(!a.holds(7));
     }
 
@@ -405,6 +410,7 @@ mod tests {
         let k3 = follow(&mut b, &r3, t0, true).unwrap();
         let out = a.on_ack(&k3, t0);
         assert_eq!(out.unheld, vec![7], "the drop is repeated in the later ack");
+        assert!(out.refused.is_empty(), "held, then dropped: not a refusal");
         assert!(!a.holds(7));
         // Once the leader's requests say it processed that ack, the report ends.
         let r4 = a.request(stamp(t0, 150));

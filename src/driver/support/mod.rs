@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 
 use raft::eraftpb::{Message, MessageType};
 use raft::StateRole;
-use slog::debug;
+use slog::{debug, info};
 use tokio::time::Instant;
 
 use super::group::Quiet;
@@ -57,6 +57,13 @@ const SILENT_WAKE_WHILE_AWAKE_BELOW: usize = 300;
 /// Silent-leader wakes per tick however many are awake, so failover never stops.
 const SILENT_WAKES_TRICKLE: usize = 1;
 
+/// A quiet election whose lease lapsed stays quiet this many election timeouts, in
+/// which the stream's next quorum leases it again; then it wakes, and raft-rs's
+/// check-quorum steps it down if no quorum answers (a leader that hears no acks while
+/// its followers still hear it). Only that case waits longer for a new leader; a dead
+/// or silent leader's followers wake on their own (`check_silence`).
+const LAPSE_GRACE_TIMEOUTS: u32 = 4;
+
 /// The support stream's state on this node.
 pub(super) struct Support {
     /// This driver's incarnation: peers tell a restart by it.
@@ -79,6 +86,13 @@ pub(super) struct Support {
     slots: Slots,
     /// Reused by `credit_held`: the elections whose `σ` moved with one ack.
     due: Vec<(ElectionId, u64, Stamp)>,
+    /// Quiet elections led here whose lease lapsed, with when: they stay quiet for a
+    /// grace ([`LAPSE_GRACE_TIMEOUTS`]), in which the stream may bring the lease back.
+    pub(super) lapsed: BTreeMap<ElectionId, Instant>,
+    /// Quiet elections led here that a peer refused while the other holders are a
+    /// quorum: they wake (to replicate to that peer) a few at a time, as the silent
+    /// leader's elections do on followers ([`SILENT_WAKE_WHILE_AWAKE_BELOW`]).
+    catch_up: std::collections::BTreeSet<ElectionId>,
 }
 
 /// A support class, as one ack sees it: the peers among the election's voters and the
@@ -99,8 +113,27 @@ impl Support {
             classes: Vec::new(),
             slots: Slots::default(),
             due: Vec::new(),
+            lapsed: BTreeMap::new(),
+            catch_up: std::collections::BTreeSet::new(),
         }
     }
+}
+
+/// Why an offer was refused (counted per request, for the log).
+#[derive(Debug, Clone, Copy)]
+enum Refused {
+    /// A drop or refusal of it is still being reported.
+    Reported = 0,
+    /// This node does not run it (yet).
+    NotRunning = 1,
+    /// Retiring here, or not a voter.
+    NotVoting = 2,
+    /// The replica is in another term.
+    Term = 3,
+    /// The replica is not a follower of the leader (nor a leaderless follower).
+    Role = 4,
+    /// The replica's log or commit differs.
+    Log = 5,
 }
 
 /// Why a quiet election wakes (for the log).
@@ -110,6 +143,7 @@ pub(super) enum Wake {
     Activity,
     LeaseLapsed,
     Unheld,
+    Refused,
     Withdrawn,
     LeaderSilent,
     LeaderRestarted,
@@ -152,6 +186,7 @@ impl<S: RaftStore> Driver<S> {
             return;
         };
         let mut woken = Vec::new();
+        let mut refused = [0usize; 6];
         if let Some(Asked::Restarted {
             dropped,
             frozen_until,
@@ -176,20 +211,50 @@ impl<S: RaftStore> Driver<S> {
                     last,
                     commit,
                 } => {
-                    let ok = inc.may_accept(id)
-                        && self.named.groups.get(&id).is_some_and(|ng| {
-                            let r = &ng.g.raw.raft;
-                            !ng.retiring
-                                && r.state == StateRole::Follower
-                                && r.term == term
-                                && r.leader_id == from
-                                && r.promotable()
-                                && r.raft_log.last_index() == last
-                                && r.raft_log.committed == commit
-                        });
-                    if ok {
+                    // A replica that knows no leader in `term` (this node restarted, or
+                    // its pre-vote campaign found none) learns it from the offer: only
+                    // the leader of `term` offers an election in `term`.
+                    let why = if !inc.may_accept(id) {
+                        Some(Refused::Reported)
+                    } else {
+                        match self.named.groups.get(&id) {
+                            None => Some(Refused::NotRunning),
+                            Some(ng) => {
+                                let r = &ng.g.raw.raft;
+                                let follows = match r.state {
+                                    StateRole::Follower => {
+                                        r.leader_id == from || r.leader_id == raft::INVALID_ID
+                                    }
+                                    StateRole::PreCandidate => r.leader_id == raft::INVALID_ID,
+                                    _ => false,
+                                };
+                                if ng.retiring || !r.promotable() {
+                                    Some(Refused::NotVoting)
+                                } else if r.term != term {
+                                    Some(Refused::Term)
+                                } else if !follows {
+                                    Some(Refused::Role)
+                                } else if r.raft_log.last_index() != last
+                                    || r.raft_log.committed != commit
+                                {
+                                    Some(Refused::Log)
+                                } else {
+                                    None
+                                }
+                            }
+                        }
+                    };
+                    if let Some(why) = why {
+                        refused[why as usize] += 1;
+                    }
+                    if why.is_none() {
                         inc.accept(id, term);
                         if let Some(ng) = self.named.groups.get_mut(&id) {
+                            let r = &mut ng.g.raw.raft;
+                            if r.leader_id != from || r.state != StateRole::Follower {
+                                r.become_follower(term, from);
+                                ng.g.touch(&self.env);
+                            }
                             ng.g.quiet = Quiet::Following(from);
                         }
                     } else {
@@ -199,6 +264,12 @@ impl<S: RaftStore> Driver<S> {
             }
         }
         let ack = inc.ack(self.support.incarnation, now);
+        if refused.iter().any(|n| *n > 0) {
+            debug!(self.env.logger, "support offers refused"; "leader" => from,
+                   "already_reported" => refused[0], "not_running" => refused[1],
+                   "not_voting" => refused[2], "other_term" => refused[3],
+                   "other_role_or_leader" => refused[4], "other_log" => refused[5]);
+        }
         for (id, promised, why) in woken {
             self.wake_follower(id, promised, why);
         }
@@ -225,13 +296,86 @@ impl<S: RaftStore> Driver<S> {
                 self.support.slots.set_holder(*id, place, false);
             }
         }
-        for id in &o.unheld {
-            self.wake_leader(*id, Wake::Unheld);
+        let (refused, dropped): (Vec<ElectionId>, Vec<ElectionId>) = o
+            .unheld
+            .into_iter()
+            .partition(|id| o.refused.binary_search(id).is_ok());
+        let mut wake = Vec::new();
+        for id in refused {
+            if self.still_supported(id).is_some() {
+                self.support.catch_up.insert(id);
+            } else {
+                wake.push(id);
+            }
+        }
+        wake.extend(self.offer_again(from, dropped, o.restarted));
+        for id in wake {
+            self.wake_leader(id, Wake::Unheld);
         }
         self.credit_held(from);
         for id in o.newly_held {
             self.settle_offer(id);
         }
+    }
+
+    /// The peer `from` stopped holding these elections (it woke them, or it came back
+    /// as a new incarnation that holds nothing): each quiet one whose other holders are
+    /// still a quorum stays quiet here (its lease runs on their support) and is offered
+    /// to the peer once more; the rest are returned, to wake. An offer the peer refuses
+    /// wakes the election (`on_support_ack`), so an election is offered again once per
+    /// drop, never round after round.
+    ///
+    /// Waking them all instead woke every election a restarted or healed peer held, at
+    /// once: with thousands per leader every driver turn took longer than a lease, and
+    /// every lease of the group lapsed (section 12, "A returning follower of
+    /// thousands").
+    fn offer_again(
+        &mut self,
+        from: NodeId,
+        dropped: Vec<ElectionId>,
+        restarted: bool,
+    ) -> Vec<ElectionId> {
+        if dropped.is_empty() {
+            return dropped;
+        }
+        let mut wake = Vec::new();
+        let mut offered = 0usize;
+        for id in dropped {
+            let again = self.still_supported(id);
+            match (again, self.support.out.get_mut(&from)) {
+                (Some((term, last, commit)), Some(o)) => {
+                    o.offer(id, term, last, commit);
+                    offered += 1;
+                }
+                _ => wake.push(id),
+            }
+        }
+        if restarted {
+            info!(self.env.logger, "peer restarted: its quiet elections offered to it again";
+                  "peer" => from, "offered" => offered, "woken" => wake.len());
+        } else {
+            debug!(self.env.logger, "peer dropped quiet elections: offered to it again";
+                   "peer" => from, "offered" => offered, "woken" => wake.len());
+        }
+        wake
+    }
+
+    /// Whether election `id` is quiet here and its holders (by the acks so far) are
+    /// still a quorum with this node, and its log is all committed: then its term, last
+    /// index and commit (what an offer of it carries).
+    fn still_supported(&self, id: ElectionId) -> Option<(u64, u64, u64)> {
+        let ng = self.named.groups.get(&id)?;
+        let r = &ng.g.raw.raft;
+        let quiet = matches!(ng.g.quiet, Quiet::Offered | Quiet::Leading);
+        let slot = self.support.slots.get(id)?;
+        let supported = slot.member && (slot.holders.count_ones() as usize) + 1 > slot.count / 2;
+        (quiet
+            && supported
+            && !ng.retiring
+            && r.state == StateRole::Leader
+            && r.term == slot.term
+            && r.raft_log.last_index() == r.raft_log.committed)
+            .then(|| (r.term, r.raft_log.last_index(), r.raft_log.committed))
     }
 
     /// After an ack from `from`: extends the lease of every election led here whose `σ`
@@ -433,6 +577,7 @@ impl<S: RaftStore> Driver<S> {
     /// Election `id`, led here, is not quiet any more: it ticks and renews by rounds
     /// again, and the stream withdraws it from every peer.
     pub(super) fn wake_leader(&mut self, id: ElectionId, why: Wake) {
+        self.support.lapsed.remove(&id);
         let now = self.env.clock.now();
         let Some(ng) = self.named.groups.get_mut(&id) else {
             return;
@@ -490,6 +635,45 @@ impl<S: RaftStore> Driver<S> {
             ng.g.quiet = Quiet::Awake;
             ng.g.awake_since = now;
             ng.g.touch(&self.env);
+        }
+    }
+
+    /// Whether a message of election `id` is a pre-vote that a quiet election drops
+    /// unanswered, without waking: at a follower that holds it for a leader whose stream
+    /// spoke within an election timeout, one from anyone else; at a leader holding its
+    /// lease, any. raft-rs's check-quorum ignores such pre-votes in its lease too; not
+    /// answering one votes for nobody. A quiet leader in its lapse grace (below) ignores
+    /// them too: a stall that lapsed its lease also made followers campaign, and their
+    /// pre-votes would wake what the grace keeps quiet. A replica that campaigns because it lost track of
+    /// the leader (a restart, a partition) learns it from the leader's next offer, and
+    /// one left behind from the leader's heartbeats once that offer is refused. Waking
+    /// instead let a restarted node's thousands of campaigns wake every election of the
+    /// group (section 12, "A returning follower of thousands").
+    pub(super) fn quiet_ignores(&self, id: ElectionId, m: &Message) -> bool {
+        if m.get_msg_type() != MessageType::MsgRequestPreVote {
+            return false;
+        }
+        let Some(ng) = self.named.groups.get(&id) else {
+            return false;
+        };
+        match ng.g.quiet {
+            Quiet::Following(leader) => {
+                // Held, and the leader's stream spoke within an election timeout (a held
+                // election of a silent leader may wait its turn to wake: see
+                // `check_silence`; its pre-votes must be answered meanwhile).
+                let now = self.env.clock.now();
+                let live = self
+                    .support
+                    .inc
+                    .get(&leader)
+                    .and_then(Incoming::last_at)
+                    .is_some_and(|r| {
+                        now.saturating_duration_since(r) < self.env.timing.election_timeout()
+                    });
+                m.from != leader && live
+            }
+            Quiet::Leading => ng.g.lease.is_some() || self.support.lapsed.contains_key(&id),
+            Quiet::Awake | Quiet::Offered => false,
         }
     }
 
@@ -554,6 +738,8 @@ impl<S: RaftStore> Driver<S> {
         }
         let now = at.mono;
         self.check_silence(now);
+        self.check_lapsed(now);
+        self.wake_for_catch_up();
         let due = self.support.last_round.is_none_or(|t| {
             now.saturating_duration_since(t) >= self.env.timing.heartbeat_interval()
         });
@@ -757,6 +943,63 @@ impl<S: RaftStore> Driver<S> {
         }
     }
 
+    /// Quiet elections a peer refused wake to replicate to it, while few are awake here
+    /// (the rest on the next ticks; one a tick however many are awake).
+    fn wake_for_catch_up(&mut self) {
+        if self.support.catch_up.is_empty() {
+            return;
+        }
+        let awake = self.env.hot.borrow().len();
+        let room = SILENT_WAKE_WHILE_AWAKE_BELOW
+            .saturating_sub(awake)
+            .clamp(SILENT_WAKES_TRICKLE, SILENT_WAKES_PER_TICK);
+        for _ in 0..room {
+            let Some(id) = self.support.catch_up.pop_first() else {
+                break;
+            };
+            self.wake_leader(id, Wake::Refused);
+        }
+    }
+
+    /// Quiet elections led here whose lease lapsed: those leased again, or not quiet
+    /// leaders any more, leave the list; those whose grace ([`LAPSE_GRACE_TIMEOUTS`]
+    /// election timeouts) ran out wake, so raft-rs's check-quorum runs again.
+    ///
+    /// A stall of this node or of a quorum of its supporters longer than the slack of a
+    /// lease (about 120 ms with the default timing) lapses every lease it renews at once.
+    /// Waking them all made the next turns long enough to lapse the rest, on every node:
+    /// so a lapse alone does not wake a quiet election; the stream's next quorum leases
+    /// it again (section 12, "A lapse is not a wake-up").
+    fn check_lapsed(&mut self, now: Instant) {
+        if self.support.lapsed.is_empty() {
+            return;
+        }
+        let grace = self.env.timing.election_timeout() * LAPSE_GRACE_TIMEOUTS;
+        let me = &self.env;
+        let groups = &self.named.groups;
+        let mut wake = Vec::new();
+        self.support.lapsed.retain(|id, at| {
+            let Some(ng) = groups.get(id) else {
+                return false;
+            };
+            let g = &ng.g;
+            if g.quiet != Quiet::Leading || !g.leads_as_voter(me) || g.lease.is_some() {
+                if g.lease.is_none() && matches!(g.quiet, Quiet::Leading | Quiet::Offered) {
+                    wake.push(*id);
+                }
+                return false;
+            }
+            if now.saturating_duration_since(*at) >= grace {
+                wake.push(*id);
+                return false;
+            }
+            true
+        });
+        for id in wake {
+            self.wake_leader(id, Wake::LeaseLapsed);
+        }
+    }
+
     /// After a Ready of a quiet election: a leader that sent something of its own wakes,
     /// and so does a follower whose replica no longer follows the leader it holds it for.
     pub(super) fn wake_active(&mut self, quiet: Vec<ElectionId>) {
@@ -787,6 +1030,8 @@ impl<S: RaftStore> Driver<S> {
 
     /// Election `id` closes here: the stream forgets it.
     pub(super) fn support_forget(&mut self, id: ElectionId) {
+        self.support.lapsed.remove(&id);
+        self.support.catch_up.remove(&id);
         self.wake_leader(id, Wake::Closing);
         let leaders: Vec<NodeId> = self.support.inc.keys().copied().collect();
         for l in leaders {

@@ -102,7 +102,6 @@ impl Slots {
         }
     }
 
-    #[cfg(any(test, debug_assertions))]
     pub(super) fn get(&self, id: ElectionId) -> Option<&Slot> {
         self.at.get(&id).map(|&i| &self.slots[i])
     }
