@@ -476,7 +476,13 @@ fn kill_trial(group: &mut Group, ids: &[u64], n: usize, settle: Duration) -> Res
     group.spawn(victim);
     let back = Instant::now();
     if group.wait(settle, |s| even(s, ids, n)).is_none() {
-        return Err(format!("no even spread after worker {victim} returned"));
+        let s = group.state();
+        let held = holders(&s).len();
+        let c = counts(&s, ids);
+        return Err(format!(
+            "no even spread after worker {victim} returned, within {settle:?}: {held} of {n} \
+             held, per worker {c:?}"
+        ));
     }
     Ok(Trial {
         victim,
