@@ -717,3 +717,14 @@ fn a_name_whose_new_incarnation_repeats_old_tokens_fails_rule_i() {
     assert!(f.broke(Rule::Incarnations), "{f}");
     assert!(f.to_string().contains("ids must rise"), "{f}");
 }
+
+#[test]
+fn a_named_event_that_names_no_incarnation_is_not_one_for_rule_i() {
+    // A history read of "a" before it recorded anything carries no term, token or record:
+    // its id is unknown (0). Later than the real incarnation, it is not a new one.
+    let (mut ev, w, o) = healthy_named();
+    ev.push(named(Event::new(2, 250 * MS, Kind::History), "a", 0));
+    if let Err(f) = check(&ev, &w, &o) {
+        assert!(!f.broke(Rule::Incarnations), "{f}");
+    }
+}

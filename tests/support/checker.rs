@@ -1222,6 +1222,13 @@ fn cross_elections(
         let Some(name) = e.election.as_deref() else {
             continue;
         };
+        if e.election_id == 0 {
+            // An event of a named election that says nothing of its id (a history read
+            // before the election recorded anything: no term, token or record) belongs to
+            // no known incarnation; as "id 0" it looked like an incarnation created after
+            // the real one (local_group --elections 10000 polls every history).
+            continue;
+        }
         let inc = names
             .entry(name)
             .or_default()
