@@ -333,6 +333,20 @@ impl LocalClock {
         self.controlled.is_none() && self.rate == 1.0
     }
 
+    /// Wall-clock time now, in milliseconds since the Unix epoch (informational, as in
+    /// the leadership history). A clock with faults (the simulation's) has no wall clock
+    /// of its own: it counts from 2026-01-01 by its local time, so that a run replays.
+    pub(crate) fn unix_ms(&self) -> u64 {
+        if self.controlled.is_some() {
+            const SIM_EPOCH_MS: u64 = 1_767_225_600_000;
+            let since = self.now().saturating_duration_since(self.origin);
+            return SIM_EPOCH_MS + since.as_millis() as u64;
+        }
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    }
+
     /// Local time now (the monotonic clock).
     pub fn now(&self) -> Instant {
         self.to_local(Instant::now())

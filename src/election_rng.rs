@@ -1,4 +1,4 @@
-//! Seeded election timeouts, for simulations that must replay a run exactly.
+//! Seeded election timeouts and draws, for simulations that must replay a run exactly.
 //!
 //! raft-rs draws a node's randomized election timeout from `rand::thread_rng()`, seeded
 //! by the OS, in `Raft::reset`: whenever the node becomes follower, candidate or leader
@@ -12,6 +12,33 @@
 use raft::{Raft, StateRole, Storage};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+
+/// What a node draws at random besides its election timeouts (each purpose its own
+/// stream, so that adding a draw of one kind leaves the others as they were).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Draw {
+    /// The support stream's incarnation (`driver::support`).
+    SupportIncarnation = 1,
+    /// The first proposal nonce of the named elections' driver.
+    ProposalNonce = 2,
+    /// The founding hello's incarnation nonce.
+    FoundingNonce = 3,
+}
+
+/// A draw for `purpose`: from the OS-seeded thread RNG, or, with the `testing` hook's
+/// seed (`TestHooks::election_seed`, one per node incarnation in the simulation), from
+/// an RNG seeded with it and the purpose, so that a simulation replays it.
+pub(crate) fn draw<T>(seed: Option<u64>, purpose: Draw) -> T
+where
+    rand::distributions::Standard: rand::distributions::Distribution<T>,
+{
+    match seed {
+        Some(seed) => {
+            StdRng::seed_from_u64(seed ^ (purpose as u64).wrapping_mul(0xd1b5_4a32_d192_ed03)).gen()
+        }
+        None => rand::random(),
+    }
+}
 
 /// A seeded source of election timeouts for one node.
 pub(crate) struct ElectionTimeouts {
@@ -38,11 +65,16 @@ impl ElectionTimeouts {
     /// If raft-rs has reset since the last call (or this is the first), sets a seeded
     /// timeout in place of its draw.
     pub(crate) fn redraw<S: Storage>(&mut self, raft: &mut Raft<S>) {
-        let now = (raft.term, raft.state);
-        if self.seen == Some(now) {
+        if self.seen == Some((raft.term, raft.state)) {
             return;
         }
-        self.seen = Some(now);
+        self.redraw_now(raft);
+    }
+
+    /// Sets a seeded timeout in place of raft-rs's draw now: after a reset the caller
+    /// made, which may have left (term, role) as they were.
+    pub(crate) fn redraw_now<S: Storage>(&mut self, raft: &mut Raft<S>) {
+        self.seen = Some((raft.term, raft.state));
         if self.max <= self.min + 1 {
             // One possible draw (a fixed timeout, or the boundary tests' minimum).
             raft.set_randomized_election_timeout(self.min);

@@ -207,8 +207,15 @@ pub(crate) async fn wait_to_found(
     commands: &mut mpsc::Receiver<Command>,
     leadership: &watch::Sender<Leadership>,
     logger: &Logger,
+    seed: Option<u64>,
 ) -> Result<Founded, NotFounded> {
-    let nonce = incarnation_nonce();
+    let nonce = match seed {
+        // The simulation's node incarnations draw from their seeds, so that it replays.
+        Some(_) => {
+            crate::election_rng::draw::<u128>(seed, crate::election_rng::Draw::FoundingNonce).max(1)
+        }
+        None => incarnation_nonce(),
+    };
     transport.set_hello(Hello {
         group: Some(group),
         standing: Standing::Founding,

@@ -58,11 +58,13 @@ pub(crate) struct History {
 }
 
 impl History {
-    /// The entry a new leader proposes.
-    pub(crate) fn entry(term: u64, leader: NodeId, started_by: TenureStart) -> Vec<u8> {
-        let began_unix_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+    /// The entry a new leader proposes (`began_unix_ms`: its wall clock now).
+    pub(crate) fn entry(
+        term: u64,
+        leader: NodeId,
+        started_by: TenureStart,
+        began_unix_ms: u64,
+    ) -> Vec<u8> {
         let rec = TenureRecord {
             term,
             leader,
@@ -120,11 +122,11 @@ mod tests {
     #[test]
     fn records_chain_and_respect_retention() {
         let mut h = History::default();
-        assert!(h.apply(&History::entry(2, 1, TenureStart::Election), 3));
-        assert!(h.apply(&History::entry(3, 2, TenureStart::Handover), 3));
-        assert!(h.apply(&History::entry(3, 2, TenureStart::Handover), 3)); // replay
-        assert!(h.apply(&History::entry(5, 3, TenureStart::Election), 3));
-        assert!(h.apply(&History::entry(6, 1, TenureStart::Election), 3));
+        assert!(h.apply(&History::entry(2, 1, TenureStart::Election, 0), 3));
+        assert!(h.apply(&History::entry(3, 2, TenureStart::Handover, 0), 3));
+        assert!(h.apply(&History::entry(3, 2, TenureStart::Handover, 0), 3)); // replay
+        assert!(h.apply(&History::entry(5, 3, TenureStart::Election, 0), 3));
+        assert!(h.apply(&History::entry(6, 1, TenureStart::Election, 0), 3));
         let r = h.records();
         assert_eq!(r.iter().map(|r| r.term).collect::<Vec<_>>(), vec![3, 5, 6]);
         assert_eq!(r[0].ended, Some(TenureEnd::Lost));

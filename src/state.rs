@@ -315,7 +315,7 @@ mod tests {
         let group = GroupId::random();
         let mut s = GroupState::bootstrap(group, addrs.clone());
         assert_eq!(
-            s.apply(&History::entry(2, 1, TenureStart::Election), 10),
+            s.apply(&History::entry(2, 1, TenureStart::Election, 0), 10),
             Applied::Tenure
         );
         assert_eq!(

@@ -184,6 +184,16 @@ impl<S: RaftStore> Group<S> {
     }
 
     /// Something happened to this election: the driver looks at it in the next turn.
+    /// raft-rs's `become_follower`, with a seeded election timeout in place of the one
+    /// it drew: the driver's own calls may leave (term, role) as they were (a follower
+    /// told its leader), which [`ElectionTimeouts::redraw`] could not tell from no draw.
+    pub(super) fn become_follower(&mut self, term: u64, leader: u64) {
+        self.raw.raft.become_follower(term, leader);
+        if let Some(t) = &mut self.election_timeouts {
+            t.redraw_now(&mut self.raw.raft);
+        }
+    }
+
     pub(super) fn touch(&mut self, env: &Env) {
         self.touched = true;
         if self.election != 0 {

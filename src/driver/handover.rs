@@ -276,7 +276,7 @@ impl<S: RaftStore> Group<S> {
         warn!(env.logger,
             "leadership transfer failed; stepping down into the next term (a leader that asked for a handover holds no lease in that term again)";
             "term" => term, "next_term" => term + 1, "election" => self.name.as_deref());
-        self.raw.raft.become_follower(term + 1, raft::INVALID_ID);
+        self.become_follower(term + 1, raft::INVALID_ID);
         true
     }
 }

@@ -129,7 +129,7 @@ impl<S: RaftStore> Driver<S> {
                 self.revoke(LostReason::SteppedDown);
             }
         }
-        self.root.raw.raft.become_follower(term, raft::INVALID_ID);
+        self.root.become_follower(term, raft::INVALID_ID);
     }
 
     /// Tells nodes that left the group so (see `farewells`), then forgets them.

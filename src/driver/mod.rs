@@ -290,7 +290,7 @@ impl<S: RaftStore> Driver<S> {
             root,
             named: named::Named::new(parts.named),
             spread: spread::Spread::default(),
-            support: support::Support::new(false),
+            support: support::Support::new(false, parts.election_seed),
             quiet_until: if mutation::active("no-restart-quiet") {
                 now
             } else {

@@ -157,7 +157,7 @@ impl<S: RaftStore> Group<S> {
             } else {
                 TenureStart::Election
             };
-            let data = History::entry(term, env.id, started_by);
+            let data = History::entry(term, env.id, started_by, env.clock.unix_ms());
             self.touch(env);
             match self.raw.propose(vec![], data) {
                 Ok(()) => self.recorded_term = term,

@@ -651,6 +651,7 @@ impl<S: RaftStore> Setup<S> {
             &mut self.commands,
             &self.leadership,
             &self.logger,
+            self.config.hooks.election_seed,
         )
         .await;
         let founded = match waited {

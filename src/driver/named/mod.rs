@@ -29,7 +29,7 @@ use super::group::{Env, Group, LeaseWaiter, Quiet};
 use super::{Driver, PendingTransfer};
 use crate::clock::Stamp;
 use crate::election::{term_floor, ElectionError, ElectionId, ElectionOptions, Removed};
-use crate::election_rng::ElectionTimeouts;
+use crate::election_rng::{Draw, ElectionTimeouts};
 use crate::error::{LostReason, NodeStopped, StopCause, TransferError};
 use crate::history::History;
 use crate::lease::Lease;
@@ -112,10 +112,10 @@ pub(super) struct Named<S: RaftStore> {
     pub(super) pending: Vec<PendingCatalog>,
     /// Removals this node proposed, waiting for the election's retirement to commit:
     /// by id, the caller, its answer, and until when.
-    pub(super) removing: HashMap<ElectionId, (RemoveReply, Removed, Instant)>,
+    pub(super) removing: BTreeMap<ElectionId, (RemoveReply, Removed, Instant)>,
     pub(super) next_nonce: u64,
     /// Lease requests for names this node does not run (yet).
-    waiting: HashMap<Arc<str>, Vec<LeaseWaiter>>,
+    waiting: BTreeMap<Arc<str>, Vec<LeaseWaiter>>,
     raft_config: raft::Config,
     raft_logger: Logger,
     election_seed: Option<u64>,
@@ -155,11 +155,12 @@ impl<S: RaftStore> Named<S> {
             swept_at: None,
             removed: BTreeSet::new(),
             pending: Vec::new(),
-            removing: HashMap::new(),
+            removing: BTreeMap::new(),
             // Random, so a restarted proposer's requests never match an entry of its
             // previous run still in the log.
-            next_nonce: rand::random::<u64>() >> 1,
-            waiting: HashMap::new(),
+            next_nonce: crate::election_rng::draw::<u64>(parts.election_seed, Draw::ProposalNonce)
+                >> 1,
+            waiting: BTreeMap::new(),
             raft_config: parts.raft_config,
             raft_logger: parts.raft_logger,
             election_seed: parts.election_seed,
@@ -271,7 +272,7 @@ impl<S: RaftStore> NamedGroup<S> {
                                       "election" => self.g.name.as_deref(), "index" => e.index);
                                 self.g.revoke(env, LostReason::SteppedDown);
                                 let term = self.g.raw.raft.term;
-                                self.g.raw.raft.become_follower(term, raft::INVALID_ID);
+                                self.g.become_follower(term, raft::INVALID_ID);
                                 self.g.touch(env);
                             }
                         }
@@ -821,12 +822,15 @@ impl<S: RaftStore> Driver<S> {
             ng.g.end_for_users(&self.env, reason, &name);
             ng.g.publish_stopped();
         }
-        for w in self.named.waiting.drain().flat_map(|(_, w)| w) {
+        for w in std::mem::take(&mut self.named.waiting)
+            .into_values()
+            .flatten()
+        {
             let _ = w.send(Err(ElectionError::Stopped(NodeStopped::shutdown(
                 "node stopped",
             ))));
         }
-        for (_, (r, _, _)) in self.named.removing.drain() {
+        for (r, _, _) in std::mem::take(&mut self.named.removing).into_values() {
             let _ = r.send(Err(ElectionError::Stopped(NodeStopped::shutdown(
                 "node stopped",
             ))));

@@ -33,6 +33,7 @@ use super::group::Quiet;
 use super::Driver;
 use crate::clock::Stamp;
 use crate::election::ElectionId;
+use crate::election_rng::Draw;
 use crate::storage::RaftStore;
 use crate::transport::NodeId;
 use book::{Asked, Incoming, Outgoing};
@@ -78,9 +79,11 @@ pub(super) struct Support {
 type ClassKey = (u64, u64, bool, usize);
 
 impl Support {
-    pub(super) fn new(disabled: bool) -> Self {
+    /// A stream of a fresh incarnation: drawn at random, or from `seed` (the test hook,
+    /// so that a simulation replays).
+    pub(super) fn new(disabled: bool, seed: Option<u64>) -> Self {
         Support {
-            incarnation: rand::random::<u64>() | 1,
+            incarnation: crate::election_rng::draw::<u64>(seed, Draw::SupportIncarnation) | 1,
             out: BTreeMap::new(),
             inc: BTreeMap::new(),
             last_round: None,
@@ -213,9 +216,9 @@ impl<S: RaftStore> Driver<S> {
                     if why.is_none() {
                         inc.accept(id, term);
                         if let Some(ng) = self.named.groups.get_mut(&id) {
-                            let r = &mut ng.g.raw.raft;
+                            let r = &ng.g.raw.raft;
                             if r.leader_id != from || r.state != StateRole::Follower {
-                                r.become_follower(term, from);
+                                ng.g.become_follower(term, from);
                                 ng.g.touch(&self.env);
                             }
                             ng.g.quiet = Quiet::Following(from);

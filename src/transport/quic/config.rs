@@ -121,7 +121,8 @@ pub struct QuicConfig {
     /// Test hook: seed quinn's endpoint RNG (per-connection choices such as skipped
     /// packet numbers, key-update intervals and the greased transport parameter) and the
     /// connection ids from this, so that a simulation replays them. `None` (the default)
-    /// draws from the OS. The TLS handshake's randomness (rustls, ring) stays unseeded.
+    /// draws from the OS. It seeds the reconnect jitter too. The TLS handshake's randomness
+    /// (rustls, ring) stays unseeded.
     #[doc(hidden)]
     pub rng_seed: Option<u64>,
     /// The [hello](crate::transport::hello) this node says first on every connection it opens.
@@ -274,4 +275,6 @@ pub(super) struct Settings {
     pub(super) backoff_min: Duration,
     pub(super) backoff_max: Duration,
     pub(super) keep_while_disconnected: usize,
+    /// [`QuicConfig::rng_seed`]: seeds the reconnect jitter too.
+    pub(super) rng_seed: Option<u64>,
 }

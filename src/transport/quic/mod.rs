@@ -123,7 +123,7 @@ mod shared;
 mod socket;
 mod tls_state;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
@@ -393,6 +393,7 @@ impl QuicTransport {
                 backoff_min: cfg.backoff_min,
                 backoff_max: cfg.backoff_max,
                 keep_while_disconnected: cfg.keep_while_disconnected,
+                rng_seed: cfg.rng_seed,
             },
             stats: TransportStats::default(),
             faults: Faults::default(),
@@ -401,7 +402,7 @@ impl QuicTransport {
             driver_queue: Mutex::new(DriverQueue::default()),
             budget: Budget::new(cfg.inbound_budget),
             refusal_log: LogLimit::new(log_limit::WINDOW),
-            peers: RwLock::new(HashMap::new()),
+            peers: RwLock::new(BTreeMap::new()),
             resolver: cfg.resolver,
             hello: watch::Sender::new(cfg.hello),
             quotes: Mutex::new(BTreeMap::new()),

@@ -6,10 +6,11 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use quinn::{Connection, SendStream};
-use rand::Rng;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use slog::{debug, info, o, warn, Logger};
 use tokio::sync::mpsc;
 use tokio::sync::{watch, Notify};
@@ -59,6 +60,9 @@ pub(super) struct Outbound {
     seen: Arc<Notify>,
     /// Messages kept while disconnected (the most recent few).
     backlog: VecDeque<Queued>,
+    /// The reconnect jitter's draws: OS-seeded, or from [`QuicConfig::rng_seed`] and the
+    /// peer (a simulation that replays).
+    jitter: StdRng,
     log: Logger,
 }
 
@@ -85,6 +89,10 @@ impl Outbound {
         };
         let log = shared.log.new(o!("peer" => peer));
         let ipv4_only = shared.endpoint.local_addr().is_ok_and(|a| a.is_ipv4());
+        let jitter = match shared.settings.rng_seed {
+            Some(seed) => StdRng::seed_from_u64(seed ^ 0x0b0f_f5e7 ^ peer.rotate_left(32)),
+            None => StdRng::from_entropy(),
+        };
         let task = Outbound {
             shared,
             peer,
@@ -95,6 +103,7 @@ impl Outbound {
             cancel,
             seen,
             backlog: VecDeque::new(),
+            jitter,
             log,
         };
         (handle, task)
@@ -105,9 +114,9 @@ impl Outbound {
             return;
         }
         let mut attempt: u32 = 0;
-        let mut failing_since: Option<Instant> = None;
+        let mut failing_since: Option<tokio::time::Instant> = None;
         loop {
-            let started = Instant::now();
+            let started = tokio::time::Instant::now();
             let ended = match self.connect().await {
                 Ok((conn, stream)) => {
                     TransportStats::bump(&self.shared.stats.connects);
@@ -148,7 +157,7 @@ impl Outbound {
                 Ended::Stop => return,
             };
             if failing_since.is_none() {
-                failing_since = Some(Instant::now());
+                failing_since = Some(tokio::time::Instant::now());
                 info!(self.log, "peer unreachable"; "reason" => &reason);
             } else {
                 debug!(self.log, "peer still unreachable"; "reason" => &reason);
@@ -159,7 +168,7 @@ impl Outbound {
             if started.elapsed() >= self.shared.settings.backoff_max {
                 attempt = 0;
             }
-            let delay = backoff_delay(&self.shared.settings, attempt);
+            let delay = backoff_delay(&self.shared.settings, attempt, &mut self.jitter);
             attempt = attempt.saturating_add(1);
             if let Ended::Stop = self.wait(delay).await {
                 return;
@@ -473,13 +482,13 @@ impl Outbound {
 
 /// The delay before reconnect attempt `attempt` (0-based): `backoff_min * 2^attempt`
 /// capped at `backoff_max`, then drawn uniformly from its upper half.
-fn backoff_delay(s: &Settings, attempt: u32) -> Duration {
+fn backoff_delay(s: &Settings, attempt: u32, rng: &mut impl Rng) -> Duration {
     let base = s
         .backoff_min
         .saturating_mul(1u32 << attempt.min(20))
         .min(s.backoff_max);
     let half = base / 2;
-    let jitter = rand::thread_rng().gen_range(0..=half.as_micros() as u64);
+    let jitter = rng.gen_range(0..=half.as_micros() as u64);
     half + Duration::from_micros(jitter)
 }
 
@@ -500,11 +509,13 @@ mod tests {
             backoff_min: Duration::from_millis(20),
             backoff_max: Duration::from_secs(1),
             keep_while_disconnected: 1,
+            rng_seed: None,
         };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         for attempt in 0..40 {
             let base = (Duration::from_millis(20) * 2u32.pow(attempt.min(20))).min(s.backoff_max);
             for _ in 0..20 {
-                let d = backoff_delay(&s, attempt);
+                let d = backoff_delay(&s, attempt, &mut rng);
                 assert!(
                     d >= base / 2 && d <= base,
                     "attempt {attempt}: {d:?} vs {base:?}"

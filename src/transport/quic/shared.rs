@@ -1,7 +1,7 @@
 //! [`Shared`]: what the transport's tasks share (the endpoint, the peers, the counters,
 //! the channel to the driver with the budget its items hold), and what they do with it.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -57,7 +57,8 @@ pub(super) struct Shared {
     pub(super) budget: Arc<Budget>,
     /// Rate limit of the warnings about refused connections, per remote IP address.
     pub(super) refusal_log: LogLimit,
-    pub(super) peers: RwLock<HashMap<NodeId, Peer>>,
+    /// Ordered, so that dropping them all (on close) wakes their tasks in one order.
+    pub(super) peers: RwLock<BTreeMap<NodeId, Peer>>,
     /// Resolves peers' names, on every connect attempt ([`QuicConfig::resolver`]).
     ///
     /// [`QuicConfig::resolver`]: super::QuicConfig::resolver
@@ -137,7 +138,7 @@ pub(super) struct DriverQueue {
 }
 
 impl Shared {
-    pub(super) fn peers_read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<NodeId, Peer>> {
+    pub(super) fn peers_read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<NodeId, Peer>> {
         self.peers
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
