@@ -28,7 +28,7 @@
 //!
 //! | variable | meaning (default) |
 //! |---|---|
-//! | `TENURE_NETNS_SCHEDULES` | schedules to run (20) |
+//! | `TENURE_NETNS_SCHEDULES` | schedules to run (6; `.ci/run` runs 20) |
 //! | `TENURE_NETNS_SEED` | the first seed; schedule k uses seed + k (1) |
 //! | `TENURE_NETNS_LANES` | labs run side by side (2) |
 //! | `TENURE_NETNS_STOP_AT_FIRST` | stop at the first failing schedule (off) |
@@ -63,6 +63,9 @@ use tenure::clock::monotonic_ns;
 use tenure::fence::rusqlite::Connection;
 
 const N: u64 = 5;
+/// Schedules a plain `cargo test` runs (about 8 s each, two at a time, on two cores);
+/// `.ci/run` sets `TENURE_NETNS_SCHEDULES=20`.
+const DEFAULT_SCHEDULES: u64 = 6;
 /// After the final heal, a lease must be acquired or confirmed within this.
 const LIVENESS_BOUND: Duration = Duration::from_secs(10);
 /// After the final heal, every batch must be settled within this.
@@ -1673,7 +1676,7 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
     if skipped() {
         return;
     }
-    let count = env_u64("TENURE_NETNS_SCHEDULES", 20) as usize;
+    let count = env_u64("TENURE_NETNS_SCHEDULES", DEFAULT_SCHEDULES) as usize;
     let first = env_u64("TENURE_NETNS_SEED", 1);
     let lanes = (env_u64("TENURE_NETNS_LANES", 2).max(1) as usize).min(count.max(1));
     let stop_at_first = env_flag("TENURE_NETNS_STOP_AT_FIRST");

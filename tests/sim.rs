@@ -554,10 +554,10 @@ fn every_seeded_fault_schedule_keeps_safety_and_recovers() {
         // Past the harness's capture: `cargo test` shows it.
         let _ = writeln!(
             std::io::stderr().lock(),
-            "note: the simulation ran {DEFAULT_SEEDS} seeds here; .ci/run runs 500 with tenure \
-             optimized, the cross-process replay gate and the mutation checks (all: `bash .ci/run`; \
-             the seeds alone: `TENURE_SIM_SEEDS=500 cargo test --config \
-             'profile.dev.package.tenure.opt-level=2' --test sim`)"
+            "note: left to .ci/run (`bash .ci/run` runs it all): 500 simulation seeds (here \
+             {DEFAULT_SEEDS}; `TENURE_SIM_SEEDS=500 cargo test --test sim`), the replay gate across \
+             two processes, 20 netns schedules as root (here 6; `TENURE_NETNS_SCHEDULES=20`), \
+             the mutation checks and the benchmarks in quick mode"
         );
     }
     let start = env_u64("TENURE_SIM_SEED_START", 0);
