@@ -126,6 +126,38 @@ mod tests {
         seen
     }
 
+    /// The timeouts a follower has in force after being told its leader twenty times in
+    /// one term (raft-rs draws at each, and neither term nor role changes).
+    fn follower_told_its_leader(seed: u64) -> Vec<usize> {
+        let config = raft::Config {
+            id: 1,
+            election_tick: 10,
+            heartbeat_tick: 2,
+            min_election_tick: 10,
+            max_election_tick: 20,
+            ..Default::default()
+        };
+        let storage = MemStorage::new_with_conf_state((vec![1, 2, 3], vec![]));
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let mut raw = RawNode::new(&config, storage, &logger).expect("raft node");
+        let mut t = ElectionTimeouts::new(seed, 1, 10, 20);
+        t.redraw(&mut raw.raft);
+        (0..20)
+            .map(|k| {
+                raw.raft.become_follower(raw.raft.term, 2 + k % 2);
+                t.redraw_now(&mut raw.raft);
+                raw.raft.randomized_election_timeout()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_reset_that_keeps_term_and_role_is_redrawn_from_the_seed() {
+        // `redraw` alone would leave raft-rs's OS-seeded draws in force here: twenty of
+        // them agreeing between two nodes by chance is a 1-in-10^20 event.
+        assert_eq!(follower_told_its_leader(5), follower_told_its_leader(5));
+    }
+
     #[test]
     fn a_seed_fixes_every_timeout_raft_draws() {
         let a = timeouts_in_force(7);

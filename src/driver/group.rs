@@ -183,7 +183,6 @@ impl<S: RaftStore> Group<S> {
         }
     }
 
-    /// Something happened to this election: the driver looks at it in the next turn.
     /// raft-rs's `become_follower`, with a seeded election timeout in place of the one
     /// it drew: the driver's own calls may leave (term, role) as they were (a follower
     /// told its leader), which [`ElectionTimeouts::redraw`] could not tell from no draw.
@@ -194,6 +193,7 @@ impl<S: RaftStore> Group<S> {
         }
     }
 
+    /// Something happened to this election: the driver looks at it in the next turn.
     pub(super) fn touch(&mut self, env: &Env) {
         self.touched = true;
         if self.election != 0 {
