@@ -90,8 +90,8 @@ mod tests {
     use raft::storage::MemStorage;
     use raft::RawNode;
 
-    /// The timeouts node 1 of a group of three has in force through ten elections.
-    fn timeouts_in_force(seed: u64) -> Vec<usize> {
+    /// Node 1 of a group of three, election timeouts drawn from 10..20 ticks.
+    fn node_one_of_three() -> RawNode<MemStorage> {
         let config = raft::Config {
             id: 1,
             election_tick: 10,
@@ -102,7 +102,12 @@ mod tests {
         };
         let storage = MemStorage::new_with_conf_state((vec![1, 2, 3], vec![]));
         let logger = slog::Logger::root(slog::Discard, slog::o!());
-        let mut raw = RawNode::new(&config, storage, &logger).expect("raft node");
+        RawNode::new(&config, storage, &logger).expect("raft node")
+    }
+
+    /// The timeouts node 1 of a group of three has in force through ten elections.
+    fn timeouts_in_force(seed: u64) -> Vec<usize> {
+        let mut raw = node_one_of_three();
         let mut t = ElectionTimeouts::new(seed, 1, 10, 20);
         let mut seen = Vec::new();
         t.redraw(&mut raw.raft);
@@ -129,17 +134,7 @@ mod tests {
     /// The timeouts a follower has in force after being told its leader twenty times in
     /// one term (raft-rs draws at each, and neither term nor role changes).
     fn follower_told_its_leader(seed: u64) -> Vec<usize> {
-        let config = raft::Config {
-            id: 1,
-            election_tick: 10,
-            heartbeat_tick: 2,
-            min_election_tick: 10,
-            max_election_tick: 20,
-            ..Default::default()
-        };
-        let storage = MemStorage::new_with_conf_state((vec![1, 2, 3], vec![]));
-        let logger = slog::Logger::root(slog::Discard, slog::o!());
-        let mut raw = RawNode::new(&config, storage, &logger).expect("raft node");
+        let mut raw = node_one_of_three();
         let mut t = ElectionTimeouts::new(seed, 1, 10, 20);
         t.redraw(&mut raw.raft);
         (0..20)

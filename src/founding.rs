@@ -114,15 +114,11 @@ pub(crate) fn founded_with(
         .collect()
 }
 
-/// A fresh incarnation nonce: 128 bits from the thread's cryptographic RNG (seeded by
-/// the OS), never 0.
-pub(crate) fn incarnation_nonce() -> u128 {
-    loop {
-        let n = rand::random::<u128>();
-        if n != 0 {
-            return n;
-        }
-    }
+/// A fresh incarnation nonce, never 0: 128 bits from the thread's cryptographic RNG
+/// (seeded by the OS), or from `seed` (the simulation's node incarnations, so that it
+/// replays).
+pub(crate) fn incarnation_nonce(seed: Option<u64>) -> u128 {
+    crate::election_rng::draw::<u128>(seed, crate::election_rng::Draw::FoundingNonce).max(1)
 }
 
 /// What a node founds with: the replicated state of its founding snapshot, the root's
@@ -209,13 +205,7 @@ pub(crate) async fn wait_to_found(
     logger: &Logger,
     seed: Option<u64>,
 ) -> Result<Founded, NotFounded> {
-    let nonce = match seed {
-        // The simulation's node incarnations draw from their seeds, so that it replays.
-        Some(_) => {
-            crate::election_rng::draw::<u128>(seed, crate::election_rng::Draw::FoundingNonce).max(1)
-        }
-        None => incarnation_nonce(),
-    };
+    let nonce = incarnation_nonce(seed);
     transport.set_hello(Hello {
         group: Some(group),
         standing: Standing::Founding,
@@ -487,7 +477,7 @@ mod tests {
         heard.insert(4, founding(g)); // an older version: no nonce
         heard.insert(5, quoting(founding(GroupId::random()), 55));
         assert_eq!(founded_with(&heard, g), BTreeMap::from([(2, 22)]));
-        assert_ne!(incarnation_nonce(), incarnation_nonce());
+        assert_ne!(incarnation_nonce(None), incarnation_nonce(None));
     }
 
     #[test]

@@ -29,7 +29,7 @@ use super::group::{Env, Group, LeaseWaiter, Quiet};
 use super::{Driver, PendingTransfer};
 use crate::clock::Stamp;
 use crate::election::{term_floor, ElectionError, ElectionId, ElectionOptions, Removed};
-use crate::election_rng::{Draw, ElectionTimeouts};
+use crate::election_rng::{draw, Draw, ElectionTimeouts};
 use crate::error::{LostReason, NodeStopped, StopCause, TransferError};
 use crate::history::History;
 use crate::lease::Lease;
@@ -158,8 +158,7 @@ impl<S: RaftStore> Named<S> {
             removing: BTreeMap::new(),
             // Random, so a restarted proposer's requests never match an entry of its
             // previous run still in the log.
-            next_nonce: crate::election_rng::draw::<u64>(parts.election_seed, Draw::ProposalNonce)
-                >> 1,
+            next_nonce: draw::<u64>(parts.election_seed, Draw::ProposalNonce) >> 1,
             waiting: BTreeMap::new(),
             raft_config: parts.raft_config,
             raft_logger: parts.raft_logger,

@@ -33,7 +33,7 @@ use super::group::Quiet;
 use super::Driver;
 use crate::clock::Stamp;
 use crate::election::ElectionId;
-use crate::election_rng::Draw;
+use crate::election_rng::{draw, Draw};
 use crate::storage::RaftStore;
 use crate::transport::NodeId;
 use book::{Asked, Incoming, Outgoing};
@@ -83,7 +83,7 @@ impl Support {
     /// so that a simulation replays).
     pub(super) fn new(disabled: bool, seed: Option<u64>) -> Self {
         Support {
-            incarnation: crate::election_rng::draw::<u64>(seed, Draw::SupportIncarnation) | 1,
+            incarnation: draw::<u64>(seed, Draw::SupportIncarnation) | 1,
             out: BTreeMap::new(),
             inc: BTreeMap::new(),
             last_round: None,
