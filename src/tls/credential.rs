@@ -27,9 +27,29 @@ use super::refuse::{RefuseRemoved, RemovedIds};
 #[cfg(doc)]
 use super::{OperatorIdentity, TlsIdentity};
 
-/// The ring crypto provider, which is the only one tenure uses.
+thread_local! {
+    /// [`set_thread_crypto_provider`]'s provider, for configurations made on this thread.
+    static THREAD_PROVIDER: std::cell::RefCell<Option<Arc<CryptoProvider>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Test hook, not part of the API: TLS configurations made on this thread from now on use
+/// `provider` (`None`: ring's, as always). The simulation runs a whole group on one
+/// thread and gives it a provider whose randomness comes from the seed: the bytes of a
+/// handshake reach decisions (a stray Initial packet that another key opens to garbage
+/// is dropped or taken for a connection attempt by its bits), so a run replays only if
+/// they are the same.
+#[doc(hidden)]
+pub fn set_thread_crypto_provider(provider: Option<Arc<CryptoProvider>>) {
+    THREAD_PROVIDER.with(|p| *p.borrow_mut() = provider);
+}
+
+/// The ring crypto provider, which is the only one tenure uses (or the one
+/// [`set_thread_crypto_provider`] set).
 pub(super) fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    THREAD_PROVIDER
+        .with(|p| p.borrow().clone())
+        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()))
 }
 
 /// The ring crypto provider tenure uses (for the admin endpoint's TLS configurations).

@@ -59,6 +59,8 @@ pub use ca::{
     ClusterCa, NodeCertificate, OperatorCertificate, CA_VALIDITY_DAYS, MAX_NODE_VALIDITY_DAYS,
     NODE_VALIDITY_DAYS, OPERATOR_VALIDITY_DAYS,
 };
+#[doc(hidden)]
+pub use credential::set_thread_crypto_provider;
 pub(crate) use credential::{client_builder, ring_provider, Credential};
 pub use error::{Result, TlsError};
 pub use files::{

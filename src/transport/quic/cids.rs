@@ -2,6 +2,7 @@
 //! get a stateless reset.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::Rng;
@@ -41,4 +42,23 @@ impl quinn::ConnectionIdGenerator for RandomCids {
     fn cid_lifetime(&self) -> Option<Duration> {
         None
     }
+}
+
+/// Where a dial's first destination connection id comes from (the keys of its Initial
+/// packets derive from it).
+pub(super) type InitialDcids = Arc<dyn Fn() -> quinn::ConnectionId + Send + Sync>;
+
+/// First destination ids of 16 bytes drawn from `seed` (quinn draws them from the OS):
+/// with the rest of a handshake's randomness seeded, a run's packets are the same bytes
+/// each time.
+pub(super) fn initial_dcids(seed: u64) -> InitialDcids {
+    use rand::SeedableRng;
+    let rng = Mutex::new(rand::rngs::StdRng::seed_from_u64(seed ^ 0x1d_c1d5));
+    Arc::new(move || {
+        let bytes: [u8; 16] = rng
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .gen();
+        quinn::ConnectionId::new(&bytes)
+    })
 }

@@ -324,8 +324,12 @@ impl QuicTransport {
             .datagram_receive_buffer_size(None);
         let transport = Arc::new(transport);
 
-        let (tls, server_config) =
-            TlsState::new(cfg.identity.clone(), cfg.tls_files.clone(), transport)?;
+        let (tls, server_config) = TlsState::new(
+            cfg.identity.clone(),
+            cfg.tls_files.clone(),
+            transport,
+            cfg.rng_seed,
+        )?;
 
         let reset_key = ring::hmac::Key::new(
             ring::hmac::HMAC_SHA256,

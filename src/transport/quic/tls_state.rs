@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::sync::watch;
 
+use super::cids::{initial_dcids, InitialDcids};
 use crate::tls::{FileSnapshot, RemovedIds, TlsError, TlsFiles, TlsIdentity, TlsReload};
 
 /// The transport's credential and where it reloads from.
@@ -21,6 +22,10 @@ pub(super) struct TlsState {
     /// The ids the group removed, refused at the handshake by every server
     /// configuration this builds.
     pub(super) removed: RemovedIds,
+    /// The first destination ids of the dials, seeded ([`crate::transport::QuicConfig`]'s
+    /// `rng_seed`); `None`: quinn draws them from the OS. Kept across reloads, so that a
+    /// reload does not start the sequence again.
+    dcids: Option<InitialDcids>,
     /// What dials use: the current identity's client configuration.
     client: RwLock<quinn::ClientConfig>,
     /// The current identity; subscribers (the node's metrics, the admin endpoint) see
@@ -48,13 +53,16 @@ impl TlsState {
         identity: TlsIdentity,
         files: Option<TlsFiles>,
         transport: Arc<quinn::TransportConfig>,
+        rng_seed: Option<u64>,
     ) -> Result<(TlsState, quinn::ServerConfig), TlsError> {
         let removed = RemovedIds::default();
         let server = server_config(&identity, &transport, &removed)?;
-        let client = client_config(&identity, &transport)?;
+        let dcids = rng_seed.map(initial_dcids);
+        let client = client_config(&identity, &transport, dcids.as_ref())?;
         let state = TlsState {
             files,
             transport,
+            dcids,
             removed,
             client: RwLock::new(client),
             current: watch::Sender::new(identity),
@@ -131,7 +139,7 @@ impl TlsState {
             return Ok(TlsReload::Unchanged);
         }
         let server = server_config(&identity, &self.transport, &self.removed)?;
-        let client = client_config(&identity, &self.transport)?;
+        let client = client_config(&identity, &self.transport, self.dcids.as_ref())?;
         endpoint.set_server_config(Some(server));
         *self
             .client
@@ -165,12 +173,17 @@ fn server_config(
     Ok(config)
 }
 
-/// `identity`'s quinn client configuration with the transport's QUIC settings.
+/// `identity`'s quinn client configuration with the transport's QUIC settings (and
+/// the seeded first destination ids, if any).
 fn client_config(
     identity: &TlsIdentity,
     transport: &Arc<quinn::TransportConfig>,
+    dcids: Option<&InitialDcids>,
 ) -> Result<quinn::ClientConfig, TlsError> {
     let mut config = identity.client_config()?;
     config.transport_config(transport.clone());
+    if let Some(dcids) = dcids {
+        config.initial_dst_cid_provider(dcids.clone());
+    }
     Ok(config)
 }
