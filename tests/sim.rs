@@ -90,8 +90,11 @@
 //!   clock, which under the simulation's clock control counts from a fixed epoch.
 //! * Iteration order: the driver's maps whose order reaches the outside (callers
 //!   answered, peers dropped on close) are ordered maps, not hash maps.
-//! * What remains unseeded is the TLS handshake (rustls and ring draw the randoms, key
-//!   shares and ECDSA nonces from the OS): it changes bytes, not what any node decides.
+//! * The handshakes' bytes: a stray Initial packet that a node opens with the wrong keys
+//!   is dropped or taken for a connection attempt by its garbage bits, so bytes reach
+//!   decisions. The run's thread gets a rustls provider whose randoms, X25519 shares and
+//!   ECDSA nonces come from the seed (`det_tls`), quinn's first destination ids come
+//!   from `rng_seed`, and the certificates are the same bytes in every process.
 //!
 //! `every_seed_replays` checks it: each seed run twice, compared trace line by trace line
 //! (every event with all its fields, every accepted write, every operator call's result);
@@ -99,6 +102,8 @@
 
 #[path = "support/checker.rs"]
 mod checker;
+#[path = "sim/det_tls.rs"]
+mod det_tls;
 #[path = "sim/schedule.rs"]
 mod schedule;
 #[path = "support/torn_store.rs"]

@@ -40,6 +40,8 @@
 
 #[path = "support/checker.rs"]
 mod checker;
+#[path = "sim/det_tls.rs"]
+mod det_tls;
 #[path = "sim/schedule.rs"]
 #[allow(dead_code)]
 mod schedule;

@@ -36,7 +36,7 @@ use tenure::election::election_of_term;
 use tenure::fence::SqliteFence;
 use tenure::storage::{MemDisk, MemStore, RaftStore, ReadyWrite, StorageError};
 use tenure::transport::quic::{QuicConfig, QuicTransport};
-use tenure::transport::tls::{ClusterCa, TlsIdentity};
+use tenure::transport::tls::TlsIdentity;
 use tenure::{
     Config, ElectionError, ElectionOptions, FencingToken, LostReason, Membership, MembershipError,
     Node, NodeId, ReadMode, Role, Timing,
@@ -382,17 +382,15 @@ fn print_record(id: NodeId, filter: &str, record: &slog::Record<'_>, values: &sl
     }
 }
 
-/// The CA and node identities, made once per process (key generation is not part of
-/// what a run varies).
+/// The CA and node identities, made once per process and the same bytes in every
+/// process ([`super::det_tls::identities`]): a handshake's bytes reach decisions.
 fn identities() -> &'static Vec<TlsIdentity> {
     static IDS: OnceLock<Vec<TlsIdentity>> = OnceLock::new();
     IDS.get_or_init(|| {
-        let ca = ClusterCa::generate().expect("CA");
-        (1..=7)
-            .map(|id| {
-                let n = ca.issue_node(id).expect("node certificate");
-                TlsIdentity::from_pem(ca.cert_pem(), &n.cert_pem, &n.key_pem).expect("identity")
-            })
+        let (ca, nodes) = super::det_tls::identities(1..=MAX_ID);
+        nodes
+            .iter()
+            .map(|(cert, key)| TlsIdentity::from_pem(&ca, cert, key).expect("identity"))
             .collect()
     })
 }
@@ -404,6 +402,22 @@ fn host_name(id: NodeId) -> String {
 /// turmoil gives the hosts 192.168.0.1, .2, … in the order they are registered.
 fn host_ip(id: NodeId) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(192, 168, 0, id as u8))
+}
+
+/// This thread's TLS configurations draw from a seed ([`super::det_tls`]) until dropped.
+struct SeededTls;
+
+impl SeededTls {
+    fn install(seed: u64) -> SeededTls {
+        tenure::tls::set_thread_crypto_provider(Some(super::det_tls::provider(seed)));
+        SeededTls
+    }
+}
+
+impl Drop for SeededTls {
+    fn drop(&mut self) {
+        tenure::tls::set_thread_crypto_provider(None);
+    }
 }
 
 /// Simulated time now, in nanoseconds (inside a host).
@@ -1373,6 +1387,8 @@ pub(crate) fn run_with_elections(
     ops: &[Op],
     named: Option<&NamedConfig>,
 ) -> Outcome {
+    // The handshakes' randomness comes from the seed too (the hosts share this thread).
+    let _tls = SeededTls::install(cfg.seed);
     let n = cfg.nodes;
     // Every host of the run so far: the first members, then each spare once started.
     let mut ids: Vec<NodeId> = (1..=n).collect();
