@@ -121,8 +121,9 @@ pub struct QuicConfig {
     /// Test hook: seed quinn's endpoint RNG (per-connection choices such as skipped
     /// packet numbers, key-update intervals and the greased transport parameter) and the
     /// connection ids from this, so that a simulation replays them. `None` (the default)
-    /// draws from the OS. It seeds the reconnect jitter too. The TLS handshake's randomness
-    /// (rustls, ring) stays unseeded.
+    /// draws from the OS. It seeds the reconnect jitter and the dials' first destination
+    /// ids too. The TLS handshake's own randomness (rustls, ring) comes from the crypto
+    /// provider, which a test sets with `tls::set_thread_crypto_provider`.
     #[doc(hidden)]
     pub rng_seed: Option<u64>,
     /// The [hello](crate::transport::hello) this node says first on every connection it opens.
