@@ -90,6 +90,12 @@ impl LeaseShared {
         self.cancel.cancel();
     }
 
+    /// The token cancelled when the lease ends (for the lease clock's tests).
+    #[cfg(test)]
+    pub(crate) fn cancel_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
     pub(crate) fn lost_reason(&self) -> Option<LostReason> {
         if self.cancel.is_cancelled() {
             Some(self.reason.get().copied().unwrap_or(LostReason::Expired))

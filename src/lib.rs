@@ -357,6 +357,7 @@
 //! | `state` | the replicated state beside raft-rs's membership: group id, history, drains, addresses, removed ids |
 //! | `driver/` | the task that owns raft-rs's `RawNode`: the loop, the Ready, commands, peer input, the lease keeper, handover, membership, publishing (its module docs map the files) |
 //! | [`lease`] | [`Lease`] handles; `token`: the [`FencingToken`] |
+//! | `lease_clock` | the lease clock: one task per node that ends every lease at its deadline, whatever the driver is doing |
 //! | [`GroupId`] | which group a store, a node and a peer belong to |
 //! | [`storage`] | the [`RaftStore`](storage::RaftStore) trait: RocksDB and memory stores |
 //! | [`transport`] | the [`Transport`](transport::Transport) trait; QUIC with mutual TLS (`quic/`: config, outbound, inbound, socket, the credential in use and its reloads); frames (`frame/`, the wire scan in `scan.rs`); the hello; the in-process test network |
@@ -383,6 +384,7 @@ mod founding;
 mod group_id;
 pub mod history;
 pub mod lease;
+mod lease_clock;
 #[cfg(feature = "tracing")]
 pub mod logging;
 pub mod metrics;

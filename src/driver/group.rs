@@ -68,6 +68,9 @@ pub(super) struct Env {
     /// The named elections whose lease this node holds, with it: the expiry pass reads
     /// these, not every election (kept where a lease is granted and where it is revoked).
     pub(super) leased: std::cell::RefCell<std::collections::BTreeMap<ElectionId, Arc<LeaseShared>>>,
+    /// Ends every lease at its deadline, whatever the driver is doing (`lease_clock.rs`):
+    /// each lease granted is queued on it.
+    pub(super) lease_clock: Arc<crate::lease_clock::LeaseClock>,
 }
 
 /// One election's raft state and lease, on this node.

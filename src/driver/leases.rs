@@ -169,6 +169,7 @@ impl<S: RaftStore> Group<S> {
                         .borrow_mut()
                         .insert(self.election, Arc::clone(&shared));
                 }
+                env.lease_clock.watch(&shared);
                 self.lease = Some(shared);
             }
         }
@@ -252,10 +253,11 @@ impl<S: RaftStore> Group<S> {
         })
     }
 
-    /// Revokes a lease whose period ran out on either clock; true if it did.
+    /// Revokes a lease whose period ran out on either clock (or that the lease clock
+    /// already ended for that reason); true if it did.
     pub(super) fn expire_lease(&mut self, env: &Env, now: Stamp) -> bool {
         if let Some(l) = &self.lease {
-            if !now.before(l.valid_until()) {
+            if !now.before(l.valid_until()) || l.lost_reason().is_some() {
                 warn!(env.logger, "lease expired unrenewed"; "token" => l.token.term(),
                       "election" => self.name.as_deref());
                 self.revoke(env, LostReason::Expired);

@@ -278,6 +278,7 @@ impl<S: RaftStore> Driver<S> {
                 timing: parts.timing,
                 read_mode: parts.read_mode,
                 logger: parts.logger,
+                lease_clock: crate::lease_clock::LeaseClock::new(parts.clock.clone()),
                 clock: parts.clock,
                 metrics: parts.metrics,
                 transport: parts.transport,
@@ -325,6 +326,12 @@ impl<S: RaftStore> Driver<S> {
     pub(crate) async fn run(mut self, early: Vec<Command>) -> Result<(), NodeStopped> {
         // Ticks on this node's clock: a stalled clock stalls them, as in a frozen guest.
         let mut ticker = self.env.clock.ticker(self.env.timing.tick);
+        // The lease clock ends leases on time even while this task is stuck (a synced
+        // write to a stalled disk): docs/design.md, section 2. Aborted when the driver
+        // stops (it revokes what is left itself).
+        let _lease_clock = (!mutation::active("lease-ends-with-the-driver"))
+            .then(|| AbortOnDrop(tokio::spawn(Arc::clone(&self.env.lease_clock).run())));
+        let lease_clock = Arc::clone(&self.env.lease_clock);
         info!(self.env.logger, "driver started"; "term" => self.root.raw.raft.term,
               "quiet_ms" => self.env.timing.election_timeout().as_millis() as u64);
         // Replay the committed log above the snapshot (history, drains, conf changes)
@@ -388,6 +395,13 @@ impl<S: RaftStore> Driver<S> {
                     }
                 },
                 _ = woke.stamp(sleep_until_opt(&clock, deadline)) => {
+                    self.expire_lease(self.env.clock.stamp());
+                    self.expire_named_leases(self.env.clock.stamp());
+                }
+                // The lease clock ended a lease before this loop did (it was busy, or
+                // the two woke together): the bookkeeping follows.
+                () = woke.stamp(lease_clock.lapsed.notified()) => {
+                    self.named.lease_floor = None;
                     self.expire_lease(self.env.clock.stamp());
                     self.expire_named_leases(self.env.clock.stamp());
                 }
@@ -653,6 +667,31 @@ pub(super) fn joint_config<S: RaftStore>(raw: &RawNode<S>) -> bool {
         .to_conf_state()
         .voters_outgoing
         .is_empty()
+}
+
+/// Runs `f`, a write of a store whose writes may wait on a device (`blocks`:
+/// [`RaftStore::blocks_on_io`]), off the runtime's worker threads: on a multi-thread
+/// runtime the worker hands its other tasks to another thread first (tokio's
+/// `block_in_place`), so a stalled disk holds this task alone. Elsewhere (a
+/// current-thread runtime, the simulation's) `f` runs in place.
+pub(super) fn off_runtime<T>(blocks: bool, f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let multi =
+        Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if blocks && multi {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Sleeps until a lease that ends at `deadline` ran out on either of `clock`'s clocks.

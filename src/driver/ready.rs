@@ -73,7 +73,8 @@ impl<S: RaftStore> Driver<S> {
         // Pass 2: what the votes and acknowledgements below promise is on disk first.
         if !parts.is_empty() {
             self.env.metrics.turn_write(parts.len());
-            S::write_all(parts)?;
+            let blocks = self.root.store.blocks_on_io();
+            super::off_runtime(blocks, || S::write_all(parts))?;
         }
         // Pass 3.
         if let Some((rd, snapshot_state)) = root {
@@ -250,7 +251,10 @@ impl<S: RaftStore> Group<S> {
         // The snapshot's membership is the one applied at `index` (raft-rs's current
         // configuration: everything up to `applied` is applied).
         let cs = self.raw.raft.prs().conf().to_conf_state();
-        self.store.compact(index, cs, data())?;
+        let data = data();
+        super::off_runtime(self.store.blocks_on_io(), || {
+            self.store.compact(index, cs, data)
+        })?;
         self.force_compact = false;
         debug!(env.logger, "log compacted"; "index" => index, "election" => self.name.as_deref());
         Ok(())

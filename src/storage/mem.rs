@@ -267,6 +267,10 @@ impl raft::Storage for MemStore {
 }
 
 impl RaftStore for MemStore {
+    fn blocks_on_io(&self) -> bool {
+        false
+    }
+
     fn write(&self, write: ReadyWrite) -> Result<(), StorageError> {
         let id = self.election;
         let mut disk = self.disk.lock();

@@ -222,6 +222,18 @@ pub trait RaftStore: raft::Storage + Clone + Send + Sync + 'static {
         Ok(())
     }
 
+    /// Whether this store's writes may wait on a device (an fsync), and so may take as
+    /// long as the device does. The driver runs such writes off the tokio runtime's
+    /// worker threads (`block_in_place`, on a multi-thread runtime), so that a stalled
+    /// disk holds the driver's own turn and nothing else: the lease clock that ends
+    /// leases on time, the transport and the application's tasks run on
+    /// (`docs/design.md`, section 2, "The lease's own deadline").
+    ///
+    /// The default says yes; a store in memory says no.
+    fn blocks_on_io(&self) -> bool {
+        true
+    }
+
     /// Writes `parts`, each one group's [`ReadyWrite`] on that group's handle (the store
     /// itself for the root, or an election handle of the same store), as one atomic
     /// batch.

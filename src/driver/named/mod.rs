@@ -26,7 +26,7 @@ use super::catalog::{CatalogReply, PendingCatalog};
 /// Who waits for a removal.
 pub(super) type RemoveReply = oneshot::Sender<Result<Removed, ElectionError>>;
 use super::group::{Env, Group, LeaseWaiter, Quiet};
-use super::{Driver, PendingTransfer};
+use super::{off_runtime, Driver, PendingTransfer};
 use crate::clock::Stamp;
 use crate::election::{term_floor, ElectionError, ElectionId, ElectionOptions, Removed};
 use crate::election_rng::{draw, Draw, ElectionTimeouts};
@@ -347,7 +347,8 @@ impl<S: RaftStore> Driver<S> {
         for id in self.root.store.election_ids()?.live {
             if id < next && !live.contains(&id) {
                 info!(self.env.logger, "deleting the store of an election removed meanwhile"; "id" => id);
-                self.root.store.remove_election(id)?;
+                let store = &self.root.store;
+                off_runtime(store.blocks_on_io(), || store.remove_election(id))?;
                 self.named.removed.insert(id);
             }
         }
@@ -392,18 +393,18 @@ impl<S: RaftStore> Driver<S> {
                         ..Default::default()
                     };
                     let data = serde_json::to_vec(&History::default()).unwrap_or_default();
-                    self.root.store.found_election(
-                        spec.id,
-                        spec.floor.unwrap_or(term_floor(spec.id)),
-                        cs,
-                        data,
-                    )?
+                    let store = &self.root.store;
+                    let floor = spec.floor.unwrap_or(term_floor(spec.id));
+                    off_runtime(store.blocks_on_io(), || {
+                        store.found_election(spec.id, floor, cs, data)
+                    })?
                 } else {
                     // Not among its first members (a node that joined later): a store with
                     // no membership, as a joiner's (section 6); a member's snapshot brings it.
-                    self.root
-                        .store
-                        .join_election(spec.id, ConfState::default())?
+                    let store = &self.root.store;
+                    off_runtime(store.blocks_on_io(), || {
+                        store.join_election(spec.id, ConfState::default())
+                    })?
                 }
             }
         };
@@ -599,7 +600,8 @@ impl<S: RaftStore> Driver<S> {
         self.named.removed.insert(id);
         self.named.view_dirty = true;
         self.named.changes += 1;
-        self.root.store.remove_election(id)
+        let store = &self.root.store;
+        off_runtime(store.blocks_on_io(), || store.remove_election(id))
     }
 
     /// A message of a named election from a peer: judged against that election's group,
@@ -694,7 +696,8 @@ impl<S: RaftStore> Driver<S> {
         let mut ended = Vec::new();
         for (id, l) in self.env.leased.borrow().iter() {
             let u = l.valid_until();
-            if now.before(u) {
+            // Ended by the lease clock (its period ran out) while this loop was busy.
+            if now.before(u) && l.lost_reason().is_none() {
                 first = min(first, u);
             } else {
                 ended.push(*id);

@@ -1,0 +1,242 @@
+//! A leader whose disk stalls (`docs/design.md`, section 2, "The lease's own deadline"):
+//! real RocksDB stores under a wrapper that holds every write while its gate is shut
+//! (`support/stall_store.rs`), three nodes in one process over the in-process network.
+//!
+//! What must hold, as orderings of events (no timing bounds): while the leader's synced
+//! write is still blocked, every lease it holds (the root's, and those of the named
+//! elections it leads: all 16 name it first in their affinity, and the balancer gives it
+//! its share of them plus one at most) reports its loss (`Lease::lost`, the cancellation
+//! token), and another node holds the lease of the root and of all 16 elections. The mutation `lease-ends-with-the-driver` (no lease clock) fails the
+//! first check; `.ci/run` requires it to.
+
+#[path = "support/stall_store.rs"]
+mod stall_store;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use raft::eraftpb::ConfState;
+use stall_store::{Gate, StallStore};
+use tenure::storage::RocksStore;
+use tenure::transport::mem::MemNetwork;
+use tenure::{Config, ElectionOptions, Lease, LostReason, Node, NodeId, Timing};
+use tokio::time::{timeout, Instant};
+
+const IDS: [NodeId; 3] = [1, 2, 3];
+/// The longest any condition below is waited for.
+const WAIT: Duration = Duration::from_secs(20);
+/// The longest a lease's end is waited for while the write is blocked: fifty times the
+/// lease's length with this timing, so that a lease clock that is not there (the mutation)
+/// fails the test in seconds.
+const LOST_WAIT: Duration = Duration::from_secs(5);
+/// The named elections the stalled leader leads.
+const NAMED: usize = 16;
+
+fn timing() -> Timing {
+    Timing::from_millis(10, 30, 150, 250)
+}
+
+struct Group {
+    _dirs: Vec<tempfile::TempDir>,
+    nodes: Vec<Node>,
+    gates: Vec<Arc<Gate>>,
+}
+
+impl Drop for Group {
+    /// A failed test must not leave writes held: the runtime waits for them as it ends.
+    fn drop(&mut self) {
+        for gate in &self.gates {
+            gate.open();
+        }
+    }
+}
+
+impl Group {
+    async fn start() -> Group {
+        let net = MemNetwork::new();
+        let mut dirs = Vec::new();
+        let mut nodes = Vec::new();
+        let mut gates = Vec::new();
+        let peers = IDS.map(|p| (p, SocketAddr::from(([127, 0, 0, 1], 7000 + p as u16))));
+        let group = tenure::GroupId::from_u128(0xd15c_57a1).expect("not 0");
+        for id in IDS {
+            let dir = tempfile::tempdir().expect("a temporary folder");
+            let store = RocksStore::create(dir.path().join("raft"), id, ConfState::default())
+                .expect("a RocksDB store");
+            let gate = Arc::new(Gate::default());
+            let config = Config::builder(id)
+                .peers(peers)
+                .timing(timing())
+                .found(group)
+                .build();
+            let (transport, inbound) = net.endpoint(id);
+            let node = Node::start_with(
+                config,
+                StallStore::new(store, Arc::clone(&gate)),
+                Arc::new(transport),
+                inbound,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("n{id} does not start: {e}"));
+            dirs.push(dir);
+            nodes.push(node);
+            gates.push(gate);
+        }
+        Group {
+            _dirs: dirs,
+            nodes,
+            gates,
+        }
+    }
+
+    fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id as usize - 1]
+    }
+
+    /// A node that holds the root's lease.
+    fn root_holder(&self) -> Option<NodeId> {
+        IDS.into_iter()
+            .find(|id| self.node(*id).leadership().leased)
+    }
+
+    /// A node that holds `name`'s lease.
+    fn holder(&self, name: &str) -> Option<NodeId> {
+        IDS.into_iter()
+            .find(|id| self.node(*id).election(name).leadership().leased)
+    }
+}
+
+/// Polls `f` until it gives a value, for at most [`WAIT`].
+async fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {WAIT:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn names() -> Vec<String> {
+    (0..NAMED).map(|i| format!("shard-{i}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_disk_stalls_announces_every_lease_end_while_its_write_is_blocked() {
+    let g = Group::start().await;
+    // The root's leader leads every named election too (affinity), and holds all leases.
+    let s = wait_for("a root leader with its lease", || g.root_holder()).await;
+    for name in names() {
+        g.node(s)
+            .create_election(&name, ElectionOptions::new().affinity([s]))
+            .await
+            .unwrap_or_else(|e| panic!("create {name}: {e}"));
+    }
+    // The balancer lets an affinity hold a node's share plus one: n{s} leads about a
+    // third of them, the others lead the rest. Wait until every election has a
+    // leaseholder and n{s} leads its share.
+    let share = NAMED / IDS.len();
+    let led = wait_for(
+        &format!("n{s} leads {share} named elections, all leased"),
+        || {
+            let holders: Vec<_> = names().into_iter().map(|n| (g.holder(&n), n)).collect();
+            if holders.iter().any(|(h, _)| h.is_none()) {
+                return None;
+            }
+            let led: Vec<String> = holders
+                .into_iter()
+                .filter(|(h, _)| *h == Some(s))
+                .map(|(_, n)| n)
+                .collect();
+            (led.len() >= share).then_some(led)
+        },
+    )
+    .await;
+    let mut leases: Vec<(String, Lease)> = Vec::new();
+    let root = timeout(WAIT, g.node(s).lease())
+        .await
+        .expect("the root's lease in time")
+        .expect("the root's lease");
+    leases.push(("the root".into(), root));
+    for name in led {
+        let lease = timeout(WAIT, g.node(s).election(&name).lease())
+            .await
+            .expect("the lease in time")
+            .unwrap_or_else(|e| panic!("{name}'s lease: {e}"));
+        leases.push((name, lease));
+    }
+    assert!(
+        leases.iter().all(|(_, l)| l.is_valid()),
+        "every lease holds before the stall"
+    );
+    let tokens: Vec<_> = leases.iter().map(|(_, l)| l.cancellation_token()).collect();
+
+    // The stall: n{s}'s writes wait at the gate from now on; a proposal makes its driver
+    // write (and so block in that write).
+    let gate = Arc::clone(&g.gates[s as usize - 1]);
+    gate.shut();
+    let proposer = g.node(s).clone();
+    let trigger = tokio::spawn(async move {
+        proposer
+            .create_election("written-during-the-stall", ElectionOptions::new())
+            .await
+    });
+    wait_for("n{s}'s driver blocked in a write", || {
+        (gate.waiting() > 0).then_some(())
+    })
+    .await;
+
+    // Every lease reports its end while the write is still blocked.
+    for ((name, lease), token) in leases.iter().zip(&tokens) {
+        let Ok(reason) = timeout(LOST_WAIT, lease.lost()).await else {
+            panic!(
+                "{name}'s lease: lost() did not fire while the write was blocked \
+                 (valid: {}, writes held: {})",
+                lease.is_valid(),
+                gate.waiting()
+            );
+        };
+        assert!(
+            gate.waiting() > 0,
+            "{name}'s lease: lost() fired only after the write came back"
+        );
+        assert_eq!(reason, LostReason::Expired, "{name}'s lease");
+        assert!(token.is_cancelled(), "{name}'s cancellation token");
+        assert!(!lease.is_valid(), "{name}'s lease");
+    }
+
+    // Another node holds every election's lease before the stall ends.
+    let others = |h: Option<NodeId>| h.filter(|h| *h != s);
+    wait_for("another node holds the root's lease", || {
+        others(g.root_holder())
+    })
+    .await;
+    for name in names() {
+        wait_for(&format!("another node holds {name}'s lease"), || {
+            others(g.holder(&name))
+        })
+        .await;
+    }
+    assert!(
+        gate.waiting() > 0,
+        "the stall lasted until every election was leased elsewhere"
+    );
+
+    // The disk comes back: the stalled node's write returns and it follows the group.
+    gate.open();
+    let created = timeout(WAIT, trigger).await.expect("the proposal ends");
+    drop(created); // committed, or refused because n{s} no longer leads: either is fine
+    wait_for(&format!("n{s} knows another leader"), || {
+        let l = g.node(s).leadership();
+        (l.leader.is_some_and(|l| l != s) && !l.leased).then_some(())
+    })
+    .await;
+    for n in &g.nodes {
+        let _ = timeout(WAIT, n.shutdown()).await;
+    }
+}

@@ -1,0 +1,188 @@
+//! A store wrapper whose writes can be held on command, as a disk that stalls holds a
+//! synced write: every write, compaction and election write of the wrapped store (every
+//! handle of it: the root's and each named election's) waits at one [`Gate`] while the
+//! gate is shut. Used over real RocksDB by `tests/disk_stall.rs`.
+
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
+use tenure::storage::{ElectionIds, RaftStore, ReadyWrite, StorageError};
+
+/// Where a store's writes wait while the disk "stalls". Shared by every handle of one
+/// store.
+#[derive(Default)]
+pub(crate) struct Gate {
+    shut: Mutex<bool>,
+    opened: Condvar,
+    /// Writes waiting at the gate right now.
+    waiting: AtomicUsize,
+    /// Writes that ever waited at it.
+    held: AtomicUsize,
+}
+
+impl Gate {
+    /// From now on every write waits until [`open`](Self::open).
+    pub(crate) fn shut(&self) {
+        *self.shut.lock().unwrap() = true;
+    }
+
+    /// Lets every waiting write (and every later one) through.
+    pub(crate) fn open(&self) {
+        *self.shut.lock().unwrap() = false;
+        self.opened.notify_all();
+    }
+
+    /// How many writes wait at the gate now.
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
+    }
+
+    /// How many writes have waited at it since the store was made.
+    pub(crate) fn held(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    /// Waits while the gate is shut. Never longer than `MAX_STALL`: a test that forgot
+    /// to open it must not hang forever.
+    fn pass(&self) {
+        let mut shut = self.shut.lock().unwrap();
+        if !*shut {
+            return;
+        }
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        self.held.fetch_add(1, Ordering::SeqCst);
+        let (guard, _) = self
+            .opened
+            .wait_timeout_while(shut, MAX_STALL, |s| *s)
+            .unwrap();
+        shut = guard;
+        drop(shut);
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The longest any write waits at a gate.
+pub(crate) const MAX_STALL: Duration = Duration::from_secs(60);
+
+/// A store whose writes wait at `gate` while it is shut.
+#[derive(Clone)]
+pub(crate) struct StallStore<S> {
+    pub inner: S,
+    pub gate: Arc<Gate>,
+}
+
+impl<S> StallStore<S> {
+    pub(crate) fn new(inner: S, gate: Arc<Gate>) -> Self {
+        StallStore { inner, gate }
+    }
+
+    fn wrap(&self, inner: S) -> Self {
+        StallStore {
+            inner,
+            gate: Arc::clone(&self.gate),
+        }
+    }
+}
+
+impl<S: RaftStore> raft::Storage for StallStore<S> {
+    fn initial_state(&self) -> raft::Result<raft::RaftState> {
+        self.inner.initial_state()
+    }
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        context: raft::GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        self.inner.entries(low, high, max_size, context)
+    }
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        self.inner.term(idx)
+    }
+    fn first_index(&self) -> raft::Result<u64> {
+        self.inner.first_index()
+    }
+    fn last_index(&self) -> raft::Result<u64> {
+        self.inner.last_index()
+    }
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
+        self.inner.snapshot(request_index, to)
+    }
+}
+
+impl<S: RaftStore> RaftStore for StallStore<S> {
+    fn write(&self, write: ReadyWrite) -> Result<(), StorageError> {
+        self.gate.pass();
+        self.inner.write(write)
+    }
+    fn write_all(parts: Vec<(Self, ReadyWrite)>) -> Result<(), StorageError> {
+        if let Some((first, _)) = parts.first() {
+            first.gate.pass();
+        }
+        S::write_all(parts.into_iter().map(|(s, w)| (s.inner, w)).collect())
+    }
+    fn compact(
+        &self,
+        index: u64,
+        conf_state: ConfState,
+        data: Vec<u8>,
+    ) -> Result<(), StorageError> {
+        self.gate.pass();
+        self.inner.compact(index, conf_state, data)
+    }
+    fn hard_state(&self) -> HardState {
+        self.inner.hard_state()
+    }
+    fn conf_state(&self) -> ConfState {
+        self.inner.conf_state()
+    }
+    fn node_id(&self) -> Option<tenure::NodeId> {
+        self.inner.node_id()
+    }
+    fn blocks_on_io(&self) -> bool {
+        true
+    }
+    fn election(&self, id: u32) -> Result<Option<Self>, StorageError> {
+        Ok(self.inner.election(id)?.map(|s| self.wrap(s)))
+    }
+    fn election_ids(&self) -> Result<ElectionIds, StorageError> {
+        self.inner.election_ids()
+    }
+    fn found_election(
+        &self,
+        id: u32,
+        term: u64,
+        conf_state: ConfState,
+        data: Vec<u8>,
+    ) -> Result<Self, StorageError> {
+        self.gate.pass();
+        let s = self.inner.found_election(id, term, conf_state, data)?;
+        Ok(self.wrap(s))
+    }
+    fn join_election(&self, id: u32, initial: ConfState) -> Result<Self, StorageError> {
+        self.gate.pass();
+        let s = self.inner.join_election(id, initial)?;
+        Ok(self.wrap(s))
+    }
+    fn remove_election(&self, id: u32) -> Result<(), StorageError> {
+        self.gate.pass();
+        self.inner.remove_election(id)
+    }
+    fn founding_nonces(
+        &self,
+    ) -> Result<std::collections::BTreeMap<tenure::NodeId, u128>, StorageError> {
+        self.inner.founding_nonces()
+    }
+    fn record_founding_nonces(
+        &self,
+        nonces: &std::collections::BTreeMap<tenure::NodeId, u128>,
+    ) -> Result<(), StorageError> {
+        self.gate.pass();
+        self.inner.record_founding_nonces(nonces)
+    }
+}
