@@ -145,6 +145,9 @@ struct Row {
     cpu: Vec<f64>,
     rss_mib: Vec<f64>,
     msgs_per_s: Vec<f64>,
+    /// Idle phase, per worker: store writes of Ready passes per second (each a trip to the
+    /// store's writer thread; synced unless it only moves commit indexes).
+    writes_per_s: Vec<f64>,
     /// Quiet elections per worker at the end of the idle phase (over all workers).
     quiet: u64,
     /// Data folders, all workers, at the start and end of the idle phase (bytes).
@@ -287,6 +290,7 @@ fn measure(o: &Options, n: usize) -> Row {
         cpu: Vec::new(),
         rss_mib: Vec::new(),
         msgs_per_s: Vec::new(),
+        writes_per_s: Vec::new(),
         quiet: 0,
         disk: (0, 0),
         trials: Vec::new(),
@@ -342,9 +346,18 @@ fn measure(o: &Options, n: usize) -> Row {
             "tenure_transport_sent_total",
         )
     };
-    let before: Vec<(Option<f64>, f64)> = ids
+    let writes = |g: &Group, id: u64| {
+        metric(
+            &g.scrape(id).unwrap_or_default(),
+            "tenure_store_turn_writes_total",
+        )
+    };
+    let before: Vec<(Option<f64>, f64, f64)> = ids
         .iter()
-        .map(|id| (group.pid(*id).and_then(cpu_seconds), sent(&group, *id)))
+        .map(|id| {
+            let cpu = group.pid(*id).and_then(cpu_seconds);
+            (cpu, sent(&group, *id), writes(&group, *id))
+        })
         .collect();
     row.disk.0 = data(&group);
     let t0 = Instant::now();
@@ -356,7 +369,7 @@ fn measure(o: &Options, n: usize) -> Row {
     }
     progress.finish();
     let dt = t0.elapsed().as_secs_f64();
-    for (id, (cpu0, sent0)) in ids.iter().zip(before) {
+    for (id, (cpu0, sent0, writes0)) in ids.iter().zip(before) {
         let pid = group.pid(*id);
         if let (Some(c0), Some(c1)) = (cpu0, pid.and_then(cpu_seconds)) {
             row.cpu.push((c1 - c0) / dt * 100.0);
@@ -365,6 +378,7 @@ fn measure(o: &Options, n: usize) -> Row {
             row.rss_mib.push(r);
         }
         row.msgs_per_s.push((sent(&group, *id) - sent0) / dt);
+        row.writes_per_s.push((writes(&group, *id) - writes0) / dt);
     }
     row.disk.1 = data(&group);
     let mut progress = Progress::new(1);
@@ -563,7 +577,8 @@ fn report(o: &Options, rows: &[Row], machine: &str, took: Duration) -> String {
         let _ = writeln!(
             out,
             "\n{} elections: {} trials (shares of {}); leaderships per worker while settled, {} samples: min {} max {} (target {}–{}); \
-             store writes of Ready passes: {:.0} carrying {:.0} elections' state ({:.2} per write)",
+             store writes of Ready passes: {:.0} carrying {:.0} elections' state ({:.2} per write), \
+             {:.1} per second per worker at rest (mean)",
             r.n,
             r.trials.len(),
             r.trials.iter().map(|t| t.share.to_string()).collect::<Vec<_>>().join(","),
@@ -574,7 +589,8 @@ fn report(o: &Options, rows: &[Row], machine: &str, took: Duration) -> String {
             r.n.div_ceil(o.nodes as usize),
             r.writes.0,
             r.writes.1,
-            if r.writes.0 > 0.0 { r.writes.1 / r.writes.0 } else { 0.0 }
+            if r.writes.0 > 0.0 { r.writes.1 / r.writes.0 } else { 0.0 },
+            summarize(&r.writes_per_s).mean
         );
         for f in &r.failures {
             let _ = writeln!(out, "FAILED ({} elections): {f}", r.n);

@@ -253,6 +253,24 @@ pub enum StopCause {
     /// The store failed (disk error, corruption).
     #[error("storage failed: {0}")]
     Storage(StorageError),
+    /// A write to the store failed with an I/O error (a failed fsync, a full disk, a
+    /// device error) during `operation`. Whether it reached the disk is unknown, and after
+    /// a failed fsync the kernel may have dropped the pages it could not write while
+    /// reporting them clean, so a retry could report success for data that is not on
+    /// disk (Rebello et al., "Can applications recover from fsync failures?", ATC '20).
+    /// Nothing retries it: the node stops for good, and every later write of this run is
+    /// refused with the same error (`docs/design.md`, section 15).
+    ///
+    /// Fix: check the disk (`dmesg`, free space). Restarting the node is safe: it drops the
+    /// store's files from the page cache before it opens them, so it recovers from what the
+    /// disk holds, and the write that failed was never acknowledged to anyone.
+    #[error("a store write failed while {operation}: {error}; the node stopped for good (a failed write is never retried); restart it once the disk is checked")]
+    WriteFailed {
+        /// What the driver was writing, e.g. "writing one turn's Ready (3 groups)".
+        operation: String,
+        /// The store's error, with the path and the underlying message.
+        error: StorageError,
+    },
     /// The transport closed underneath the driver: nothing could reach the node any more.
     #[error("transport closed")]
     TransportClosed,

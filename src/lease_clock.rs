@@ -17,12 +17,13 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::sync::{Arc, Mutex, Weak};
 
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::clock::{LocalClock, Stamp};
 use crate::error::LostReason;
 use crate::lease::LeaseShared;
+use crate::status::Leadership;
 
 /// The deadline queue of one node's leases, shared by the driver (which adds leases and
 /// listens to [`lapsed`](Self::lapsed)) and the clock's task ([`LeaseClock::run`]).
@@ -42,6 +43,10 @@ pub(crate) struct LeaseClock {
 struct Due {
     at: Instant,
     lease: Weak<LeaseShared>,
+    /// The election's published leadership: its `leased` turns false when the clock ends
+    /// the lease, so that whoever watches it (the worker's events, the readiness check)
+    /// does not wait for the driver either.
+    leadership: Option<Arc<watch::Sender<Leadership>>>,
 }
 
 impl PartialEq for Due {
@@ -81,12 +86,17 @@ impl LeaseClock {
         })
     }
 
-    /// Queues a lease just granted.
-    pub(crate) fn watch(&self, lease: &Arc<LeaseShared>) {
+    /// Queues a lease just granted; `leadership`: its election's published leadership.
+    pub(crate) fn watch(
+        &self,
+        lease: &Arc<LeaseShared>,
+        leadership: Option<Arc<watch::Sender<Leadership>>>,
+    ) {
         let at = lease.valid_until().mono;
         self.lock().push(Due {
             at,
             lease: Arc::downgrade(lease),
+            leadership,
         });
         self.added.notify_one();
     }
@@ -122,17 +132,30 @@ impl LeaseClock {
             if lease.is_valid_at(now) {
                 if until.mono > top.at {
                     // Renewed since it was queued: back in at its new end.
-                    q.pop();
-                    q.push(Due {
-                        at: until.mono,
-                        lease: Arc::downgrade(&lease),
-                    });
+                    if let Some(mut due) = q.pop() {
+                        due.at = until.mono;
+                        q.push(due);
+                    }
                     continue;
                 }
                 out.next = Some(until);
                 break;
             }
-            q.pop();
+            let due = q.pop();
+            // The published leadership first, then the lease: whoever sees the lease
+            // lost finds the leadership saying so too.
+            if let Some(watch) = due.and_then(|d| d.leadership) {
+                let term = lease.token.term();
+                // Only if what is published is still this lease's term: the driver may
+                // have moved on already.
+                watch.send_if_modified(|l| {
+                    let stale = l.leased && l.term == term;
+                    if stale {
+                        l.leased = false;
+                    }
+                    stale
+                });
+            }
             lease.revoke(LostReason::Expired);
             out.ended += 1;
         }
@@ -191,7 +214,7 @@ mod tests {
         let renewed = lease(&clock, t0, s, 20);
         let long = lease(&clock, t0, s, 100);
         for l in [&short, &renewed, &long] {
-            lc.watch(l);
+            lc.watch(l, None);
         }
         // Before any end: nothing happens, the clock sleeps until the first end.
         let sweep = lc.sweep(s.add(5 * MS));
@@ -222,7 +245,7 @@ mod tests {
         let b = lease(&clock, t0, s, 20);
         let c = lease(&clock, t0, s, 30);
         for l in [&a, &b, &c] {
-            lc.watch(l);
+            lc.watch(l, None);
         }
         a.revoke(LostReason::SteppedDown);
         drop(b);
@@ -250,7 +273,7 @@ mod tests {
         let task = tokio::spawn(Arc::clone(&lc).run());
         let t0 = Instant::now();
         let l = lease(&clock, t0, clock.stamp_at(t0), 50);
-        lc.watch(&l);
+        lc.watch(&l, None);
         let cancel = l.cancel_token();
         tokio::time::timeout(Duration::from_secs(1), cancel.cancelled())
             .await

@@ -18,9 +18,10 @@ use std::time::Duration;
 
 use raft::eraftpb::ConfState;
 use stall_store::{Gate, StallStore};
+use tenure::error::StorageError;
 use tenure::storage::RocksStore;
 use tenure::transport::mem::MemNetwork;
-use tenure::{Config, ElectionOptions, Lease, LostReason, Node, NodeId, Timing};
+use tenure::{Config, ElectionOptions, Lease, LostReason, Node, NodeId, StopCause, Timing};
 use tokio::time::{timeout, Instant};
 
 const IDS: [NodeId; 3] = [1, 2, 3];
@@ -38,8 +39,9 @@ fn timing() -> Timing {
 }
 
 struct Group {
-    _dirs: Vec<tempfile::TempDir>,
-    nodes: Vec<Node>,
+    net: MemNetwork,
+    dirs: Vec<tempfile::TempDir>,
+    nodes: Vec<Option<Node>>,
     gates: Vec<Arc<Gate>>,
 }
 
@@ -54,56 +56,84 @@ impl Drop for Group {
 
 impl Group {
     async fn start() -> Group {
-        let net = MemNetwork::new();
-        let mut dirs = Vec::new();
-        let mut nodes = Vec::new();
-        let mut gates = Vec::new();
+        let mut g = Group {
+            net: MemNetwork::new(),
+            dirs: IDS
+                .iter()
+                .map(|_| tempfile::tempdir().expect("a temporary folder"))
+                .collect(),
+            nodes: IDS.iter().map(|_| None).collect(),
+            gates: IDS.iter().map(|_| Arc::new(Gate::default())).collect(),
+        };
+        for id in IDS {
+            g.start_node(id).await;
+        }
+        g
+    }
+
+    /// Starts node `id` on its folder: a new store the first time, the one it left after.
+    async fn start_node(&mut self, id: NodeId) {
+        let i = id as usize - 1;
+        let path = self.dirs[i].path().join("raft");
+        let store = if path.exists() {
+            RocksStore::open(&path).unwrap_or_else(|e| panic!("n{id}'s store reopens: {e}"))
+        } else {
+            RocksStore::create(&path, id, ConfState::default()).expect("a RocksDB store")
+        };
         let peers = IDS.map(|p| (p, SocketAddr::from(([127, 0, 0, 1], 7000 + p as u16))));
         let group = tenure::GroupId::from_u128(0xd15c_57a1).expect("not 0");
-        for id in IDS {
-            let dir = tempfile::tempdir().expect("a temporary folder");
-            let store = RocksStore::create(dir.path().join("raft"), id, ConfState::default())
-                .expect("a RocksDB store");
-            let gate = Arc::new(Gate::default());
-            let config = Config::builder(id)
-                .peers(peers)
-                .timing(timing())
-                .found(group)
-                .build();
-            let (transport, inbound) = net.endpoint(id);
-            let node = Node::start_with(
-                config,
-                StallStore::new(store, Arc::clone(&gate)),
-                Arc::new(transport),
-                inbound,
-            )
-            .await
-            .unwrap_or_else(|e| panic!("n{id} does not start: {e}"));
-            dirs.push(dir);
-            nodes.push(node);
-            gates.push(gate);
-        }
-        Group {
-            _dirs: dirs,
-            nodes,
-            gates,
-        }
+        let config = Config::builder(id)
+            .peers(peers)
+            .timing(timing())
+            .found(group)
+            .build();
+        let (transport, inbound) = self.net.endpoint(id);
+        let node = Node::start_with(
+            config,
+            StallStore::new(store, Arc::clone(&self.gates[i])),
+            Arc::new(transport),
+            inbound,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("n{id} does not start: {e}"));
+        self.nodes[i] = Some(node);
     }
 
     fn node(&self, id: NodeId) -> &Node {
-        &self.nodes[id as usize - 1]
+        self.nodes[id as usize - 1]
+            .as_ref()
+            .expect("the node is up")
     }
 
-    /// A node that holds the root's lease.
+    fn up(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.iter().flatten()
+    }
+
+    /// A node that holds the root's lease (the lowest id if two say so: a stuck node's
+    /// word may lag).
     fn root_holder(&self) -> Option<NodeId> {
-        IDS.into_iter()
-            .find(|id| self.node(*id).leadership().leased)
+        self.up().find(|n| n.leadership().leased).map(Node::id)
+    }
+
+    /// A node other than `not` that holds the root's lease.
+    fn root_holder_besides(&self, not: NodeId) -> Option<NodeId> {
+        self.up()
+            .find(|n| n.id() != not && n.leadership().leased)
+            .map(Node::id)
     }
 
     /// A node that holds `name`'s lease.
     fn holder(&self, name: &str) -> Option<NodeId> {
-        IDS.into_iter()
-            .find(|id| self.node(*id).election(name).leadership().leased)
+        self.up()
+            .find(|n| n.election(name).leadership().leased)
+            .map(Node::id)
+    }
+
+    /// A node other than `not` that holds `name`'s lease.
+    fn holder_besides(&self, name: &str, not: NodeId) -> Option<NodeId> {
+        self.up()
+            .find(|n| n.id() != not && n.election(name).leadership().leased)
+            .map(Node::id)
     }
 }
 
@@ -210,15 +240,25 @@ async fn a_leader_whose_disk_stalls_announces_every_lease_end_while_its_write_is
         assert!(!lease.is_valid(), "{name}'s lease");
     }
 
+    // The stalled node says so too: its published leaderships are no longer leased,
+    // though its driver has not run since.
+    assert!(gate.waiting() > 0);
+    assert!(!g.node(s).leadership().leased, "n{s}'s root leadership");
+    for (name, _) in leases.iter().skip(1) {
+        assert!(
+            !g.node(s).election(name).leadership().leased,
+            "n{s}'s {name}"
+        );
+    }
+
     // Another node holds every election's lease before the stall ends.
-    let others = |h: Option<NodeId>| h.filter(|h| *h != s);
     wait_for("another node holds the root's lease", || {
-        others(g.root_holder())
+        g.root_holder_besides(s)
     })
     .await;
     for name in names() {
         wait_for(&format!("another node holds {name}'s lease"), || {
-            others(g.holder(&name))
+            g.holder_besides(&name, s)
         })
         .await;
     }
@@ -236,7 +276,93 @@ async fn a_leader_whose_disk_stalls_announces_every_lease_end_while_its_write_is
         (l.leader.is_some_and(|l| l != s) && !l.leased).then_some(())
     })
     .await;
-    for n in &g.nodes {
+    for n in g.up() {
         let _ = timeout(WAIT, n.shutdown()).await;
     }
+}
+
+/// A failed sync on `victim` (the root's leader, or a follower): the node stops with
+/// `StopCause::WriteFailed` naming the write, the others go on (a new leader, a new
+/// election created), and the stopped node restarts on its folder and catches up.
+async fn a_failed_sync_stops_the_node_for_good(on_leader: bool) {
+    let mut g = Group::start().await;
+    let leader = wait_for("a root leader with its lease", || g.root_holder()).await;
+    g.node(leader)
+        .create_election("before", ElectionOptions::new())
+        .await
+        .expect("create an election");
+    let victim = if on_leader {
+        leader
+    } else {
+        IDS.into_iter()
+            .find(|id| *id != leader)
+            .expect("a follower")
+    };
+    let gate = Arc::clone(&g.gates[victim as usize - 1]);
+    gate.fail_next_write();
+    // The leader appends, every voter writes: the victim's write fails.
+    let proposer = g.node(leader).clone();
+    tokio::spawn(async move {
+        let _ = proposer
+            .create_election("during", ElectionOptions::new())
+            .await;
+    });
+    let stopped = timeout(WAIT, g.node(victim).join())
+        .await
+        .expect("the node stops in time")
+        .expect_err("it stops with an error");
+    assert_eq!(gate.failed(), 1, "one write failed");
+    match &stopped.cause {
+        StopCause::WriteFailed { operation, error } => {
+            assert!(operation.contains("Ready"), "the operation: {operation}");
+            assert!(
+                matches!(error, StorageError::Io { detail, .. } if detail.contains("fsync")),
+                "the error: {error:?}"
+            );
+        }
+        other => panic!("n{victim} stopped with {other:?}, not WriteFailed"),
+    }
+    let text = stopped.to_string();
+    assert!(text.contains("never retried"), "{text}");
+    // The others go on without it.
+    g.nodes[victim as usize - 1] = None;
+    let others: Vec<NodeId> = IDS.into_iter().filter(|id| *id != victim).collect();
+    let now = wait_for("a leader among the others", || {
+        g.root_holder().filter(|h| others.contains(h))
+    })
+    .await;
+    timeout(
+        WAIT,
+        g.node(now).create_election("after", ElectionOptions::new()),
+    )
+    .await
+    .expect("in time")
+    .expect("the group creates an election without the stopped node");
+    // It restarts on its folder and catches up.
+    g.start_node(victim).await;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let listed = g.node(victim).list_elections().await;
+        if listed.is_ok_and(|l| l.iter().any(|e| e.name.as_str() == "after")) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "n{victim} restarted but did not catch up within {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for n in g.up() {
+        let _ = timeout(WAIT, n.shutdown()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_sync_on_the_leader_stops_it_for_good_and_it_restarts_on_its_folder() {
+    a_failed_sync_stops_the_node_for_good(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_sync_on_a_follower_stops_it_for_good_and_it_restarts_on_its_folder() {
+    a_failed_sync_stops_the_node_for_good(false).await;
 }

@@ -35,7 +35,9 @@ Founding, restarting, replacing (README: Founding a group):
 Exit codes: 0 stopped on request; 1 failed (see stderr and the start_failed or stopped
 event, whose `cause` names it); 2 bad arguments; 3 the data folder was refused (empty
 where a store must be, another node's or group's, not a whole store, or this node lost
-data the group counted on): restarting with the same folder will not help.
+data the group counted on): restarting with the same folder will not help; 4 a write to
+the data folder failed (a failed fsync, a full disk): the node stopped for good, never
+retrying it, and a restart recovers from what the disk holds once the disk is checked.
 
 Prints one JSON object per line on stdout: started, leader_changed, membership (this
 node became founding, joining, learner, removed or a voter), lease_acquired, lease_confirmed,
@@ -409,6 +411,10 @@ impl RowDelay {
 
 /// Exit code: the data folder was refused, and starting again on it will not help.
 pub(crate) const EXIT_STORE_REFUSED: i32 = 3;
+
+/// Exit code: a write to the data folder failed (`StopCause::WriteFailed`): the node
+/// stopped for good; restarting it recovers from what the disk holds.
+pub(crate) const EXIT_WRITE_FAILED: i32 = 4;
 
 /// Whether a start error is about the data folder (exit code 3) rather than the rest.
 fn store_refused(e: &tenure::StartError) -> Option<&'static str> {
@@ -790,6 +796,7 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
                 StopCause::LostData { .. } | StopCause::LostAcknowledgedData { .. } => {
                     EXIT_STORE_REFUSED
                 }
+                StopCause::WriteFailed { .. } => EXIT_WRITE_FAILED,
                 _ => 1,
             }
         }
@@ -815,6 +822,11 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
         json!({
             "error": error.as_ref().map(std::string::ToString::to_string),
             "cause": error.as_ref().map(|e| stop_cause_name(&e.cause)),
+            // The write that failed, when a store write stopped the node (cause "storage").
+            "operation": error.as_ref().and_then(|e| match &e.cause {
+                StopCause::WriteFailed { operation, .. } => Some(operation.clone()),
+                _ => None,
+            }),
         }),
     );
     code
@@ -824,7 +836,7 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
 fn stop_cause_name(cause: &StopCause) -> &'static str {
     match cause {
         StopCause::Shutdown => "shutdown",
-        StopCause::Storage(_) => "storage",
+        StopCause::Storage(_) | StopCause::WriteFailed { .. } => "storage",
         StopCause::TransportClosed => "transport_closed",
         StopCause::LostData { .. } => "lost_data",
         StopCause::LostAcknowledgedData { .. } => "lost_acknowledged_data",

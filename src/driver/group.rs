@@ -71,6 +71,8 @@ pub(super) struct Env {
     /// Ends every lease at its deadline, whatever the driver is doing (`lease_clock.rs`):
     /// each lease granted is queued on it.
     pub(super) lease_clock: Arc<crate::lease_clock::LeaseClock>,
+    /// Where the store's synced writes run (`writer.rs`).
+    pub(super) writer: super::writer::Writer,
 }
 
 /// One election's raft state and lease, on this node.

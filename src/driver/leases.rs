@@ -169,7 +169,8 @@ impl<S: RaftStore> Group<S> {
                         .borrow_mut()
                         .insert(self.election, Arc::clone(&shared));
                 }
-                env.lease_clock.watch(&shared);
+                env.lease_clock
+                    .watch(&shared, Some(Arc::clone(&self.leadership)));
                 self.lease = Some(shared);
             }
         }

@@ -22,6 +22,7 @@
 //! | `publish.rs` | leadership, role, health, status, tenure records |
 //! | `named.rs` | named elections: founding, removal, routing, per-turn duties |
 //! | `catalog.rs` | the catalog: create and remove calls, declared elections |
+//! | `writer.rs` | the store writer: synced writes on a thread of their own, waited for off the runtime when slow |
 //! | `spread.rs` | spreading leaderships, named elections following the root's membership |
 
 mod catalog;
@@ -37,6 +38,7 @@ mod publish;
 mod ready;
 mod spread;
 mod support;
+mod writer;
 
 pub(crate) use command::{Command, MemberChange};
 pub(crate) use named::ElectionsView;
@@ -279,6 +281,7 @@ impl<S: RaftStore> Driver<S> {
                 read_mode: parts.read_mode,
                 logger: parts.logger,
                 lease_clock: crate::lease_clock::LeaseClock::new(parts.clock.clone()),
+                writer: writer::Writer::default(),
                 clock: parts.clock,
                 metrics: parts.metrics,
                 transport: parts.transport,
@@ -329,8 +332,9 @@ impl<S: RaftStore> Driver<S> {
         // The lease clock ends leases on time even while this task is stuck (a synced
         // write to a stalled disk): docs/design.md, section 2. Aborted when the driver
         // stops (it revokes what is left itself).
-        let _lease_clock = (!mutation::active("lease-ends-with-the-driver"))
-            .then(|| AbortOnDrop(tokio::spawn(Arc::clone(&self.env.lease_clock).run())));
+        let clock_on = !mutation::active("lease-ends-with-the-driver");
+        let _lease_clock =
+            clock_on.then(|| AbortOnDrop(tokio::spawn(Arc::clone(&self.env.lease_clock).run())));
         let lease_clock = Arc::clone(&self.env.lease_clock);
         info!(self.env.logger, "driver started"; "term" => self.root.raw.raft.term,
               "quiet_ms" => self.env.timing.election_timeout().as_millis() as u64);
@@ -339,8 +343,7 @@ impl<S: RaftStore> Driver<S> {
         self.apply_addrs(&self.state.addrs.clone());
         self.shut_out_removed();
         if let Err(e) = self.load_removed_elections() {
-            error!(self.env.logger, "storage failed; stopping"; "error" => %e);
-            self.fail(StopCause::Storage(e));
+            self.storage_failed(e);
         }
         self.open_catalog();
         self.handle_ready();
@@ -354,7 +357,15 @@ impl<S: RaftStore> Driver<S> {
             // A stalled process must not act on a lease that ran out while it slept
             // (suspended: by the boot-time clock): check before anything else.
             self.expire_lease(self.env.clock.stamp());
-            let named_deadline = self.expire_named_leases(self.env.clock.stamp());
+            // The named leases: the lease clock watches their ends and says when one
+            // lapsed (below), so the loop neither scans them every turn nor sleeps
+            // towards them (with thousands held, both cost as much as the clock's own
+            // visits). Without the clock (the mutation) the loop does it, as before.
+            let named_deadline = if clock_on {
+                None
+            } else {
+                self.expire_named_leases(self.env.clock.stamp())
+            };
             let deadline = self.lease_deadline(named_deadline);
             let clock = self.env.clock.clone();
             let mut took_inbound = false;
@@ -396,10 +407,13 @@ impl<S: RaftStore> Driver<S> {
                 },
                 _ = woke.stamp(sleep_until_opt(&clock, deadline)) => {
                     self.expire_lease(self.env.clock.stamp());
-                    self.expire_named_leases(self.env.clock.stamp());
+                    if !clock_on {
+                        self.expire_named_leases(self.env.clock.stamp());
+                    }
                 }
-                // The lease clock ended a lease before this loop did (it was busy, or
-                // the two woke together): the bookkeeping follows.
+                // The lease clock ended a lease (the loop may have been busy): the
+                // bookkeeping follows (the log line, the metrics, a quiet election's
+                // lapse).
                 () = woke.stamp(lease_clock.lapsed.notified()) => {
                     self.named.lease_floor = None;
                     self.expire_lease(self.env.clock.stamp());
@@ -667,22 +681,6 @@ pub(super) fn joint_config<S: RaftStore>(raw: &RawNode<S>) -> bool {
         .to_conf_state()
         .voters_outgoing
         .is_empty()
-}
-
-/// Runs `f`, a write of a store whose writes may wait on a device (`blocks`:
-/// [`RaftStore::blocks_on_io`]), off the runtime's worker threads: on a multi-thread
-/// runtime the worker hands its other tasks to another thread first (tokio's
-/// `block_in_place`), so a stalled disk holds this task alone. Elsewhere (a
-/// current-thread runtime, the simulation's) `f` runs in place.
-pub(super) fn off_runtime<T>(blocks: bool, f: impl FnOnce() -> T) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    let multi =
-        Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
-    if blocks && multi {
-        tokio::task::block_in_place(f)
-    } else {
-        f()
-    }
 }
 
 /// Aborts a task when dropped.

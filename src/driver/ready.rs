@@ -21,11 +21,25 @@ impl<S: RaftStore> Driver<S> {
                 error!(self.env.logger, "this node lost its data; stopping"; "detail" => &detail);
                 self.fail(StopCause::LostData { detail });
             }
-            Some(Err(e)) => {
+            Some(Err(e)) => self.storage_failed(e),
+            _ => {}
+        }
+    }
+
+    /// The store failed: the node stops. A write that failed with an I/O error (the
+    /// writer latched it) stops it with [`StopCause::WriteFailed`], naming the write;
+    /// anything else with [`StopCause::Storage`].
+    pub(super) fn storage_failed(&mut self, e: StorageError) {
+        match self.env.writer.failure() {
+            Some((operation, error)) => {
+                error!(self.env.logger, "a store write failed; stopping for good (a failed write is never retried)";
+                       "operation" => &operation, "error" => %error);
+                self.fail(StopCause::WriteFailed { operation, error });
+            }
+            None => {
                 error!(self.env.logger, "storage failed; stopping"; "error" => %e);
                 self.fail(StopCause::Storage(e));
             }
-            _ => {}
         }
     }
 
@@ -74,7 +88,12 @@ impl<S: RaftStore> Driver<S> {
         if !parts.is_empty() {
             self.env.metrics.turn_write(parts.len());
             let blocks = self.root.store.blocks_on_io();
-            super::off_runtime(blocks, || S::write_all(parts))?;
+            let groups = parts.len();
+            self.env.writer.store_write(
+                blocks,
+                || format!("writing one turn's Ready ({groups} groups, synced)"),
+                move || S::write_all(parts),
+            )?;
         }
         // Pass 3.
         if let Some((rd, snapshot_state)) = root {
@@ -252,9 +271,15 @@ impl<S: RaftStore> Group<S> {
         // configuration: everything up to `applied` is applied).
         let cs = self.raw.raft.prs().conf().to_conf_state();
         let data = data();
-        super::off_runtime(self.store.blocks_on_io(), || {
-            self.store.compact(index, cs, data)
-        })?;
+        let store = self.store.clone();
+        let what = || match &self.name {
+            Some(name) => format!("compacting election {name:?}'s log at index {index}"),
+            None => format!("compacting the root's log at index {index}"),
+        };
+        env.writer
+            .store_write(store.blocks_on_io(), what, move || {
+                store.compact(index, cs, data)
+            })?;
         self.force_compact = false;
         debug!(env.logger, "log compacted"; "index" => index, "election" => self.name.as_deref());
         Ok(())

@@ -223,9 +223,10 @@ pub trait RaftStore: raft::Storage + Clone + Send + Sync + 'static {
     }
 
     /// Whether this store's writes may wait on a device (an fsync), and so may take as
-    /// long as the device does. The driver runs such writes off the tokio runtime's
-    /// worker threads (`block_in_place`, on a multi-thread runtime), so that a stalled
-    /// disk holds the driver's own turn and nothing else: the lease clock that ends
+    /// long as the device does. The driver runs such writes on a writer thread of its
+    /// own, and waits for a slow one off the tokio runtime's worker threads
+    /// (`block_in_place`, on a multi-thread runtime), so that a stalled disk holds the
+    /// driver's own turn and nothing else: the lease clock that ends
     /// leases on time, the transport and the application's tasks run on
     /// (`docs/design.md`, section 2, "The lease's own deadline").
     ///

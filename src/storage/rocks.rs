@@ -355,6 +355,8 @@ impl RocksStore {
         if inspect_folder(&path)? == Folder::Empty {
             return Err(StorageError::Missing { path });
         }
+        // Read what the disk holds, not what a failed fsync left in the page cache.
+        drop_cached(&path);
         let db = open_db(&path, false)?;
         match load(&path, &db)? {
             Some((state, version)) => {

@@ -1,11 +1,12 @@
 //! A store wrapper whose writes can be held on command, as a disk that stalls holds a
 //! synced write: every write, compaction and election write of the wrapped store (every
 //! handle of it: the root's and each named election's) waits at one [`Gate`] while the
-//! gate is shut. Used over real RocksDB by `tests/disk_stall.rs`.
+//! gate is shut. The gate can also fail the next Ready write with an I/O error, as a
+//! failed fsync does. Used over real RocksDB by `tests/disk_stall.rs`.
 
 #![allow(dead_code)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -22,6 +23,10 @@ pub(crate) struct Gate {
     waiting: AtomicUsize,
     /// Writes that ever waited at it.
     held: AtomicUsize,
+    /// The next Ready write fails (and writes nothing).
+    fail_next: AtomicBool,
+    /// Ready writes failed so far.
+    failed: AtomicUsize,
 }
 
 impl Gate {
@@ -34,6 +39,29 @@ impl Gate {
     pub(crate) fn open(&self) {
         *self.shut.lock().unwrap() = false;
         self.opened.notify_all();
+    }
+
+    /// The next Ready write (`write` or `write_all`) fails with an I/O error, as a failed
+    /// fsync does, and writes nothing.
+    pub(crate) fn fail_next_write(&self) {
+        self.fail_next.store(true, Ordering::SeqCst);
+    }
+
+    /// How many Ready writes failed.
+    pub(crate) fn failed(&self) -> usize {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    /// The injected failure, if one is armed (it fires once).
+    fn fault(&self) -> Result<(), StorageError> {
+        if self.fail_next.swap(false, Ordering::SeqCst) {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+            return Err(StorageError::Io {
+                path: "the test's disk".into(),
+                detail: "fsync: Input/output error (os error 5) (injected)".into(),
+            });
+        }
+        Ok(())
     }
 
     /// How many writes wait at the gate now.
@@ -118,11 +146,13 @@ impl<S: RaftStore> raft::Storage for StallStore<S> {
 impl<S: RaftStore> RaftStore for StallStore<S> {
     fn write(&self, write: ReadyWrite) -> Result<(), StorageError> {
         self.gate.pass();
+        self.gate.fault()?;
         self.inner.write(write)
     }
     fn write_all(parts: Vec<(Self, ReadyWrite)>) -> Result<(), StorageError> {
         if let Some((first, _)) = parts.first() {
             first.gate.pass();
+            first.gate.fault()?;
         }
         S::write_all(parts.into_iter().map(|(s, w)| (s.inner, w)).collect())
     }

@@ -26,7 +26,7 @@ use super::catalog::{CatalogReply, PendingCatalog};
 /// Who waits for a removal.
 pub(super) type RemoveReply = oneshot::Sender<Result<Removed, ElectionError>>;
 use super::group::{Env, Group, LeaseWaiter, Quiet};
-use super::{off_runtime, Driver, PendingTransfer};
+use super::{Driver, PendingTransfer};
 use crate::clock::Stamp;
 use crate::election::{term_floor, ElectionError, ElectionId, ElectionOptions, Removed};
 use crate::election_rng::{draw, Draw, ElectionTimeouts};
@@ -313,8 +313,7 @@ impl<S: RaftStore> Driver<S> {
     /// above it founds and removes the rest as it is replayed).
     pub(super) fn open_catalog(&mut self) {
         if let Err(e) = self.sync_catalog() {
-            error!(self.env.logger, "an election's store does not open; stopping"; "error" => %e);
-            self.fail(StopCause::Storage(e));
+            self.storage_failed(e);
         }
     }
 
@@ -347,8 +346,12 @@ impl<S: RaftStore> Driver<S> {
         for id in self.root.store.election_ids()?.live {
             if id < next && !live.contains(&id) {
                 info!(self.env.logger, "deleting the store of an election removed meanwhile"; "id" => id);
-                let store = &self.root.store;
-                off_runtime(store.blocks_on_io(), || store.remove_election(id))?;
+                let store = self.root.store.clone();
+                self.env.writer.store_write(
+                    store.blocks_on_io(),
+                    || format!("deleting the store of removed election {id}"),
+                    move || store.remove_election(id),
+                )?;
                 self.named.removed.insert(id);
             }
         }
@@ -393,18 +396,23 @@ impl<S: RaftStore> Driver<S> {
                         ..Default::default()
                     };
                     let data = serde_json::to_vec(&History::default()).unwrap_or_default();
-                    let store = &self.root.store;
-                    let floor = spec.floor.unwrap_or(term_floor(spec.id));
-                    off_runtime(store.blocks_on_io(), || {
-                        store.found_election(spec.id, floor, cs, data)
-                    })?
+                    let store = self.root.store.clone();
+                    let (id, floor) = (spec.id, spec.floor.unwrap_or(term_floor(spec.id)));
+                    self.env.writer.store_write(
+                        store.blocks_on_io(),
+                        || format!("founding election {id}'s store"),
+                        move || store.found_election(id, floor, cs, data),
+                    )?
                 } else {
                     // Not among its first members (a node that joined later): a store with
                     // no membership, as a joiner's (section 6); a member's snapshot brings it.
-                    let store = &self.root.store;
-                    off_runtime(store.blocks_on_io(), || {
-                        store.join_election(spec.id, ConfState::default())
-                    })?
+                    let store = self.root.store.clone();
+                    let id = spec.id;
+                    self.env.writer.store_write(
+                        store.blocks_on_io(),
+                        || format!("creating election {id}'s store to join it"),
+                        move || store.join_election(id, ConfState::default()),
+                    )?
                 }
             }
         };
@@ -600,8 +608,12 @@ impl<S: RaftStore> Driver<S> {
         self.named.removed.insert(id);
         self.named.view_dirty = true;
         self.named.changes += 1;
-        let store = &self.root.store;
-        off_runtime(store.blocks_on_io(), || store.remove_election(id))
+        let store = self.root.store.clone();
+        self.env.writer.store_write(
+            store.blocks_on_io(),
+            || format!("deleting the store of removed election {id}"),
+            move || store.remove_election(id),
+        )
     }
 
     /// A message of a named election from a peer: judged against that election's group,

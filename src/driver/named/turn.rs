@@ -6,13 +6,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use raft::StateRole;
-use slog::{debug, error};
+use slog::debug;
 
 use super::super::group::Quiet;
 use super::super::{Driver, PendingTransfer};
 use crate::clock::Stamp;
 use crate::election::ElectionId;
-use crate::error::StopCause;
 use crate::status::Leadership;
 use crate::storage::RaftStore;
 
@@ -211,8 +210,7 @@ impl<S: RaftStore> Driver<S> {
         }
         self.wake_lapsed(lapsed);
         if let Err(e) = self.progress_retirements(now, &ids) {
-            error!(self.env.logger, "storage failed; stopping"; "error" => %e);
-            self.fail(StopCause::Storage(e));
+            self.storage_failed(e);
         }
         self.expire_catalog_calls(now);
         self.ensure_declared(now);

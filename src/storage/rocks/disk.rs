@@ -279,3 +279,97 @@ pub(super) fn check_meta(path: &Path, meta: &[u8]) -> Result<u32, StorageError> 
     }
     Ok(version)
 }
+
+/// Drops the files of the store at `path` from the page cache before RocksDB opens them,
+/// so that the open reads what the disk holds. After a failed fsync the kernel may keep
+/// the pages it could not write, marked clean: a process that opened the store again
+/// would read data that is not on disk, act on it (acknowledge an entry, repeat a vote),
+/// and lose it at the next power loss (`docs/design.md`, section 15). `POSIX_FADV_DONTNEED`
+/// drops clean pages (dirty ones are written back first); it is advice, so a file it
+/// cannot open or advise is left as it is. Returns how many files were advised.
+pub(super) fn drop_cached(path: &Path) -> usize {
+    use std::os::fd::AsRawFd;
+    let Ok(entries) = fs::read_dir(path) else {
+        return 0;
+    };
+    let mut advised = 0;
+    for entry in entries.flatten() {
+        if !entry.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        let Ok(file) = fs::File::open(entry.path()) else {
+            continue;
+        };
+        // SAFETY: `file` is an open descriptor for the duration of the call; the call
+        // reads nothing from this process's memory.
+        let r = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if r == 0 {
+            advised += 1;
+        }
+    }
+    advised
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+
+    /// How many of `file`'s first `len` bytes' pages are in the page cache (`mincore`).
+    fn resident_pages(file: &fs::File, len: usize) -> usize {
+        let page = 4096;
+        // SAFETY: a read-only shared mapping of `len` bytes of an open file, unmapped
+        // before returning; `mincore` writes one byte per page into `vec`, which has room.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            let mut vec = vec![0u8; len.div_ceil(page)];
+            let rc = libc::mincore(p, len, vec.as_mut_ptr());
+            libc::munmap(p, len);
+            assert_eq!(rc, 0);
+            vec.iter().filter(|b| *b & 1 == 1).count()
+        }
+    }
+
+    #[test]
+    fn opening_a_store_drops_its_files_from_the_page_cache() {
+        // tmpfs keeps files in the page cache itself: use the crate's own folder.
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        // SAFETY: `statfs` fills `st` for a NUL-terminated path.
+        let tmpfs = unsafe {
+            let c = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).unwrap();
+            let mut st: libc::statfs = std::mem::zeroed();
+            libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type == libc::TMPFS_MAGIC
+        };
+        if tmpfs {
+            eprintln!(
+                "skipped: {} is on tmpfs, whose pages are the file",
+                dir.path().display()
+            );
+            return;
+        }
+        let len = 1 << 20;
+        let path = dir.path().join("000001.log");
+        let mut f = fs::File::create(&path).unwrap();
+        f.write_all(&vec![7u8; len]).unwrap();
+        f.sync_all().unwrap();
+        let mut f = fs::File::open(&path).unwrap();
+        f.read_to_end(&mut Vec::new()).unwrap();
+        assert!(resident_pages(&f, len) > 0, "read: cached");
+        assert_eq!(drop_cached(dir.path()), 1);
+        assert_eq!(
+            resident_pages(&f, len),
+            0,
+            "dropped: the next read goes to the disk"
+        );
+    }
+}
