@@ -1,30 +1,32 @@
-//! A leader whose disk stalls (`docs/design.md`, section 2, "The lease's own deadline"):
-//! real RocksDB stores under a wrapper that holds every write while its gate is shut
-//! (`support/stall_store.rs`), three nodes in one process over the in-process network.
+//! The disk (`docs/design.md`, sections 2 and 15): three nodes in one process over the
+//! in-process network, on real RocksDB stores under a wrapper that holds or fails writes
+//! on command (`support/stall_store.rs`, `support/stall_group.rs`).
 //!
-//! What must hold, as orderings of events (no timing bounds): while the leader's synced
-//! write is still blocked, every lease it holds (the root's, and those of the named
-//! elections it leads: all 16 name it first in their affinity, and the balancer gives it
-//! its share of them plus one at most) reports its loss (`Lease::lost`, the cancellation
-//! token), and another node holds the lease of the root and of all 16 elections. The mutation `lease-ends-with-the-driver` (no lease clock) fails the
-//! first check; `.ci/run` requires it to.
+//! * A leader whose disk stalls. What must hold, as orderings of events (no timing
+//!   bounds): while the leader's synced write is still blocked, every lease it holds (the
+//!   root's, and those of the named elections it leads: all 16 name it first in their
+//!   affinity, and the balancer gives it its share of them plus one at most) reports its
+//!   loss (`Lease::lost`, the cancellation token, its published leadership), and another
+//!   node holds the lease of the root and of all 16 elections. The mutation
+//!   `lease-ends-with-the-driver` (no lease clock) fails the first check; `.ci/run`
+//!   requires it to.
+//! * A failed sync on the leader and on a follower: the node stops with
+//!   `StopCause::WriteFailed` naming the write, the others go on, and it restarts on its
+//!   folder and catches up.
 
+#[path = "support/stall_group.rs"]
+mod stall_group;
 #[path = "support/stall_store.rs"]
 mod stall_store;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use raft::eraftpb::ConfState;
-use stall_store::{Gate, StallStore};
+use stall_group::{Group, IDS};
 use tenure::error::StorageError;
-use tenure::storage::RocksStore;
-use tenure::transport::mem::MemNetwork;
-use tenure::{Config, ElectionOptions, Lease, LostReason, Node, NodeId, StopCause, Timing};
+use tenure::{ElectionOptions, Lease, LostReason, NodeId, StopCause};
 use tokio::time::{timeout, Instant};
 
-const IDS: [NodeId; 3] = [1, 2, 3];
 /// The longest any condition below is waited for.
 const WAIT: Duration = Duration::from_secs(20);
 /// The longest a lease's end is waited for while the write is blocked: fifty times the
@@ -33,109 +35,6 @@ const WAIT: Duration = Duration::from_secs(20);
 const LOST_WAIT: Duration = Duration::from_secs(5);
 /// The named elections the stalled leader leads.
 const NAMED: usize = 16;
-
-fn timing() -> Timing {
-    Timing::from_millis(10, 30, 150, 250)
-}
-
-struct Group {
-    net: MemNetwork,
-    dirs: Vec<tempfile::TempDir>,
-    nodes: Vec<Option<Node>>,
-    gates: Vec<Arc<Gate>>,
-}
-
-impl Drop for Group {
-    /// A failed test must not leave writes held: the runtime waits for them as it ends.
-    fn drop(&mut self) {
-        for gate in &self.gates {
-            gate.open();
-        }
-    }
-}
-
-impl Group {
-    async fn start() -> Group {
-        let mut g = Group {
-            net: MemNetwork::new(),
-            dirs: IDS
-                .iter()
-                .map(|_| tempfile::tempdir().expect("a temporary folder"))
-                .collect(),
-            nodes: IDS.iter().map(|_| None).collect(),
-            gates: IDS.iter().map(|_| Arc::new(Gate::default())).collect(),
-        };
-        for id in IDS {
-            g.start_node(id).await;
-        }
-        g
-    }
-
-    /// Starts node `id` on its folder: a new store the first time, the one it left after.
-    async fn start_node(&mut self, id: NodeId) {
-        let i = id as usize - 1;
-        let path = self.dirs[i].path().join("raft");
-        let store = if path.exists() {
-            RocksStore::open(&path).unwrap_or_else(|e| panic!("n{id}'s store reopens: {e}"))
-        } else {
-            RocksStore::create(&path, id, ConfState::default()).expect("a RocksDB store")
-        };
-        let peers = IDS.map(|p| (p, SocketAddr::from(([127, 0, 0, 1], 7000 + p as u16))));
-        let group = tenure::GroupId::from_u128(0xd15c_57a1).expect("not 0");
-        let config = Config::builder(id)
-            .peers(peers)
-            .timing(timing())
-            .found(group)
-            .build();
-        let (transport, inbound) = self.net.endpoint(id);
-        let node = Node::start_with(
-            config,
-            StallStore::new(store, Arc::clone(&self.gates[i])),
-            Arc::new(transport),
-            inbound,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("n{id} does not start: {e}"));
-        self.nodes[i] = Some(node);
-    }
-
-    fn node(&self, id: NodeId) -> &Node {
-        self.nodes[id as usize - 1]
-            .as_ref()
-            .expect("the node is up")
-    }
-
-    fn up(&self) -> impl Iterator<Item = &Node> {
-        self.nodes.iter().flatten()
-    }
-
-    /// A node that holds the root's lease (the lowest id if two say so: a stuck node's
-    /// word may lag).
-    fn root_holder(&self) -> Option<NodeId> {
-        self.up().find(|n| n.leadership().leased).map(Node::id)
-    }
-
-    /// A node other than `not` that holds the root's lease.
-    fn root_holder_besides(&self, not: NodeId) -> Option<NodeId> {
-        self.up()
-            .find(|n| n.id() != not && n.leadership().leased)
-            .map(Node::id)
-    }
-
-    /// A node that holds `name`'s lease.
-    fn holder(&self, name: &str) -> Option<NodeId> {
-        self.up()
-            .find(|n| n.election(name).leadership().leased)
-            .map(Node::id)
-    }
-
-    /// A node other than `not` that holds `name`'s lease.
-    fn holder_besides(&self, name: &str, not: NodeId) -> Option<NodeId> {
-        self.up()
-            .find(|n| n.id() != not && n.election(name).leadership().leased)
-            .map(Node::id)
-    }
-}
 
 /// Polls `f` until it gives a value, for at most [`WAIT`].
 async fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {

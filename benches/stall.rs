@@ -1,0 +1,227 @@
+//! A leader's disk stalls: how late its leases' ends are announced, and how soon other
+//! nodes hold its elections (`docs/design.md`, sections 2 and 15).
+//!
+//! ```text
+//! cargo bench --bench stall                         # 20 trials, 2 s stalls
+//! cargo bench --bench stall -- --trials 50 --stall-ms 4000
+//! cargo bench --bench stall -- --quick              # 3 trials (CI)
+//! # without the lease clock (what the driver alone did before):
+//! TENURE_MUTATION=lease-ends-with-the-driver cargo bench --features mutations --bench stall
+//! ```
+//!
+//! Each **trial** starts three nodes in this process over the in-process network, on real
+//! RocksDB stores in a temporary folder whose writes a gate can hold
+//! (`tests/support/stall_store.rs`); 10 ms ticks, election timeouts 150–250 ms. The
+//! root's leader leads 16 named elections' share (their affinity names it). A task per
+//! lease it holds waits on `Lease::lost()`. Then the leader's writes are held for the
+//! stall, and a proposal makes its driver block in a synced write. Per lease: **late**,
+//! the time from the lease's end (`Lease::ended_at`) to the moment its waiting task woke
+//! with the loss; per election it led (the root's included): **elsewhere**, from the
+//! stall's start to the first moment another node holds its lease (polled every
+//! millisecond). Then the gate opens and the trial ends.
+//!
+//! Results: `<target dir>/tenure-bench/stall.txt`.
+
+#[path = "../tests/support/stall_group.rs"]
+mod stall_group;
+#[path = "../tests/support/stall_store.rs"]
+mod stall_store;
+mod support;
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use stall_group::Group;
+use support::{summarize, table};
+use tenure::{ElectionOptions, Lease};
+use tokio::time::Instant;
+
+const USAGE: &str = "\
+usage: cargo bench --bench stall -- [--trials N] [--stall-ms MS] [--quick]
+
+  --trials N     stalls to measure (default 20)
+  --stall-ms MS  how long the leader's writes are held (default 2000)
+  --quick        3 trials (CI)";
+
+const NAMED: usize = 16;
+const WAIT: Duration = Duration::from_secs(30);
+
+fn main() {
+    let mut trials = 20usize;
+    let mut stall = Duration::from_millis(2000);
+    let mut args = support::args().into_iter();
+    while let Some(a) = args.next() {
+        let mut num = |what: &str| -> u64 {
+            args.next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| usage(&format!("{what} needs a number")))
+        };
+        match a.as_str() {
+            "--trials" => trials = num("--trials").max(1) as usize,
+            "--stall-ms" => stall = Duration::from_millis(num("--stall-ms").max(100)),
+            "--quick" => trials = 3,
+            other => usage(&format!("unknown argument {other:?}")),
+        }
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let mut late_ms = Vec::new();
+    let mut elsewhere_ms = Vec::new();
+    let mut leases = 0;
+    let mut progress = support::Progress::new(1);
+    for t in 0..trials {
+        progress.update(t, trials, "stall the leader's disk");
+        let (late, elsewhere) = rt.block_on(trial(stall));
+        leases += late.len();
+        late_ms.extend(late);
+        elsewhere_ms.extend(elsewhere);
+    }
+    progress.finish();
+    let mutation = std::env::var("TENURE_MUTATION").unwrap_or_default();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "stall: {trials} trials, the leader's writes held {} ms each, {leases} leases{}",
+        stall.as_millis(),
+        if mutation.is_empty() {
+            String::new()
+        } else {
+            format!(", TENURE_MUTATION={mutation}")
+        }
+    );
+    let row = |what: &str, v: &[f64]| {
+        let s = summarize(v);
+        vec![
+            what.to_string(),
+            s.n.to_string(),
+            format!("{:.2}", s.p50),
+            format!("{:.2}", s.p99),
+            format!("{:.2}", s.max),
+        ]
+    };
+    out.push_str(&table(
+        &["ms", "n", "p50", "p99", "max"],
+        &[
+            row("lease end → lost() woke (late)", &late_ms),
+            row("stall start → leased elsewhere", &elsewhere_ms),
+        ],
+    ));
+    print!("{out}");
+    let path = support::out_dir().join("stall.txt");
+    if let Err(e) = std::fs::write(&path, &out) {
+        eprintln!("stall: cannot write {}: {e}", path.display());
+    }
+}
+
+fn usage(problem: &str) -> ! {
+    eprintln!("stall: {problem}\n{USAGE}");
+    std::process::exit(2);
+}
+
+/// One stall: (per lease, ms from its end to its loss being heard; per election the
+/// stalled node led, ms from the stall's start to a lease elsewhere).
+async fn trial(stall: Duration) -> (Vec<f64>, Vec<f64>) {
+    let g = Group::start().await;
+    let s = until("a root leader", || g.root_holder()).await;
+    let names: Vec<String> = (0..NAMED).map(|i| format!("shard-{i}")).collect();
+    for name in &names {
+        g.node(s)
+            .create_election(name, ElectionOptions::new().affinity([s]))
+            .await
+            .unwrap_or_else(|e| panic!("create {name}: {e}"));
+    }
+    let share = NAMED / stall_group::IDS.len();
+    let led = until("the leader leads its share", || {
+        let holders: Vec<_> = names.iter().map(|n| (g.holder(n), n.clone())).collect();
+        if holders.iter().any(|(h, _)| h.is_none()) {
+            return None;
+        }
+        let led: Vec<String> = holders
+            .into_iter()
+            .filter(|(h, _)| *h == Some(s))
+            .map(|(_, n)| n)
+            .collect();
+        (led.len() >= share).then_some(led)
+    })
+    .await;
+    let mut held: Vec<(Option<String>, Lease)> = vec![(None, g.node(s).lease().await.unwrap())];
+    for name in led {
+        let lease = g.node(s).election(&name).lease().await.unwrap();
+        held.push((Some(name), lease));
+    }
+    // A task per lease notes when it hears of the loss, as the worker's would.
+    let heard: Vec<_> = held
+        .iter()
+        .map(|(_, l)| {
+            let l = l.clone();
+            tokio::spawn(async move {
+                l.lost().await;
+                Instant::now()
+            })
+        })
+        .collect();
+    let gate = Arc::clone(&g.gates[s as usize - 1]);
+    gate.shut();
+    let t0 = Instant::now();
+    let proposer = g.node(s).clone();
+    tokio::spawn(async move {
+        let _ = proposer
+            .create_election("written-during-the-stall", ElectionOptions::new())
+            .await;
+    });
+    // Elsewhere: polled every millisecond until every election has moved.
+    let mut moved: Vec<Option<Duration>> = vec![None; held.len()];
+    while moved.iter().any(Option::is_none) && t0.elapsed() < WAIT {
+        for (i, (name, _)) in held.iter().enumerate() {
+            if moved[i].is_none() {
+                let other = match name {
+                    None => g.root_holder_besides(s),
+                    Some(n) => g.holder_besides(n, s),
+                };
+                if other.is_some() {
+                    moved[i] = Some(t0.elapsed());
+                }
+            }
+        }
+        if t0.elapsed() >= stall && gate.waiting() > 0 {
+            gate.open();
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(stall.saturating_sub(t0.elapsed())).await;
+    gate.open();
+    let mut late = Vec::new();
+    for ((_, lease), task) in held.iter().zip(heard) {
+        let Ok(Ok(at)) = tokio::time::timeout(WAIT, task).await else {
+            continue;
+        };
+        if let Some(ended) = lease.ended_at() {
+            late.push(at.saturating_duration_since(ended).as_secs_f64() * 1e3);
+        }
+    }
+    for n in g.up() {
+        let _ = tokio::time::timeout(WAIT, n.shutdown()).await;
+    }
+    let elsewhere = moved
+        .into_iter()
+        .flatten()
+        .map(|d| d.as_secs_f64() * 1e3)
+        .collect();
+    (late, elsewhere)
+}
+
+/// Polls `f` every 5 ms until it gives a value, for at most [`WAIT`].
+async fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

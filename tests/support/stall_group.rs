@@ -1,0 +1,121 @@
+//! Three nodes in one process over the in-process network, each on a real RocksDB store
+//! wrapped by [`StallStore`], whose gate holds or fails its writes on command. Shared by
+//! `tests/disk_stall.rs` and `benches/stall.rs`.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use raft::eraftpb::ConfState;
+use tenure::storage::RocksStore;
+use tenure::transport::mem::MemNetwork;
+use tenure::{Config, Node, NodeId, Timing};
+
+use crate::stall_store::{Gate, StallStore};
+
+pub(crate) const IDS: [NodeId; 3] = [1, 2, 3];
+
+/// 10 ms ticks, 30 ms heartbeats, election timeouts 150–250 ms.
+pub(crate) fn timing() -> Timing {
+    Timing::from_millis(10, 30, 150, 250)
+}
+
+pub(crate) struct Group {
+    pub net: MemNetwork,
+    pub dirs: Vec<tempfile::TempDir>,
+    pub nodes: Vec<Option<Node>>,
+    pub gates: Vec<Arc<Gate>>,
+}
+
+impl Drop for Group {
+    /// A failed test must not leave writes held: the runtime waits for them as it ends.
+    fn drop(&mut self) {
+        for gate in &self.gates {
+            gate.open();
+        }
+    }
+}
+
+impl Group {
+    pub(crate) async fn start() -> Group {
+        let mut g = Group {
+            net: MemNetwork::new(),
+            dirs: IDS
+                .iter()
+                .map(|_| tempfile::tempdir().expect("a temporary folder"))
+                .collect(),
+            nodes: IDS.iter().map(|_| None).collect(),
+            gates: IDS.iter().map(|_| Arc::new(Gate::default())).collect(),
+        };
+        for id in IDS {
+            g.start_node(id).await;
+        }
+        g
+    }
+
+    /// Starts node `id` on its folder: a new store the first time, the one it left after.
+    pub(crate) async fn start_node(&mut self, id: NodeId) {
+        let i = id as usize - 1;
+        let path = self.dirs[i].path().join("raft");
+        let store = if path.exists() {
+            RocksStore::open(&path).unwrap_or_else(|e| panic!("n{id}'s store reopens: {e}"))
+        } else {
+            RocksStore::create(&path, id, ConfState::default()).expect("a RocksDB store")
+        };
+        let peers = IDS.map(|p| (p, SocketAddr::from(([127, 0, 0, 1], 7000 + p as u16))));
+        let group = tenure::GroupId::from_u128(0xd15c_57a1).expect("not 0");
+        let config = Config::builder(id)
+            .peers(peers)
+            .timing(timing())
+            .found(group)
+            .build();
+        let (transport, inbound) = self.net.endpoint(id);
+        let node = Node::start_with(
+            config,
+            StallStore::new(store, Arc::clone(&self.gates[i])),
+            Arc::new(transport),
+            inbound,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("n{id} does not start: {e}"));
+        self.nodes[i] = Some(node);
+    }
+
+    pub(crate) fn node(&self, id: NodeId) -> &Node {
+        self.nodes[id as usize - 1]
+            .as_ref()
+            .expect("the node is up")
+    }
+
+    pub(crate) fn up(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.iter().flatten()
+    }
+
+    /// A node that holds the root's lease (the lowest id if two say so: a stuck node's
+    /// word may lag).
+    pub(crate) fn root_holder(&self) -> Option<NodeId> {
+        self.up().find(|n| n.leadership().leased).map(Node::id)
+    }
+
+    /// A node other than `not` that holds the root's lease.
+    pub(crate) fn root_holder_besides(&self, not: NodeId) -> Option<NodeId> {
+        self.up()
+            .find(|n| n.id() != not && n.leadership().leased)
+            .map(Node::id)
+    }
+
+    /// A node that holds `name`'s lease.
+    pub(crate) fn holder(&self, name: &str) -> Option<NodeId> {
+        self.up()
+            .find(|n| n.election(name).leadership().leased)
+            .map(Node::id)
+    }
+
+    /// A node other than `not` that holds `name`'s lease.
+    pub(crate) fn holder_besides(&self, name: &str, not: NodeId) -> Option<NodeId> {
+        self.up()
+            .find(|n| n.id() != not && n.election(name).leadership().leased)
+            .map(Node::id)
+    }
+}
