@@ -135,19 +135,7 @@ async fn trial(stall: Duration) -> (Vec<f64>, Vec<f64>) {
             .unwrap_or_else(|e| panic!("create {name}: {e}"));
     }
     let share = NAMED / stall_group::IDS.len();
-    let led = until("the leader leads its share", || {
-        let holders: Vec<_> = names.iter().map(|n| (g.holder(n), n.clone())).collect();
-        if holders.iter().any(|(h, _)| h.is_none()) {
-            return None;
-        }
-        let led: Vec<String> = holders
-            .into_iter()
-            .filter(|(h, _)| *h == Some(s))
-            .map(|(_, n)| n)
-            .collect();
-        (led.len() >= share).then_some(led)
-    })
-    .await;
+    let led = until("the leader leads its share", || g.led_by(s, &names, share)).await;
     let mut held: Vec<(Option<String>, Lease)> = vec![(None, g.node(s).lease().await.unwrap())];
     for name in led {
         let lease = g.node(s).election(&name).lease().await.unwrap();

@@ -72,18 +72,7 @@ async fn a_leader_whose_disk_stalls_announces_every_lease_end_while_its_write_is
     let share = NAMED / IDS.len();
     let led = wait_for(
         &format!("n{s} leads {share} named elections, all leased"),
-        || {
-            let holders: Vec<_> = names().into_iter().map(|n| (g.holder(&n), n)).collect();
-            if holders.iter().any(|(h, _)| h.is_none()) {
-                return None;
-            }
-            let led: Vec<String> = holders
-                .into_iter()
-                .filter(|(h, _)| *h == Some(s))
-                .map(|(_, n)| n)
-                .collect();
-            (led.len() >= share).then_some(led)
-        },
+        || g.led_by(s, &names(), share),
     )
     .await;
     let mut leases: Vec<(String, Lease)> = Vec::new();

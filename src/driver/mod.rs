@@ -20,7 +20,7 @@
 //! | `handover.rs` | transfers, shutdown handovers, failed handovers |
 //! | `membership.rs` | conf changes, drains, farewells, reachability |
 //! | `publish.rs` | leadership, role, health, status, tenure records |
-//! | `named.rs` | named elections: founding, removal, routing, per-turn duties |
+//! | `named/` | named elections: founding, removal, routing (`mod.rs`), per-turn duties (`turn.rs`), the bookkeeping of their leases (`leases.rs`) |
 //! | `catalog.rs` | the catalog: create and remove calls, declared elections |
 //! | `writer.rs` | the store writer: synced writes on a thread of their own, waited for off the runtime when slow |
 //! | `spread.rs` | spreading leaderships, named elections following the root's membership |

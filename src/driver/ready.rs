@@ -87,12 +87,12 @@ impl<S: RaftStore> Driver<S> {
         // Pass 2: what the votes and acknowledgements below promise is on disk first.
         if !parts.is_empty() {
             self.env.metrics.turn_write(parts.len());
-            let blocks = self.root.store.blocks_on_io();
             let groups = parts.len();
             self.env.writer.store_write(
-                blocks,
-                || format!("writing one turn's Ready ({groups} groups, synced)"),
-                move || S::write_all(parts),
+                &self.root.store,
+                true,
+                || format!("writing one turn's Ready ({groups} groups)"),
+                move |_| S::write_all(parts),
             )?;
         }
         // Pass 3.
@@ -271,15 +271,12 @@ impl<S: RaftStore> Group<S> {
         // configuration: everything up to `applied` is applied).
         let cs = self.raw.raft.prs().conf().to_conf_state();
         let data = data();
-        let store = self.store.clone();
         let what = || match &self.name {
             Some(name) => format!("compacting election {name:?}'s log at index {index}"),
             None => format!("compacting the root's log at index {index}"),
         };
         env.writer
-            .store_write(store.blocks_on_io(), what, move || {
-                store.compact(index, cs, data)
-            })?;
+            .store_write(&self.store, true, what, move |s| s.compact(index, cs, data))?;
         self.force_compact = false;
         debug!(env.logger, "log compacted"; "index" => index, "election" => self.name.as_deref());
         Ok(())
@@ -344,10 +341,17 @@ impl<S: RaftStore> Group<S> {
         let read_states = rd.take_read_states();
         let mut light = self.raw.advance_append(rd);
         if let Some(commit) = light.commit_index() {
-            self.store.write(ReadyWrite {
+            // Not synced (section 5): in place, but through the writer's latch.
+            let write = ReadyWrite {
                 commit: Some(commit),
                 ..Default::default()
-            })?;
+            };
+            env.writer.store_write(
+                &self.store,
+                false,
+                || format!("writing commit index {commit}"),
+                move |s| s.write(write),
+            )?;
         }
         let msgs = light.take_messages();
         self.send(env, drained, msgs);

@@ -16,7 +16,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::storage::StorageError;
+use crate::storage::{RaftStore, StorageError};
 
 /// How long the driver waits for a write on the runtime's worker thread before it hands
 /// the thread's other tasks over and waits off the runtime.
@@ -34,21 +34,24 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    /// Runs one write of the store (`f`; `blocks`: the store's writes wait on a device),
-    /// as [`write`](Self::write) does, and latches a failure: once a write failed with an
-    /// I/O error, every later one is refused with that error and never tried
-    /// (`docs/design.md`, section 15: a failed fsync is never retried). `operation` names
-    /// the write for the node's stop cause.
-    pub(super) fn store_write<T: Send + 'static>(
+    /// Runs one write of `store` (`f`, given a handle of it), and latches a failure: once
+    /// a write failed with an I/O error, every later one is refused with that error and
+    /// never tried (`docs/design.md`, section 15: a failed fsync is never retried).
+    /// `synced`: the write waits for the device, so it runs on the writer thread when
+    /// the store's writes do ([`RaftStore::blocks_on_io`]); otherwise in place.
+    /// `operation` names the write for the node's stop cause.
+    pub(super) fn store_write<S: RaftStore, T: Send + 'static>(
         &self,
-        blocks: bool,
+        store: &S,
+        synced: bool,
         operation: impl FnOnce() -> String,
-        f: impl FnOnce() -> Result<T, StorageError> + Send + 'static,
+        f: impl FnOnce(S) -> Result<T, StorageError> + Send + 'static,
     ) -> Result<T, StorageError> {
         if let Some((_, e)) = self.failed.borrow().as_ref() {
             return Err(e.clone());
         }
-        let out = self.write(blocks, f);
+        let handle = store.clone();
+        let out = self.write(synced && store.blocks_on_io(), move || f(handle));
         if let Err(e @ StorageError::Io { .. }) = &out {
             *self.failed.borrow_mut() = Some((operation(), e.clone()));
         }
@@ -63,11 +66,7 @@ impl Writer {
     /// Runs `f`, a write of a store (`blocks`: its writes wait on a device), on the
     /// writer thread, and waits for it as the module says; in place when `blocks` is
     /// false or the thread could not be started. A panic in `f` is raised here.
-    pub(super) fn write<T: Send + 'static>(
-        &self,
-        blocks: bool,
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> T {
+    fn write<T: Send + 'static>(&self, blocks: bool, f: impl FnOnce() -> T + Send + 'static) -> T {
         let Some(jobs) = blocks.then(|| self.jobs()).flatten() else {
             return f();
         };
@@ -152,23 +151,26 @@ mod tests {
 
     #[test]
     fn a_failed_write_is_never_tried_again() {
+        let store = crate::storage::MemStore::new(Default::default());
         let w = Writer::default();
         let io = || StorageError::Io {
             path: "/data".into(),
             detail: "fsync: Input/output error".into(),
         };
         let r: Result<(), _> = w.store_write(
+            &store,
             true,
             || "writing one turn's Ready".into(),
-            move || Err(io()),
+            move |_| Err(io()),
         );
         assert_eq!(r, Err(io()));
         let tried = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let t = std::sync::Arc::clone(&tried);
         let again = w.store_write(
-            true,
+            &store,
+            false,
             || "compacting".into(),
-            move || {
+            move |_| {
                 t.store(true, std::sync::atomic::Ordering::SeqCst);
                 Ok(())
             },
@@ -181,14 +183,14 @@ mod tests {
         assert_eq!(w.failure(), Some(("writing one turn's Ready".into(), io())));
         // A refused write (a bug, nothing written) does not latch.
         let w = Writer::default();
-        let bad: Result<(), _> = w.store_write(false, String::new, || {
+        let bad: Result<(), _> = w.store_write(&store, true, String::new, |_| {
             Err(StorageError::InvalidWrite {
                 detail: "gap".into(),
             })
         });
         assert!(bad.is_err());
         assert_eq!(w.failure(), None);
-        assert_eq!(w.store_write(false, String::new, || Ok(1)), Ok(1));
+        assert_eq!(w.store_write(&store, true, String::new, |_| Ok(1)), Ok(1));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

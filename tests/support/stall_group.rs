@@ -118,4 +118,18 @@ impl Group {
             .find(|n| n.id() != not && n.election(name).leadership().leased)
             .map(Node::id)
     }
+
+    /// The elections of `names` that `s` leads, once every one of them has a leaseholder
+    /// and `s` leads at least `share` (the balancer lets an affinity hold a node's share
+    /// plus one); `None` before.
+    pub(crate) fn led_by(&self, s: NodeId, names: &[String], share: usize) -> Option<Vec<String>> {
+        let mut led = Vec::new();
+        for name in names {
+            let holder = self.holder(name)?;
+            if holder == s {
+                led.push(name.clone());
+            }
+        }
+        (led.len() >= share).then_some(led)
+    }
 }

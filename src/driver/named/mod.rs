@@ -19,20 +19,20 @@ use slog::{debug, error, info, warn, Logger};
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
+mod leases;
 mod turn;
 
 use super::catalog::{CatalogReply, PendingCatalog};
 
 /// Who waits for a removal.
 pub(super) type RemoveReply = oneshot::Sender<Result<Removed, ElectionError>>;
-use super::group::{Env, Group, LeaseWaiter, Quiet};
+use super::group::{Env, Group, LeaseWaiter};
 use super::{Driver, PendingTransfer};
 use crate::clock::Stamp;
 use crate::election::{term_floor, ElectionError, ElectionId, ElectionOptions, Removed};
 use crate::election_rng::{draw, Draw, ElectionTimeouts};
 use crate::error::{LostReason, NodeStopped, StopCause, TransferError};
 use crate::history::History;
-use crate::lease::Lease;
 use crate::peer_input::{self, Local, Verdict};
 use crate::state::ElectionSpec;
 use crate::status::{Leadership, Role};
@@ -346,12 +346,7 @@ impl<S: RaftStore> Driver<S> {
         for id in self.root.store.election_ids()?.live {
             if id < next && !live.contains(&id) {
                 info!(self.env.logger, "deleting the store of an election removed meanwhile"; "id" => id);
-                let store = self.root.store.clone();
-                self.env.writer.store_write(
-                    store.blocks_on_io(),
-                    || format!("deleting the store of removed election {id}"),
-                    move || store.remove_election(id),
-                )?;
+                self.delete_election_store(id)?;
                 self.named.removed.insert(id);
             }
         }
@@ -396,22 +391,22 @@ impl<S: RaftStore> Driver<S> {
                         ..Default::default()
                     };
                     let data = serde_json::to_vec(&History::default()).unwrap_or_default();
-                    let store = self.root.store.clone();
                     let (id, floor) = (spec.id, spec.floor.unwrap_or(term_floor(spec.id)));
                     self.env.writer.store_write(
-                        store.blocks_on_io(),
+                        &self.root.store,
+                        true,
                         || format!("founding election {id}'s store"),
-                        move || store.found_election(id, floor, cs, data),
+                        move |s| s.found_election(id, floor, cs, data),
                     )?
                 } else {
                     // Not among its first members (a node that joined later): a store with
                     // no membership, as a joiner's (section 6); a member's snapshot brings it.
-                    let store = self.root.store.clone();
                     let id = spec.id;
                     self.env.writer.store_write(
-                        store.blocks_on_io(),
+                        &self.root.store,
+                        true,
                         || format!("creating election {id}'s store to join it"),
-                        move || store.join_election(id, ConfState::default()),
+                        move |s| s.join_election(id, ConfState::default()),
                     )?
                 }
             }
@@ -608,11 +603,16 @@ impl<S: RaftStore> Driver<S> {
         self.named.removed.insert(id);
         self.named.view_dirty = true;
         self.named.changes += 1;
-        let store = self.root.store.clone();
+        self.delete_election_store(id)
+    }
+
+    /// Deletes election `id`'s store, its tombstone kept (synced).
+    fn delete_election_store(&self, id: ElectionId) -> Result<(), StorageError> {
         self.env.writer.store_write(
-            store.blocks_on_io(),
+            &self.root.store,
+            true,
             || format!("deleting the store of removed election {id}"),
-            move || store.remove_election(id),
+            move |s| s.remove_election(id),
         )
     }
 
@@ -683,98 +683,6 @@ impl<S: RaftStore> Driver<S> {
         ng.g.touch(&self.env);
         if let Err(e) = ng.g.raw.step(m) {
             debug!(self.env.logger, "raft rejected a message"; "error" => %e, "election_id" => election);
-        }
-    }
-
-    /// Revokes every named lease whose period ran out (the root's: `expire_lease`), and
-    /// returns the earliest end of those that remain (one pass: with thousands of
-    /// elections this runs every loop turn).
-    pub(super) fn expire_named_leases(&mut self, now: Stamp) -> Option<Stamp> {
-        if let Some(floor) = self.named.lease_floor {
-            if now.before(floor) {
-                return Some(floor);
-            }
-        }
-        let min = |f: Option<Stamp>, u: Stamp| {
-            Some(f.map_or(u, |f| Stamp {
-                mono: f.mono.min(u.mono),
-                boot: f.boot.min(u.boot),
-            }))
-        };
-        let mut changed = false;
-        let mut lapsed = Vec::new();
-        let mut first: Option<Stamp> = None;
-        // Only the leases held (not every election): those that ran out are looked at.
-        let mut ended = Vec::new();
-        for (id, l) in self.env.leased.borrow().iter() {
-            let u = l.valid_until();
-            // Ended by the lease clock (its period ran out) while this loop was busy.
-            if now.before(u) && l.lost_reason().is_none() {
-                first = min(first, u);
-            } else {
-                ended.push(*id);
-            }
-        }
-        for id in ended {
-            let Some(ng) = self.named.groups.get_mut(&id) else {
-                self.env.leased.borrow_mut().remove(&id);
-                continue;
-            };
-            if ng.g.expire_lease(&self.env, now) {
-                changed |= ng.g.publish_named(&self.env);
-                if ng.g.quiet == Quiet::Leading && ng.g.leads_as_voter(&self.env) {
-                    // Quiet still: the stream's next quorum brings the lease back, or
-                    // the election wakes after a grace (section 12, "A lapse is not a
-                    // wake-up").
-                    self.support.lapsed.entry(id).or_insert(now.mono);
-                } else if ng.g.quiet != Quiet::Awake {
-                    lapsed.push(id);
-                }
-            } else if let Some(l) = &ng.g.lease {
-                first = min(first, l.valid_until());
-            } else {
-                self.env.leased.borrow_mut().remove(&id);
-            }
-        }
-        if changed {
-            self.named.view_dirty = true;
-            self.named.changes += 1;
-            self.named.changes += 1;
-        }
-        self.wake_lapsed(lapsed);
-        self.named.lease_floor = first;
-        first
-    }
-
-    /// The earliest end of a lease this node holds, the root's or `named` (the earliest
-    /// named one): the loop wakes then.
-    pub(super) fn lease_deadline(&self, named: Option<Stamp>) -> Option<Stamp> {
-        let root = self.root.lease.as_ref().map(|l| l.valid_until());
-        // Either clock ends a lease: wake when the first of all of them does.
-        root.into_iter().chain(named).reduce(|a, b| Stamp {
-            mono: a.mono.min(b.mono),
-            boot: a.boot.min(b.boot),
-        })
-    }
-
-    /// A lease of election `name`: now if this node holds one, else when it gets one.
-    pub(super) fn election_lease(
-        &mut self,
-        name: Arc<str>,
-        reply: oneshot::Sender<Result<Lease, ElectionError>>,
-    ) {
-        let env = &self.env;
-        match self.named.by_name_mut(&name) {
-            Some(ng) => match ng.g.current_lease(env) {
-                Some(l) => {
-                    let _ = reply.send(Ok(l));
-                }
-                None => {
-                    ng.g.touch(env);
-                    ng.g.lease_waiters.push(reply);
-                }
-            },
-            None => self.named.waiting.entry(name).or_default().push(reply),
         }
     }
 
