@@ -116,6 +116,17 @@ impl Timing {
         self.tick * self.election_ticks as u32
     }
 
+    /// The default disk stall bound ([`Config::disk_stall_bound`]): half the shortest
+    /// election timeout, and at least 50 ms (100 ms with [`Timing::lan`], 500 ms with
+    /// [`Timing::wan`]). Below the election timeout, so that a node whose writes are
+    /// slow enough to lose its leadership steps aside instead of winning again; above
+    /// the tail of a healthy disk's synced writes (a few ms on a datacentre SSD, tens of
+    /// ms on a consumer one or a network volume), so that an ordinary slow fsync is not
+    /// a stall (`docs/design.md`, section 15).
+    pub fn disk_stall_bound(&self) -> Duration {
+        (self.election_timeout() / 2).max(Duration::from_millis(50))
+    }
+
     /// The heartbeat interval as a duration.
     pub fn heartbeat_interval(&self) -> Duration {
         self.tick * self.heartbeat_ticks as u32
@@ -258,6 +269,12 @@ pub struct Config {
     /// applied entries sit above the last snapshot. Keeps disk use flat. `u64::MAX`
     /// never compacts on size (a conf change still takes a snapshot).
     pub compact_after: u64,
+    /// A synced write slower than this is a **disk stall**: the node hands over every
+    /// election it leads and campaigns in none until a few small synced probe writes in
+    /// a row have come back within it ([`Node::disk`](crate::Node::disk),
+    /// `docs/design.md`, section 15). `None`: [`Timing::disk_stall_bound`], half the
+    /// shortest election timeout and at least 50 ms (100 ms with [`Timing::lan`]).
+    pub disk_stall_bound: Option<Duration>,
     /// Join an existing group instead of founding one: on first start the node has no
     /// membership; it waits until a member adds it ([`Node::add_learner`]) and the leader
     /// sends it a snapshot of the group. `peers` then lists this node and the members it
@@ -343,6 +360,7 @@ impl fmt::Debug for Config {
             .field("term_floor", &self.term_floor)
             .field("restore", &self.restore.as_ref().map(|b| (b.group, b.term)))
             .field("group", &self.group)
+            .field("disk_stall_bound", &self.stall_bound())
             .finish_non_exhaustive()
     }
 }
@@ -390,6 +408,7 @@ impl Config {
                 hooks: TestHooks::default(),
                 history_retention: 1000,
                 compact_after: 1024,
+                disk_stall_bound: None,
                 join: false,
                 found: None,
                 term_floor: 0,
@@ -449,6 +468,11 @@ impl Config {
                 )));
             }
         }
+        if self.disk_stall_bound.is_some_and(|b| b.is_zero()) {
+            return Err(ConfigError::Timing(
+                "disk_stall_bound is zero: every synced write would be a stall".into(),
+            ));
+        }
         if !(0.25..=4.0).contains(&self.hooks.clock_rate) {
             return Err(ConfigError::Timing(format!(
                 "clock_rate {} is outside [0.25, 4]",
@@ -484,6 +508,13 @@ impl Config {
             )));
         }
         Ok(())
+    }
+
+    /// The disk stall bound in force: [`Config::disk_stall_bound`], or the timing's
+    /// default.
+    pub fn stall_bound(&self) -> Duration {
+        self.disk_stall_bound
+            .unwrap_or_else(|| self.timing.disk_stall_bound())
     }
 
     /// The address this node listens on.
@@ -601,6 +632,12 @@ impl ConfigBuilder {
         self.config.compact_after = entries.max(1);
         self
     }
+    /// [`Config::disk_stall_bound`].
+    pub fn disk_stall_bound(mut self, bound: Duration) -> Self {
+        self.config.disk_stall_bound = Some(bound);
+        self
+    }
+
     /// Join an existing group (see [`Config::join`]).
     pub fn join(mut self, join: bool) -> Self {
         self.config.join = join;
@@ -685,6 +722,27 @@ mod tests {
             c.validate(),
             Err(ConfigError::SelfNotInPeers { id: 4, .. })
         ));
+    }
+
+    #[test]
+    fn the_disk_stall_bound_defaults_to_half_the_election_timeout_and_is_never_zero() {
+        let ms = Duration::from_millis;
+        assert_eq!(Timing::lan().disk_stall_bound(), ms(100));
+        assert_eq!(Timing::wan().disk_stall_bound(), ms(500));
+        assert_eq!(Timing::fast().disk_stall_bound(), ms(50), "at least 50 ms");
+        let c = Config::builder(1).peer(1, addr(1)).build();
+        assert_eq!(c.stall_bound(), ms(100));
+        let c = Config::builder(1)
+            .peer(1, addr(1))
+            .disk_stall_bound(ms(30))
+            .build();
+        assert_eq!(c.stall_bound(), ms(30));
+        let c = Config::builder(1)
+            .peer(1, addr(1))
+            .disk_stall_bound(Duration::ZERO)
+            .build();
+        let e = c.validate().unwrap_err();
+        assert!(e.to_string().contains("disk_stall_bound is zero"), "{e}");
     }
 
     #[test]

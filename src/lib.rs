@@ -418,7 +418,7 @@ pub use group_id::{GroupId, GroupIdError};
 pub use history::{TenureEnd, TenureRecord, TenureStart};
 pub use lease::Lease;
 pub use node::{terminal_logger, Node};
-pub use status::{Leadership, Membership, Role, Status};
+pub use status::{DiskHealth, Leadership, Membership, Role, Status};
 pub use token::FencingToken;
 pub use transport::PeerAddr;
 

@@ -17,6 +17,7 @@
 //! | `lease-from-other-election` | a confirm is answered by any election's lease this node holds, not by its own election's (a leader of one name confirms a lease of another it lost) |
 //! | `support-after-vote` | a quiet follower that woke (and may vote once its window closed) keeps acknowledging the election to its leader, which keeps crediting that support (`docs/design.md`, section 12) |
 //! | `lease-ends-with-the-driver` | no lease clock: only the driver ends a lease that ran out, so while it is stuck (a synced write to a stalled disk) `Lease::lost` and the cancellation token stay silent past the lease's end |
+//! | `stalled-disk-keeps-leading` | a node notices that its disk stalled (it reports it) but hands nothing over and campaigns as before (`docs/design.md`, section 15) |
 //! | `quiet-misses-dead-leader` | a quiet follower never notices that its leader's support stream went silent (its quiet elections stay leaderless) |
 //!
 //! Without the feature, [`active`] is a constant `false` and the checks compile away.

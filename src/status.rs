@@ -125,6 +125,47 @@ pub struct Status {
     /// A membership change is proposed but not applied, or a joint configuration is not
     /// left yet: further changes are refused until it finishes.
     pub change_in_flight: bool,
+    /// This node's disk is stalled ([`DiskHealth::Stalled`]): it leads nothing and
+    /// campaigns in nothing until its probe writes are fast again.
+    #[serde(default)]
+    pub disk_stalled: bool,
+}
+
+/// Whether this node's disk keeps up ([`Node::disk`](crate::Node::disk),
+/// `docs/design.md`, section 15).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DiskHealth {
+    /// Every synced write came back within the bound (or the node recovered from a
+    /// stall).
+    #[default]
+    Healthy,
+    /// A synced write took longer than the bound
+    /// ([`Config::disk_stall_bound`](crate::Config::disk_stall_bound)): this node hands
+    /// over every election it leads and campaigns in none until
+    /// [`DiskHealth::PROBES_TO_RECOVER`] probe writes in a row came back within the
+    /// bound.
+    Stalled {
+        /// The write that was slow, e.g. "writing one turn's Ready (3 groups)".
+        operation: String,
+        /// How long it took.
+        took: std::time::Duration,
+        /// The bound it broke.
+        bound: std::time::Duration,
+        /// Probe writes in a row that came back within the bound since.
+        fast_probes: u32,
+    },
+}
+
+impl DiskHealth {
+    /// How many probe writes in a row must come back within the bound before a stalled
+    /// node leads again.
+    pub const PROBES_TO_RECOVER: u32 = 3;
+
+    /// Whether the disk is stalled.
+    pub fn is_stalled(&self) -> bool {
+        matches!(self, DiskHealth::Stalled { .. })
+    }
 }
 
 impl Status {
@@ -142,6 +183,7 @@ impl Status {
             commit: 0,
             applied: 0,
             change_in_flight: false,
+            disk_stalled: false,
         }
     }
 }

@@ -10,6 +10,12 @@
 //!   node holds the lease of the root and of all 16 elections. The mutation
 //!   `lease-ends-with-the-driver` (no lease clock) fails the first check; `.ci/run`
 //!   requires it to.
+//! * A leader whose writes turn slow (each over the disk stall bound, under the election
+//!   timeout, so that its followers never time out): it reports a disk stall, hands
+//!   over the root and every named election it leads, leads nothing while its probe
+//!   writes stay slow, and leads again once they are fast. The mutation
+//!   `stalled-disk-keeps-leading` (the stall noticed, nothing handed over) fails the
+//!   handover check; `.ci/run` requires it to.
 //! * A failed sync on the leader and on a follower: the node stops with
 //!   `StopCause::WriteFailed` naming the write, the others go on, and it restarts on its
 //!   folder and catches up.
@@ -24,7 +30,7 @@ use std::time::Duration;
 
 use stall_group::{Group, IDS};
 use tenure::error::StorageError;
-use tenure::{ElectionOptions, Lease, LostReason, NodeId, StopCause};
+use tenure::{DiskHealth, ElectionOptions, Lease, LostReason, NodeId, Role, StopCause};
 use tokio::time::{timeout, Instant};
 
 /// The longest any condition below is waited for.
@@ -162,6 +168,142 @@ async fn a_leader_whose_disk_stalls_announces_every_lease_end_while_its_write_is
     wait_for(&format!("n{s} knows another leader"), || {
         let l = g.node(s).leadership();
         (l.leader.is_some_and(|l| l != s) && !l.leased).then_some(())
+    })
+    .await;
+    for n in g.up() {
+        let _ = timeout(WAIT, n.shutdown()).await;
+    }
+}
+
+/// How long each write and probe of the slow disk takes: over the stall bound (50 ms),
+/// and twice it (a write held behind a probe) under the 150 ms election timeout, so
+/// that the followers keep hearing from the stalled leader.
+const SLOW: Duration = Duration::from_millis(60);
+/// The longest the handovers of a stalled leader are waited for: a node that does not
+/// hand over (the mutation) fails the test in seconds.
+const HANDOVER_WAIT: Duration = Duration::from_secs(5);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_writes_turn_slow_reports_a_stall_and_leads_nothing_until_its_probes_are_fast(
+) {
+    let g = Group::start().await;
+    let s = wait_for("a root leader with its lease", || g.root_holder()).await;
+    for name in names() {
+        g.node(s)
+            .create_election(&name, ElectionOptions::new().affinity([s]))
+            .await
+            .unwrap_or_else(|e| panic!("create {name}: {e}"));
+    }
+    let share = NAMED / IDS.len();
+    wait_for(
+        &format!("n{s} leads {share} named elections, all leased"),
+        || g.led_by(s, &names(), share),
+    )
+    .await;
+    let disk = g.node(s).disk();
+    assert_eq!(*disk.borrow(), DiskHealth::Healthy);
+
+    // The disk turns slow; a proposal makes n{s} write.
+    let gate = Arc::clone(&g.gates[s as usize - 1]);
+    gate.slow(SLOW);
+    let proposer = g.node(s).clone();
+    tokio::spawn(async move {
+        let _ = proposer
+            .create_election("written-slowly", ElectionOptions::new())
+            .await;
+    });
+    wait_for(&format!("n{s} reports a disk stall"), || {
+        disk.borrow().is_stalled().then_some(())
+    })
+    .await;
+    match &*disk.borrow() {
+        DiskHealth::Stalled {
+            operation,
+            took,
+            bound,
+            ..
+        } => {
+            assert!(!operation.is_empty(), "the slow write is named");
+            assert_eq!(*bound, stall_group::STALL_BOUND);
+            assert!(took > bound, "{took:?} over {bound:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let (stalls, now) = g.node(s).metrics().disk_stalls();
+    assert!(
+        stalls >= 1 && now,
+        "the metrics say so: {stalls} stalls, stalled: {now}"
+    );
+    let status = g.node(s).status().await.expect("a status");
+    assert!(status.disk_stalled, "the status says so");
+
+    // It hands everything over: another node holds the root's lease and every
+    // election's. Its followers still hear it (each write holds it for less than an
+    // election timeout): only its handovers move the leaderships.
+    let deadline = Instant::now() + HANDOVER_WAIT;
+    let mut pending: Vec<String> = names();
+    loop {
+        pending.retain(|name| g.holder_besides(name, s).is_none());
+        let root_moved = g.root_holder_besides(s).is_some();
+        if root_moved && pending.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "n{s}'s disk stalled, but it did not hand over within {HANDOVER_WAIT:?} \
+             (the root moved: {root_moved}; still its: {pending:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    // While its probes stay slow it leads nothing: it holds no lease, and leads in no
+    // term the others have reached (its own view may lag a slow write behind), not even
+    // in the elections whose affinity names it (their leaders may hand them back; it
+    // refuses).
+    let leads_nothing = || {
+        let newest = |view: &dyn Fn(&tenure::Node) -> tenure::Leadership| {
+            g.up()
+                .filter(|n| n.id() != s)
+                .map(|n| view(n).term)
+                .max()
+                .unwrap_or(0)
+        };
+        let root = g.node(s).leadership();
+        let root_term = newest(&|n| n.leadership());
+        assert!(
+            !(root.leased || root.role == Role::Leader && root.term >= root_term),
+            "n{s} leads the root while its disk is stalled: {root:?} (others at term {root_term})"
+        );
+        for name in names() {
+            let l = g.node(s).election(&name).leadership();
+            let term = newest(&|n| n.election(&name).leadership());
+            assert!(
+                !(l.leased || l.role == Role::Leader && l.term >= term),
+                "n{s} leads {name} while its disk is stalled: {l:?} (others at term {term})"
+            );
+        }
+    };
+    let probes = gate.probes();
+    wait_for("five more slow probes", || {
+        leads_nothing();
+        (gate.probes() >= probes + 5).then_some(())
+    })
+    .await;
+    assert!(disk.borrow().is_stalled(), "slow probes keep it stalled");
+
+    // The disk is fast again: a few fast probes in a row, and it leads again (the
+    // elections whose affinity names it come back).
+    gate.slow(Duration::ZERO);
+    wait_for(&format!("n{s} reports its disk healthy"), || {
+        (*disk.borrow() == DiskHealth::Healthy).then_some(())
+    })
+    .await;
+    assert!(!g.node(s).metrics().disk_stalls().1, "the gauge is down");
+    wait_for(&format!("n{s} leads one of its elections again"), || {
+        names()
+            .iter()
+            .any(|name| g.holder(name) == Some(s))
+            .then_some(())
     })
     .await;
     for n in g.up() {

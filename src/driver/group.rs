@@ -75,6 +75,15 @@ pub(super) struct Env {
     pub(super) writer: super::writer::Writer,
 }
 
+impl Env {
+    /// Whether the disk is stalled and this node steps aside for it
+    /// (`docs/design.md`, section 15; the mutation `stalled-disk-keeps-leading` notices
+    /// the stall and leads on).
+    pub(super) fn disk_stalled(&self) -> bool {
+        self.writer.stalled() && !crate::mutation::active("stalled-disk-keeps-leading")
+    }
+}
+
 /// One election's raft state and lease, on this node.
 pub(super) struct Group<S: RaftStore> {
     /// 0 for the root election.

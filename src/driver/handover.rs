@@ -98,11 +98,18 @@ impl<S: RaftStore> Driver<S> {
         }
         // (A removed leader does not get here: it steps down as it applies its removal,
         // `Driver::step_down_removed`.)
-        let drained = self.state.is_drained(self.env.id);
-        if drained && self.root.transfer.is_none() && self.root.raw.raft.lead_transferee.is_none() {
+        let why = if self.state.is_drained(self.env.id) {
+            "drained"
+        } else {
+            "disk stalled"
+        };
+        if self.stands_down()
+            && self.root.transfer.is_none()
+            && self.root.raw.raft.lead_transferee.is_none()
+        {
             match self.start_transfer(None) {
                 Ok(to) => {
-                    info!(self.env.logger, "handing leadership over"; "why" => "drained", "to" => to);
+                    info!(self.env.logger, "handing leadership over"; "why" => why, "to" => to);
                     self.root.transfer = Some(PendingTransfer {
                         to,
                         deadline: now + self.env.timing.election_timeout() * 2,
@@ -110,7 +117,7 @@ impl<S: RaftStore> Driver<S> {
                     });
                 }
                 Err(e) => {
-                    warn!(self.env.logger, "cannot hand leadership over"; "why" => "drained", "error" => %e);
+                    warn!(self.env.logger, "cannot hand leadership over"; "why" => why, "error" => %e);
                 }
             }
             return;
@@ -136,7 +143,7 @@ impl<S: RaftStore> Driver<S> {
     /// been applied here, refuse it after two heartbeats.
     pub(super) fn release_held_timeout_now(&mut self, now: Instant) {
         if let Some((m, at)) = self.root.held_timeout_now.take() {
-            if !self.state.is_drained(self.env.id) {
+            if !self.stands_down() {
                 self.on_inbound(Inbound::Message(m));
                 self.handle_ready();
             } else if now.duration_since(at) < self.env.timing.heartbeat_interval() * 2 {

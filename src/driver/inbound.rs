@@ -58,8 +58,8 @@ impl<S: RaftStore> Driver<S> {
                 }
                 self.last_heard.insert(m.from, self.env.clock.now());
                 let t = m.get_msg_type();
-                if t == MessageType::MsgTimeoutNow && self.state.is_drained(self.env.id) {
-                    // Drained nodes do not take over. The leader checked its own (newer)
+                if t == MessageType::MsgTimeoutNow && self.stands_down() {
+                    // Drained nodes (and stalled ones) do not take over. The leader checked its own (newer)
                     // state before sending, so an undrain may just not be applied here
                     // yet: hold the message for a heartbeat before refusing it.
                     self.root.held_timeout_now = Some((m, self.env.clock.now()));

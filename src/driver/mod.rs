@@ -23,10 +23,12 @@
 //! | `named/` | named elections: founding, removal, routing (`mod.rs`), per-turn duties (`turn.rs`), the bookkeeping of their leases (`leases.rs`) |
 //! | `catalog.rs` | the catalog: create and remove calls, declared elections |
 //! | `writer.rs` | the store writer: synced writes on a thread of their own, waited for off the runtime when slow |
+//! | `disk.rs` | a stalled disk: the node stands down until probe writes are fast (section 15) |
 //! | `spread.rs` | spreading leaderships, named elections following the root's membership |
 
 mod catalog;
 mod command;
+mod disk;
 mod group;
 mod handover;
 mod inbound;
@@ -98,6 +100,10 @@ pub(crate) struct DriverParts<S: RaftStore> {
     pub configured: BTreeSet<NodeId>,
     pub history_retention: usize,
     pub compact_after: u64,
+    /// A synced write slower than this is a disk stall (`Config::disk_stall_bound`).
+    pub disk_stall_bound: std::time::Duration,
+    /// Where the disk's health is published ([`crate::Node::disk`]).
+    pub disk: watch::Sender<crate::status::DiskHealth>,
     /// Seed for the election timeouts (a test hook, `TestHooks::election_seed`).
     pub election_seed: Option<u64>,
     /// Every election timeout at its minimum (a test hook).
@@ -164,6 +170,10 @@ pub(crate) struct Driver<S: RaftStore> {
     quotes: BTreeMap<NodeId, u128>,
     /// When the last slow turn was reported (at most one warning per second).
     slow_turns: Option<std::time::Instant>,
+    /// Where the disk's health is published ([`crate::Node::disk`]).
+    disk: watch::Sender<crate::status::DiskHealth>,
+    /// When the disk stalled (the machine's clock: a report).
+    disk_since: Option<std::time::Instant>,
 }
 
 enum StopKind {
@@ -281,7 +291,7 @@ impl<S: RaftStore> Driver<S> {
                 read_mode: parts.read_mode,
                 logger: parts.logger,
                 lease_clock: crate::lease_clock::LeaseClock::new(parts.clock.clone()),
-                writer: writer::Writer::default(),
+                writer: writer::Writer::new(parts.disk_stall_bound),
                 clock: parts.clock,
                 metrics: parts.metrics,
                 transport: parts.transport,
@@ -320,6 +330,8 @@ impl<S: RaftStore> Driver<S> {
             hello: None,
             quotes: parts.quotes,
             slow_turns: None,
+            disk: parts.disk,
+            disk_since: None,
         }
     }
 
@@ -465,6 +477,9 @@ impl<S: RaftStore> Driver<S> {
                     |d| d.after_ready(now),
                 );
                 self.update_hello();
+            }
+            if self.stop.is_none() {
+                self.tend_disk();
             }
             turn.lap(4);
             turn.report(&self.env.logger, &mut self.slow_turns);

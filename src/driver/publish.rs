@@ -111,6 +111,7 @@ impl<S: RaftStore> Driver<S> {
             commit: raft.raft_log.committed,
             applied: self.root.applied,
             change_in_flight: self.change_in_flight(),
+            disk_stalled: self.env.writer.stalled(),
         }
     }
 

@@ -362,7 +362,10 @@ impl<S: RaftStore> Group<S> {
     /// heartbeats while the lease's rounds beat for them, and a drained node's
     /// (pre-)vote requests.
     pub(super) fn send(&mut self, env: &Env, drained: bool, msgs: Vec<Message>) {
-        let drained = drained && !self.drained_may_campaign(env, env.clock.now());
+        // A node whose disk is stalled campaigns in nothing, not even as a last resort
+        // (section 15): it would win and stall again.
+        let drained =
+            env.disk_stalled() || (drained && !self.drained_may_campaign(env, env.clock.now()));
         // A leader renewing its lease every heartbeat sends its rounds' heartbeats; raft-rs's
         // own ones would only repeat them (docs/design.md, section 2).
         // Within a heartbeat interval and a tick: rounds run by the clock, raft-rs's
@@ -398,8 +401,9 @@ impl<S: RaftStore> Group<S> {
                 )
             {
                 // A drained node does not campaign while a leader may come from elsewhere:
-                // its (pre-)vote requests stay here (docs/design.md, section 4).
-                debug!(env.logger, "drained: not campaigning"; "to" => m.to,
+                // its (pre-)vote requests stay here (docs/design.md, section 4), nor does a
+                // stalled one (section 15).
+                debug!(env.logger, "drained or disk stalled: not campaigning"; "to" => m.to,
                        "election" => self.name.as_deref());
                 continue;
             }

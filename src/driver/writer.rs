@@ -14,8 +14,9 @@
 //! per write.) Stores in memory write in place.
 
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use crate::status::DiskHealth;
 use crate::storage::{RaftStore, StorageError};
 
 /// How long the driver waits for a write on the runtime's worker thread before it hands
@@ -25,15 +26,53 @@ pub(super) const HAND_OFF_AFTER: Duration = Duration::from_millis(5);
 type Job = Box<dyn FnOnce() + Send>;
 
 /// The writer thread of one driver (started at its first write; it ends when the driver
-/// drops this), and the latch of a failed write.
-#[derive(Default)]
+/// drops this), the latch of a failed write, and the disk's health: a synced write
+/// slower than the bound is a stall, and probes find its end (`docs/design.md`, section
+/// 15).
 pub(super) struct Writer {
     jobs: std::sync::OnceLock<Option<mpsc::Sender<Job>>>,
     /// The first write that failed with an I/O error: what was written, and the error.
     failed: std::cell::RefCell<Option<(String, StorageError)>>,
+    disk: std::cell::RefCell<Disk>,
 }
 
+/// What the writer knows of the disk.
+struct Disk {
+    bound: Duration,
+    health: DiskHealth,
+    /// `health` changed since the driver last took it.
+    changed: bool,
+    /// The probe in flight: its answer (how long it took, and how it ended).
+    probe: Option<mpsc::Receiver<(Duration, Result<(), StorageError>)>>,
+    /// When the last probe came back.
+    probed_at: Option<Instant>,
+}
+
+impl Default for Writer {
+    fn default() -> Self {
+        Writer::new(crate::config::Timing::lan().disk_stall_bound())
+    }
+}
+
+/// A probe's write, named in the stop cause if it fails.
+const PROBING: &str = "probing a stalled disk (a synced write of nothing)";
+
 impl Writer {
+    /// A writer whose synced writes stall past `bound`.
+    pub(super) fn new(bound: Duration) -> Self {
+        Writer {
+            jobs: std::sync::OnceLock::new(),
+            failed: std::cell::RefCell::new(None),
+            disk: std::cell::RefCell::new(Disk {
+                bound,
+                health: DiskHealth::Healthy,
+                changed: false,
+                probe: None,
+                probed_at: None,
+            }),
+        }
+    }
+
     /// Runs one write of `store` (`f`, given a handle of it), and latches a failure: once
     /// a write failed with an I/O error, every later one is refused with that error and
     /// never tried (`docs/design.md`, section 15: a failed fsync is never retried).
@@ -51,11 +90,81 @@ impl Writer {
             return Err(e.clone());
         }
         let handle = store.clone();
-        let out = self.write(synced && store.blocks_on_io(), move || f(handle));
+        let timed = synced && store.blocks_on_io();
+        let (out, took) = self.write(timed, move || {
+            let start = Instant::now();
+            let out = f(handle);
+            (out, start.elapsed())
+        });
+        let mut operation = Some(operation);
+        let mut name = || operation.take().map(|f| f()).unwrap_or_default();
         if let Err(e @ StorageError::Io { .. }) = &out {
-            *self.failed.borrow_mut() = Some((operation(), e.clone()));
+            *self.failed.borrow_mut() = Some((name(), e.clone()));
+        } else if timed {
+            self.disk.borrow_mut().wrote(took, name);
         }
         out
+    }
+
+    /// Whether the disk is stalled: this node leads nothing and campaigns in nothing.
+    pub(super) fn stalled(&self) -> bool {
+        self.disk.borrow().health.is_stalled()
+    }
+
+    /// The disk's health, if it changed since the last call.
+    pub(super) fn disk_changed(&self) -> Option<DiskHealth> {
+        let mut disk = self.disk.borrow_mut();
+        std::mem::take(&mut disk.changed).then(|| disk.health.clone())
+    }
+
+    /// While the disk is stalled: takes the answer of the probe in flight, and starts
+    /// the next probe of `store` once the last came back `every` ago (on the writer
+    /// thread, not waited for: the driver goes on meanwhile). A probe that failed
+    /// latches like any failed write, and is returned.
+    pub(super) fn tend<S: RaftStore>(
+        &self,
+        store: &S,
+        every: Duration,
+    ) -> Result<(), StorageError> {
+        let mut disk = self.disk.borrow_mut();
+        if let Some(rx) = &disk.probe {
+            match rx.try_recv() {
+                Ok((took, result)) => {
+                    disk.probe = None;
+                    disk.probed_at = Some(Instant::now());
+                    if let Err(e) = result {
+                        if matches!(e, StorageError::Io { .. }) {
+                            *self.failed.borrow_mut() = Some((PROBING.into(), e.clone()));
+                        }
+                        return Err(e);
+                    }
+                    disk.probed(took);
+                }
+                Err(mpsc::TryRecvError::Empty) => return Ok(()),
+                Err(mpsc::TryRecvError::Disconnected) => disk.probe = None,
+            }
+        }
+        let due = disk.probed_at.is_none_or(|t| t.elapsed() >= every);
+        if !disk.health.is_stalled() || !due || self.failed.borrow().is_some() {
+            return Ok(());
+        }
+        let handle = store.clone();
+        let (tx, rx) = mpsc::sync_channel(1);
+        let probe = move || {
+            let start = Instant::now();
+            let result = handle.probe();
+            let _ = tx.send((start.elapsed(), result));
+        };
+        match store.blocks_on_io().then(|| self.jobs()).flatten() {
+            Some(jobs) => {
+                if let Err(mpsc::SendError(job)) = jobs.send(Box::new(probe)) {
+                    job();
+                }
+            }
+            None => probe(),
+        }
+        disk.probe = Some(rx);
+        Ok(())
     }
 
     /// The write that failed for good, if one did: what it was, and the error.
@@ -112,6 +221,46 @@ impl Writer {
                     .map(|_| tx)
             })
             .as_ref()
+    }
+}
+
+impl Disk {
+    /// A synced write (`operation`) took `took`.
+    fn wrote(&mut self, took: Duration, operation: impl FnOnce() -> String) {
+        if took <= self.bound {
+            return;
+        }
+        let bound = self.bound;
+        match &mut self.health {
+            // Still stalled: the probes start counting again.
+            DiskHealth::Stalled { fast_probes, .. } => *fast_probes = 0,
+            health => {
+                *health = DiskHealth::Stalled {
+                    operation: operation(),
+                    took,
+                    bound,
+                    fast_probes: 0,
+                }
+            }
+        }
+        self.changed = true;
+    }
+
+    /// A probe came back after `took`.
+    fn probed(&mut self, took: Duration) {
+        let bound = self.bound;
+        let DiskHealth::Stalled { fast_probes, .. } = &mut self.health else {
+            return;
+        };
+        if took > bound {
+            *fast_probes = 0;
+        } else {
+            *fast_probes += 1;
+            if *fast_probes >= DiskHealth::PROBES_TO_RECOVER {
+                self.health = DiskHealth::Healthy;
+            }
+        }
+        self.changed = true;
     }
 }
 
@@ -191,6 +340,73 @@ mod tests {
         assert!(bad.is_err());
         assert_eq!(w.failure(), None);
         assert_eq!(w.store_write(&store, true, String::new, |_| Ok(1)), Ok(1));
+    }
+
+    #[test]
+    fn a_slow_write_is_a_stall_that_only_fast_probes_in_a_row_end() {
+        let ms = Duration::from_millis;
+        let w = Writer::new(ms(50));
+        let stalled = |w: &Writer| w.disk.borrow().health.clone();
+        w.disk.borrow_mut().wrote(ms(50), || "at the bound".into());
+        assert_eq!(w.disk_changed(), None, "a write at the bound is no stall");
+        w.disk
+            .borrow_mut()
+            .wrote(ms(80), || "writing one turn's Ready".into());
+        let expect = |fast_probes| DiskHealth::Stalled {
+            operation: "writing one turn's Ready".into(),
+            took: ms(80),
+            bound: ms(50),
+            fast_probes,
+        };
+        assert_eq!(w.disk_changed(), Some(expect(0)));
+        assert!(w.stalled());
+        let mut disk = w.disk.borrow_mut();
+        disk.probed(ms(10));
+        disk.probed(ms(10));
+        assert_eq!(disk.health, expect(2));
+        disk.probed(ms(51));
+        assert_eq!(
+            disk.health,
+            expect(0),
+            "a slow probe starts the count again"
+        );
+        disk.probed(ms(10));
+        disk.wrote(ms(70), || "another".into());
+        assert_eq!(
+            disk.health,
+            expect(0),
+            "so does a slow write; the first is kept"
+        );
+        disk.probed(ms(10));
+        disk.probed(ms(10));
+        assert!(disk.health.is_stalled());
+        disk.probed(ms(10));
+        assert_eq!(disk.health, DiskHealth::Healthy);
+        drop(disk);
+        assert_eq!(stalled(&w), DiskHealth::Healthy);
+    }
+
+    #[test]
+    fn a_stalled_writer_probes_its_store_until_the_disk_is_healthy() {
+        let store = crate::storage::MemStore::new(Default::default());
+        let w = Writer::new(Duration::from_millis(50));
+        // Healthy: no probe.
+        w.tend(&store, Duration::ZERO).unwrap();
+        assert!(w.disk.borrow().probe.is_none());
+        w.disk
+            .borrow_mut()
+            .wrote(Duration::from_secs(1), || "writing".into());
+        let mut turns = 0;
+        while w.stalled() {
+            w.tend(&store, Duration::ZERO).unwrap();
+            turns += 1;
+            assert!(turns < 100, "the probes of a fast store end the stall");
+        }
+        // One turn starts a probe, the next takes its answer and starts another.
+        assert_eq!(turns, DiskHealth::PROBES_TO_RECOVER + 1);
+        assert_eq!(w.disk_changed(), Some(DiskHealth::Healthy));
+        w.tend(&store, Duration::ZERO).unwrap();
+        assert!(w.disk.borrow().probe.is_none(), "no probe once healthy");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -600,6 +600,7 @@ mod tests {
             commit: 0,
             applied: 0,
             change_in_flight: false,
+            disk_stalled: false,
         }
     }
 

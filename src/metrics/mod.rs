@@ -58,6 +58,8 @@
 //! | `tenure_elections_won_total` | counter | times this node became leader |
 //! | `tenure_leases_acquired_total` | counter | leases granted |
 //! | `tenure_heartbeats_merged_total` | counter | raft-rs heartbeats not sent because a lease round's heartbeats had just gone to every peer |
+//! | `tenure_disk_stalled` | gauge | 1 while this node's disk is stalled: it leads nothing until its probe writes are fast (`docs/design.md`, section 15) |
+//! | `tenure_disk_stalls_total` | counter | disk stalls: synced writes slower than the bound (`Config::disk_stall_bound`) while the disk was healthy |
 //! | `tenure_lease_expiries_total` | counter | leases that ran out unrenewed |
 //! | `tenure_lease_revocations_total{reason}` | counter | leases revoked, by reason |
 //! | `tenure_fence_accepted_total{fence}` / `tenure_fence_rejections_total{fence}` | counter | registered fences |
@@ -137,6 +139,8 @@ pub struct Metrics {
     elections_won: Counter,
     leases_acquired: Counter,
     heartbeats_merged: Counter,
+    disk_stalled: CountGauge,
+    disk_stalls: Counter,
     revocations: Family<ReasonLabel, Counter>,
     /// `revocations`' counters, in [`REASONS`] order.
     revoked: [Counter; REASONS.len()],
@@ -184,6 +188,8 @@ impl Metrics {
             elections_won: Counter::default(),
             leases_acquired: Counter::default(),
             heartbeats_merged: Counter::default(),
+            disk_stalled: CountGauge::default(),
+            disk_stalls: Counter::default(),
             revocations,
             revoked,
             peer_refusals,
@@ -367,6 +373,11 @@ impl Metrics {
                 "Named elections quiet on this node: not ticking, renewed by the support stream.",
                 &self.named_quiet,
             ),
+            (
+                "disk_stalled",
+                "1 while this node's disk is stalled: it leads nothing until its probe writes are fast.",
+                &self.disk_stalled,
+            ),
         ];
         for (name, help, gauge) in gauges {
             register(node, name, help, gauge.clone());
@@ -429,6 +440,11 @@ impl Metrics {
                 &self.heartbeats_merged,
             ),
             (
+                "disk_stalls",
+                "Disk stalls: synced writes slower than the bound while the disk was healthy.",
+                &self.disk_stalls,
+            ),
+            (
                 "lease_expiries",
                 "Leases that ran out unrenewed.",
                 &self.revoked[reason_index(LostReason::Expired)],
@@ -478,6 +494,19 @@ impl Metrics {
 
     pub(crate) fn lease_acquired(&self) {
         self.leases_acquired.inc();
+    }
+
+    /// The disk stalled (`true`) or recovered.
+    pub(crate) fn disk_stalled(&self, stalled: bool) {
+        if stalled {
+            self.disk_stalls.inc();
+        }
+        self.disk_stalled.set(u64::from(stalled));
+    }
+
+    /// Disk stalls so far, and whether the disk is stalled now.
+    pub fn disk_stalls(&self) -> (u64, bool) {
+        (self.disk_stalls.get(), self.disk_stalled.get() == 1)
     }
 
     pub(crate) fn heartbeat_merged(&self) {

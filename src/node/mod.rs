@@ -56,6 +56,7 @@ pub struct Node {
     /// The named elections' leadership watches, shared with the driver.
     watches: Watches,
     elections: watch::Receiver<ElectionsView>,
+    disk: watch::Receiver<crate::status::DiskHealth>,
 }
 
 type DriverTask = JoinHandle<Result<(), NodeStopped>>;
@@ -195,6 +196,7 @@ impl Node {
         let (ltx, lrx) = watch::channel(initial);
         let watches = Watches::default();
         let (view_tx, view_rx) = watch::channel(ElectionsView::default());
+        let (disk_tx, disk_rx) = watch::channel(crate::status::DiskHealth::Healthy);
         let metrics = Metrics::new(config.id);
         let id = config.id;
         let read_mode = config.read_mode;
@@ -212,6 +214,7 @@ impl Node {
             path,
             watches: watches.clone(),
             view: view_tx,
+            disk: disk_tx,
         };
         let task = match kind {
             StoreKind::Fresh => tokio::spawn(setup.found_then_run()),
@@ -232,6 +235,7 @@ impl Node {
             metrics,
             watches,
             elections: view_rx,
+            disk: disk_rx,
         })
     }
 
@@ -334,6 +338,15 @@ impl Node {
     /// election: this node steps down ([`TransferError::TimedOut`]).
     pub async fn transfer_leadership(&self, to: Option<NodeId>) -> Result<NodeId, TransferError> {
         self.ask(|reply| Command::Transfer { to, reply }).await?
+    }
+
+    /// Whether this node's disk keeps up, and every change of it: a synced write slower
+    /// than [`Config::disk_stall_bound`](crate::Config::disk_stall_bound) makes it
+    /// [`DiskHealth::Stalled`](crate::DiskHealth::Stalled) (the node then leads nothing),
+    /// and a few fast probe writes in a row make it healthy again (`docs/design.md`,
+    /// section 15).
+    pub fn disk(&self) -> watch::Receiver<crate::status::DiskHealth> {
+        self.disk.clone()
     }
 
     /// Stops the node. If it leads, it first revokes its leases and hands leadership to
@@ -629,6 +642,7 @@ struct Setup<S: RaftStore> {
     path: std::path::PathBuf,
     watches: Watches,
     view: watch::Sender<ElectionsView>,
+    disk: watch::Sender<crate::status::DiskHealth>,
 }
 
 impl<S: RaftStore> Setup<S> {
@@ -756,6 +770,8 @@ impl<S: RaftStore> Setup<S> {
             configured: config.peers.keys().copied().collect(),
             history_retention: config.history_retention,
             compact_after: config.compact_after,
+            disk_stall_bound: config.stall_bound(),
+            disk: self.disk,
             election_seed: config.hooks.election_seed,
             election_timeouts_at_minimum: config.hooks.election_timeouts_at_minimum,
             named,

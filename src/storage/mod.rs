@@ -235,6 +235,20 @@ pub trait RaftStore: raft::Storage + Clone + Send + Sync + 'static {
         true
     }
 
+    /// A small synced write that changes nothing the node reads: the driver's probe of
+    /// a disk it found stalled (`docs/design.md`, section 15). A node that saw a synced
+    /// write take longer than its bound ([`Config::disk_stall_bound`]) leads nothing
+    /// until a few probes in a row come back within it.
+    ///
+    /// The default does nothing and returns at once: right for a store in memory. A
+    /// store on a device should sync something small (a store whose probe cannot stall
+    /// lets a stalled node back as soon as its first write after the stall returns).
+    ///
+    /// [`Config::disk_stall_bound`]: crate::Config::disk_stall_bound
+    fn probe(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
+
     /// Writes `parts`, each one group's [`ReadyWrite`] on that group's handle (the store
     /// itself for the root, or an election handle of the same store), as one atomic
     /// batch.

@@ -17,6 +17,10 @@ use crate::stall_store::{Gate, StallStore};
 pub(crate) const IDS: [NodeId; 3] = [1, 2, 3];
 
 /// 10 ms ticks, 30 ms heartbeats, election timeouts 150–250 ms.
+/// The disk stall bound: a third of the election timeout (the default would be half),
+/// so that a write held behind a slow probe still returns within an election timeout.
+pub(crate) const STALL_BOUND: std::time::Duration = std::time::Duration::from_millis(50);
+
 pub(crate) fn timing() -> Timing {
     Timing::from_millis(10, 30, 150, 250)
 }
@@ -68,6 +72,7 @@ impl Group {
         let config = Config::builder(id)
             .peers(peers)
             .timing(timing())
+            .disk_stall_bound(STALL_BOUND)
             .found(group)
             .build();
         let (transport, inbound) = self.net.endpoint(id);

@@ -2,7 +2,8 @@
 //! synced write: every write, compaction and election write of the wrapped store (every
 //! handle of it: the root's and each named election's) waits at one [`Gate`] while the
 //! gate is shut. The gate can also fail the next Ready write with an I/O error, as a
-//! failed fsync does. Used over real RocksDB by `tests/disk_stall.rs`.
+//! failed fsync does, or slow every write down. Used over real RocksDB by
+//! `tests/disk_stall.rs`.
 
 #![allow(dead_code)]
 
@@ -27,6 +28,10 @@ pub(crate) struct Gate {
     fail_next: AtomicBool,
     /// Ready writes failed so far.
     failed: AtomicUsize,
+    /// Every write (and probe) takes this much longer, in milliseconds: a slow disk.
+    slow_ms: std::sync::atomic::AtomicU64,
+    /// Probe writes that passed the gate.
+    probes: AtomicUsize,
 }
 
 impl Gate {
@@ -39,6 +44,16 @@ impl Gate {
     pub(crate) fn open(&self) {
         *self.shut.lock().unwrap() = false;
         self.opened.notify_all();
+    }
+
+    /// From now on every write and probe takes `d` longer (zero: as fast as the disk).
+    pub(crate) fn slow(&self, d: Duration) {
+        self.slow_ms.store(d.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// How many probe writes passed the gate.
+    pub(crate) fn probes(&self) -> usize {
+        self.probes.load(Ordering::SeqCst)
     }
 
     /// The next Ready write (`write` or `write_all`) fails with an I/O error, as a failed
@@ -77,6 +92,10 @@ impl Gate {
     /// Waits while the gate is shut. Never longer than `MAX_STALL`: a test that forgot
     /// to open it must not hang forever.
     fn pass(&self) {
+        let slow = self.slow_ms.load(Ordering::SeqCst);
+        if slow > 0 {
+            std::thread::sleep(Duration::from_millis(slow));
+        }
         let mut shut = self.shut.lock().unwrap();
         if !*shut {
             return;
@@ -176,6 +195,11 @@ impl<S: RaftStore> RaftStore for StallStore<S> {
     }
     fn blocks_on_io(&self) -> bool {
         true
+    }
+    fn probe(&self) -> Result<(), StorageError> {
+        self.gate.pass();
+        self.gate.probes.fetch_add(1, Ordering::SeqCst);
+        self.inner.probe()
     }
     fn election(&self, id: u32) -> Result<Option<Self>, StorageError> {
         Ok(self.inner.election(id)?.map(|s| self.wrap(s)))

@@ -649,8 +649,11 @@ impl<S: RaftStore> Driver<S> {
         }
         self.last_heard.insert(m.from, self.env.clock.now());
         let t = m.get_msg_type();
-        if t == MessageType::MsgTimeoutNow && self.state.is_drained(self.env.id) {
-            debug!(self.env.logger, "drained: refused to take over an election"; "election_id" => election);
+        if t == MessageType::MsgTimeoutNow
+            && (self.state.is_drained(self.env.id) || self.env.disk_stalled())
+        {
+            debug!(self.env.logger, "drained or disk stalled: refused to take over an election";
+                   "election_id" => election);
             return;
         }
         if t == MessageType::MsgTimeoutNow {

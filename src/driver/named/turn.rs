@@ -60,7 +60,8 @@ impl<S: RaftStore> Driver<S> {
         let env = &self.env;
         let shutting_down = self.shutdown.is_some();
         let drained_set = &self.state.drained;
-        let drained = drained_set.contains(&env.id);
+        let stalled = env.disk_stalled();
+        let drained = drained_set.contains(&env.id) || stalled;
         let mut again = false;
         let mut changed = false;
         // Only the busy elections (something happened to them since the last look): an
@@ -120,7 +121,7 @@ impl<S: RaftStore> Driver<S> {
                     }
                     Err(e) => {
                         debug!(env.logger, "cannot hand an election over";
-                               "why" => if drained { "drained" } else { "shutting down" },
+                               "why" => if stalled { "disk stalled" } else if drained { "drained" } else { "shutting down" },
                                "election" => g.name.as_deref(), "error" => %e);
                     }
                 }

@@ -614,8 +614,7 @@ impl<S: RaftStore> Driver<S> {
     fn offer_idle(&mut self, now: Instant) {
         let me = self.env.id;
         let settle = self.env.timing.election_timeout();
-        let drained = self.state.is_drained(me);
-        if drained || self.shutdown.is_some() {
+        if self.stands_down() || self.shutdown.is_some() {
             return;
         }
         let down_after = self.env.timing.election_timeout();
