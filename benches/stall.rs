@@ -5,8 +5,11 @@
 //! cargo bench --bench stall                         # 20 trials, 2 s stalls
 //! cargo bench --bench stall -- --trials 50 --stall-ms 4000
 //! cargo bench --bench stall -- --quick              # 3 trials (CI)
+//! cargo bench --bench stall -- --slow-ms 60         # every write 60 ms instead
 //! # without the lease clock (what the driver alone did before):
 //! TENURE_MUTATION=lease-ends-with-the-driver cargo bench --features mutations --bench stall
+//! # a stall noticed but nothing handed over (before the stall bound):
+//! TENURE_MUTATION=stalled-disk-keeps-leading cargo bench --features mutations --bench stall -- --slow-ms 60
 //! ```
 //!
 //! Each **trial** starts three nodes in this process over the in-process network, on real
@@ -20,7 +23,13 @@
 //! stall's start to the first moment another node holds its lease (polled every
 //! millisecond). Then the gate opens and the trial ends.
 //!
-//! Results: `<target dir>/tenure-bench/stall.txt`.
+//! With `--slow-ms MS` the leader's disk turns slow instead of stopping: every write and
+//! probe takes MS longer (60 ms: over the group's 50 ms stall bound, and twice it under
+//! the 150 ms election timeout, so its followers keep hearing it). Then **reported** is
+//! the time from the slowdown to `Node::disk` saying stalled, and **elsewhere** as above,
+//! for at most 5 s (an election still the slow node's then counts as not moved).
+//!
+//! Results: `<target dir>/tenure-bench/stall.txt` (`stall-slow.txt` with `--slow-ms`).
 
 #[path = "../tests/support/stall_group.rs"]
 mod stall_group;
@@ -42,6 +51,7 @@ usage: cargo bench --bench stall -- [--trials N] [--stall-ms MS] [--quick]
 
   --trials N     stalls to measure (default 20)
   --stall-ms MS  how long the leader's writes are held (default 2000)
+  --slow-ms MS   slow every write of the leader by MS instead of holding them
   --quick        3 trials (CI)";
 
 const NAMED: usize = 16;
@@ -50,6 +60,7 @@ const WAIT: Duration = Duration::from_secs(30);
 fn main() {
     let mut trials = 20usize;
     let mut stall = Duration::from_millis(2000);
+    let mut slow: Option<Duration> = None;
     let mut args = support::args().into_iter();
     while let Some(a) = args.next() {
         let mut num = |what: &str| -> u64 {
@@ -60,6 +71,7 @@ fn main() {
         match a.as_str() {
             "--trials" => trials = num("--trials").max(1) as usize,
             "--stall-ms" => stall = Duration::from_millis(num("--stall-ms").max(100)),
+            "--slow-ms" => slow = Some(Duration::from_millis(num("--slow-ms").max(1))),
             "--quick" => trials = 3,
             other => usage(&format!("unknown argument {other:?}")),
         }
@@ -69,6 +81,10 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
+    let mutation = std::env::var("TENURE_MUTATION").unwrap_or_default();
+    if let Some(per_write) = slow {
+        return slow_disk(&rt, trials, per_write, &mutation);
+    }
     let mut late_ms = Vec::new();
     let mut elsewhere_ms = Vec::new();
     let mut leases = 0;
@@ -81,7 +97,6 @@ fn main() {
         elsewhere_ms.extend(elsewhere);
     }
     progress.finish();
-    let mutation = std::env::var("TENURE_MUTATION").unwrap_or_default();
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -115,6 +130,132 @@ fn main() {
     if let Err(e) = std::fs::write(&path, &out) {
         eprintln!("stall: cannot write {}: {e}", path.display());
     }
+}
+
+/// `--slow-ms`: the leader's writes turn slow; how soon it says so and hands over.
+fn slow_disk(rt: &tokio::runtime::Runtime, trials: usize, per_write: Duration, mutation: &str) {
+    let mut reported_ms = Vec::new();
+    let mut elsewhere_ms = Vec::new();
+    let mut elections = 0;
+    let mut progress = support::Progress::new(1);
+    for t in 0..trials {
+        progress.update(t, trials, "slow the leader's disk");
+        let (reported, elsewhere, led) = rt.block_on(slow_trial(per_write));
+        elections += led;
+        reported_ms.extend(reported);
+        elsewhere_ms.extend(elsewhere);
+    }
+    progress.finish();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "stall: {trials} trials, the leader's writes {} ms slower, stall bound {} ms, \
+         {elections} elections it led, {} moved within {} s{}",
+        per_write.as_millis(),
+        stall_group::STALL_BOUND.as_millis(),
+        elsewhere_ms.len(),
+        SLOW_WAIT.as_secs(),
+        if mutation.is_empty() {
+            String::new()
+        } else {
+            format!(", TENURE_MUTATION={mutation}")
+        }
+    );
+    let row = |what: &str, v: &[f64]| {
+        if v.is_empty() {
+            return vec![
+                what.to_string(),
+                "0".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ];
+        }
+        let s = summarize(v);
+        vec![
+            what.to_string(),
+            s.n.to_string(),
+            format!("{:.1}", s.p50),
+            format!("{:.1}", s.p99),
+            format!("{:.1}", s.max),
+        ]
+    };
+    out.push_str(&table(
+        &["ms", "n", "p50", "p99", "max"],
+        &[
+            row("slowdown → stall reported", &reported_ms),
+            row("slowdown → leased elsewhere", &elsewhere_ms),
+        ],
+    ));
+    print!("{out}");
+    let path = support::out_dir().join("stall-slow.txt");
+    if let Err(e) = std::fs::write(&path, &out) {
+        eprintln!("stall: cannot write {}: {e}", path.display());
+    }
+}
+
+/// How long a slow-disk trial waits for the elections to move.
+const SLOW_WAIT: Duration = Duration::from_secs(5);
+
+/// One slowdown: (ms to the stall's report, if it came; per election the slow node led
+/// that moved, ms to a lease elsewhere; how many it led).
+async fn slow_trial(per_write: Duration) -> (Option<f64>, Vec<f64>, usize) {
+    let g = Group::start().await;
+    let s = until("a root leader", || g.root_holder()).await;
+    let names: Vec<String> = (0..NAMED).map(|i| format!("shard-{i}")).collect();
+    for name in &names {
+        g.node(s)
+            .create_election(name, ElectionOptions::new().affinity([s]))
+            .await
+            .unwrap_or_else(|e| panic!("create {name}: {e}"));
+    }
+    let share = NAMED / stall_group::IDS.len();
+    let mut led: Vec<Option<String>> = vec![None];
+    led.extend(
+        until("the leader leads its share", || g.led_by(s, &names, share))
+            .await
+            .into_iter()
+            .map(Some),
+    );
+    let disk = g.node(s).disk();
+    let gate = Arc::clone(&g.gates[s as usize - 1]);
+    gate.slow(per_write);
+    let t0 = Instant::now();
+    let proposer = g.node(s).clone();
+    tokio::spawn(async move {
+        let _ = proposer
+            .create_election("written-slowly", ElectionOptions::new())
+            .await;
+    });
+    let mut reported = None;
+    let mut moved: Vec<Option<Duration>> = vec![None; led.len()];
+    while (reported.is_none() || moved.iter().any(Option::is_none)) && t0.elapsed() < SLOW_WAIT {
+        if reported.is_none() && disk.borrow().is_stalled() {
+            reported = Some(t0.elapsed());
+        }
+        for (i, name) in led.iter().enumerate() {
+            if moved[i].is_none() {
+                let other = match name {
+                    None => g.root_holder_besides(s),
+                    Some(n) => g.holder_besides(n, s),
+                };
+                if other.is_some() {
+                    moved[i] = Some(t0.elapsed());
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    gate.slow(Duration::ZERO);
+    for n in g.up() {
+        let _ = tokio::time::timeout(WAIT, n.shutdown()).await;
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    (
+        reported.map(ms),
+        moved.into_iter().flatten().map(ms).collect(),
+        led.len(),
+    )
 }
 
 fn usage(problem: &str) -> ! {

@@ -51,6 +51,8 @@ fn the_worker_explains_itself_and_names_the_flag_it_refuses() {
         "worker --new-group-id",
         "--found <GROUP>",
         "--election-max-ms <N>",
+        "--disk-stall-ms <N>",
+        "disk_stalled",
         "--row-jitter-ms <N>",
         "--elections <N>",
         "\"election\": null",

@@ -52,6 +52,12 @@ const EXPOSITION: &str = r#"
 # HELP tenure_cert_expiry_seconds Seconds until this node's own TLS certificate expires (negative: expired).
 # TYPE tenure_cert_expiry_seconds gauge
 tenure_cert_expiry_seconds{node=$node}
+# HELP tenure_disk_stalled 1 while this node's disk is stalled: it leads nothing until its probe writes are fast.
+# TYPE tenure_disk_stalled gauge
+tenure_disk_stalled{node=$node}
+# HELP tenure_disk_stalls_total Disk stalls: synced writes slower than the bound while the disk was healthy.
+# TYPE tenure_disk_stalls_total counter
+tenure_disk_stalls_total{node=$node}
 # HELP tenure_elections_started_total Campaigns this node started.
 # TYPE tenure_elections_started_total counter
 tenure_elections_started_total{node=$node}

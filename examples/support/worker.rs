@@ -42,7 +42,8 @@ retrying it, and a restart recovers from what the disk holds once the disk is ch
 Prints one JSON object per line on stdout: started, leader_changed, membership (this
 node became founding, joining, learner, removed or a voter), lease_acquired, lease_confirmed,
 lease_lost, stopped, history (the applied leadership history as [[term, leader], ...],
-when it changed); with --ledger also batch_started, settled,
+when it changed), disk_stalled (a synced write took longer than --disk-stall-ms: the node
+leads nothing until probe writes are fast), disk_recovered; with --ledger also batch_started, settled,
 fence_rejected. Each election event carries \"election\": null for the group's own
 election, or the name of a named election (--elections N runs shard-0 ... shard-N-1, whose
 leader_changed, lease_*, history and settlement events name them). SIGTERM or SIGINT stops it gracefully (handing leadership over first
@@ -141,6 +142,12 @@ pub(crate) struct WorkerCli {
     /// preset's)
     #[arg(long, value_name = "N")]
     election_max_ms: Option<u64>,
+
+    /// A synced write slower than this many ms is a disk stall: the node hands over what
+    /// it leads and campaigns in nothing until probe writes are fast again (default:
+    /// half the election timeout, at least 50)
+    #[arg(long, value_name = "N")]
+    disk_stall_ms: Option<u64>,
 
     /// How confirms are answered
     #[arg(long, value_name = "MODE", default_value = "safe")]
@@ -325,6 +332,9 @@ impl WorkerCli {
             data_dir: self.data_dir.expect(required),
             certs: self.certs.expect(required),
             timing,
+            disk_stall_bound: self
+                .disk_stall_ms
+                .map(|ms| Duration::from_millis(ms.max(1))),
             read_mode: match self.read_mode {
                 ReadModeArg::Safe => ReadMode::Safe,
                 ReadModeArg::Lease => ReadMode::LeaseBased,
@@ -372,6 +382,7 @@ pub(crate) struct WorkerArgs {
     pub data_dir: PathBuf,
     pub certs: PathBuf,
     pub timing: Timing,
+    pub disk_stall_bound: Option<Duration>,
     pub read_mode: ReadMode,
     pub confirm_every: Duration,
     /// How often a named election's lease is confirmed while leading.
@@ -460,6 +471,9 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
         .timing(args.timing)
         .read_mode(args.read_mode)
         .join(args.join);
+    if let Some(bound) = args.disk_stall_bound {
+        b = b.disk_stall_bound(bound);
+    }
     if let Some(g) = args.found {
         b = b.found(g);
     }
@@ -750,6 +764,44 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
                 }
             });
         }
+    }
+
+    // Disk stalls (docs/design.md, section 15): disk_stalled when the node steps aside,
+    // disk_recovered when its probes are fast again. The watch keeps only the latest
+    // value: a stall that began and ended between two looks is counted by the metrics,
+    // and reported from them.
+    {
+        let mut disk = node.disk();
+        let metrics = node.metrics();
+        tokio::spawn(async move {
+            let mut reported = 0;
+            let mut stalled = false;
+            while disk.changed().await.is_ok() {
+                let health = disk.borrow_and_update().clone();
+                let (stalls, _) = metrics.disk_stalls();
+                if stalls > reported {
+                    reported = stalls;
+                    let detail = match &health {
+                        tenure::DiskHealth::Stalled {
+                            operation,
+                            took,
+                            bound,
+                            ..
+                        } => json!({"operation": operation, "took_ms": took.as_millis() as u64,
+                                    "bound_ms": bound.as_millis() as u64}),
+                        _ => json!({"operation": null}),
+                    };
+                    if !stalled {
+                        emit(id, "disk_stalled", detail);
+                    }
+                    stalled = true;
+                }
+                if stalled && !health.is_stalled() {
+                    stalled = false;
+                    emit(id, "disk_recovered", json!({}));
+                }
+            }
+        });
     }
 
     // SIGHUP: read the TLS files again now (README, "Rotating certificates").
