@@ -108,21 +108,11 @@ fn main() {
             format!(", TENURE_MUTATION={mutation}")
         }
     );
-    let row = |what: &str, v: &[f64]| {
-        let s = summarize(v);
-        vec![
-            what.to_string(),
-            s.n.to_string(),
-            format!("{:.2}", s.p50),
-            format!("{:.2}", s.p99),
-            format!("{:.2}", s.max),
-        ]
-    };
     out.push_str(&table(
         &["ms", "n", "p50", "p99", "max"],
         &[
-            row("lease end → lost() woke (late)", &late_ms),
-            row("stall start → leased elsewhere", &elsewhere_ms),
+            row("lease end → lost() woke (late)", &late_ms, 2),
+            row("stall start → leased elsewhere", &elsewhere_ms, 2),
         ],
     ));
     print!("{out}");
@@ -161,30 +151,11 @@ fn slow_disk(rt: &tokio::runtime::Runtime, trials: usize, per_write: Duration, m
             format!(", TENURE_MUTATION={mutation}")
         }
     );
-    let row = |what: &str, v: &[f64]| {
-        if v.is_empty() {
-            return vec![
-                what.to_string(),
-                "0".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-            ];
-        }
-        let s = summarize(v);
-        vec![
-            what.to_string(),
-            s.n.to_string(),
-            format!("{:.1}", s.p50),
-            format!("{:.1}", s.p99),
-            format!("{:.1}", s.max),
-        ]
-    };
     out.push_str(&table(
         &["ms", "n", "p50", "p99", "max"],
         &[
-            row("slowdown → stall reported", &reported_ms),
-            row("slowdown → leased elsewhere", &elsewhere_ms),
+            row("slowdown → stall reported", &reported_ms, 1),
+            row("slowdown → leased elsewhere", &elsewhere_ms, 1),
         ],
     ));
     print!("{out}");
@@ -201,22 +172,9 @@ const SLOW_WAIT: Duration = Duration::from_secs(5);
 /// that moved, ms to a lease elsewhere; how many it led).
 async fn slow_trial(per_write: Duration) -> (Option<f64>, Vec<f64>, usize) {
     let g = Group::start().await;
-    let s = until("a root leader", || g.root_holder()).await;
-    let names: Vec<String> = (0..NAMED).map(|i| format!("shard-{i}")).collect();
-    for name in &names {
-        g.node(s)
-            .create_election(name, ElectionOptions::new().affinity([s]))
-            .await
-            .unwrap_or_else(|e| panic!("create {name}: {e}"));
-    }
-    let share = NAMED / stall_group::IDS.len();
+    let (s, led_names) = g.leader_with_share(&names()).await;
     let mut led: Vec<Option<String>> = vec![None];
-    led.extend(
-        until("the leader leads its share", || g.led_by(s, &names, share))
-            .await
-            .into_iter()
-            .map(Some),
-    );
+    led.extend(led_names.into_iter().map(Some));
     let disk = g.node(s).disk();
     let gate = Arc::clone(&g.gates[s as usize - 1]);
     gate.slow(per_write);
@@ -233,17 +191,7 @@ async fn slow_trial(per_write: Duration) -> (Option<f64>, Vec<f64>, usize) {
         if reported.is_none() && disk.borrow().is_stalled() {
             reported = Some(t0.elapsed());
         }
-        for (i, name) in led.iter().enumerate() {
-            if moved[i].is_none() {
-                let other = match name {
-                    None => g.root_holder_besides(s),
-                    Some(n) => g.holder_besides(n, s),
-                };
-                if other.is_some() {
-                    moved[i] = Some(t0.elapsed());
-                }
-            }
-        }
+        note_moved(&g, s, led.iter().map(Option::as_deref), &mut moved, t0);
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     gate.slow(Duration::ZERO);
@@ -267,16 +215,7 @@ fn usage(problem: &str) -> ! {
 /// stalled node led, ms from the stall's start to a lease elsewhere).
 async fn trial(stall: Duration) -> (Vec<f64>, Vec<f64>) {
     let g = Group::start().await;
-    let s = until("a root leader", || g.root_holder()).await;
-    let names: Vec<String> = (0..NAMED).map(|i| format!("shard-{i}")).collect();
-    for name in &names {
-        g.node(s)
-            .create_election(name, ElectionOptions::new().affinity([s]))
-            .await
-            .unwrap_or_else(|e| panic!("create {name}: {e}"));
-    }
-    let share = NAMED / stall_group::IDS.len();
-    let led = until("the leader leads its share", || g.led_by(s, &names, share)).await;
+    let (s, led) = g.leader_with_share(&names()).await;
     let mut held: Vec<(Option<String>, Lease)> = vec![(None, g.node(s).lease().await.unwrap())];
     for name in led {
         let lease = g.node(s).election(&name).lease().await.unwrap();
@@ -305,17 +244,8 @@ async fn trial(stall: Duration) -> (Vec<f64>, Vec<f64>) {
     // Elsewhere: polled every millisecond until every election has moved.
     let mut moved: Vec<Option<Duration>> = vec![None; held.len()];
     while moved.iter().any(Option::is_none) && t0.elapsed() < WAIT {
-        for (i, (name, _)) in held.iter().enumerate() {
-            if moved[i].is_none() {
-                let other = match name {
-                    None => g.root_holder_besides(s),
-                    Some(n) => g.holder_besides(n, s),
-                };
-                if other.is_some() {
-                    moved[i] = Some(t0.elapsed());
-                }
-            }
-        }
+        let names = held.iter().map(|(name, _)| name.as_deref());
+        note_moved(&g, s, names, &mut moved, t0);
         if t0.elapsed() >= stall && gate.waiting() > 0 {
             gate.open();
         }
@@ -343,14 +273,50 @@ async fn trial(stall: Duration) -> (Vec<f64>, Vec<f64>) {
     (late, elsewhere)
 }
 
-/// Polls `f` every 5 ms until it gives a value, for at most [`WAIT`].
-async fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(v) = f() {
-            return v;
+/// The named elections of a trial.
+fn names() -> Vec<String> {
+    (0..NAMED).map(|i| format!("shard-{i}")).collect()
+}
+
+/// Notes, for each election of `names` (`None`: the root) not moved yet, whether a node
+/// other than `s` holds its lease now: then it moved `t0.elapsed()` after the start.
+fn note_moved<'a>(
+    g: &Group,
+    s: tenure::NodeId,
+    names: impl Iterator<Item = Option<&'a str>>,
+    moved: &mut [Option<Duration>],
+    t0: Instant,
+) {
+    for (name, moved) in names.zip(moved.iter_mut()) {
+        if moved.is_none() {
+            let other = match name {
+                None => g.root_holder_besides(s),
+                Some(n) => g.holder_besides(n, s),
+            };
+            if other.is_some() {
+                *moved = Some(t0.elapsed());
+            }
         }
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// A table row: `what`, the count, p50, p99 and max with `decimals` (dashes if empty).
+fn row(what: &str, v: &[f64], decimals: usize) -> Vec<String> {
+    if v.is_empty() {
+        return vec![
+            what.to_string(),
+            "0".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+        ];
+    }
+    let s = summarize(v);
+    vec![
+        what.to_string(),
+        s.n.to_string(),
+        format!("{:.*}", decimals, s.p50),
+        format!("{:.*}", decimals, s.p99),
+        format!("{:.*}", decimals, s.max),
+    ]
 }

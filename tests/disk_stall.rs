@@ -64,23 +64,9 @@ fn names() -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_disk_stalls_announces_every_lease_end_while_its_write_is_blocked() {
     let g = Group::start().await;
-    // The root's leader leads every named election too (affinity), and holds all leases.
-    let s = wait_for("a root leader with its lease", || g.root_holder()).await;
-    for name in names() {
-        g.node(s)
-            .create_election(&name, ElectionOptions::new().affinity([s]))
-            .await
-            .unwrap_or_else(|e| panic!("create {name}: {e}"));
-    }
-    // The balancer lets an affinity hold a node's share plus one: n{s} leads about a
-    // third of them, the others lead the rest. Wait until every election has a
-    // leaseholder and n{s} leads its share.
-    let share = NAMED / IDS.len();
-    let led = wait_for(
-        &format!("n{s} leads {share} named elections, all leased"),
-        || g.led_by(s, &names(), share),
-    )
-    .await;
+    // The root's leader leads its share of the named elections (their affinity names
+    // it), and holds all their leases.
+    let (s, led) = g.leader_with_share(&names()).await;
     let mut leases: Vec<(String, Lease)> = Vec::new();
     let root = timeout(WAIT, g.node(s).lease())
         .await
@@ -187,19 +173,7 @@ const HANDOVER_WAIT: Duration = Duration::from_secs(5);
 async fn a_leader_whose_writes_turn_slow_reports_a_stall_and_leads_nothing_until_its_probes_are_fast(
 ) {
     let g = Group::start().await;
-    let s = wait_for("a root leader with its lease", || g.root_holder()).await;
-    for name in names() {
-        g.node(s)
-            .create_election(&name, ElectionOptions::new().affinity([s]))
-            .await
-            .unwrap_or_else(|e| panic!("create {name}: {e}"));
-    }
-    let share = NAMED / IDS.len();
-    wait_for(
-        &format!("n{s} leads {share} named elections, all leased"),
-        || g.led_by(s, &names(), share),
-    )
-    .await;
+    let (s, _) = g.leader_with_share(&names()).await;
     let disk = g.node(s).disk();
     assert_eq!(*disk.borrow(), DiskHealth::Healthy);
 

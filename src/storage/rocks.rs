@@ -100,8 +100,6 @@ const SNAPSHOT_DATA_KEY: &[u8] = b"tenure/snapshot_data";
 const LOG_PREFIX: &[u8] = b"tenure/log/";
 /// The first key after every log key (`'0'` follows `'/'`).
 const LOG_END: &[u8] = b"tenure/log0";
-/// Deleted by the disk probe (never written): the probe's synced write leaves no key.
-const PROBE_KEY: &[u8] = b"tenure/disk_probe";
 /// Every named election's keys start with this, then the id (u32, big endian) and `/`.
 const ELECTIONS_PREFIX: &[u8] = b"tenure/e/";
 /// The first key after every named election's key.
@@ -706,11 +704,7 @@ impl RaftStore for RocksStore {
     }
 
     fn probe(&self) -> Result<(), StorageError> {
-        // A synced write-ahead-log record and nothing else: a delete of a key that is
-        // never written.
-        let mut batch = WriteBatch::default();
-        batch.delete(PROBE_KEY);
-        write_synced(&self.shared.path, &self.shared.db, batch)
+        disk::probe(&self.shared.path, &self.shared.db)
     }
 
     fn record_founding_nonces(

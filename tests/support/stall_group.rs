@@ -10,11 +10,29 @@ use std::sync::Arc;
 use raft::eraftpb::ConfState;
 use tenure::storage::RocksStore;
 use tenure::transport::mem::MemNetwork;
-use tenure::{Config, Node, NodeId, Timing};
+use tenure::{Config, ElectionOptions, Node, NodeId, Timing};
 
 use crate::stall_store::{Gate, StallStore};
 
 pub(crate) const IDS: [NodeId; 3] = [1, 2, 3];
+
+/// The longest [`until`] waits.
+pub(crate) const UNTIL: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Polls `f` every 5 ms until it gives a value, for at most [`UNTIL`].
+pub(crate) async fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + UNTIL;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {UNTIL:?} waiting for: {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
 
 /// 10 ms ticks, 30 ms heartbeats, election timeouts 150–250 ms.
 /// The disk stall bound: a third of the election timeout (the default would be half),
@@ -122,6 +140,26 @@ impl Group {
         self.up()
             .find(|n| n.id() != not && n.election(name).leadership().leased)
             .map(Node::id)
+    }
+
+    /// The root's leader `s`, once it has created `names` with affinity for itself and
+    /// leads its share of them (the balancer lets an affinity hold a node's share plus
+    /// one: the others lead the rest), every one leased; and the names it leads.
+    pub(crate) async fn leader_with_share(&self, names: &[String]) -> (NodeId, Vec<String>) {
+        let s = until("a root leader with its lease", || self.root_holder()).await;
+        for name in names {
+            self.node(s)
+                .create_election(name, ElectionOptions::new().affinity([s]))
+                .await
+                .unwrap_or_else(|e| panic!("create {name}: {e}"));
+        }
+        let share = names.len() / IDS.len();
+        let led = until(
+            &format!("n{s} leads {share} named elections, all leased"),
+            || self.led_by(s, names, share),
+        )
+        .await;
+        (s, led)
     }
 
     /// The elections of `names` that `s` leads, once every one of them has a leaseholder

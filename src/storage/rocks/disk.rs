@@ -138,6 +138,14 @@ pub(super) fn write_synced(path: &Path, db: &DB, batch: WriteBatch) -> Result<()
         .map_err(|e| StorageError::from_rocks(path, e))
 }
 
+/// The disk probe (`RaftStore::probe`): one synced write-ahead-log record and nothing
+/// else, a delete of a key that is never written.
+pub(super) fn probe(path: &Path, db: &DB) -> Result<(), StorageError> {
+    let mut batch = WriteBatch::default();
+    batch.delete(b"tenure/disk_probe");
+    write_synced(path, db, batch)
+}
+
 pub(super) fn encode(message: &impl protobuf::Message) -> Result<Vec<u8>, StorageError> {
     message
         .write_to_bytes()
