@@ -18,6 +18,7 @@
 //! | `support-after-vote` | a quiet follower that woke (and may vote once its window closed) keeps acknowledging the election to its leader, which keeps crediting that support (`docs/design.md`, section 12) |
 //! | `lease-ends-with-the-driver` | no lease clock: only the driver ends a lease that ran out, so while it is stuck (a synced write to a stalled disk) `Lease::lost` and the cancellation token stay silent past the lease's end |
 //! | `stalled-disk-keeps-leading` | a node notices that its disk stalled (it reports it) but hands nothing over and campaigns as before (`docs/design.md`, section 15) |
+//! | `stalled-peer-takes-over` | a node hears that a peer's disk is stalled (its status says so) but its balancer and its handovers pick that peer as before, which refuses (`docs/design.md`, section 15) |
 //! | `quiet-misses-dead-leader` | a quiet follower never notices that its leader's support stream went silent (its quiet elections stay leaderless) |
 //!
 //! Without the feature, [`active`] is a constant `false` and the checks compile away.

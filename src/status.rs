@@ -129,6 +129,10 @@ pub struct Status {
     /// campaigns in nothing until its probe writes are fast again.
     #[serde(default)]
     pub disk_stalled: bool,
+    /// The peers that say their disk is stalled: no election is handed to them until
+    /// they say it recovered (or stop saying it for an election timeout).
+    #[serde(default)]
+    pub peers_disk_stalled: Vec<NodeId>,
 }
 
 /// Whether this node's disk keeps up ([`Node::disk`](crate::Node::disk),
@@ -184,6 +188,7 @@ impl Status {
             applied: 0,
             change_in_flight: false,
             disk_stalled: false,
+            peers_disk_stalled: Vec::new(),
         }
     }
 }

@@ -13,9 +13,11 @@
 //! * A leader whose writes turn slow (each over the disk stall bound, under the election
 //!   timeout, so that its followers never time out): it reports a disk stall, hands
 //!   over the root and every named election it leads, leads nothing while its probe
-//!   writes stay slow, and leads again once they are fast. The mutation
+//!   writes stay slow (its peers hear of the stall and hand it nothing: it refuses no
+//!   handover), and leads again once they are fast. The mutation
 //!   `stalled-disk-keeps-leading` (the stall noticed, nothing handed over) fails the
-//!   handover check; `.ci/run` requires it to.
+//!   handover check, `stalled-peer-takes-over` (peers hand it elections anyway) the
+//!   refusal check; `.ci/run` requires both.
 //! * A failed sync on the leader and on a follower: the node stops with
 //!   `StopCause::WriteFailed` naming the write, the others go on, and it restarts on its
 //!   folder and catches up.
@@ -41,6 +43,8 @@ const WAIT: Duration = Duration::from_secs(20);
 const LOST_WAIT: Duration = Duration::from_secs(5);
 /// The named elections the stalled leader leads.
 const NAMED: usize = 16;
+/// How long the balancer waits before an election moved moves again (`spread.rs`).
+const BALANCER_COOLDOWN: Duration = Duration::from_secs(2);
 
 /// Polls `f` until it gives a value, for at most [`WAIT`].
 async fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
@@ -257,6 +261,41 @@ async fn a_leader_whose_writes_turn_slow_reports_a_stall_and_leads_nothing_until
             );
         }
     };
+    // Its peers hear of the stall and hand it nothing. The elections whose affinity names
+    // it would go back to it once their balancer cool-down (2 s) ran out on the node they
+    // reached; through twice that it refuses no handover, because none is asked of it.
+    // (An absence needs a span to be watched over; this one is the balancer's.)
+    for n in g.up().filter(|n| n.id() != s) {
+        let deadline = Instant::now() + WAIT;
+        while !n
+            .status()
+            .await
+            .expect("a status")
+            .peers_disk_stalled
+            .contains(&s)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "n{} did not hear within {WAIT:?} that n{s}'s disk stalled",
+                n.id()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let refused = g.node(s).metrics().takeovers_refused();
+    let watched_until = Instant::now() + BALANCER_COOLDOWN * 2;
+    while Instant::now() < watched_until {
+        leads_nothing();
+        let now_refused = g.node(s).metrics().takeovers_refused();
+        assert_eq!(
+            now_refused,
+            refused,
+            "its peers handed n{s} elections while they knew its disk was stalled \
+             ({} handovers refused)",
+            now_refused - refused
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let probes = gate.probes();
     wait_for("five more slow probes", || {
         leads_nothing();
@@ -273,6 +312,23 @@ async fn a_leader_whose_writes_turn_slow_reports_a_stall_and_leads_nothing_until
     })
     .await;
     assert!(!g.node(s).metrics().disk_stalls().1, "the gauge is down");
+    for n in g.up().filter(|n| n.id() != s) {
+        let deadline = Instant::now() + WAIT;
+        while !n
+            .status()
+            .await
+            .expect("a status")
+            .peers_disk_stalled
+            .is_empty()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "n{} did not hear within {WAIT:?} that n{s}'s disk recovered",
+                n.id()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
     wait_for(&format!("n{s} leads one of its elections again"), || {
         names()
             .iter()

@@ -148,6 +148,9 @@ tenure_quorum_healthy{node=$node}
 # HELP tenure_role 0 follower, 1 pre-candidate, 2 candidate, 3 leader, 4 stopped, 5 learner, 6 removed, 7 joining.
 # TYPE tenure_role gauge
 tenure_role{node=$node}
+# HELP tenure_takeovers_refused_total Handovers to this node it refused: it is drained or its disk is stalled.
+# TYPE tenure_takeovers_refused_total counter
+tenure_takeovers_refused_total{node=$node}
 # HELP tenure_term Current Raft term at this node.
 # TYPE tenure_term gauge
 tenure_term{node=$node}

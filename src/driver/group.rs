@@ -73,6 +73,9 @@ pub(super) struct Env {
     pub(super) lease_clock: Arc<crate::lease_clock::LeaseClock>,
     /// Where the store's synced writes run (`writer.rs`).
     pub(super) writer: super::writer::Writer,
+    /// The peers that said their disk is stalled, until when that holds unless they
+    /// repeat it (`disk.rs`): no election is handed to them.
+    pub(super) stalled_peers: std::cell::RefCell<std::collections::BTreeMap<NodeId, Instant>>,
 }
 
 impl Env {
@@ -81,6 +84,18 @@ impl Env {
     /// the stall and leads on).
     pub(super) fn disk_stalled(&self) -> bool {
         self.writer.stalled() && !crate::mutation::active("stalled-disk-keeps-leading")
+    }
+
+    /// Whether peer `id` said its disk is stalled, recently enough that it still holds
+    /// (`docs/design.md`, section 15): it is handed nothing meanwhile (the mutation
+    /// `stalled-peer-takes-over` hands it elections anyway).
+    pub(super) fn peer_stalled(&self, id: NodeId, now: Instant) -> bool {
+        !crate::mutation::active("stalled-peer-takes-over")
+            && self
+                .stalled_peers
+                .borrow()
+                .get(&id)
+                .is_some_and(|until| now < *until)
     }
 }
 

@@ -149,7 +149,9 @@ impl<S: RaftStore> Driver<S> {
             } else if now.duration_since(at) < self.env.timing.heartbeat_interval() * 2 {
                 self.root.held_timeout_now = Some((m, at));
             } else {
-                info!(self.env.logger, "drained: refused to take over leadership"; "from" => m.from);
+                info!(self.env.logger, "drained or disk stalled: refused to take over leadership";
+                      "from" => m.from);
+                self.env.metrics.takeover_refused();
             }
         }
     }
@@ -217,13 +219,20 @@ impl<S: RaftStore> Group<S> {
         Ok(target)
     }
 
-    /// The most up-to-date voter other than this node (recently active ones first).
+    /// The most up-to-date voter other than this node (recently active ones first), not
+    /// drained and not one whose disk is stalled.
     pub(super) fn best_follower(&self, env: &Env, drained: &BTreeSet<NodeId>) -> Option<NodeId> {
         let raft = &self.raw.raft;
         let voters = raft.prs().conf().voters().ids();
+        let now = env.clock.now();
         raft.prs()
             .iter()
-            .filter(|(id, _)| **id != env.id && voters.contains(**id) && !drained.contains(*id))
+            .filter(|(id, _)| {
+                **id != env.id
+                    && voters.contains(**id)
+                    && !drained.contains(*id)
+                    && !env.peer_stalled(**id, now)
+            })
             .max_by_key(|(id, pr)| (pr.recent_active, pr.matched, std::cmp::Reverse(**id)))
             .map(|(id, _)| *id)
     }

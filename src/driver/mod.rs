@@ -174,6 +174,8 @@ pub(crate) struct Driver<S: RaftStore> {
     disk: watch::Sender<crate::status::DiskHealth>,
     /// When the disk stalled (the machine's clock: a report).
     disk_since: Option<std::time::Instant>,
+    /// When the peers were last told that this node's disk is stalled (`disk.rs`).
+    stall_told: Option<Instant>,
 }
 
 enum StopKind {
@@ -300,6 +302,7 @@ impl<S: RaftStore> Driver<S> {
                 hot: std::cell::RefCell::new(BTreeSet::new()),
                 busy: std::cell::RefCell::new(BTreeSet::new()),
                 leased: std::cell::RefCell::new(BTreeMap::new()),
+                stalled_peers: std::cell::RefCell::new(BTreeMap::new()),
             },
             root,
             named: named::Named::new(parts.named),
@@ -332,6 +335,7 @@ impl<S: RaftStore> Driver<S> {
             slow_turns: None,
             disk: parts.disk,
             disk_since: None,
+            stall_told: None,
         }
     }
 

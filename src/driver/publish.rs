@@ -112,6 +112,7 @@ impl<S: RaftStore> Driver<S> {
             applied: self.root.applied,
             change_in_flight: self.change_in_flight(),
             disk_stalled: self.env.writer.stalled(),
+            peers_disk_stalled: self.stalled_peers(),
         }
     }
 

@@ -8,7 +8,8 @@
 //! is no coordinator and no message of its own. The rule, from one node's view:
 //!
 //! * `H`: the root's voters heard from for at least [`HEALTHY_AFTER`] and within an
-//!   election timeout (this node always, unless drained), minus the drained ones;
+//!   election timeout (this node always, unless drained), minus the drained ones and
+//!   those that said their disk is stalled (`disk.rs`);
 //!   `k = |H|`, `N` the elections led by a node of `H`.
 //! * targets: sorted by (leaderships now, descending; id), the first `N mod k` nodes of
 //!   `H` should lead `⌈N/k⌉`, the others `⌊N/k⌋` (a balanced group moves nothing).
@@ -237,7 +238,8 @@ impl<S: RaftStore> Driver<S> {
             .collect();
         let mut healthy = BTreeSet::new();
         for id in voters {
-            if self.state.is_drained(id) {
+            // A drained node leads nothing, nor does one whose disk is stalled.
+            if self.state.is_drained(id) || self.env.peer_stalled(id, now) {
                 continue;
             }
             if id == self.env.id {

@@ -601,6 +601,7 @@ mod tests {
             applied: 0,
             change_in_flight: false,
             disk_stalled: false,
+            peers_disk_stalled: Vec::new(),
         }
     }
 

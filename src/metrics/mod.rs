@@ -60,6 +60,7 @@
 //! | `tenure_heartbeats_merged_total` | counter | raft-rs heartbeats not sent because a lease round's heartbeats had just gone to every peer |
 //! | `tenure_disk_stalled` | gauge | 1 while this node's disk is stalled: it leads nothing until its probe writes are fast (`docs/design.md`, section 15) |
 //! | `tenure_disk_stalls_total` | counter | disk stalls: synced writes slower than the bound (`Config::disk_stall_bound`) while the disk was healthy |
+//! | `tenure_takeovers_refused_total` | counter | handovers to this node (`MsgTimeoutNow`, root or named) it refused because it is drained or its disk is stalled; each costs the election its lease until the handover times out |
 //! | `tenure_lease_expiries_total` | counter | leases that ran out unrenewed |
 //! | `tenure_lease_revocations_total{reason}` | counter | leases revoked, by reason |
 //! | `tenure_fence_accepted_total{fence}` / `tenure_fence_rejections_total{fence}` | counter | registered fences |
@@ -141,6 +142,7 @@ pub struct Metrics {
     heartbeats_merged: Counter,
     disk_stalled: CountGauge,
     disk_stalls: Counter,
+    takeovers_refused: Counter,
     revocations: Family<ReasonLabel, Counter>,
     /// `revocations`' counters, in [`REASONS`] order.
     revoked: [Counter; REASONS.len()],
@@ -190,6 +192,7 @@ impl Metrics {
             heartbeats_merged: Counter::default(),
             disk_stalled: CountGauge::default(),
             disk_stalls: Counter::default(),
+            takeovers_refused: Counter::default(),
             revocations,
             revoked,
             peer_refusals,
@@ -445,6 +448,11 @@ impl Metrics {
                 &self.disk_stalls,
             ),
             (
+                "takeovers_refused",
+                "Handovers to this node it refused: it is drained or its disk is stalled.",
+                &self.takeovers_refused,
+            ),
+            (
                 "lease_expiries",
                 "Leases that ran out unrenewed.",
                 &self.revoked[reason_index(LostReason::Expired)],
@@ -502,6 +510,16 @@ impl Metrics {
             self.disk_stalls.inc();
         }
         self.disk_stalled.set(u64::from(stalled));
+    }
+
+    /// A handover to this node was refused (it is drained or its disk is stalled).
+    pub(crate) fn takeover_refused(&self) {
+        self.takeovers_refused.inc();
+    }
+
+    /// Handovers to this node it refused so far (drained, or its disk stalled).
+    pub fn takeovers_refused(&self) -> u64 {
+        self.takeovers_refused.get()
     }
 
     /// Disk stalls so far, and whether the disk is stalled now.

@@ -237,6 +237,15 @@ pub(super) fn print_status(addr: SocketAddr, s: &Status) {
             ""
         }
     );
+    if s.disk_stalled {
+        println!("  DISK STALLED: leads nothing and campaigns in nothing until its probe writes are fast");
+    }
+    if !s.peers_disk_stalled.is_empty() {
+        println!(
+            "  peers whose disk is stalled (handed nothing): {}",
+            list(&s.peers_disk_stalled)
+        );
+    }
 }
 
 pub(super) fn print_members(seen_by: NodeId, m: &Membership) {

@@ -654,6 +654,7 @@ impl<S: RaftStore> Driver<S> {
         {
             debug!(self.env.logger, "drained or disk stalled: refused to take over an election";
                    "election_id" => election);
+            self.env.metrics.takeover_refused();
             return;
         }
         if t == MessageType::MsgTimeoutNow {

@@ -79,6 +79,11 @@ pub(super) struct Support {
 type ClassKey = (u64, u64, bool, usize);
 
 impl Support {
+    /// This driver's incarnation (the notices carry it too).
+    pub(super) fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
     /// A stream of a fresh incarnation: drawn at random, or from `seed` (the test hook,
     /// so that a simulation replays).
     pub(super) fn new(disabled: bool, seed: Option<u64>) -> Self {
@@ -137,6 +142,7 @@ impl<S: RaftStore> Driver<S> {
         match wire::decode(&m) {
             Ok(Decoded::Request(req)) => self.on_support_request(from, req),
             Ok(Decoded::Ack(ack)) => self.on_support_ack(from, ack),
+            Ok(Decoded::Notice(notice)) => self.on_notice(from, notice),
             Err(e) => {
                 self.env.metrics.support_malformed();
                 debug!(self.env.logger, "malformed support message dropped"; "from" => from,

@@ -10,7 +10,12 @@
 //! * an ack is a `MsgHeartbeatResponse`: `index` = the request's sequence number,
 //!   `commit` = the sender's incarnation, `log_term` = the incarnation of the request's
 //!   sender, context = version byte 1, the number of ids (u32 BE), the ids (u32 BE) of the
-//!   elections refused or dropped.
+//!   elections refused or dropped;
+//! * a notice is a `MsgCheckQuorum`: `commit` = the sender's incarnation, context =
+//!   version byte 1 and one byte of flags: bit 0 set = the sender's disk is stalled
+//!   (`docs/design.md`, section 15: its peers hand it nothing). Unknown bits are ignored,
+//!   so a later version may add some. Peers older than notices drop them as malformed,
+//!   which costs them only the knowledge.
 //!
 //! Anything else (another type, a short or long context, an unknown operation) does not
 //! decode; the driver counts and drops it.
@@ -62,11 +67,24 @@ pub(crate) struct Ack {
     pub(crate) unheld: Vec<ElectionId>,
 }
 
+/// A notice: what the sender says of itself, sent when it changes and repeated while it
+/// lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Notice {
+    pub(crate) incarnation: u64,
+    /// The sender's disk is stalled: it takes over nothing until it says otherwise (or
+    /// stops repeating it).
+    pub(crate) disk_stalled: bool,
+}
+
+const DISK_STALLED: u8 = 1;
+
 /// What arrived on the support stream.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Decoded {
     Request(Request),
     Ack(Ack),
+    Notice(Notice),
 }
 
 /// Why a support message did not decode.
@@ -128,6 +146,20 @@ impl Ack {
         m.commit = self.incarnation;
         m.log_term = self.to_incarnation;
         m.context = ctx.into();
+        m
+    }
+}
+
+impl Notice {
+    /// The notice as a message from `from` to `to`.
+    pub(crate) fn to_message(self, from: u64, to: u64) -> Message {
+        let flags = if self.disk_stalled { DISK_STALLED } else { 0 };
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgCheckQuorum);
+        m.from = from;
+        m.to = to;
+        m.commit = self.incarnation;
+        m.context = vec![VERSION, flags].into();
         m
     }
 }
@@ -209,7 +241,17 @@ pub(crate) fn decode(m: &Message) -> Result<Decoded, Malformed> {
                 unheld,
             }))
         }
-        _ => Err(Malformed("not a request or an ack")),
+        MessageType::MsgCheckQuorum => {
+            let flags = r.u8()?;
+            if !r.0.is_empty() {
+                return Err(Malformed("bytes after a notice's flags"));
+            }
+            Ok(Decoded::Notice(Notice {
+                incarnation: m.commit,
+                disk_stalled: flags & DISK_STALLED != 0,
+            }))
+        }
+        _ => Err(Malformed("not a request, an ack or a notice")),
     }
 }
 
@@ -243,6 +285,39 @@ mod tests {
             unheld: vec![4, 5],
         };
         assert_eq!(decode(&ack.to_message(2, 1)), Ok(Decoded::Ack(ack)));
+        for disk_stalled in [true, false] {
+            let notice = Notice {
+                incarnation: 4,
+                disk_stalled,
+            };
+            assert_eq!(
+                decode(&notice.to_message(2, 1)),
+                Ok(Decoded::Notice(notice))
+            );
+        }
+    }
+
+    #[test]
+    fn a_notice_ignores_flags_it_does_not_know_and_refuses_a_bad_length() {
+        let good = Notice {
+            incarnation: 1,
+            disk_stalled: false,
+        }
+        .to_message(1, 2);
+        let mut later = good.clone();
+        later.context = vec![VERSION, 0b110].into();
+        assert_eq!(
+            decode(&later),
+            Ok(Decoded::Notice(Notice {
+                incarnation: 1,
+                disk_stalled: false
+            }))
+        );
+        for ctx in [vec![], vec![VERSION], vec![VERSION, 1, 0], vec![2, 1]] {
+            let mut m = good.clone();
+            m.context = ctx.clone().into();
+            assert!(decode(&m).is_err(), "{ctx:?}");
+        }
     }
 
     #[test]
