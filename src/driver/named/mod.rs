@@ -107,6 +107,10 @@ pub(super) struct Named<S: RaftStore> {
     /// When the after-Ready pass last visited every awake election, not only the busy
     /// ones (a sweep: what no event marks, such as forgotten rounds, is done there).
     pub(super) swept_at: Option<Instant>,
+    /// While this node stands down or stops, whether the after-Ready pass has visited
+    /// every election since it began to (then only the busy ones, and every one at each
+    /// sweep: a handover that could not start is tried again there).
+    pub(super) visited_all: bool,
     /// Ids removed here (tombstoned): never founded again.
     pub(super) removed: BTreeSet<ElectionId>,
     pub(super) pending: Vec<PendingCatalog>,
@@ -153,6 +157,7 @@ impl<S: RaftStore> Named<S> {
             counted_at: None,
             awake: 0,
             swept_at: None,
+            visited_all: false,
             removed: BTreeSet::new(),
             pending: Vec::new(),
             removing: BTreeMap::new(),

@@ -66,9 +66,11 @@ impl<S: RaftStore> Driver<S> {
         let mut changed = false;
         // Only the busy elections (something happened to them since the last look): an
         // election nothing happened to has nothing to do (section 12). Every election
-        // timeout a sweep visits every awake one too. A draining or stopping node hands
-        // every election over: it looks at each.
-        let every = drained || shutting_down;
+        // timeout a sweep visits every awake one too. A draining, stalled or stopping node
+        // hands every election over: it looks at each when it begins to, and at each sweep
+        // (a handover started makes its election busy; one that could not start is tried
+        // again there), not at every turn: a drain can last hours, over 10,000 elections.
+        let stands_down = drained || shutting_down;
         let sweep = self
             .named
             .swept_at
@@ -76,6 +78,8 @@ impl<S: RaftStore> Driver<S> {
         if sweep {
             self.named.swept_at = Some(now);
         }
+        let every = stands_down && (sweep || !self.named.visited_all);
+        self.named.visited_all = stands_down;
         let busy = std::mem::take(&mut *env.busy.borrow_mut());
         let ids: Vec<ElectionId> = if every {
             self.named.groups.keys().copied().collect()
