@@ -37,6 +37,7 @@ mod error;
 mod mem;
 mod model;
 mod rocks;
+pub(crate) mod staged;
 
 pub use error::StorageError;
 pub use mem::{MemDisk, MemStore};
