@@ -364,7 +364,7 @@ impl<S: RaftStore> Driver<S> {
         self.open_catalog();
         self.handle_ready();
         self.publish();
-        self.update_hello();
+        self.guarded(|| "updating the hello".into(), Self::update_hello);
         for cmd in early {
             self.guarded(|| "handling a command".into(), |d| d.on_command(cmd));
         }
@@ -480,7 +480,7 @@ impl<S: RaftStore> Driver<S> {
                     || "acting on a Ready (leases, handover, membership)".into(),
                     |d| d.after_ready(now),
                 );
-                self.update_hello();
+                self.guarded(|| "updating the hello".into(), Self::update_hello);
             }
             if self.stop.is_none() {
                 self.tend_disk();
@@ -521,7 +521,8 @@ impl<S: RaftStore> Driver<S> {
 
     /// Tells the transport what to say to peers when it connects: joining until this
     /// node has the group's state, then a member with its term (pristine while nothing
-    /// happened since founding).
+    /// happened since founding). It reads the log through raft-rs, which panics on a
+    /// store error it does not expect: callers run it `guarded`.
     fn update_hello(&mut self) {
         let raft = &self.root.raw.raft;
         let hello = if self.role() == Role::Joining {
