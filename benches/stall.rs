@@ -97,29 +97,18 @@ fn main() {
         elsewhere_ms.extend(elsewhere);
     }
     progress.finish();
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "stall: {trials} trials, the leader's writes held {} ms each, {leases} leases{}",
-        stall.as_millis(),
-        if mutation.is_empty() {
-            String::new()
-        } else {
-            format!(", TENURE_MUTATION={mutation}")
-        }
-    );
-    out.push_str(&table(
-        &["ms", "n", "p50", "p99", "max"],
+    report(
+        "stall.txt",
+        format!(
+            "stall: {trials} trials, the leader's writes held {} ms each, {leases} leases",
+            stall.as_millis()
+        ),
+        &mutation,
         &[
             row("lease end → lost() woke (late)", &late_ms, 2),
             row("stall start → leased elsewhere", &elsewhere_ms, 2),
         ],
-    ));
-    print!("{out}");
-    let path = support::out_dir().join("stall.txt");
-    if let Err(e) = std::fs::write(&path, &out) {
-        eprintln!("stall: cannot write {}: {e}", path.display());
-    }
+    );
 }
 
 /// `--slow-ms`: the leader's writes turn slow; how soon it says so and hands over.
@@ -136,30 +125,35 @@ fn slow_disk(rt: &tokio::runtime::Runtime, trials: usize, per_write: Duration, m
         elsewhere_ms.extend(elsewhere);
     }
     progress.finish();
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "stall: {trials} trials, the leader's writes {} ms slower, stall bound {} ms, \
-         {elections} elections it led, {} moved within {} s{}",
-        per_write.as_millis(),
-        stall_group::STALL_BOUND.as_millis(),
-        elsewhere_ms.len(),
-        SLOW_WAIT.as_secs(),
-        if mutation.is_empty() {
-            String::new()
-        } else {
-            format!(", TENURE_MUTATION={mutation}")
-        }
-    );
-    out.push_str(&table(
-        &["ms", "n", "p50", "p99", "max"],
+    report(
+        "stall-slow.txt",
+        format!(
+            "stall: {trials} trials, the leader's writes {} ms slower, stall bound {} ms, \
+             {elections} elections it led, {} moved within {} s",
+            per_write.as_millis(),
+            stall_group::STALL_BOUND.as_millis(),
+            elsewhere_ms.len(),
+            SLOW_WAIT.as_secs(),
+        ),
+        mutation,
         &[
             row("slowdown → stall reported", &reported_ms, 1),
             row("slowdown → leased elsewhere", &elsewhere_ms, 1),
         ],
-    ));
+    );
+}
+
+/// Prints `header` (naming the mutation, if one is on) over the table of `rows`, and
+/// keeps both in `file` in the benches' output folder.
+fn report(file: &str, header: String, mutation: &str, rows: &[Vec<String>]) {
+    let mut out = header;
+    if !mutation.is_empty() {
+        let _ = write!(out, ", TENURE_MUTATION={mutation}");
+    }
+    out.push('\n');
+    out.push_str(&table(&["ms", "n", "p50", "p99", "max"], rows));
     print!("{out}");
-    let path = support::out_dir().join("stall-slow.txt");
+    let path = support::out_dir().join(file);
     if let Err(e) = std::fs::write(&path, &out) {
         eprintln!("stall: cannot write {}: {e}", path.display());
     }

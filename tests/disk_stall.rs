@@ -61,6 +61,22 @@ async fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     }
 }
 
+/// Waits until every node but `s` says, in its status's `peers_disk_stalled`, what
+/// `heard` looks for: that `s`'s disk `what`.
+async fn peers_hear(g: &Group, s: NodeId, what: &str, heard: impl Fn(&[NodeId]) -> bool) {
+    for n in g.up().filter(|n| n.id() != s) {
+        let deadline = Instant::now() + WAIT;
+        while !heard(&n.status().await.expect("a status").peers_disk_stalled) {
+            assert!(
+                Instant::now() < deadline,
+                "n{} did not hear within {WAIT:?} that n{s}'s disk {what}",
+                n.id()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
 fn names() -> Vec<String> {
     (0..NAMED).map(|i| format!("shard-{i}")).collect()
 }
@@ -265,23 +281,7 @@ async fn a_leader_whose_writes_turn_slow_reports_a_stall_and_leads_nothing_until
     // it would go back to it once their balancer cool-down (2 s) ran out on the node they
     // reached; through twice that it refuses no handover, because none is asked of it.
     // (An absence needs a span to be watched over; this one is the balancer's.)
-    for n in g.up().filter(|n| n.id() != s) {
-        let deadline = Instant::now() + WAIT;
-        while !n
-            .status()
-            .await
-            .expect("a status")
-            .peers_disk_stalled
-            .contains(&s)
-        {
-            assert!(
-                Instant::now() < deadline,
-                "n{} did not hear within {WAIT:?} that n{s}'s disk stalled",
-                n.id()
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
+    peers_hear(&g, s, "stalled", |stalled| stalled.contains(&s)).await;
     let refused = g.node(s).metrics().takeovers_refused();
     let watched_until = Instant::now() + BALANCER_COOLDOWN * 2;
     while Instant::now() < watched_until {
@@ -312,23 +312,7 @@ async fn a_leader_whose_writes_turn_slow_reports_a_stall_and_leads_nothing_until
     })
     .await;
     assert!(!g.node(s).metrics().disk_stalls().1, "the gauge is down");
-    for n in g.up().filter(|n| n.id() != s) {
-        let deadline = Instant::now() + WAIT;
-        while !n
-            .status()
-            .await
-            .expect("a status")
-            .peers_disk_stalled
-            .is_empty()
-        {
-            assert!(
-                Instant::now() < deadline,
-                "n{} did not hear within {WAIT:?} that n{s}'s disk recovered",
-                n.id()
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
+    peers_hear(&g, s, "recovered", <[NodeId]>::is_empty).await;
     wait_for(&format!("n{s} leads one of its elections again"), || {
         names()
             .iter()
