@@ -21,7 +21,7 @@ use crate::election_rng::ElectionTimeouts;
 use crate::lease::{ConfirmRequest, Lease, LeaseShared};
 use crate::metrics::Metrics;
 use crate::status::Leadership;
-use crate::storage::RaftStore;
+use crate::storage::{RaftStore, Staged};
 use crate::transport::{NodeId, Transport};
 
 /// Whether an election is quiet on this node (`docs/design.md`, section 12): a quiet
@@ -105,7 +105,10 @@ pub(super) struct Group<S: RaftStore> {
     pub(super) election: ElectionId,
     /// The election's name (`None`: the root).
     pub(super) name: Option<Arc<str>>,
-    pub(super) raw: RawNode<S>,
+    /// raft-rs's node, over the store and what this node staged for it but has not yet
+    /// written (`Staged`: raft-rs's asynchronous Ready, `docs/design.md`, section 15).
+    pub(super) raw: RawNode<Staged<S>>,
+    /// The store itself: what is written.
     pub(super) store: S,
     /// The lease's arithmetic and rounds (no I/O; see `keeper.rs`).
     pub(super) keeper: LeaseKeeper,
@@ -170,7 +173,7 @@ impl<S: RaftStore> Group<S> {
     pub(super) fn new(
         election: ElectionId,
         name: Option<Arc<str>>,
-        raw: RawNode<S>,
+        raw: RawNode<Staged<S>>,
         store: S,
         applied: u64,
         leadership: Arc<watch::Sender<Leadership>>,

@@ -78,7 +78,7 @@ pub(super) struct PendingTransfer {
 
 /// Everything the driver needs at start.
 pub(crate) struct DriverParts<S: RaftStore> {
-    pub raw: RawNode<S>,
+    pub raw: RawNode<crate::storage::Staged<S>>,
     pub store: S,
     pub transport: Arc<dyn Transport>,
     pub inbound: Inbox,
@@ -170,6 +170,9 @@ pub(crate) struct Driver<S: RaftStore> {
     quotes: BTreeMap<NodeId, u128>,
     /// When the last slow turn was reported (at most one warning per second).
     slow_turns: Option<std::time::Instant>,
+    /// The last batch of Ready writes staged (`ready.rs`): batches are numbered in the
+    /// order they are written.
+    batches: u64,
     /// Where the disk's health is published ([`crate::Node::disk`]).
     disk: watch::Sender<crate::status::DiskHealth>,
     /// When the disk stalled (the machine's clock: a report).
@@ -333,6 +336,7 @@ impl<S: RaftStore> Driver<S> {
             hello: None,
             quotes: parts.quotes,
             slow_turns: None,
+            batches: 0,
             disk: parts.disk,
             disk_since: None,
             stall_told: None,
@@ -694,7 +698,7 @@ impl<S: RaftStore> Driver<S> {
 }
 
 /// Whether raft-rs's applied configuration is joint (has an outgoing half).
-pub(super) fn joint_config<S: RaftStore>(raw: &RawNode<S>) -> bool {
+pub(super) fn joint_config<T: raft::Storage>(raw: &RawNode<T>) -> bool {
     !raw.raft
         .prs()
         .conf()

@@ -44,12 +44,27 @@ impl<S: RaftStore> Driver<S> {
     }
 
     /// One turn over every group's Ready, in the order raft-rs requires of each
-    /// (docs/design.md, section 11, "The driver"): pass 1 takes each group's Ready (a
-    /// leader's messages leave, what to persist goes into one batch), pass 2 writes the
-    /// batch (one synced write for all groups), pass 3 sends each group's persisted
-    /// messages, advances it and applies what it committed.
+    /// (docs/design.md, section 11, "The driver"), and a second when the first made more
+    /// ready (a leader that heard its own entries are durable commits them, and its
+    /// followers hear of it in the same turn).
     pub(super) fn ready_pass(&mut self) -> Result<(), StorageError> {
+        if self.ready_pass_once()? {
+            self.ready_pass_once()?;
+        }
+        Ok(())
+    }
+
+    /// One pass over every group's Ready, raft-rs's asynchronous Ready
+    /// (`docs/design.md`, section 15): pass 1 takes each group's Ready (a leader's
+    /// messages leave), stages what to persist where raft-rs reads (`Staged`) and
+    /// advances raft-rs at once; pass 2 writes the batch (one synced write for all
+    /// groups); pass 3 tells each group its Ready is durable, sends the messages that
+    /// promise it, and applies what it committed. Returns whether a group that heard its
+    /// write is durable has a Ready again.
+    fn ready_pass_once(&mut self) -> Result<bool, StorageError> {
         let drained = self.state.is_drained(self.env.id);
+        self.batches += 1;
+        let seq = self.batches;
         let mut parts = Vec::new();
         // Pass 1.
         let root = match self.root.take_ready(&self.env, drained) {
@@ -58,10 +73,11 @@ impl<S: RaftStore> Driver<S> {
                     Some(snap) => Some(self.check_root_snapshot(snap)?),
                     None => None,
                 };
+                let taken = self.root.stage(seq, rd, &write);
                 if !write.is_empty() {
                     parts.push((self.root.store.clone(), write));
                 }
-                Some((rd, snapshot_state))
+                Some((taken, snapshot_state))
             }
             None => None,
         };
@@ -78,10 +94,11 @@ impl<S: RaftStore> Driver<S> {
                     Some(snap) => Some(ng.decode_snapshot(snap)?),
                     None => None,
                 };
+                let taken = ng.g.stage(seq, rd, &write);
                 if !write.is_empty() {
                     parts.push((ng.g.store.clone(), write));
                 }
-                named.push((id, rd, history));
+                named.push((id, taken, history));
             }
         }
         // Pass 2: what the votes and acknowledgements below promise is on disk first.
@@ -96,14 +113,17 @@ impl<S: RaftStore> Driver<S> {
             )?;
         }
         // Pass 3.
-        if let Some((rd, snapshot_state)) = root {
-            self.root_after_write(rd, snapshot_state)?;
+        let mut again = false;
+        if let Some((taken, snapshot_state)) = root {
+            self.root_after_write(taken, snapshot_state)?;
+            again |= self.root.raw.has_ready();
         }
         let mut quiet = Vec::new();
-        for (id, rd, history) in named {
+        for (id, taken, history) in named {
             if let Some(ng) = self.named.groups.get_mut(&id) {
-                ng.after_write(&self.env, drained, rd, history, self.history_retention)?;
+                ng.after_write(&self.env, drained, taken, history, self.history_retention)?;
                 ng.maybe_compact(&self.env, self.compact_after)?;
+                again |= ng.g.raw.has_ready();
                 if ng.g.quiet != super::group::Quiet::Awake {
                     quiet.push(id);
                 }
@@ -111,7 +131,7 @@ impl<S: RaftStore> Driver<S> {
         }
         // A quiet election that acted wakes (section 12).
         self.wake_active(quiet);
-        Ok(())
+        Ok(again)
     }
 
     /// The root snapshot a Ready installs, checked before anything is written: a joiner
@@ -162,11 +182,11 @@ impl<S: RaftStore> Driver<S> {
     /// Pass 3 for the root.
     fn root_after_write(
         &mut self,
-        rd: raft::Ready,
+        taken: Taken,
         snapshot_state: Option<(GroupState, u64)>,
     ) -> Result<(), StorageError> {
         let drained = self.state.is_drained(self.env.id);
-        let (committed, read_states, mut light) = self.root.advance(&self.env, drained, rd)?;
+        let (committed, read_states) = self.root.persisted(&self.env, drained, taken);
         // An installed snapshot replaces the group state.
         if let Some((state, index)) = snapshot_state {
             self.root.joint = joint_config(&self.root.raw);
@@ -181,7 +201,6 @@ impl<S: RaftStore> Driver<S> {
         // Apply, then say so (raft-rs leaves a joint configuration once it is applied).
         self.apply(committed)?;
         self.root.on_read_states(&self.env, read_states);
-        self.apply(light.take_committed_entries())?;
         self.root.raw.advance_apply();
         self.maybe_compact()?;
         Ok(())
@@ -244,6 +263,19 @@ impl<S: RaftStore> Driver<S> {
         }
         Ok(())
     }
+}
+
+/// What pass 1 took of one group's Ready for pass 3 ([`Group::stage`]).
+pub(super) struct Taken {
+    /// The Ready's number (raft-rs hears it durable by this).
+    number: u64,
+    /// The batch that stages its write, if it has one.
+    seq: Option<u64>,
+    /// The messages that promise what the write holds (votes, acknowledgements).
+    persisted: Vec<Message>,
+    /// What it committed: persisted already (raft-rs hands out only what is).
+    committed: Vec<Entry>,
+    read_states: Vec<raft::ReadState>,
 }
 
 impl<S: RaftStore> Group<S> {
@@ -320,42 +352,46 @@ impl<S: RaftStore> Group<S> {
         Some((rd, write))
     }
 
-    /// Pass 3's first half: the turn's write returned, so the votes and append responses
-    /// may leave; raft-rs hears what is persisted (before anything committed is applied:
-    /// a leader that applies its own removal steps down then and there, and must have
-    /// heard of its persisted entries while it still led, with its own progress still
-    /// tracked, as raft-rs 0.7 unwraps it in `Raft::on_persist_entries`). Returns what to
-    /// apply, the acknowledged rounds and the light Ready (whose commit is written here).
-    #[allow(clippy::type_complexity)]
-    pub(super) fn advance(
+    /// Pass 1's second half, once the Ready is known good: stages `write` (the Ready's,
+    /// batch `seq`) where raft-rs reads and advances raft-rs without waiting for it
+    /// (`advance_append_async`: raft-rs 0.7 requires only that what it wrote can be read
+    /// back). Returns what pass 3 needs: the messages that wait for the write, what was
+    /// committed and the acknowledged rounds.
+    pub(super) fn stage(&mut self, seq: u64, mut rd: raft::Ready, write: &ReadyWrite) -> Taken {
+        if !write.is_empty() {
+            self.raw.store().stage(seq, write);
+        }
+        let taken = Taken {
+            number: rd.number(),
+            seq: (!write.is_empty()).then_some(seq),
+            persisted: rd.take_persisted_messages(),
+            committed: rd.take_committed_entries(),
+            read_states: rd.take_read_states(),
+        };
+        self.raw.advance_append_async(rd);
+        taken
+    }
+
+    /// Pass 3's first half: the batch is durable, so raft-rs hears it (before anything
+    /// committed is applied: a leader that applies its own removal steps down then and
+    /// there, and must have heard of its persisted entries while it still led, with its
+    /// own progress still tracked, as raft-rs 0.7 unwraps it in
+    /// `Raft::on_persist_entries`), and the votes and append responses may leave.
+    /// Returns what to apply and the acknowledged rounds.
+    pub(super) fn persisted(
         &mut self,
         env: &Env,
         drained: bool,
-        mut rd: raft::Ready,
-    ) -> Result<(Vec<Entry>, Vec<raft::ReadState>, raft::LightReady), StorageError> {
-        if !rd.persisted_messages().is_empty() {
-            let msgs = rd.take_persisted_messages();
-            self.send(env, drained, msgs);
+        taken: Taken,
+    ) -> (Vec<Entry>, Vec<raft::ReadState>) {
+        if let Some(seq) = taken.seq {
+            self.raw.store().durable(seq);
         }
-        let committed = rd.take_committed_entries();
-        let read_states = rd.take_read_states();
-        let mut light = self.raw.advance_append(rd);
-        if let Some(commit) = light.commit_index() {
-            // Not synced (section 5): in place, but through the writer's latch.
-            let write = ReadyWrite {
-                commit: Some(commit),
-                ..Default::default()
-            };
-            env.writer.store_write(
-                &self.store,
-                false,
-                || format!("writing commit index {commit}"),
-                move |s| s.write(write),
-            )?;
+        self.raw.on_persist_ready(taken.number);
+        if !taken.persisted.is_empty() {
+            self.send(env, drained, taken.persisted);
         }
-        let msgs = light.take_messages();
-        self.send(env, drained, msgs);
-        Ok((committed, read_states, light))
+        (taken.committed, taken.read_states)
     }
 
     /// Sends this group's messages, except what this node must not send: raft-rs's own

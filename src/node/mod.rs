@@ -745,7 +745,7 @@ impl<S: RaftStore> Setup<S> {
         };
         let raw = RawNode::new(
             &raft_config,
-            store.clone(),
+            crate::storage::Staged::new(store.clone()),
             &self.logger.new(o!("component" => "raft")),
         )?;
         Ok(Driver::new(DriverParts {

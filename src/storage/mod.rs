@@ -42,6 +42,7 @@ pub(crate) mod staged;
 pub use error::StorageError;
 pub use mem::{MemDisk, MemStore};
 pub use rocks::RocksStore;
+pub(crate) use staged::Staged;
 
 use std::collections::BTreeSet;
 

@@ -18,9 +18,8 @@
 //! touch below `from`. Nothing here writes: the batch itself goes to the store's
 //! [`RaftStore::write_all`] on the writer thread.
 //!
-//! Its user, the driver's asynchronous Ready, is issue 33's last part; until it lands
-//! only the tests below use this module.
-#![cfg_attr(not(test), allow(dead_code))]
+//! Its user is the driver's Ready pass (`src/driver/ready.rs`): each group's `RawNode`
+//! reads through one.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -61,6 +60,7 @@ impl<S: RaftStore> Staged<S> {
     }
 
     /// The store underneath.
+    #[cfg(test)]
     pub(crate) fn store(&self) -> &S {
         &self.store
     }
@@ -71,6 +71,7 @@ impl<S: RaftStore> Staged<S> {
     }
 
     /// Whether a batch is in flight.
+    #[cfg(test)]
     pub(crate) fn in_flight(&self) -> bool {
         let o = self.overlay();
         o.from.is_some() || o.hard_state.is_some() || o.conf_state.is_some()

@@ -213,11 +213,11 @@ impl<S: RaftStore> NamedGroup<S> {
         &mut self,
         env: &Env,
         drained: bool,
-        rd: raft::Ready,
+        taken: super::ready::Taken,
         snapshot: Option<(History, u64)>,
         retention: usize,
     ) -> Result<(), StorageError> {
-        let (committed, read_states, mut light) = self.g.advance(env, drained, rd)?;
+        let (committed, read_states) = self.g.persisted(env, drained, taken);
         if let Some((h, index)) = snapshot {
             self.g.joint = super::joint_config(&self.g.raw);
             self.g.applied = self.g.applied.max(index);
@@ -225,7 +225,6 @@ impl<S: RaftStore> NamedGroup<S> {
         }
         self.apply(env, committed, retention);
         self.g.on_read_states(env, read_states);
-        self.apply(env, light.take_committed_entries(), retention);
         self.g.raw.advance_apply();
         Ok(())
     }
@@ -435,7 +434,7 @@ impl<S: RaftStore> Driver<S> {
             .named
             .raft_logger
             .new(slog::o!("election" => name.to_string()));
-        let raw = match RawNode::new(&cfg, store.clone(), &logger) {
+        let raw = match RawNode::new(&cfg, crate::storage::Staged::new(store.clone()), &logger) {
             Ok(raw) => raw,
             Err(e) => {
                 return Err(StorageError::Corrupt {
