@@ -121,7 +121,7 @@ impl<S: RaftStore> Driver<S> {
         let mut quiet = Vec::new();
         for (id, taken, history) in named {
             if let Some(ng) = self.named.groups.get_mut(&id) {
-                ng.after_write(&self.env, drained, taken, history, self.history_retention)?;
+                ng.after_write(&self.env, drained, taken, history, self.history_retention);
                 ng.maybe_compact(&self.env, self.compact_after)?;
                 again |= ng.g.raw.has_ready();
                 if ng.g.quiet != super::group::Quiet::Awake {

@@ -216,7 +216,7 @@ impl<S: RaftStore> NamedGroup<S> {
         taken: super::ready::Taken,
         snapshot: Option<(History, u64)>,
         retention: usize,
-    ) -> Result<(), StorageError> {
+    ) {
         let (committed, read_states) = self.g.persisted(env, drained, taken);
         if let Some((h, index)) = snapshot {
             self.g.joint = super::joint_config(&self.g.raw);
@@ -226,7 +226,6 @@ impl<S: RaftStore> NamedGroup<S> {
         self.apply(env, committed, retention);
         self.g.on_read_states(env, read_states);
         self.g.raw.advance_apply();
-        Ok(())
     }
 
     fn apply(&mut self, env: &Env, entries: Vec<Entry>, retention: usize) {
