@@ -6,8 +6,10 @@
 //! cargo bench --bench stall -- --trials 50 --stall-ms 4000
 //! cargo bench --bench stall -- --quick              # 3 trials (CI)
 //! cargo bench --bench stall -- --slow-ms 60         # every write 60 ms instead
-//! # without the lease clock (what the driver alone did before):
-//! TENURE_MUTATION=lease-ends-with-the-driver cargo bench --features mutations --bench stall
+//! # a driver that waits for its Ready batch (before the asynchronous Ready):
+//! TENURE_MUTATION=driver-waits-for-the-disk cargo bench --features mutations --bench stall
+//! # and without the lease clock too (what the driver alone did before both):
+//! TENURE_MUTATION=driver-waits-for-the-disk,lease-ends-with-the-driver cargo bench --features mutations --bench stall
 //! # a stall noticed but nothing handed over (before the stall bound):
 //! TENURE_MUTATION=stalled-disk-keeps-leading cargo bench --features mutations --bench stall -- --slow-ms 60
 //! ```
@@ -17,7 +19,8 @@
 //! (`tests/support/stall_store.rs`); 10 ms ticks, election timeouts 150–250 ms. The
 //! root's leader leads 16 named elections' share (their affinity names it). A task per
 //! lease it holds waits on `Lease::lost()`. Then the leader's writes are held for the
-//! stall, and a proposal makes its driver block in a synced write. Per lease: **late**,
+//! stall, and a proposal makes its driver write (a Ready batch, which it hands to the
+//! writer and does not wait for). Per lease: **late**,
 //! the time from the lease's end (`Lease::ended_at`) to the moment its waiting task woke
 //! with the loss; per election it led (the root's included): **elsewhere**, from the
 //! stall's start to the first moment another node holds its lease (polled every

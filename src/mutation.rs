@@ -16,7 +16,9 @@
 //! | `fence-accepts-any` | the SQLite fence accepts every token |
 //! | `lease-from-other-election` | a confirm is answered by any election's lease this node holds, not by its own election's (a leader of one name confirms a lease of another it lost) |
 //! | `support-after-vote` | a quiet follower that woke (and may vote once its window closed) keeps acknowledging the election to its leader, which keeps crediting that support (`docs/design.md`, section 12) |
-//! | `lease-ends-with-the-driver` | no lease clock: only the driver ends a lease that ran out, so while it is stuck (a synced write to a stalled disk) `Lease::lost` and the cancellation token stay silent past the lease's end |
+//! | `lease-ends-with-the-driver` | no lease clock: only the driver ends a lease that ran out, so while it is stuck (a write it waits for, on a stalled disk) `Lease::lost` and the cancellation token stay silent past the lease's end |
+//! | `driver-waits-for-the-disk` | the driver waits for each Ready batch it hands to the writer (as before `docs/design.md` section 15's asynchronous Ready): while the disk stalls it neither ticks nor names the stall, and stands down only once the write is back |
+//! | `held-writes-keep-the-first` | the writes a Ready pass holds while a batch is on the disk keep only a group's first write: what later passes held for that group is lost (`docs/design.md`, section 15) |
 //! | `stalled-disk-keeps-leading` | a node notices that its disk stalled (it reports it) but hands nothing over and campaigns as before (`docs/design.md`, section 15) |
 //! | `stalled-peer-takes-over` | a node hears that a peer's disk is stalled (its status says so) but its balancer and its handovers pick that peer as before, which refuses (`docs/design.md`, section 15) |
 //! | `quiet-misses-dead-leader` | a quiet follower never notices that its leader's support stream went silent (its quiet elections stay leaderless) |

@@ -2,14 +2,16 @@
 //! in-process network, on real RocksDB stores under a wrapper that holds or fails writes
 //! on command (`support/stall_store.rs`, `support/stall_group.rs`).
 //!
-//! * A leader whose disk stalls. What must hold, as orderings of events (no timing
-//!   bounds): while the leader's synced write is still blocked, every lease it holds (the
-//!   root's, and those of the named elections it leads: all 16 name it first in their
-//!   affinity, and the balancer gives it its share of them plus one at most) reports its
-//!   loss (`Lease::lost`, the cancellation token, its published leadership), and another
-//!   node holds the lease of the root and of all 16 elections. The mutation
-//!   `lease-ends-with-the-driver` (no lease clock) fails the first check; `.ci/run`
-//!   requires it to.
+//! * A leader whose disk stalls, twice: in a Ready batch (which its driver hands to the
+//!   writer and does not wait for) and in a write its driver waits for (the store of an
+//!   election it creates). What must hold, as orderings of events (no timing bounds):
+//!   while the write is still blocked, every lease it holds (the root's, and those of the
+//!   named elections it leads: all 16 name it first in their affinity, and the balancer
+//!   gives it its share of them plus one at most) reports its loss (`Lease::lost`, the
+//!   cancellation token, its published leadership), and another node holds the lease of
+//!   the root and of all 16 elections; in a Ready batch, the node also reports its disk
+//!   stalled before the write comes back. The mutation `lease-ends-with-the-driver` (no
+//!   lease clock) fails the held driver's first check; `.ci/run` requires it to.
 //! * A leader whose writes turn slow (each over the disk stall bound, under the election
 //!   timeout, so that its followers never time out): it reports a disk stall, hands
 //!   over the root and every named election it leads, leads nothing while its probe
@@ -47,15 +49,20 @@ const NAMED: usize = 16;
 const BALANCER_COOLDOWN: Duration = Duration::from_secs(2);
 
 /// Polls `f` until it gives a value, for at most [`WAIT`].
-async fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + WAIT;
+async fn wait_for<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    wait_within(WAIT, what, f).await
+}
+
+/// Polls `f` until it gives a value, for at most `limit`.
+async fn wait_within<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
     loop {
         if let Some(v) = f() {
             return v;
         }
         assert!(
             Instant::now() < deadline,
-            "timed out after {WAIT:?} waiting for: {what}"
+            "timed out after {limit:?} waiting for: {what}"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -81,8 +88,30 @@ fn names() -> Vec<String> {
     (0..NAMED).map(|i| format!("shard-{i}")).collect()
 }
 
+/// Where a stall meets the leader's driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Meets {
+    /// In a Ready batch, which the driver hands to the writer and does not wait for: it
+    /// goes on, names the stall while the batch is out and hands every election over.
+    ReadyBatch,
+    /// In a write the driver waits for (the store of an election it creates): its turn
+    /// is held, and only the lease clock ends its leases.
+    WaitedWrite,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_whose_disk_stalls_announces_every_lease_end_while_its_write_is_blocked() {
+async fn a_leader_whose_disk_stalls_in_a_ready_batch_names_the_stall_and_hands_over_while_it_is_blocked(
+) {
+    stalled_leader(Meets::ReadyBatch).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_disk_stalls_in_a_write_it_waits_for_announces_every_lease_end_while_it_is_blocked(
+) {
+    stalled_leader(Meets::WaitedWrite).await;
+}
+
+async fn stalled_leader(meets: Meets) {
     let g = Group::start().await;
     // The root's leader leads its share of the named elections (their affinity names
     // it), and holds all their leases.
@@ -106,17 +135,21 @@ async fn a_leader_whose_disk_stalls_announces_every_lease_end_while_its_write_is
     );
     let tokens: Vec<_> = leases.iter().map(|(_, l)| l.cancellation_token()).collect();
 
-    // The stall: n{s}'s writes wait at the gate from now on; a proposal makes its driver
-    // write (and so block in that write).
+    // The stall: n{s}'s writes (or only those its driver waits for) wait at the gate
+    // from now on; an election created makes its driver write: its Ready batch (the
+    // catalog entry), then the new election's store once the entry is applied.
     let gate = Arc::clone(&g.gates[s as usize - 1]);
-    gate.shut();
+    match meets {
+        Meets::ReadyBatch => gate.shut(),
+        Meets::WaitedWrite => gate.shut_waited(),
+    }
     let proposer = g.node(s).clone();
     let trigger = tokio::spawn(async move {
         proposer
             .create_election("written-during-the-stall", ElectionOptions::new())
             .await
     });
-    wait_for("n{s}'s driver blocked in a write", || {
+    wait_for(&format!("a write of n{s} blocked"), || {
         (gate.waiting() > 0).then_some(())
     })
     .await;
@@ -135,19 +168,49 @@ async fn a_leader_whose_disk_stalls_announces_every_lease_end_while_its_write_is
             gate.waiting() > 0,
             "{name}'s lease: lost() fired only after the write came back"
         );
-        assert_eq!(reason, LostReason::Expired, "{name}'s lease");
+        match meets {
+            // The driver is held: the lease clock ends the lease when it runs out.
+            Meets::WaitedWrite => assert_eq!(reason, LostReason::Expired, "{name}'s lease"),
+            // The driver goes on: it hands the election over (or a new leader's term
+            // reaches it first).
+            Meets::ReadyBatch => assert!(
+                matches!(
+                    reason,
+                    LostReason::Expired
+                        | LostReason::HandedOver
+                        | LostReason::SteppedDown
+                        | LostReason::TermChanged
+                ),
+                "{name}'s lease: {reason:?}"
+            ),
+        }
         assert!(token.is_cancelled(), "{name}'s cancellation token");
         assert!(!lease.is_valid(), "{name}'s lease");
     }
 
-    // The stalled node says so too: its published leaderships are no longer leased,
-    // though its driver has not run since.
+    // The stalled node says so too: its published leaderships are no longer leased
+    // (while its driver is held, by the lease clock).
     assert!(gate.waiting() > 0);
     assert!(!g.node(s).leadership().leased, "n{s}'s root leadership");
     for (name, _) in leases.iter().skip(1) {
         assert!(
             !g.node(s).election(name).leadership().leased,
             "n{s}'s {name}"
+        );
+    }
+
+    if meets == Meets::ReadyBatch {
+        // The driver named the stall while the batch was out: it did not wait for it
+        // (the mutation `driver-waits-for-the-disk` does, and names it only after).
+        wait_within(
+            LOST_WAIT,
+            &format!("n{s} reports its disk stalled while its batch is out"),
+            || g.node(s).disk().borrow().is_stalled().then_some(()),
+        )
+        .await;
+        assert!(
+            gate.waiting() > 0,
+            "the stall was reported only after the write came back"
         );
     }
 
@@ -178,6 +241,111 @@ async fn a_leader_whose_disk_stalls_announces_every_lease_end_while_its_write_is
     .await;
     for n in g.up() {
         let _ = timeout(WAIT, n.shutdown()).await;
+    }
+}
+
+/// A follower whose disk stalls while its leader goes on: the Ready passes it makes
+/// meanwhile hold their writes (one batch is on the disk at a time), merged per group,
+/// and write them as the next batch once the disk is back. A merge that loses a write
+/// (the mutation `held-writes-keep-the-first`) leaves a gap in its log: it stops, or
+/// never applies what came after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_whose_disk_stalls_writes_what_it_held_meanwhile_and_catches_up() {
+    const CREATED: usize = 6;
+    let mut g = Group::start().await;
+    let leader = wait_for("a root leader with its lease", || g.root_holder()).await;
+    let f = IDS
+        .into_iter()
+        .find(|id| *id != leader)
+        .expect("a follower");
+    // n{f} acknowledged an append: its leader sends it the next ones without waiting
+    // for an answer (raft-rs's replicate state).
+    g.node(leader)
+        .create_election("before", ElectionOptions::new())
+        .await
+        .expect("create an election");
+    lists(&g, f, &["before".to_string()]).await;
+    let gate = Arc::clone(&g.gates[f as usize - 1]);
+    let held = g.node(f).metrics().passes_held();
+    gate.shut();
+    // The leader and the other follower commit the catalog entries, one at a time;
+    // each reaches n{f} too, whose first batch waits at the gate, and n{f} takes it in
+    // a Ready pass of its own, which holds its writes.
+    for i in 0..CREATED {
+        let before = g.node(f).metrics().passes_held();
+        timeout(
+            WAIT,
+            g.node(leader)
+                .create_election(&format!("held-{i}"), ElectionOptions::new()),
+        )
+        .await
+        .expect("in time")
+        .expect("the others create it");
+        wait_for(&format!("n{f}'s Ready pass held behind its batch"), || {
+            (g.node(f).metrics().passes_held() > before).then_some(())
+        })
+        .await;
+    }
+    assert!(gate.waiting() > 0, "n{f}'s first batch is still out");
+    assert!(g.node(f).metrics().passes_held() >= held + CREATED as u64);
+    gate.open();
+    let mut names: Vec<String> = (0..CREATED).map(|i| format!("held-{i}")).collect();
+    lists(&g, f, &names).await;
+    // Its log on disk is the leader's (it acknowledged all of it), and the next append
+    // follows it.
+    g.node(leader)
+        .create_election("after", ElectionOptions::new())
+        .await
+        .expect("create an election");
+    names.push("after".into());
+    lists(&g, f, &names).await;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let ours = g.node(f).log_span().await.expect("a log span");
+        let theirs = g.node(leader).log_span().await.expect("a log span");
+        if ours.1 == theirs.1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "n{f}'s log on disk ends at {} and its leader's at {}",
+            ours.1,
+            theirs.1
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // What it held is on its disk: it restarts on its folder with all of it.
+    timeout(WAIT, g.node(f).shutdown())
+        .await
+        .expect("in time")
+        .expect("a clean shutdown");
+    g.start_node(f).await;
+    lists(&g, f, &names).await;
+    for n in g.up() {
+        let _ = timeout(WAIT, n.shutdown()).await;
+    }
+}
+
+/// Waits until node `n` lists every election of `names`; fails if it stopped.
+async fn lists(g: &Group, n: NodeId, names: &[String]) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match g.node(n).list_elections().await {
+            Ok(listed)
+                if names
+                    .iter()
+                    .all(|name| listed.iter().any(|e| e.name.as_str() == name)) =>
+            {
+                return;
+            }
+            Ok(_) => {}
+            Err(_) => panic!("n{n} stopped: {:?}", g.node(n).join().await),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "n{n} did not list {names:?} within {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 

@@ -160,17 +160,16 @@ impl<S: RaftStore> Driver<S> {
     /// An append carrying the entries up to the removal and a commit index covering it.
     pub(super) fn farewell_message(&self, f: &Farewell) -> Option<Message> {
         let prev = f.matched?;
-        let log_term = self.root.store.term(prev).ok()?;
+        let log_term = raft::Storage::term(self.root.raw.store(), prev).ok()?;
         let entries = if prev < f.removal {
-            self.root
-                .store
-                .entries(
-                    prev + 1,
-                    f.removal + 1,
-                    Some(1 << 20),
-                    raft::GetEntriesContext::empty(false),
-                )
-                .ok()?
+            raft::Storage::entries(
+                self.root.raw.store(),
+                prev + 1,
+                f.removal + 1,
+                Some(1 << 20),
+                raft::GetEntriesContext::empty(false),
+            )
+            .ok()?
         } else {
             Vec::new()
         };

@@ -22,7 +22,7 @@
 //! | `publish.rs` | leadership, role, health, status, tenure records |
 //! | `named/` | named elections: founding, removal, routing (`mod.rs`), per-turn duties (`turn.rs`), the bookkeeping of their leases (`leases.rs`) |
 //! | `catalog.rs` | the catalog: create and remove calls, declared elections |
-//! | `writer.rs` | the store writer: synced writes on a thread of their own, waited for off the runtime when slow |
+//! | `writer.rs` | the store writer: synced writes on a thread of their own; a Ready batch waited for at most half the stall bound, the rest waited for off the runtime when slow |
 //! | `disk.rs` | a stalled disk: the node stands down until probe writes are fast (section 15) |
 //! | `spread.rs` | spreading leaderships, named elections following the root's membership |
 
@@ -170,9 +170,16 @@ pub(crate) struct Driver<S: RaftStore> {
     quotes: BTreeMap<NodeId, u128>,
     /// When the last slow turn was reported (at most one warning per second).
     slow_turns: Option<std::time::Instant>,
-    /// The last batch of Ready writes staged (`ready.rs`): batches are numbered in the
-    /// order they are written.
+    /// The last Ready pass's number (`ready.rs`): passes and their batches are numbered
+    /// in the order they are written.
     batches: u64,
+    /// The Ready passes waiting for their batch, oldest first.
+    passes: std::collections::VecDeque<ready::Pass>,
+    /// The writes of the passes made while a batch was out, merged per group: the next
+    /// batch, handed over when the one out is durable ([`ready::Held`]).
+    held: Option<ready::Held<S>>,
+    /// Where the writer says a batch ended.
+    done: writer::DoneRx,
     /// Where the disk's health is published ([`crate::Node::disk`]).
     disk: watch::Sender<crate::status::DiskHealth>,
     /// When the disk stalled (the machine's clock: a report).
@@ -263,6 +270,7 @@ const COMMANDS_PER_TURN: usize = 1024;
 
 impl<S: RaftStore> Driver<S> {
     pub(crate) fn new(parts: DriverParts<S>) -> Self {
+        let (writer, done) = writer::Writer::new(parts.disk_stall_bound);
         let now = parts.clock.now();
         let id = parts.raw.raft.id;
         let t = parts.timing;
@@ -296,7 +304,7 @@ impl<S: RaftStore> Driver<S> {
                 read_mode: parts.read_mode,
                 logger: parts.logger,
                 lease_clock: crate::lease_clock::LeaseClock::new(parts.clock.clone()),
-                writer: writer::Writer::new(parts.disk_stall_bound),
+                writer,
                 clock: parts.clock,
                 metrics: parts.metrics,
                 transport: parts.transport,
@@ -337,6 +345,9 @@ impl<S: RaftStore> Driver<S> {
             quotes: parts.quotes,
             slow_turns: None,
             batches: 0,
+            passes: Default::default(),
+            held: None,
+            done,
             disk: parts.disk,
             disk_since: None,
             stall_told: None,
@@ -356,6 +367,7 @@ impl<S: RaftStore> Driver<S> {
         let _lease_clock =
             clock_on.then(|| AbortOnDrop(tokio::spawn(Arc::clone(&self.env.lease_clock).run())));
         let lease_clock = Arc::clone(&self.env.lease_clock);
+        let done_ready = Arc::clone(&self.done.ready);
         info!(self.env.logger, "driver started"; "term" => self.root.raw.raft.term,
               "quiet_ms" => self.env.timing.election_timeout().as_millis() as u64);
         // Replay the committed log above the snapshot (history, drains, conf changes)
@@ -392,6 +404,12 @@ impl<S: RaftStore> Driver<S> {
             let woke = Woke::default();
             tokio::select! {
                 biased;
+                // A batch is durable: what waited for it goes first.
+                () = woke.stamp(done_ready.notified()) => {
+                    while let Ok(done) = self.done.rx.try_recv() {
+                        self.on_batch_done(done);
+                    }
+                }
                 cmd = woke.stamp(self.commands.recv()), if !self.commands_closed => match cmd {
                     Some(cmd) => {
                         self.guarded(|| "handling a command".into(), |d| {
@@ -656,6 +674,23 @@ impl<S: RaftStore> Driver<S> {
     }
 
     fn finish(mut self, stop: StopKind) -> Result<(), NodeStopped> {
+        // The writer's batches end before the store closes (below): the writer thread
+        // holds handles of it while they are out. What passes held and never handed over
+        // is dropped: nothing that promised it left (a crash a moment earlier).
+        let out = self.env.writer.outstanding();
+        if out > 0 {
+            info!(self.env.logger, "waiting for the store's writes in flight before closing it";
+                  "batches" => out);
+            while self.env.writer.outstanding() > 0 {
+                let rx = &self.done.rx;
+                let Ok(done) = writer::off_runtime(|| rx.recv()) else {
+                    break;
+                };
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.env.writer.completed(done)
+                }));
+            }
+        }
         let (reason, result) = match &stop {
             StopKind::Graceful(_) | StopKind::Dropped => (LostReason::Shutdown, Ok(())),
             StopKind::Killed(_) => (LostReason::Shutdown, Ok(())),

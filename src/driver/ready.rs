@@ -2,11 +2,14 @@
 //! each raft-rs `Ready` in the order raft-rs 0.7 requires (`docs/design.md`, section 5:
 //! persist before send), and keeps the log bounded.
 
+use std::collections::HashMap;
+
 use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType};
 use slog::{debug, error, info, warn};
 
 use super::group::{Env, Group};
 use super::{joint_config, Driver};
+use crate::election::ElectionId;
 use crate::error::{StopCause, StorageError};
 use crate::mutation;
 use crate::state::{Applied, CatalogChange, GroupState};
@@ -16,7 +19,20 @@ impl<S: RaftStore> Driver<S> {
     /// One pass over raft-rs's Ready ([`Driver::ready_pass`]); a storage error or a panic
     /// stops the driver.
     pub(super) fn handle_ready(&mut self) {
-        match self.guarded(|| "handling a Ready".into(), super::Driver::ready_pass) {
+        let r = self.guarded(|| "handling a Ready".into(), super::Driver::ready_pass);
+        self.stop_on_error(r);
+    }
+
+    /// The writer reported a batch ([`Driver::batch_done`]); a storage error or a panic
+    /// stops the driver.
+    pub(super) fn on_batch_done(&mut self, done: super::writer::Done) {
+        let r = self.guarded(|| "completing a Ready".into(), |d| d.batch_done(done));
+        self.stop_on_error(r);
+    }
+
+    /// A Ready's storage error stops the node (a panic already did).
+    fn stop_on_error(&mut self, r: Option<Result<(), StorageError>>) {
+        match r {
             Some(Err(StorageError::LostData { detail })) => {
                 error!(self.env.logger, "this node lost its data; stopping"; "detail" => &detail);
                 self.fail(StopCause::LostData { detail });
@@ -43,30 +59,17 @@ impl<S: RaftStore> Driver<S> {
         }
     }
 
-    /// One turn over every group's Ready, in the order raft-rs requires of each
-    /// (docs/design.md, section 11, "The driver"), and a second when the first made more
-    /// ready (a leader that heard its own entries are durable commits them, and its
-    /// followers hear of it in the same turn).
-    pub(super) fn ready_pass(&mut self) -> Result<(), StorageError> {
-        if self.ready_pass_once()? {
-            self.ready_pass_once()?;
-        }
-        Ok(())
-    }
-
     /// One pass over every group's Ready, raft-rs's asynchronous Ready
-    /// (`docs/design.md`, section 15): pass 1 takes each group's Ready (a leader's
-    /// messages leave), stages what to persist where raft-rs reads (`Staged`) and
-    /// advances raft-rs at once; pass 2 writes the batch (one synced write for all
-    /// groups); pass 3 tells each group its Ready is durable, sends the messages that
-    /// promise it, and applies what it committed. Returns whether a group that heard its
-    /// write is durable has a Ready again.
-    fn ready_pass_once(&mut self) -> Result<bool, StorageError> {
+    /// (`docs/design.md`, section 15): each group's Ready is taken (a leader's messages
+    /// leave), what it persists is staged where raft-rs reads (`Staged`) and raft-rs
+    /// advances at once; the pass's one batch (every group's part, one synced write) goes
+    /// to the writer, and the driver goes on. The rest of the pass
+    /// ([`Driver::complete_pass`]: the messages that promise what the batch holds, what
+    /// was committed) waits for the batch, and for every batch before it.
+    pub(super) fn ready_pass(&mut self) -> Result<(), StorageError> {
         let drained = self.state.is_drained(self.env.id);
-        self.batches += 1;
-        let seq = self.batches;
+        let seq = self.batches + 1;
         let mut parts = Vec::new();
-        // Pass 1.
         let root = match self.root.take_ready(&self.env, drained) {
             Some((rd, write)) => {
                 let snapshot_state = match &write.snapshot {
@@ -75,7 +78,7 @@ impl<S: RaftStore> Driver<S> {
                 };
                 let taken = self.root.stage(seq, rd, &write);
                 if !write.is_empty() {
-                    parts.push((self.root.store.clone(), write));
+                    parts.push((None, self.root.store.clone(), write));
                 }
                 Some((taken, snapshot_state))
             }
@@ -96,34 +99,141 @@ impl<S: RaftStore> Driver<S> {
                 };
                 let taken = ng.g.stage(seq, rd, &write);
                 if !write.is_empty() {
-                    parts.push((ng.g.store.clone(), write));
+                    parts.push((Some(id), ng.g.store.clone(), write));
                 }
                 named.push((id, taken, history));
             }
         }
-        // Pass 2: what the votes and acknowledgements below promise is on disk first.
-        if !parts.is_empty() {
-            self.env.metrics.turn_write(parts.len());
-            let groups = parts.len();
-            self.env.writer.store_write(
-                &self.root.store,
-                true,
-                || format!("writing one turn's Ready ({groups} groups)"),
-                move |_| S::write_all(parts),
-            )?;
+        if root.is_none() && named.is_empty() {
+            return Ok(());
         }
-        // Pass 3.
-        let mut again = false;
-        if let Some((taken, snapshot_state)) = root {
+        self.batches = seq;
+        let writes = !parts.is_empty();
+        // Handed over now when no batch is out; else held, merged with what the passes
+        // before it held, and handed over when the batch out is durable: one batch on
+        // the disk at a time, as when the driver waited for each, so that a busy turn
+        // does not queue a synced write per pass behind a slow one.
+        let handed = writes && self.env.writer.outstanding() == 0;
+        if writes {
+            if !handed {
+                self.env.metrics.pass_held();
+            }
+            let held = self.held.get_or_insert_with(Held::default);
+            for (id, store, write) in parts {
+                held.add(id, store, write);
+            }
+            held.seq = seq;
+            if handed {
+                self.hand_over_held()?;
+            }
+        }
+        let pass = Pass {
+            seq,
+            writes,
+            root,
+            named,
+        };
+        if writes && mutation::active("driver-waits-for-the-disk") {
+            // Broken on purpose (mutation testing): the driver waits for its batch, as it
+            // did before, and a stall is named only once the batch is back.
+            self.passes.push_back(pass);
+            while self.env.writer.outstanding() > 0 {
+                let rx = &self.done.rx;
+                let Ok(done) = super::writer::off_runtime(|| rx.recv()) else {
+                    break;
+                };
+                self.batch_done(done)?;
+            }
+            return Ok(());
+        }
+        let wait = self.env.writer.wait_for_batch();
+        if handed && !wait.is_zero() {
+            // A healthy disk answers within the hand-off time, and a busy one within half
+            // the stall bound (waited for off the runtime, as the writer's other writes
+            // are): this pass completes now.
+            let first = wait.min(super::writer::HAND_OFF_AFTER);
+            let rx = &self.done.rx;
+            let done = match rx.recv_timeout(first) {
+                Ok(done) => Some(done),
+                Err(_) => super::writer::off_runtime(|| rx.recv_timeout(wait - first)).ok(),
+            };
+            if let Some(done) = done {
+                self.passes.push_back(pass);
+                return self.batch_done(done);
+            }
+        }
+        if !writes && self.passes.is_empty() {
+            // Nothing to wait for.
+            self.complete_pass(pass)
+        } else {
+            self.passes.push_back(pass);
+            Ok(())
+        }
+    }
+
+    /// The writer reported a batch: it failed (the node stops) or is durable, and every
+    /// pass that waited for it (or for nothing but the batches before it) completes.
+    /// What the passes made meanwhile held is the next batch.
+    pub(super) fn batch_done(&mut self, done: super::writer::Done) -> Result<(), StorageError> {
+        let seq = done.seq;
+        self.env.writer.completed(done)?;
+        while let Some(front) = self.passes.front() {
+            if front.seq > seq && front.writes {
+                break;
+            }
+            let Some(pass) = self.passes.pop_front() else {
+                break;
+            };
+            self.complete_pass(pass)?;
+        }
+        if self.env.writer.outstanding() == 0 {
+            self.hand_over_held()?;
+        }
+        Ok(())
+    }
+
+    /// Hands the held writes to the writer as one batch, numbered by the last pass they
+    /// hold.
+    fn hand_over_held(&mut self) -> Result<(), StorageError> {
+        let Some(held) = self.held.take() else {
+            return Ok(());
+        };
+        let groups = held.parts.len();
+        self.env.metrics.turn_write(groups);
+        let parts: Vec<_> = held.parts.into_iter().map(|(_, s, w)| (s, w)).collect();
+        self.env.writer.submit(
+            &self.root.store,
+            held.seq,
+            format!("writing one turn's Ready ({groups} groups)"),
+            move |_| S::write_all(parts),
+        )
+    }
+
+    /// Election `id`'s store is deleted: a write held for it has nowhere to go (the
+    /// election's passes complete without it, as a removed election's do).
+    pub(super) fn drop_held(&mut self, id: ElectionId) {
+        if let Some(held) = &mut self.held {
+            // Its passes still wait for a batch numbered as theirs (if nothing else is
+            // left, an empty one).
+            held.remove(Some(id));
+        }
+    }
+
+    /// The rest of a pass once its batch is durable: each group hears it, sends what it
+    /// promised and applies what it committed.
+    fn complete_pass(&mut self, pass: Pass) -> Result<(), StorageError> {
+        let drained = self.state.is_drained(self.env.id);
+        if let Some((taken, snapshot_state)) = pass.root {
             self.root_after_write(taken, snapshot_state)?;
-            again |= self.root.raw.has_ready();
         }
         let mut quiet = Vec::new();
-        for (id, taken, history) in named {
+        for (id, taken, history) in pass.named {
+            // An election removed meanwhile has nothing left to say.
             if let Some(ng) = self.named.groups.get_mut(&id) {
                 ng.after_write(&self.env, drained, taken, history, self.history_retention);
                 ng.maybe_compact(&self.env, self.compact_after)?;
-                again |= ng.g.raw.has_ready();
+                // What it applied is looked at in this turn (leases, publishing).
+                ng.g.touch(&self.env);
                 if ng.g.quiet != super::group::Quiet::Awake {
                     quiet.push(id);
                 }
@@ -131,7 +241,7 @@ impl<S: RaftStore> Driver<S> {
         }
         // A quiet election that acted wakes (section 12).
         self.wake_active(quiet);
-        Ok(again)
+        Ok(())
     }
 
     /// The root snapshot a Ready installs, checked before anything is written: a joiner
@@ -186,7 +296,7 @@ impl<S: RaftStore> Driver<S> {
         snapshot_state: Option<(GroupState, u64)>,
     ) -> Result<(), StorageError> {
         let drained = self.state.is_drained(self.env.id);
-        let (committed, read_states) = self.root.persisted(&self.env, drained, taken);
+        let (committed, read_states, applies_to) = self.root.persisted(&self.env, drained, taken);
         // An installed snapshot replaces the group state.
         if let Some((state, index)) = snapshot_state {
             self.root.joint = joint_config(&self.root.raw);
@@ -201,7 +311,7 @@ impl<S: RaftStore> Driver<S> {
         // Apply, then say so (raft-rs leaves a joint configuration once it is applied).
         self.apply(committed)?;
         self.root.on_read_states(&self.env, read_states);
-        self.root.raw.advance_apply();
+        self.root.applied_to(applies_to);
         self.maybe_compact()?;
         Ok(())
     }
@@ -265,7 +375,69 @@ impl<S: RaftStore> Driver<S> {
     }
 }
 
-/// What pass 1 took of one group's Ready for pass 3 ([`Group::stage`]).
+/// The writes of passes made while a batch was out ([`Driver::ready_pass`]): one part
+/// per group (the root's key is `None`), each the group's writes in order merged into
+/// one ([`ReadyWrite::then`]).
+pub(super) struct Held<S> {
+    /// The last pass that added to it (the batch's number).
+    seq: u64,
+    parts: Vec<(Option<ElectionId>, S, ReadyWrite)>,
+    /// Where each group's part is in `parts`.
+    at: HashMap<Option<ElectionId>, usize>,
+}
+
+impl<S> Default for Held<S> {
+    fn default() -> Self {
+        Held {
+            seq: 0,
+            parts: Vec::new(),
+            at: HashMap::new(),
+        }
+    }
+}
+
+impl<S> Held<S> {
+    fn add(&mut self, id: Option<ElectionId>, store: S, write: ReadyWrite) {
+        match self.at.get(&id) {
+            // Broken on purpose (mutation testing): a group's later writes are lost.
+            Some(_) if crate::mutation::active("held-writes-keep-the-first") => {}
+            Some(&i) => self.parts[i].2.then(write),
+            None => {
+                self.at.insert(id, self.parts.len());
+                self.parts.push((id, store, write));
+            }
+        }
+    }
+
+    fn remove(&mut self, id: Option<ElectionId>) {
+        if self.at.remove(&id).is_some() {
+            self.parts.retain(|(part, _, _)| *part != id);
+            self.at = (self.parts.iter().enumerate())
+                .map(|(i, (part, _, _))| (*part, i))
+                .collect();
+        }
+    }
+}
+
+/// One Ready pass waiting for its batch ([`Driver::ready_pass`]).
+pub(super) struct Pass {
+    /// Its batch's sequence number (the passes' order).
+    seq: u64,
+    /// Whether it wrote a batch (else it waits only for the batches before it).
+    writes: bool,
+    /// The root's part, and the group state its snapshot installs.
+    root: Option<(Taken, Option<(GroupState, u64)>)>,
+    named: Vec<NamedPart>,
+}
+
+/// A named election's part of a pass, and the history its snapshot installs.
+type NamedPart = (
+    crate::election::ElectionId,
+    Taken,
+    Option<(crate::history::History, u64)>,
+);
+
+/// What a pass took of one group's Ready for its completion ([`Group::stage`]).
 pub(super) struct Taken {
     /// The Ready's number (raft-rs hears it durable by this).
     number: u64,
@@ -276,6 +448,8 @@ pub(super) struct Taken {
     /// What it committed: persisted already (raft-rs hands out only what is).
     committed: Vec<Entry>,
     read_states: Vec<raft::ReadState>,
+    /// The index raft-rs hears applied once this Ready's part is (0: nothing).
+    applies_to: u64,
 }
 
 impl<S: RaftStore> Group<S> {
@@ -361,12 +535,19 @@ impl<S: RaftStore> Group<S> {
         if !write.is_empty() {
             self.raw.store().stage(seq, write);
         }
+        let committed = rd.take_committed_entries();
+        // What this Ready applies up to: its last committed entry, or its snapshot. Not
+        // raft-rs's `advance_apply` at completion, which would apply what later Readies
+        // (still in flight) hand out.
+        let snapshot = rd.snapshot().get_metadata().index;
+        let applies_to = committed.last().map_or(snapshot, |e| e.index.max(snapshot));
         let taken = Taken {
             number: rd.number(),
             seq: (!write.is_empty()).then_some(seq),
             persisted: rd.take_persisted_messages(),
-            committed: rd.take_committed_entries(),
+            committed,
             read_states: rd.take_read_states(),
+            applies_to,
         };
         self.raw.advance_append_async(rd);
         taken
@@ -377,13 +558,14 @@ impl<S: RaftStore> Group<S> {
     /// there, and must have heard of its persisted entries while it still led, with its
     /// own progress still tracked, as raft-rs 0.7 unwraps it in
     /// `Raft::on_persist_entries`), and the votes and append responses may leave.
-    /// Returns what to apply and the acknowledged rounds.
+    /// Returns what to apply, the acknowledged rounds, and the index to tell raft-rs
+    /// applied after (0: none).
     pub(super) fn persisted(
         &mut self,
         env: &Env,
         drained: bool,
         taken: Taken,
-    ) -> (Vec<Entry>, Vec<raft::ReadState>) {
+    ) -> (Vec<Entry>, Vec<raft::ReadState>, u64) {
         if let Some(seq) = taken.seq {
             self.raw.store().durable(seq);
         }
@@ -391,7 +573,14 @@ impl<S: RaftStore> Group<S> {
         if !taken.persisted.is_empty() {
             self.send(env, drained, taken.persisted);
         }
-        (taken.committed, taken.read_states)
+        (taken.committed, taken.read_states, taken.applies_to)
+    }
+
+    /// raft-rs hears that this node applied up to `index` (0: nothing new).
+    pub(super) fn applied_to(&mut self, index: u64) {
+        if index > 0 {
+            self.raw.advance_apply_to(index);
+        }
     }
 
     /// Sends this group's messages, except what this node must not send: raft-rs's own

@@ -59,6 +59,7 @@
 //! | `tenure_leases_acquired_total` | counter | leases granted |
 //! | `tenure_heartbeats_merged_total` | counter | raft-rs heartbeats not sent because a lease round's heartbeats had just gone to every peer |
 //! | `tenure_disk_stalled` | gauge | 1 while this node's disk is stalled: it leads nothing until its probe writes are fast (`docs/design.md`, section 15) |
+//! | `tenure_ready_passes_held_total` | counter | Ready passes whose writes waited for the batch on the disk and went with the next |
 //! | `tenure_disk_stalls_total` | counter | disk stalls: synced writes slower than the bound (`Config::disk_stall_bound`) while the disk was healthy |
 //! | `tenure_takeovers_refused_total` | counter | handovers to this node (`MsgTimeoutNow`, root or named) it refused because it is drained or its disk is stalled; each costs the election its lease until the handover times out |
 //! | `tenure_lease_expiries_total` | counter | leases that ran out unrenewed |
@@ -160,6 +161,7 @@ pub struct Metrics {
     named_dropped_removed: Counter,
     turn_writes: Counter,
     turn_parts: Counter,
+    passes_held: Counter,
     named_quiet: CountGauge,
     support_requests: Counter,
     support_acks: Counter,
@@ -208,6 +210,7 @@ impl Metrics {
             named_dropped_removed: Counter::default(),
             turn_writes: Counter::default(),
             turn_parts: Counter::default(),
+            passes_held: Counter::default(),
             named_quiet: CountGauge::default(),
             support_requests: Counter::default(),
             support_acks: Counter::default(),
@@ -282,6 +285,16 @@ impl Metrics {
     pub(crate) fn turn_write(&self, parts: usize) {
         self.turn_writes.inc();
         self.turn_parts.inc_by(parts as u64);
+    }
+
+    /// A Ready pass's writes were held: a batch was out (they go with the next one).
+    pub(crate) fn pass_held(&self) {
+        self.passes_held.inc();
+    }
+
+    /// Ready passes whose writes were held behind a batch out, so far.
+    pub fn passes_held(&self) -> u64 {
+        self.passes_held.get()
     }
 
     /// (store writes of Ready passes, groups they carried) so far: with many elections,
@@ -399,8 +412,13 @@ impl Metrics {
             ("leases_acquired", "Leases granted.", &self.leases_acquired),
             (
                 "store_turn_writes",
-                "Store writes of the driver's Ready passes (one per pass that persisted anything, for all elections at once).",
+                "Store writes of the driver's Ready passes (one batch for all elections at once; the passes made while one is out share the next).",
                 &self.turn_writes,
+            ),
+            (
+                "ready_passes_held",
+                "Ready passes whose writes waited for the batch on the disk and went with the next (a disk slower than the driver's turns).",
+                &self.passes_held,
             ),
             (
                 "store_turn_write_parts",

@@ -78,6 +78,36 @@ impl ReadyWrite {
             && self.conf_state.is_none()
             && self.commit.is_none()
     }
+
+    /// Makes this write the same as writing it and then `later`, as a store writes each
+    /// (the driver merges the writes of one group that wait for the same batch). `later`
+    /// is a later Ready's of the same group: its entries start at most one past the last
+    /// entry this write leaves.
+    pub(crate) fn then(&mut self, later: ReadyWrite) {
+        if let Some(snap) = later.snapshot {
+            // The snapshot replaces the log and the conf state, and raises the hard state
+            // written before it, as a store records it.
+            let meta = snap.get_metadata();
+            if let Some(hs) = &mut self.hard_state {
+                hs.commit = hs.commit.max(meta.index);
+                hs.term = hs.term.max(meta.term);
+            }
+            self.entries.clear();
+            self.conf_state = None;
+            self.snapshot = Some(snap);
+        }
+        if let Some(first) = later.entries.first().map(|e| e.index) {
+            self.entries.retain(|e| e.index < first);
+            self.entries.extend(later.entries);
+        }
+        if later.hard_state.is_some() {
+            self.hard_state = later.hard_state;
+        }
+        if later.conf_state.is_some() {
+            self.conf_state = later.conf_state;
+        }
+        self.commit = self.commit.max(later.commit);
+    }
 }
 
 /// Ids of the named elections a store holds ([`RaftStore::election_ids`]).

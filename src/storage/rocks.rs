@@ -12,8 +12,10 @@
 //! and a crash can only take back commit-index moves. `create` writes the initial state
 //! synced. The in-memory cache (hard state, conf state, snapshot metadata, entry terms)
 //! is updated only after the batch is written, so readers never see state that a crash
-//! could take back, commit-index moves aside. [`RocksStore::write_counts`] counts synced
-//! and unsynced batches.
+//! could take back, commit-index moves aside. Writes take turns, and a Ready batch holds
+//! no group's lock while it is on the disk, so a stalled disk holds no reader up (the
+//! driver goes on reading while its batch is out: `docs/design.md`, section 15).
+//! [`RocksStore::write_counts`] counts synced and unsynced batches.
 //!
 //! Named elections (`docs/design.md`, section 11) live in the same database: every
 //! handle of one store shares the database, its write counters and one registry of the
@@ -80,13 +82,16 @@ use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState};
 use rocksdb::{DBCompressionType, Options, ReadOptions, WriteBatch, WriteOptions, DB};
 
-use super::model::{LogState, SizeLimit, WritePlan, MAX_INDEX};
+use super::model::{LogState, SizeLimit, MAX_INDEX};
 use super::{ElectionIds, RaftStore, ReadyWrite, StorageError};
 use crate::transport::NodeId;
 
 mod disk;
 mod founding;
+mod keys;
 mod state;
+
+use keys::Keys;
 
 use disk::*;
 use state::GroupState;
@@ -139,6 +144,9 @@ struct Shared {
     /// founding, opening or removing an election (never while a group's lock is held
     /// first), so each election has at most one cache.
     registry: Mutex<Registry>,
+    /// Held by each write from its plan to its cache update, so writes take turns; the
+    /// groups' locks are not held across the disk write ([`RaftStore::write_all`]).
+    writing: Mutex<()>,
 }
 
 struct Registry {
@@ -158,100 +166,12 @@ struct Registry {
 struct Group {
     id: u32,
     keys: Keys,
-    /// What the disk holds, minus entry payloads and snapshot data. Held for writing
-    /// across a whole write (including the sync), so readers never see the disk and
-    /// the cache disagree.
+    /// What the disk holds, minus entry payloads and snapshot data. Read to plan a write
+    /// and held for writing to update it after the write, not across the disk write
+    /// (a Ready batch): meanwhile readers see what the disk held before it, except at the
+    /// batch's own indices, which its writer reads elsewhere (`Staged`). Compactions and
+    /// removals hold it across theirs.
     state: RwLock<GroupState>,
-}
-
-/// Where one group's records are.
-struct Keys {
-    hard_state: Vec<u8>,
-    conf_state: Vec<u8>,
-    snapshot_meta: Vec<u8>,
-    snapshot_data: Vec<u8>,
-    log_prefix: Vec<u8>,
-    /// The first key after every log key of the group.
-    log_end: Vec<u8>,
-}
-
-impl Keys {
-    /// The root election's keys, exactly as version 2 has them.
-    fn root() -> Self {
-        Keys {
-            hard_state: HARD_STATE_KEY.to_vec(),
-            conf_state: CONF_STATE_KEY.to_vec(),
-            snapshot_meta: SNAPSHOT_META_KEY.to_vec(),
-            snapshot_data: SNAPSHOT_DATA_KEY.to_vec(),
-            log_prefix: LOG_PREFIX.to_vec(),
-            log_end: LOG_END.to_vec(),
-        }
-    }
-
-    /// Named election `id`'s keys, under `tenure/e/<id>/`.
-    fn election(id: u32) -> Self {
-        let prefix = election_prefix(id);
-        let key = |suffix: &[u8]| [prefix.as_slice(), suffix].concat();
-        Keys {
-            hard_state: key(b"hard_state"),
-            conf_state: key(b"conf_state"),
-            snapshot_meta: key(b"snapshot_meta"),
-            snapshot_data: key(b"snapshot_data"),
-            log_prefix: key(b"log/"),
-            log_end: key(b"log0"),
-        }
-    }
-
-    fn log(&self, index: u64) -> Vec<u8> {
-        let mut key = Vec::with_capacity(self.log_prefix.len() + 8);
-        key.extend_from_slice(&self.log_prefix);
-        key.extend_from_slice(&index.to_be_bytes());
-        key
-    }
-
-    fn parse_log(&self, key: &[u8]) -> Option<u64> {
-        let index: [u8; 8] = key
-            .strip_prefix(self.log_prefix.as_slice())?
-            .try_into()
-            .ok()?;
-        Some(u64::from_be_bytes(index))
-    }
-
-    /// Puts what `plan` changes into `batch`, in the order of [`ReadyWrite`].
-    fn add_plan(&self, batch: &mut WriteBatch, plan: &WritePlan) -> Result<(), StorageError> {
-        if let Some(snapshot) = &plan.snapshot {
-            batch.delete_range(&self.log_prefix, &self.log_end);
-            batch.put(&self.snapshot_meta, encode(snapshot.get_metadata())?);
-            batch.put(&self.snapshot_data, &snapshot.data);
-        }
-        if let Some(from) = plan.truncate_from {
-            batch.delete_range(self.log(from), self.log_end.clone());
-        }
-        for entry in &plan.entries {
-            batch.put(self.log(entry.index), encode(entry)?);
-        }
-        if let Some(hs) = &plan.hard_state {
-            batch.put(&self.hard_state, encode(hs)?);
-        }
-        if let Some(cs) = &plan.conf_state {
-            batch.put(&self.conf_state, encode(cs)?);
-        }
-        Ok(())
-    }
-
-    /// Puts a whole group state (no entries) and its snapshot data into `batch`.
-    fn add_state(
-        &self,
-        batch: &mut WriteBatch,
-        state: &LogState<u64>,
-        snapshot_data: &[u8],
-    ) -> Result<(), StorageError> {
-        batch.put(&self.hard_state, encode(&state.hard_state)?);
-        batch.put(&self.conf_state, encode(&state.conf_state)?);
-        batch.put(&self.snapshot_meta, encode(&state.snapshot)?);
-        batch.put(&self.snapshot_data, snapshot_data);
-        Ok(())
-    }
 }
 
 impl fmt::Debug for RocksStore {
@@ -403,6 +323,7 @@ impl RocksStore {
                     version,
                     on_disk: None,
                 }),
+                writing: Mutex::new(()),
             }),
             group: Arc::new(Group {
                 id: 0,
@@ -425,6 +346,14 @@ impl RocksStore {
         self.group
             .state
             .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// This store's turn to write (nothing panics while it is held but the write).
+    fn writing(&self) -> MutexGuard<'_, ()> {
+        self.shared
+            .writing
+            .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -642,8 +571,10 @@ impl raft::Storage for RocksStore {
 
 impl RaftStore for RocksStore {
     fn write(&self, write: ReadyWrite) -> Result<(), StorageError> {
-        let mut state = self.write_state();
-        let plan = state
+        // As in `write_all`: the group's lock is not held across the disk write.
+        let _writing = self.writing();
+        let plan = self
+            .read_state()
             .live(self.group.id)?
             .plan_write(write)
             .map_err(|e| self.named(e))?;
@@ -656,7 +587,7 @@ impl RaftStore for RocksStore {
             .add_plan(&mut batch, &plan)
             .map_err(|e| self.named(e))?;
         self.write_batch(batch, plan.sync)?;
-        state.apply_write(plan);
+        self.write_state().apply_write(plan);
         Ok(())
     }
 
@@ -667,6 +598,7 @@ impl RaftStore for RocksStore {
         data: Vec<u8>,
     ) -> Result<(), StorageError> {
         let keys = &self.group.keys;
+        let _writing = self.writing();
         let mut state = self.write_state();
         let mut snapshot = state
             .live(self.group.id)?
@@ -806,6 +738,7 @@ impl RaftStore for RocksStore {
         if id == 0 {
             return Err(refused_id_zero("remove"));
         }
+        let _writing = self.writing();
         let mut registry = self.registry();
         let group = registry.groups.get(&id).cloned();
         // Held across the write: no write of the election slips in after the delete.
@@ -848,8 +781,8 @@ impl RaftStore for RocksStore {
                 )));
             }
         }
-        // Locks are taken in id order (the root first), so two write_alls cannot
-        // deadlock; the groups are disjoint, so the order changes nothing on disk.
+        // In id order (the root first), to find a group given twice; the groups are
+        // disjoint, so the order changes nothing on disk.
         let mut parts = parts;
         parts.sort_by_key(|(store, _)| store.group.id);
         if let Some(pair) = parts
@@ -862,12 +795,18 @@ impl RaftStore for RocksStore {
             )));
         }
         let (stores, writes): (Vec<Self>, Vec<ReadyWrite>) = parts.into_iter().unzip();
-        let mut states: Vec<_> = stores.iter().map(Self::write_state).collect();
+        // Writes take turns; the groups' locks are held to plan and to update the cache,
+        // not across the disk write, so that a reader (raft-rs, below what the driver
+        // staged) is not held up by a stalled disk (`docs/design.md`, section 15). Until
+        // the cache is updated a reader sees what the disk held before: the batch's own
+        // indices are read from the driver's overlay (`Staged`), not from here.
+        let _writing = first.writing();
         // Validate every part before writing anything.
         let mut plans = Vec::with_capacity(writes.len());
-        for ((store, state), write) in stores.iter().zip(&states).zip(writes) {
+        for (store, write) in stores.iter().zip(writes) {
             let id = store.group.id;
-            let plan = state
+            let plan = store
+                .read_state()
                 .live(id)?
                 .plan_write(write)
                 .map_err(|e| e.in_part(id))?;
@@ -891,8 +830,8 @@ impl RaftStore for RocksStore {
         if any {
             first.write_batch(batch, sync)?;
         }
-        for (state, plan) in states.iter_mut().zip(plans) {
-            state.apply_write(plan);
+        for (store, plan) in stores.iter().zip(plans) {
+            store.write_state().apply_write(plan);
         }
         Ok(())
     }

@@ -395,6 +395,31 @@ mod tests {
         }
     }
 
+    /// Writes merged with `ReadyWrite::then` (the driver's held batch) leave a store as
+    /// the same writes made one by one, from whatever state they start.
+    #[test]
+    fn merged_writes_leave_the_store_as_the_writes_made_one_by_one() {
+        let all = writes();
+        for from in 0..all.len() {
+            for to in from + 1..=all.len() {
+                let (one_by_one, merged) = (store(), store());
+                for w in &all[..from] {
+                    one_by_one.write(w.clone()).unwrap();
+                    merged.write(w.clone()).unwrap();
+                }
+                let mut batch = all[from].clone();
+                for w in &all[from..to] {
+                    one_by_one.write(w.clone()).unwrap();
+                }
+                for w in &all[from + 1..to] {
+                    batch.then(w.clone());
+                }
+                merged.write(batch).unwrap();
+                assert_eq!(view(&merged), view(&one_by_one), "writes {from}..{to}");
+            }
+        }
+    }
+
     #[test]
     fn reads_below_the_staged_entries_come_from_the_store_within_the_size_limit() {
         let s = Staged::new(store());

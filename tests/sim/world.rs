@@ -482,6 +482,11 @@ impl raft::Storage for SimStore {
 }
 
 impl RaftStore for SimStore {
+    /// In memory: the driver writes in place and hears of the batch's end in its next
+    /// turn (a writer thread's timing would not replay).
+    fn blocks_on_io(&self) -> bool {
+        self.0.blocks_on_io()
+    }
     fn write(&self, write: ReadyWrite) -> Result<(), StorageError> {
         self.0.write(write)
     }

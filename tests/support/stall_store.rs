@@ -14,11 +14,24 @@ use std::time::Duration;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use tenure::storage::{ElectionIds, RaftStore, ReadyWrite, StorageError};
 
+/// Which writes a gate holds.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Shut {
+    #[default]
+    Open,
+    /// Every write and probe.
+    All,
+    /// Only the writes the driver waits for (creating or removing an election's store,
+    /// compactions, the founding nonces): not its Ready batches nor its probes, which it
+    /// hands to the writer and does not wait for.
+    Waited,
+}
+
 /// Where a store's writes wait while the disk "stalls". Shared by every handle of one
 /// store.
 #[derive(Default)]
 pub(crate) struct Gate {
-    shut: Mutex<bool>,
+    shut: Mutex<Shut>,
     opened: Condvar,
     /// Writes waiting at the gate right now.
     waiting: AtomicUsize,
@@ -37,12 +50,19 @@ pub(crate) struct Gate {
 impl Gate {
     /// From now on every write waits until [`open`](Self::open).
     pub(crate) fn shut(&self) {
-        *self.shut.lock().unwrap() = true;
+        *self.shut.lock().unwrap() = Shut::All;
+    }
+
+    /// From now on only the writes the driver waits for wait until
+    /// [`open`](Self::open): a stall that meets a driver in such a write (an election
+    /// created or removed, a compaction) holds its turn.
+    pub(crate) fn shut_waited(&self) {
+        *self.shut.lock().unwrap() = Shut::Waited;
     }
 
     /// Lets every waiting write (and every later one) through.
     pub(crate) fn open(&self) {
-        *self.shut.lock().unwrap() = false;
+        *self.shut.lock().unwrap() = Shut::Open;
         self.opened.notify_all();
     }
 
@@ -89,22 +109,24 @@ impl Gate {
         self.held.load(Ordering::SeqCst)
     }
 
-    /// Waits while the gate is shut. Never longer than `MAX_STALL`: a test that forgot
-    /// to open it must not hang forever.
-    fn pass(&self) {
+    /// Waits while the gate is shut for this write (`waited`: one the driver waits
+    /// for). Never longer than `MAX_STALL`: a test that forgot to open it must not hang
+    /// forever.
+    fn pass(&self, waited: bool) {
         let slow = self.slow_ms.load(Ordering::SeqCst);
         if slow > 0 {
             std::thread::sleep(Duration::from_millis(slow));
         }
+        let holds = |s: &mut Shut| *s == Shut::All || (*s == Shut::Waited && waited);
         let mut shut = self.shut.lock().unwrap();
-        if !*shut {
+        if !holds(&mut shut) {
             return;
         }
         self.waiting.fetch_add(1, Ordering::SeqCst);
         self.held.fetch_add(1, Ordering::SeqCst);
         let (guard, _) = self
             .opened
-            .wait_timeout_while(shut, MAX_STALL, |s| *s)
+            .wait_timeout_while(shut, MAX_STALL, holds)
             .unwrap();
         shut = guard;
         drop(shut);
@@ -164,13 +186,13 @@ impl<S: RaftStore> raft::Storage for StallStore<S> {
 
 impl<S: RaftStore> RaftStore for StallStore<S> {
     fn write(&self, write: ReadyWrite) -> Result<(), StorageError> {
-        self.gate.pass();
+        self.gate.pass(false);
         self.gate.fault()?;
         self.inner.write(write)
     }
     fn write_all(parts: Vec<(Self, ReadyWrite)>) -> Result<(), StorageError> {
         if let Some((first, _)) = parts.first() {
-            first.gate.pass();
+            first.gate.pass(false);
             first.gate.fault()?;
         }
         S::write_all(parts.into_iter().map(|(s, w)| (s.inner, w)).collect())
@@ -181,7 +203,7 @@ impl<S: RaftStore> RaftStore for StallStore<S> {
         conf_state: ConfState,
         data: Vec<u8>,
     ) -> Result<(), StorageError> {
-        self.gate.pass();
+        self.gate.pass(true);
         self.inner.compact(index, conf_state, data)
     }
     fn hard_state(&self) -> HardState {
@@ -197,7 +219,7 @@ impl<S: RaftStore> RaftStore for StallStore<S> {
         true
     }
     fn probe(&self) -> Result<(), StorageError> {
-        self.gate.pass();
+        self.gate.pass(false);
         self.gate.probes.fetch_add(1, Ordering::SeqCst);
         self.inner.probe()
     }
@@ -214,17 +236,17 @@ impl<S: RaftStore> RaftStore for StallStore<S> {
         conf_state: ConfState,
         data: Vec<u8>,
     ) -> Result<Self, StorageError> {
-        self.gate.pass();
+        self.gate.pass(true);
         let s = self.inner.found_election(id, term, conf_state, data)?;
         Ok(self.wrap(s))
     }
     fn join_election(&self, id: u32, initial: ConfState) -> Result<Self, StorageError> {
-        self.gate.pass();
+        self.gate.pass(true);
         let s = self.inner.join_election(id, initial)?;
         Ok(self.wrap(s))
     }
     fn remove_election(&self, id: u32) -> Result<(), StorageError> {
-        self.gate.pass();
+        self.gate.pass(true);
         self.inner.remove_election(id)
     }
     fn founding_nonces(
@@ -236,7 +258,7 @@ impl<S: RaftStore> RaftStore for StallStore<S> {
         &self,
         nonces: &std::collections::BTreeMap<tenure::NodeId, u128>,
     ) -> Result<(), StorageError> {
-        self.gate.pass();
+        self.gate.pass(true);
         self.inner.record_founding_nonces(nonces)
     }
 }

@@ -117,4 +117,9 @@ impl RaftStore for TornStore {
     fn conf_state(&self) -> ConfState {
         self.inner.conf_state()
     }
+    /// In memory: the driver writes in place (and hears of the batch's end in its next
+    /// turn), so a simulation replays.
+    fn blocks_on_io(&self) -> bool {
+        self.inner.blocks_on_io()
+    }
 }

@@ -217,7 +217,7 @@ impl<S: RaftStore> NamedGroup<S> {
         snapshot: Option<(History, u64)>,
         retention: usize,
     ) {
-        let (committed, read_states) = self.g.persisted(env, drained, taken);
+        let (committed, read_states, applies_to) = self.g.persisted(env, drained, taken);
         if let Some((h, index)) = snapshot {
             self.g.joint = super::joint_config(&self.g.raw);
             self.g.applied = self.g.applied.max(index);
@@ -225,7 +225,7 @@ impl<S: RaftStore> NamedGroup<S> {
         }
         self.apply(env, committed, retention);
         self.g.on_read_states(env, read_states);
-        self.g.raw.advance_apply();
+        self.g.applied_to(applies_to);
     }
 
     fn apply(&mut self, env: &Env, entries: Vec<Entry>, retention: usize) {
@@ -610,7 +610,8 @@ impl<S: RaftStore> Driver<S> {
     }
 
     /// Deletes election `id`'s store, its tombstone kept (synced).
-    fn delete_election_store(&self, id: ElectionId) -> Result<(), StorageError> {
+    fn delete_election_store(&mut self, id: ElectionId) -> Result<(), StorageError> {
+        self.drop_held(id);
         self.env.writer.store_write(
             &self.root.store,
             true,
