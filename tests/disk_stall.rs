@@ -3,7 +3,7 @@
 //! on command (`support/stall_store.rs`, `support/stall_group.rs`).
 //!
 //! * A leader whose disk stalls, twice: in a Ready batch (which its driver hands to the
-//!   writer and does not wait for) and in a write its driver waits for (the store of an
+//!   writer and waits for at most half the stall bound) and in a write its driver waits for (the store of an
 //!   election it creates). What must hold, as orderings of events (no timing bounds):
 //!   while the write is still blocked, every lease it holds (the root's, and those of the
 //!   named elections it leads: all 16 name it first in their affinity, and the balancer
@@ -20,6 +20,11 @@
 //!   `stalled-disk-keeps-leading` (the stall noticed, nothing handed over) fails the
 //!   handover check, `stalled-peer-takes-over` (peers hand it elections anyway) the
 //!   refusal check; `.ci/run` requires both.
+//! * A follower whose Ready batch is blocked while six appends reach it one by one: the
+//!   passes it makes meanwhile hold their writes, merged per group, and once the batch
+//!   is back its log on disk is its leader's, before and after a restart. The mutation
+//!   `held-writes-keep-the-first` (a group's later held writes lost) makes it stop with
+//!   `LostAcknowledgedData` at the next append; `.ci/run` requires it to.
 //! * A failed sync on the leader and on a follower: the node stops with
 //!   `StopCause::WriteFailed` naming the write, the others go on, and it restarts on its
 //!   folder and catches up.
