@@ -682,8 +682,7 @@ impl<S: RaftStore> Driver<S> {
             info!(self.env.logger, "waiting for the store's writes in flight before closing it";
                   "batches" => out);
             while self.env.writer.outstanding() > 0 {
-                let rx = &self.done.rx;
-                let Ok(done) = writer::off_runtime(|| rx.recv()) else {
+                let Some(done) = writer::wait_on(&self.done.rx, None) else {
                     break;
                 };
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -138,8 +138,7 @@ impl<S: RaftStore> Driver<S> {
             // did before, and a stall is named only once the batch is back.
             self.passes.push_back(pass);
             while self.env.writer.outstanding() > 0 {
-                let rx = &self.done.rx;
-                let Ok(done) = super::writer::off_runtime(|| rx.recv()) else {
+                let Some(done) = super::writer::wait_on(&self.done.rx, None) else {
                     break;
                 };
                 self.batch_done(done)?;
@@ -151,13 +150,7 @@ impl<S: RaftStore> Driver<S> {
             // A healthy disk answers within the hand-off time, and a busy one within half
             // the stall bound (waited for off the runtime, as the writer's other writes
             // are): this pass completes now.
-            let first = wait.min(super::writer::HAND_OFF_AFTER);
-            let rx = &self.done.rx;
-            let done = match rx.recv_timeout(first) {
-                Ok(done) => Some(done),
-                Err(_) => super::writer::off_runtime(|| rx.recv_timeout(wait - first)).ok(),
-            };
-            if let Some(done) = done {
+            if let Some(done) = super::writer::wait_on(&self.done.rx, Some(wait)) {
                 self.passes.push_back(pass);
                 return self.batch_done(done);
             }

@@ -238,14 +238,7 @@ impl Writer {
             timed,
             named: false,
         });
-        match timed.then(|| self.jobs()).flatten() {
-            Some(jobs) => {
-                if let Err(mpsc::SendError(job)) = jobs.send(Box::new(job)) {
-                    job();
-                }
-            }
-            None => job(),
-        }
+        self.run(timed, Box::new(job));
         Ok(())
     }
 
@@ -355,14 +348,7 @@ impl Writer {
             .unwrap_or_else(|_| Err(StorageError::invalid("the store's probe panicked")));
             let _ = tx.send((start.elapsed(), result));
         };
-        match store.blocks_on_io().then(|| self.jobs()).flatten() {
-            Some(jobs) => {
-                if let Err(mpsc::SendError(job)) = jobs.send(Box::new(probe)) {
-                    job();
-                }
-            }
-            None => probe(),
-        }
+        self.run(store.blocks_on_io(), Box::new(probe));
         disk.probe = Some(rx);
         Ok(())
     }
@@ -376,34 +362,34 @@ impl Writer {
     /// writer thread, and waits for it as the module says; in place when `blocks` is
     /// false or the thread could not be started. A panic in `f` is raised here.
     fn write<T: Send + 'static>(&self, blocks: bool, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let Some(jobs) = blocks.then(|| self.jobs()).flatten() else {
+        if !blocks {
             return f();
-        };
+        }
         let (done, result) = mpsc::sync_channel(1);
-        let job: Job = Box::new(move || {
-            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-            let _ = done.send(out);
-        });
-        let out = match jobs.send(job) {
-            Ok(()) => match result.recv_timeout(HAND_OFF_AFTER) {
-                Ok(out) => Ok(out),
-                Err(mpsc::RecvTimeoutError::Timeout) => Err(result),
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    unreachable!("the writer thread answers every job it takes")
+        self.run(
+            true,
+            Box::new(move || {
+                let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+                let _ = done.send(out);
+            }),
+        );
+        wait_on(&result, None)
+            .unwrap_or_else(|| unreachable!("the writer thread answers every job it takes"))
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    }
+
+    /// Runs `job` on the writer thread when `on_thread` (in place when it is false or the
+    /// thread could not be started).
+    fn run(&self, on_thread: bool, job: Job) {
+        match on_thread.then(|| self.jobs()).flatten() {
+            Some(jobs) => {
+                // The thread is gone (it cannot be, while this holds the sender): in place.
+                if let Err(mpsc::SendError(job)) = jobs.send(job) {
+                    job();
                 }
-            },
-            // The thread is gone (it cannot be, while this holds the sender): in place.
-            Err(mpsc::SendError(job)) => {
-                job();
-                Err(result)
             }
-        };
-        let out = match out {
-            Ok(out) => out,
-            Err(result) => off_runtime(move || result.recv())
-                .unwrap_or_else(|_| unreachable!("the writer thread answers every job it takes")),
-        };
-        out.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            None => job(),
+        }
     }
 
     fn jobs(&self) -> Option<&mpsc::Sender<Job>> {
@@ -464,11 +450,28 @@ impl Disk {
     }
 }
 
+/// Waits for the next message on `rx` (a write's end): up to [`HAND_OFF_AFTER`] on the
+/// runtime's worker thread, then off the runtime ([`off_runtime`]), in all at most
+/// `within` (`None`: until it comes). `None` if none came in time or its sender is gone.
+pub(super) fn wait_on<T>(rx: &mpsc::Receiver<T>, within: Option<Duration>) -> Option<T> {
+    let first = within.map_or(HAND_OFF_AFTER, |w| w.min(HAND_OFF_AFTER));
+    match rx.recv_timeout(first) {
+        Ok(out) => return Some(out),
+        Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+        Err(mpsc::RecvTimeoutError::Timeout) => {}
+    }
+    match within {
+        None => off_runtime(|| rx.recv()).ok(),
+        Some(w) if w > first => off_runtime(|| rx.recv_timeout(w - first)).ok(),
+        Some(_) => None,
+    }
+}
+
 /// Runs `f` (a wait on the disk) off the runtime's worker threads: on a multi-thread
 /// runtime the worker first hands its other tasks to another thread (tokio's
 /// `block_in_place`). Elsewhere (a current-thread runtime) `f` runs in place: nothing
 /// can run beside it there.
-pub(super) fn off_runtime<T>(f: impl FnOnce() -> T) -> T {
+fn off_runtime<T>(f: impl FnOnce() -> T) -> T {
     use tokio::runtime::{Handle, RuntimeFlavor};
     let multi =
         Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
