@@ -12,8 +12,9 @@
 //! of the ledger is settled by its election's leader under its own fence).
 //!
 //! Every worker also opens an admin endpoint; the command line for driving the running
-//! group with `cargo run --example ctl` (certificates folder and admin addresses) is
-//! printed at start and shown in the live view.
+//! group with `cargo run --example ctl` (certificates folder and admin addresses; with
+//! `--release` when this program was built so) is printed at start and shown in the live
+//! view.
 //!
 //! Certificates and data directories live in a temporary folder that is removed at exit.
 //! Children are tracked by PID and stopped on exit (SIGTERM, then SIGKILL); nothing is
@@ -382,8 +383,15 @@ async fn run(o: Options) -> i32 {
         .zip(&ports[ids.len()..])
         .map(|(id, p)| (*id, format!("127.0.0.1:{p}")))
         .collect();
+    // The profile this program was built with: a release group's ctl builds in seconds
+    // from what its build left, a debug ctl would build RocksDB again.
+    let profile = if cfg!(debug_assertions) {
+        ""
+    } else {
+        "--release "
+    };
     let ctl = format!(
-        "cargo run --example ctl -- --certs {} --addr {} status",
+        "cargo run {profile}--example ctl -- --certs {} --addr {} status",
         dir.path().join("certs").display(),
         admin_addrs.values().cloned().collect::<Vec<_>>().join(",")
     );
