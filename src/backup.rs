@@ -7,23 +7,39 @@
 //! ([`Node::backup`](crate::Node::backup), `tenure-ctl backup`) holds what the group
 //! replicates (membership, drains, history, the catalog of named elections with the next
 //! id) and the highest term of the root and of every named election the answering node
-//! knows. Founding with [`ConfigBuilder::restore_from`](crate::ConfigBuilder::restore_from)
-//! restores it and starts every election above its recorded term plus
-//! [`RESTORE_MARGIN`]; [`ConfigBuilder::term_floor`](crate::ConfigBuilder::term_floor)
-//! sets the root's floor by hand.
+//! knows.
+//!
+//! A backup is not restored as it is: it is first made into a [`RestorePlan`] (once, by
+//! `tenure-ctl restore-plan`), and every first member founds from that one plan with
+//! [`ConfigBuilder::restore_from`](crate::ConfigBuilder::restore_from). The plan draws a
+//! new group id (the backup's is kept as its origin) and starts every election above its
+//! recorded term plus [`RESTORE_MARGIN`] plus one term per millisecond between the
+//! backup and the plan, so two restores of one backup are two groups whose nodes refuse
+//! each other, and the later plan's tokens start above every token the earlier one's
+//! group handed out before it was made (`docs/design.md`, section 6).
+//! [`ConfigBuilder::term_floor`](crate::ConfigBuilder::term_floor) sets the root's floor
+//! by hand.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::election::{term_floor, term_range, ElectionId, ElectionOptions};
+use crate::election::{term_floor, term_range, ElectionId, ElectionOptions, MAX_ELECTION_ID};
 use crate::group_id::GroupId;
 use crate::history::TenureRecord;
 use crate::status::Membership;
 use crate::NodeId;
 
-/// The version of the backup file this build writes and reads.
-pub const BACKUP_VERSION: u32 = 1;
+/// The version of the backup file this build writes (it reads 1 too: no creation time).
+pub const BACKUP_VERSION: u32 = 2;
+
+/// The version of the restore plan file this build writes and reads.
+pub const PLAN_VERSION: u32 = 1;
+
+/// How far above a backup's next election id a restored catalog starts: room for the
+/// elections the group created between the backup and the loss (as many as a catalog
+/// holds at once), so that no id is handed out twice.
+pub const ID_MARGIN: ElectionId = crate::election::MAX_ELECTIONS as ElectionId;
 
 /// How far above a recorded term a restored election starts: room for the terms the
 /// group went through between the backup and the loss (a million elections).
@@ -40,6 +56,10 @@ pub struct Backup {
     pub version: u32,
     /// The group.
     pub group: GroupId,
+    /// When the answering node took it: milliseconds since the Unix epoch on its wall
+    /// clock (0 in a version 1 file, which did not record it).
+    #[serde(default)]
+    pub taken_unix_ms: u64,
     /// The node that answered, and whether it led the group then (a leader's view is the
     /// newest; a follower's may lag a little behind).
     pub taken_by: NodeId,
@@ -69,13 +89,13 @@ pub struct BackupElection {
 }
 
 impl Backup {
-    /// Reads a backup file's text; an error says what is wrong.
+    /// Reads a backup file's text (version 1 or 2); an error says what is wrong.
     pub fn from_json(text: &str) -> Result<Backup, String> {
         let backup: Backup =
             serde_json::from_str(text).map_err(|e| format!("not a tenure backup: {e}"))?;
-        if backup.version != BACKUP_VERSION {
+        if !(1..=BACKUP_VERSION).contains(&backup.version) {
             return Err(format!(
-                "backup version {}; this build reads version {BACKUP_VERSION}",
+                "version: backup version {}; this build reads versions 1 to {BACKUP_VERSION}",
                 backup.version
             ));
         }
@@ -88,26 +108,38 @@ impl Backup {
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
 
-    /// Refuses a backup whose numbers cannot be restored.
+    /// Refuses a backup whose numbers cannot be restored, naming the field.
     pub fn check(&self) -> Result<(), String> {
         if self.term > MAX_ROOT_TERM {
             return Err(format!(
-                "the backup's root term {} is above the root's maximum {MAX_ROOT_TERM}",
+                "term: the backup's root term {} is above the root's maximum {MAX_ROOT_TERM}",
                 self.term
             ));
         }
+        if self.next_election_id > MAX_ELECTION_ID.saturating_add(1) {
+            return Err(format!(
+                "next_election_id: {} is above the largest election id {MAX_ELECTION_ID} + 1",
+                self.next_election_id
+            ));
+        }
         for (name, e) in &self.elections {
-            if e.id == 0 || e.id >= self.next_election_id {
+            if e.id == 0 || e.id > MAX_ELECTION_ID {
                 return Err(format!(
-                    "election {name:?} has id {}, not in 1..{} (the backup's next id)",
+                    "elections.{name}.id: {} is not an election id (1 to {MAX_ELECTION_ID})",
+                    e.id
+                ));
+            }
+            if e.id >= self.next_election_id {
+                return Err(format!(
+                    "elections.{name}.id: {} is not below the backup's next_election_id {}",
                     e.id, self.next_election_id
                 ));
             }
             if e.term != 0 && !term_range(e.id).contains(&e.term) {
                 return Err(format!(
-                    "election {name:?} (id {}) has term {}, outside its range {:?}",
-                    e.id,
+                    "elections.{name}.term: {} is outside election {}'s range {:?}",
                     e.term,
+                    e.id,
                     term_range(e.id)
                 ));
             }
@@ -115,23 +147,174 @@ impl Backup {
         Ok(())
     }
 
-    /// The term the root is founded at when restoring this backup: above every token the
-    /// backup knows, with [`RESTORE_MARGIN`] for those after it.
-    pub fn root_floor(&self) -> u64 {
-        self.term.saturating_add(RESTORE_MARGIN).min(MAX_ROOT_TERM)
+    /// When the backup was taken, as far as it is known: its own record, or for a
+    /// version 1 file the newest tenure it recorded (it was taken after that began), or
+    /// `None` if it recorded none.
+    pub fn taken_at_least_unix_ms(&self) -> Option<u64> {
+        if self.taken_unix_ms != 0 {
+            return Some(self.taken_unix_ms);
+        }
+        self.history.iter().map(|r| r.began_unix_ms).max()
     }
 }
 
-/// The term named election `id` is founded at after a restore: its own floor, or above
-/// its recorded term with the margin (never past its range).
-pub(crate) fn election_floor(id: ElectionId, recorded: u64) -> u64 {
-    let last = term_floor(id.saturating_add(1)).saturating_sub(1);
-    if recorded == 0 {
-        // Not run by the node that answered: its floor plus the margin still keeps it
-        // above what the others may have handed out, up to a million terms.
-        return term_floor(id).saturating_add(RESTORE_MARGIN).min(last);
+/// How a backup is restored: the group id every first member founds, and the margin
+/// every election starts above its recorded term by (`docs/design.md`, section 6,
+/// "Disaster recovery"). Made once ([`RestorePlan::make`], `tenure-ctl restore-plan`)
+/// and given to every first member: a restore made from another plan is another group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestorePlan {
+    /// [`PLAN_VERSION`].
+    pub plan_version: u32,
+    /// The restored group's id: new, drawn when the plan was made.
+    pub group: GroupId,
+    /// The group the backup was taken of.
+    pub origin: GroupId,
+    /// When the plan was made: milliseconds since the Unix epoch on the planner's clock.
+    pub planned_unix_ms: u64,
+    /// How far above its recorded term every election starts: [`RESTORE_MARGIN`] plus one
+    /// term per millisecond from the backup to the plan.
+    pub margin: u64,
+    /// The backup restored.
+    pub backup: Backup,
+}
+
+impl RestorePlan {
+    /// The plan of restoring `backup` as group `group`, made at `planned_unix_ms`.
+    ///
+    /// # Errors
+    /// A message naming the field if the backup is invalid, `group` is the backup's own,
+    /// or an election would start past the end of its token range.
+    pub fn new(backup: Backup, group: GroupId, planned_unix_ms: u64) -> Result<Self, String> {
+        let mut since = backup
+            .taken_at_least_unix_ms()
+            .map_or(0, |t| planned_unix_ms.saturating_sub(t));
+        if crate::mutation::active("plan-margin-ignores-the-clock") {
+            since = 0;
+        }
+        let plan = RestorePlan {
+            plan_version: PLAN_VERSION,
+            group,
+            origin: backup.group,
+            planned_unix_ms,
+            margin: RESTORE_MARGIN.saturating_add(since),
+            backup,
+        };
+        plan.check()?;
+        Ok(plan)
     }
-    recorded.saturating_add(RESTORE_MARGIN).min(last)
+
+    /// The plan of restoring `backup` now, as a new group.
+    ///
+    /// # Errors
+    /// As [`RestorePlan::new`].
+    pub fn make(backup: Backup) -> Result<Self, String> {
+        RestorePlan::new(backup, GroupId::random(), unix_ms_now())
+    }
+
+    /// Reads a plan file's text; an error says what is wrong, and what to do with a
+    /// backup given in its place.
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        let plan: RestorePlan = match serde_json::from_str(text) {
+            Ok(plan) => plan,
+            Err(_) if Backup::from_json(text).is_ok() => {
+                return Err("this is a backup, not a restore plan: make one plan of it \
+                     (`tenure-ctl restore-plan --backup FILE --out PLAN`) and give every \
+                     first member that plan"
+                    .into());
+            }
+            Err(e) => return Err(format!("not a tenure restore plan: {e}")),
+        };
+        if plan.plan_version != PLAN_VERSION {
+            return Err(format!(
+                "plan_version: {}; this build reads version {PLAN_VERSION}",
+                plan.plan_version
+            ));
+        }
+        plan.check()?;
+        Ok(plan)
+    }
+
+    /// The plan as pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Refuses a plan that cannot be restored safely, naming the field.
+    pub fn check(&self) -> Result<(), String> {
+        self.backup.check().map_err(|e| format!("backup.{e}"))?;
+        if self.origin != self.backup.group {
+            return Err(format!(
+                "origin: {} is not the backup's group {}",
+                self.origin, self.backup.group
+            ));
+        }
+        if self.group == self.origin {
+            return Err(format!(
+                "group: {} is the backup's own group; a restored group gets a new id",
+                self.group
+            ));
+        }
+        if self.margin < RESTORE_MARGIN {
+            return Err(format!(
+                "margin: {} is below the least margin {RESTORE_MARGIN}",
+                self.margin
+            ));
+        }
+        if self.root_floor() > MAX_ROOT_TERM {
+            return Err(format!(
+                "margin: the root would start at term {}, above its maximum {MAX_ROOT_TERM}",
+                self.root_floor()
+            ));
+        }
+        if self.next_election_id() > MAX_ELECTION_ID.saturating_add(1) {
+            return Err(format!(
+                "backup.next_election_id: {} plus the id margin {ID_MARGIN} is past the \
+                 largest election id {MAX_ELECTION_ID}",
+                self.backup.next_election_id
+            ));
+        }
+        for (name, e) in &self.backup.elections {
+            let floor = self.election_floor(e.id, e.term);
+            if floor >= term_floor(e.id.saturating_add(1)) {
+                return Err(format!(
+                    "margin: election {name} (id {}) would start at term {floor}, past the \
+                     end of its range {:?}",
+                    e.id,
+                    term_range(e.id)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The term the root is founded at: above every token the backup knows, by the margin.
+    pub fn root_floor(&self) -> u64 {
+        self.backup.term.saturating_add(self.margin)
+    }
+
+    /// The term named election `id` is founded at: above its recorded term by the margin
+    /// (above its own floor if the answering node did not run it). Elections the restored
+    /// group creates start above their own floor by the margin too.
+    pub fn election_floor(&self, id: ElectionId, recorded: u64) -> u64 {
+        recorded.max(term_floor(id)).saturating_add(self.margin)
+    }
+
+    /// The id the restored group's next election gets: above every id the lost group may
+    /// have given after the backup.
+    pub fn next_election_id(&self) -> ElectionId {
+        self.backup
+            .next_election_id
+            .max(1)
+            .saturating_add(ID_MARGIN)
+    }
+}
+
+/// The wall clock in milliseconds since the Unix epoch (0 before it).
+pub(crate) fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A 64-bit digest (FNV-1a) of what founders must agree on; the same on every build.
@@ -152,6 +335,7 @@ mod tests {
         Backup {
             version: BACKUP_VERSION,
             group: GroupId::random(),
+            taken_unix_ms: 1_000_000,
             taken_by: 1,
             taken_from_leader: true,
             term: 41,
@@ -170,34 +354,97 @@ mod tests {
     }
 
     #[test]
-    fn round_trips_and_refuses_what_it_cannot_restore() {
+    fn round_trips_and_refuses_what_it_cannot_restore_naming_the_field() {
         let b = backup();
         assert_eq!(Backup::from_json(&b.to_json()).unwrap(), b);
-        assert_eq!(b.root_floor(), 41 + RESTORE_MARGIN);
         let mut v = b.clone();
-        v.version = 2;
+        v.version = 3;
         assert!(Backup::from_json(&v.to_json())
             .unwrap_err()
-            .contains("version"));
+            .starts_with("version"));
+        // Version 1 had no creation time: read, with none.
+        let mut v = b.clone();
+        v.version = 1;
+        let text = v.to_json().replace("\"taken_unix_ms\": 1000000,", "");
+        assert_eq!(Backup::from_json(&text).unwrap().taken_unix_ms, 0);
         let mut v = b.clone();
         v.next_election_id = 2;
-        assert!(v.check().unwrap_err().contains("next id"));
+        assert!(v.check().unwrap_err().starts_with("elections.a.id"));
         let mut v = b.clone();
         v.elections.get_mut("a").unwrap().term = 5;
-        assert!(v.check().unwrap_err().contains("range"));
+        assert!(v.check().unwrap_err().starts_with("elections.a.term"));
+        // A hand-edited id above the largest: its term floor would drop the high bits.
+        let mut v = b.clone();
+        v.next_election_id = MAX_ELECTION_ID + 2;
+        assert!(v.check().unwrap_err().starts_with("next_election_id"));
+        v.next_election_id = MAX_ELECTION_ID + 1;
+        v.elections.get_mut("a").unwrap().id = 1 << 24;
+        v.elections.get_mut("a").unwrap().term = 0;
+        assert!(v.check().unwrap_err().starts_with("elections.a.id"));
+        let mut v = b.clone();
+        v.term = MAX_ROOT_TERM + 1;
+        assert!(v.check().unwrap_err().starts_with("term"));
         assert!(Backup::from_json("{}")
             .unwrap_err()
             .contains("not a tenure backup"));
     }
 
     #[test]
-    fn restored_elections_start_above_their_terms_within_their_range() {
+    fn a_plan_is_a_new_group_above_the_backup_by_a_margin_that_grows_with_the_clock() {
+        let b = backup();
+        let g1 = GroupId::from_u128(1).unwrap();
+        let g2 = GroupId::from_u128(2).unwrap();
+        let p1 = RestorePlan::new(b.clone(), g1, 1_000_000 + 60_000).unwrap();
+        assert_eq!(p1.margin, RESTORE_MARGIN + 60_000);
+        assert_eq!(p1.origin, b.group);
+        assert_eq!(p1.root_floor(), 41 + RESTORE_MARGIN + 60_000);
         assert_eq!(
-            election_floor(2, term_floor(2) + 7),
-            term_floor(2) + 7 + RESTORE_MARGIN
+            p1.election_floor(2, term_floor(2) + 7),
+            term_floor(2) + 7 + p1.margin
         );
-        assert_eq!(election_floor(2, 0), term_floor(2) + RESTORE_MARGIN);
-        assert_eq!(election_floor(2, term_floor(3) - 2), term_floor(3) - 1);
+        assert_eq!(p1.election_floor(5, 0), term_floor(5) + p1.margin);
+        assert_eq!(p1.next_election_id(), 3 + ID_MARGIN);
+        // A later plan of the same backup starts above by the milliseconds between them.
+        let p2 = RestorePlan::new(b.clone(), g2, 1_000_000 + 61_000).unwrap();
+        assert_eq!(p2.root_floor() - p1.root_floor(), 1000);
+        assert_eq!(RestorePlan::from_json(&p1.to_json()).unwrap(), p1);
+        // A clock behind the backup's adds nothing, and takes nothing away.
+        assert_eq!(
+            RestorePlan::new(b.clone(), g1, 5).unwrap().margin,
+            RESTORE_MARGIN
+        );
+        // What a plan refuses, naming the field.
+        assert!(RestorePlan::new(b.clone(), b.group, 2_000_000)
+            .unwrap_err()
+            .starts_with("group"));
+        let mut v = p1.clone();
+        v.margin = 5;
+        assert!(v.check().unwrap_err().starts_with("margin"));
+        let mut v = p1.clone();
+        v.margin = 1 << 40;
+        assert!(v.check().unwrap_err().starts_with("margin"));
+        let mut v = p1.clone();
+        v.backup.elections.get_mut("a").unwrap().term = 5;
+        assert!(v
+            .check()
+            .unwrap_err()
+            .starts_with("backup.elections.a.term"));
+        let mut v = b.clone();
+        v.next_election_id = MAX_ELECTION_ID;
+        assert!(RestorePlan::new(v, g1, 0)
+            .unwrap_err()
+            .starts_with("backup.next_election_id"));
+        // A backup where a plan belongs says what to do.
+        assert!(RestorePlan::from_json(&b.to_json())
+            .unwrap_err()
+            .contains("tenure-ctl restore-plan"));
+        assert!(RestorePlan::from_json("[]")
+            .unwrap_err()
+            .contains("not a tenure restore plan"));
+    }
+
+    #[test]
+    fn digests_differ() {
         assert_ne!(digest(b"a"), digest(b"b"));
         assert_eq!(digest(b""), 0xcbf2_9ce4_8422_2325);
     }

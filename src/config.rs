@@ -298,10 +298,11 @@ pub struct Config {
     /// the same floor, or none founds. 0: no floor. Ignored once the store exists. See
     /// `docs/design.md`, section 6, "Disaster recovery".
     pub term_floor: u64,
-    /// Found the group from this backup ([`crate::backup::Backup`]): its drains, history
-    /// and catalog of named elections, every election above its recorded term. Its group
-    /// must be `found`, and its voters the `peers`. Ignored once the store exists.
-    pub restore: Option<std::sync::Arc<crate::backup::Backup>>,
+    /// Found the group of this restore plan ([`crate::backup::RestorePlan`]): a new group
+    /// with its backup's drains, history and catalog of named elections, every election
+    /// above its recorded term by the plan's margin. The plan's group must be `found`,
+    /// and its backup's voters the `peers`. Ignored once the store exists.
+    pub restore: Option<std::sync::Arc<crate::backup::RestorePlan>>,
     /// The group this node must belong to: a data directory of another group is
     /// refused. Defaults to `found`; `None` accepts the stored group.
     pub group: Option<GroupId>,
@@ -358,7 +359,10 @@ impl fmt::Debug for Config {
             .field("join", &self.join)
             .field("found", &self.found)
             .field("term_floor", &self.term_floor)
-            .field("restore", &self.restore.as_ref().map(|b| (b.group, b.term)))
+            .field(
+                "restore",
+                &self.restore.as_ref().map(|p| (p.group, p.root_floor())),
+            )
             .field("group", &self.group)
             .field("disk_stall_bound", &self.stall_bound())
             .finish_non_exhaustive()
@@ -459,12 +463,12 @@ impl Config {
                 crate::backup::MAX_ROOT_TERM
             )));
         }
-        if let Some(b) = &self.restore {
-            b.check().map_err(ConfigError::Restore)?;
-            if self.found != Some(b.group) {
+        if let Some(p) = &self.restore {
+            p.check().map_err(ConfigError::Restore)?;
+            if self.found != Some(p.group) {
                 return Err(ConfigError::Restore(format!(
-                    "the backup is of group {}, but this node founds {:?}",
-                    b.group, self.found
+                    "the restore plan founds group {}, but this node founds {:?}",
+                    p.group, self.found
                 )));
             }
         }
@@ -495,11 +499,11 @@ impl Config {
     /// only when founding: once the store exists, the backup is ignored, and the
     /// membership may have changed since).
     pub(crate) fn check_restore_voters(&self) -> Result<(), ConfigError> {
-        let Some(b) = &self.restore else {
+        let Some(p) = &self.restore else {
             return Ok(());
         };
         let ids = self.member_ids();
-        let mut voters = b.members.voters.clone();
+        let mut voters = p.backup.members.voters.clone();
         voters.sort_unstable();
         if voters != ids {
             return Err(ConfigError::Restore(format!(
@@ -654,10 +658,11 @@ impl ConfigBuilder {
         self.config.term_floor = floor;
         self
     }
-    /// Found the group from `backup` (see [`Config::restore`]); founds its group.
-    pub fn restore_from(mut self, backup: crate::backup::Backup) -> Self {
-        self.config.found = Some(backup.group);
-        self.config.restore = Some(std::sync::Arc::new(backup));
+    /// Found the group of restore plan `plan` (see [`Config::restore`]); founds the plan's
+    /// new group.
+    pub fn restore_from(mut self, plan: crate::backup::RestorePlan) -> Self {
+        self.config.found = Some(plan.group);
+        self.config.restore = Some(std::sync::Arc::new(plan));
         self
     }
     /// Belong to group `group` only (see [`Config::group`]).

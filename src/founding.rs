@@ -128,8 +128,9 @@ pub(crate) fn founding_plan(config: &Config, group: GroupId) -> (GroupState, u64
     let mut state = GroupState::bootstrap(group, config.peers.clone());
     let mut term = config.term_floor.max(1);
     let mut restore = 0;
-    if let Some(b) = &config.restore {
-        term = term.max(b.root_floor());
+    if let Some(p) = &config.restore {
+        let b = &p.backup;
+        term = term.max(p.root_floor());
         let voters = config.member_ids();
         state.drained = b
             .members
@@ -139,7 +140,8 @@ pub(crate) fn founding_plan(config: &Config, group: GroupId) -> (GroupState, u64
             .filter(|d| voters.contains(d))
             .collect();
         state.history = History::from_records(b.history.clone());
-        state.next_election_id = b.next_election_id.max(1);
+        state.next_election_id = p.next_election_id();
+        state.restore_margin = p.margin;
         state.elections = b
             .elections
             .iter()
@@ -150,7 +152,7 @@ pub(crate) fn founding_plan(config: &Config, group: GroupId) -> (GroupState, u64
                     created_at: 1,
                     voters: voters.clone(),
                     learners: Vec::new(),
-                    floor: Some(crate::backup::election_floor(e.id, e.term)),
+                    floor: Some(p.election_floor(e.id, e.term)),
                 };
                 (name.clone(), spec)
             })

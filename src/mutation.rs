@@ -21,6 +21,7 @@
 //! | `held-writes-keep-the-first` | the writes a Ready pass holds while a batch is on the disk keep only a group's first write: what later passes held for that group is lost (`docs/design.md`, section 15) |
 //! | `stalled-disk-keeps-leading` | a node notices that its disk stalled (it reports it) but hands nothing over and campaigns as before (`docs/design.md`, section 15) |
 //! | `stalled-peer-takes-over` | a node hears that a peer's disk is stalled (its status says so) but its balancer and its handovers pick that peer as before, which refuses (`docs/design.md`, section 15) |
+//! | `plan-margin-ignores-the-clock` | a restore plan's margin is the fixed 2^20, not growing with the time since the backup: two plans of one backup start every election at the same term (`docs/design.md`, section 6, "Disaster recovery") |
 //! | `quiet-misses-dead-leader` | a quiet follower never notices that its leader's support stream went silent (its quiet elections stay leaderless) |
 //!
 //! Without the feature, [`active`] is a constant `false` and the checks compile away.

@@ -15,7 +15,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::election::{ElectionError, ElectionId, ElectionOptions, MAX_ELECTIONS, MAX_ELECTION_ID};
+use crate::election::{
+    term_floor, ElectionError, ElectionId, ElectionOptions, MAX_ELECTIONS, MAX_ELECTION_ID,
+};
 use crate::group_id::GroupId;
 use crate::history::History;
 use crate::transport::{NodeId, PeerAddr};
@@ -54,6 +56,15 @@ pub(crate) struct GroupState {
     /// holds the same set; empty in snapshots written before it existed.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub(crate) removed: BTreeSet<NodeId>,
+    /// A group founded from a restore plan: its margin (`RestorePlan::margin`), so that
+    /// the elections it creates start that far above their own floor, like those it
+    /// restored (0 for a group founded afresh).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) restore_margin: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn first_election_id() -> ElectionId {
@@ -212,7 +223,8 @@ impl GroupState {
                     created_at: index,
                     voters: voters.to_vec(),
                     learners: learners.to_vec(),
-                    floor: None,
+                    floor: (self.restore_margin > 0)
+                        .then(|| term_floor(id).saturating_add(self.restore_margin)),
                 };
                 self.elections.insert(e.name.clone(), spec.clone());
                 CatalogChange::Created {

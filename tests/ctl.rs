@@ -190,6 +190,98 @@ fn ctl_prints_shell_completions_without_a_group() {
     assert!(err.contains("'tcsh'") && err.contains("bash"), "{err}");
 }
 
+/// `restore-plan` makes the plan of a backup file without asking any node; a worker given
+/// the backup where the plan belongs, or a plan of another group than its `--found`, says
+/// so and exits 2 before it starts.
+#[test]
+fn ctl_makes_a_restore_plan_that_workers_found_from_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let origin = tenure::GroupId::random();
+    let backup = tenure::backup::Backup {
+        version: tenure::backup::BACKUP_VERSION,
+        group: origin,
+        taken_unix_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64,
+        taken_by: 1,
+        taken_from_leader: true,
+        term: 41,
+        members: tenure::Membership {
+            voters: vec![1],
+            ..Default::default()
+        },
+        history: vec![],
+        next_election_id: 1,
+        elections: Default::default(),
+    };
+    let backup_file = dir.path().join("backup.json");
+    std::fs::write(&backup_file, backup.to_json()).unwrap();
+    let plan_file = dir.path().join("plan.json");
+    let path = |p: &PathBuf| p.to_str().unwrap().to_string();
+    let (code, out, err) = ctl_bare(&[
+        "--json",
+        "restore-plan",
+        "--backup",
+        &path(&backup_file),
+        "--out",
+        &path(&plan_file),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).expect("restore-plan --json is JSON");
+    let plan =
+        tenure::backup::RestorePlan::from_json(&std::fs::read_to_string(&plan_file).unwrap())
+            .expect("the plan reads back");
+    assert_eq!(v["group"], plan.group.to_string());
+    assert_eq!(plan.origin, origin);
+    assert!(plan.root_floor() > 41 + tenure::backup::RESTORE_MARGIN - 1);
+    // Text: the new group and how to start from it.
+    let (code, out, err) = ctl_bare(&[
+        "restore-plan",
+        "--backup",
+        &path(&backup_file),
+        "--out",
+        &path(&dir.path().join("plan2.json")),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("new group") && out.contains("--restore"),
+        "{out}"
+    );
+    // A plan is not a backup; a missing file is named.
+    let (code, _, err) = ctl_bare(&["restore-plan", "--backup", &path(&plan_file), "--out", "x"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("not a tenure backup"), "{err}");
+    let (code, _, err) = ctl_bare(&["restore-plan", "--backup", "/nonexistent", "--out", "x"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("/nonexistent"), "{err}");
+
+    // The worker: a backup where the plan belongs, a plan of another group.
+    let worker = example("worker");
+    let base = [
+        "--id",
+        "1",
+        "--peers",
+        "1=127.0.0.1:9",
+        "--data-dir",
+        "/nonexistent",
+        "--certs",
+        "/nonexistent",
+    ];
+    let (backup_arg, plan_arg) = (path(&backup_file), path(&plan_file));
+    let (code, _, err) = output(&worker, &[&base[..], &["--restore", &backup_arg]].concat());
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("not a restore plan") && err.contains("restore-plan"),
+        "{err}"
+    );
+    let other = tenure::GroupId::random().to_string();
+    let args = [&base[..], &["--restore", &plan_arg, "--found", &other]].concat();
+    let (code, _, err) = output(&worker, &args);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(&plan.group.to_string()), "{err}");
+}
+
 #[test]
 fn ctl_drives_worker_processes_through_their_admin_endpoints() {
     let mut g = Group::start(3, None, &["--admin", "127.0.0.1:0"]);

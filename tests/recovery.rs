@@ -11,7 +11,8 @@ use std::time::Duration;
 use rusqlite::Connection;
 use support::cluster::{wait_for, Cluster};
 use tenure::admin::{self, Client};
-use tenure::election::election_of_term;
+use tenure::backup::{Backup, RestorePlan};
+use tenure::election::{election_of_term, term_floor};
 use tenure::transport::tls::{OperatorIdentity, TlsIdentity};
 use tenure::{ElectionOptions, FencingToken, Lease, Node, NodeId, Role, SqliteFence};
 
@@ -104,15 +105,32 @@ async fn a_group_founded_again_from_a_backup_hands_out_tokens_above_every_old_on
     );
     assert!(!backup.history.is_empty());
     // The file operators keep: it reads back as it was written.
-    let backup = tenure::backup::Backup::from_json(&backup.to_json()).expect("reads back");
+    let backup = Backup::from_json(&backup.to_json()).expect("reads back");
+    assert!(backup.taken_unix_ms > 0);
+
+    // An election created after the backup: the backup does not know its id or tokens.
+    let late = c
+        .node(leader)
+        .create_election("late", ElectionOptions::new())
+        .await
+        .expect("create an election after the backup");
+    assert_eq!(late.id, backup.next_election_id);
+    let (_, late_lease) = election_lease(&c, "late").await;
+    let late_token = late_lease.token();
+    drop(late_lease);
 
     // Every member loses its data folder.
     for id in [1, 2, 3] {
         c.kill(id).await;
         std::fs::remove_dir_all(c.dir.path().join(format!("data-{id}"))).unwrap();
     }
-    // Founded again from the backup: the same group, every election above its terms.
-    c.restore = Some(Arc::new(backup.clone()));
+    // Founded again from a plan of the backup: a new group, every election above its
+    // terms.
+    let plan = RestorePlan::make(backup.clone()).expect("a plan");
+    let plan = RestorePlan::from_json(&plan.to_json()).expect("the plan reads back");
+    assert_ne!(plan.group, backup.group);
+    assert_eq!(plan.origin, backup.group);
+    c.restore = Some(Arc::new(plan.clone()));
     for id in [1, 2, 3] {
         c.start_node(id).await;
     }
@@ -136,13 +154,24 @@ async fn a_group_founded_again_from_a_backup_hands_out_tokens_above_every_old_on
     );
     fence_write(&shard_fence, &mut db, new_shard);
     assert!(new_shard > old_shard);
-    // A new election gets a new id: ids are never reused.
+    // A new election gets a new id, above those the lost group may have given after the
+    // backup: ids are never reused, and its tokens are above the late election's.
     let created = c
         .node(new_leader)
         .create_election("shard-1", ElectionOptions::new())
         .await
         .expect("create another election");
-    assert_eq!(created.id, backup.next_election_id);
+    assert_eq!(created.id, plan.next_election_id());
+    assert!(created.id > late.id);
+    let (_, created_lease) = election_lease(&c, "shard-1").await;
+    assert!(created_lease.token() > late_token);
+    assert_eq!(
+        election_of_term(created_lease.token().term()),
+        created.id,
+        "in its own range"
+    );
+    assert!(created_lease.token().term() > term_floor(created.id) + plan.margin);
+    drop(created_lease);
     // The unit file keeps `--restore`: a restart opens the store, it restores nothing.
     let follower = [1, 2, 3].into_iter().find(|id| *id != new_leader).unwrap();
     c.restart(follower).await;
@@ -189,4 +218,167 @@ async fn founders_that_disagree_on_the_floor_do_not_found() {
     let (_, term) = c.steady_leader(LONG).await;
     assert!(term > 1000, "{term}");
     c.shutdown().await;
+}
+
+/// The terms of every lease the cluster's nodes held.
+fn lease_terms(c: &Cluster) -> std::collections::BTreeSet<u64> {
+    c.leases.lock().unwrap().iter().map(|l| l.term).collect()
+}
+
+/// One backup restored twice (a retried restore, a staging copy): each restore made its
+/// own plan, so they are two groups whose nodes refuse each other, and no token is handed
+/// out in both: the later plan starts above every token the earlier group handed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_restores_of_one_backup_are_two_groups_that_share_no_token() {
+    let mut a = Cluster::start(3).await;
+    let (leader, _) = a.steady_leader(LONG).await;
+    a.node(leader)
+        .create_election(SHARD, ElectionOptions::new())
+        .await
+        .expect("create a named election");
+    let _ = election_lease(&a, SHARD).await;
+    let backup = a.node(leader).backup().await.expect("a backup");
+    for id in [1, 2, 3] {
+        a.kill(id).await;
+        std::fs::remove_dir_all(a.dir.path().join(format!("data-{id}"))).unwrap();
+    }
+    a.leases.lock().unwrap().clear();
+
+    // The first restore, on the same machines.
+    let first = RestorePlan::make(backup.clone()).expect("a plan");
+    a.restore = Some(Arc::new(first.clone()));
+    for id in [1, 2, 3] {
+        a.start_node(id).await;
+    }
+    let (a_leader, _) = a.steady_leader(LONG).await;
+    let a_root = root_lease(a.node(a_leader)).await.token();
+    let (_, a_shard) = election_lease(&a, SHARD).await;
+    let a_shard = a_shard.token();
+
+    // The second, elsewhere, with the same certificates, from a plan made later.
+    let mut b = Cluster::unstarted(3, support::cluster::test_timing(), tenure::ReadMode::Safe);
+    let certs = b.dir.path().join("certs");
+    std::fs::remove_dir_all(&certs).unwrap();
+    std::fs::create_dir(&certs).unwrap();
+    for f in std::fs::read_dir(a.dir.path().join("certs")).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), certs.join(f.file_name())).unwrap();
+    }
+    let second = RestorePlan::make(backup.clone()).expect("a plan");
+    assert!(second.planned_unix_ms > first.planned_unix_ms);
+    b.restore = Some(Arc::new(second.clone()));
+    for id in [1, 2, 3] {
+        b.start_node(id).await;
+    }
+    let (b_leader, _) = b.steady_leader(LONG).await;
+    let b_root = root_lease(b.node(b_leader)).await.token();
+    let (_, b_shard) = election_lease(&b, SHARD).await;
+    let b_shard = b_shard.token();
+
+    // Three groups: the lost one and two restored ones.
+    assert_ne!(first.group, second.group);
+    assert!(first.group != backup.group && second.group != backup.group);
+    // The later plan's tokens are above the earlier group's, in every election.
+    assert!(
+        b_root > a_root,
+        "the later restore's token {b_root} is not above the earlier's {a_root}"
+    );
+    assert!(
+        b_shard > a_shard,
+        "the later restore's token {b_shard} is not above the earlier's {a_shard}"
+    );
+    assert_eq!(
+        election_of_term(b_shard.term()),
+        election_of_term(a_shard.term())
+    );
+    let (a_terms, b_terms) = (lease_terms(&a), lease_terms(&b));
+    assert!(
+        a_terms.is_disjoint(&b_terms),
+        "a token handed out in both: {a_terms:?} and {b_terms:?}"
+    );
+
+    // A node of the second group given the first group's addresses (a staging copy
+    // pointed at production): the first group's nodes refuse it, naming both groups.
+    let refused_before: u64 = [1, 2, 3]
+        .iter()
+        .map(|id| a.node(*id).transport_stats().connections_refused)
+        .sum();
+    let stray = if b_leader == 1 { 2 } else { 1 };
+    b.kill(stray).await;
+    for id in [1, 2, 3] {
+        if id != stray {
+            b.addrs.insert(id, a.addrs[&id]);
+        }
+    }
+    b.start_node(stray).await;
+    wait_for("the first group refuses the second's node", LONG, || {
+        let refused: u64 = [1, 2, 3]
+            .iter()
+            .map(|id| a.node(*id).transport_stats().connections_refused)
+            .sum();
+        (refused > refused_before).then_some(())
+    })
+    .await;
+    let (_, a_term) = a.steady_leader(LONG).await;
+    assert!(
+        a_term < b_root.term(),
+        "the first group went on below the second"
+    );
+    a.assert_leases_never_overlap();
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// A hand-edited backup or plan is refused where the worker reads it, naming the field:
+/// an id above the largest (its term floor would drop the high bits), a plan that reuses
+/// the backup's group, a backup given where a plan belongs.
+#[test]
+fn hand_edited_backups_and_plans_are_refused_naming_the_field() {
+    let group = tenure::GroupId::random();
+    let backup = Backup {
+        version: tenure::backup::BACKUP_VERSION,
+        group,
+        taken_unix_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64,
+        taken_by: 1,
+        taken_from_leader: true,
+        term: 7,
+        members: tenure::Membership {
+            voters: vec![1, 2, 3],
+            ..Default::default()
+        },
+        history: vec![],
+        next_election_id: 16_777_217,
+        elections: [(
+            "shard-0".to_string(),
+            tenure::backup::BackupElection {
+                id: 16_777_216,
+                options: ElectionOptions::new(),
+                term: 0,
+            },
+        )]
+        .into(),
+    };
+    let text = backup.to_json();
+    let e = Backup::from_json(&text).unwrap_err();
+    assert!(e.starts_with("next_election_id"), "{e}");
+    let text = text.replace("16777217", "8388608");
+    let e = Backup::from_json(&text).unwrap_err();
+    assert!(e.starts_with("elections.shard-0.id"), "{e}");
+    let backup = Backup::from_json(&text.replace("16777216", "5").replace("8388608", "6"))
+        .expect("a valid backup");
+    let e = RestorePlan::from_json(&backup.to_json()).unwrap_err();
+    assert!(e.contains("restore-plan"), "{e}");
+    let mut plan = RestorePlan::make(backup.clone()).unwrap();
+    plan.group = group;
+    let e = RestorePlan::from_json(&plan.to_json()).unwrap_err();
+    assert!(e.starts_with("group"), "{e}");
+    // A backup taken more than 34 years before its plan: one term per millisecond since
+    // would take the root past its range.
+    let mut old = backup.clone();
+    old.taken_unix_ms = 1;
+    let e = RestorePlan::make(old).unwrap_err();
+    assert!(e.starts_with("margin"), "{e}");
 }

@@ -116,9 +116,10 @@ pub(crate) struct WorkerCli {
     #[arg(long, value_name = "N", default_value = "0")]
     term_floor: u64,
 
-    /// Found the group again from a backup (ctl backup --out FILE) after every member lost
-    /// its data: its group (no --found needed), drains, history and elections, every
-    /// election above its recorded term; every first member the same file
+    /// Found the group again after every member lost its data, from a restore plan (ctl
+    /// restore-plan --backup BACKUP --out FILE): the plan's new group (no --found needed),
+    /// the backup's drains, history and elections, every election above its recorded
+    /// term; every first member the same plan
     #[arg(long, value_name = "FILE")]
     restore: Option<PathBuf>,
 
@@ -479,11 +480,20 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
     }
     b = b.term_floor(args.term_floor);
     if let Some(path) = &args.restore {
-        let backup = std::fs::read_to_string(path)
+        let plan = std::fs::read_to_string(path)
             .map_err(|e| e.to_string())
-            .and_then(|text| tenure::backup::Backup::from_json(&text));
-        match backup {
-            Ok(backup) => b = b.restore_from(backup),
+            .and_then(|text| tenure::backup::RestorePlan::from_json(&text))
+            .and_then(|plan| match args.found {
+                // A unit file pins the group: it must be the plan's.
+                Some(g) if g != plan.group => Err(format!(
+                    "the plan founds group {}, but --found gives {g}: set the group to the \
+                     plan's (ctl restore-plan printed it)",
+                    plan.group
+                )),
+                _ => Ok(plan),
+            });
+        match plan {
+            Ok(plan) => b = b.restore_from(plan),
             Err(e) => {
                 eprintln!("worker {id}: --restore {}: {e}", path.display());
                 return 2;

@@ -74,11 +74,13 @@ impl<S: RaftStore> Driver<S> {
             .elections
             .iter()
             .map(|(name, spec)| {
+                // A restored election not run here starts at its floor: no lower.
                 let term = self
                     .named
                     .groups
                     .get(&spec.id)
-                    .map_or(0, |ng| ng.g.raw.raft.term);
+                    .map_or(0, |ng| ng.g.raw.raft.term)
+                    .max(spec.floor.unwrap_or(0));
                 let e = crate::backup::BackupElection {
                     id: spec.id,
                     options: spec.options.clone(),
@@ -90,6 +92,7 @@ impl<S: RaftStore> Driver<S> {
         Ok(crate::backup::Backup {
             version: crate::backup::BACKUP_VERSION,
             group,
+            taken_unix_ms: self.env.clock.unix_ms(),
             taken_by: self.env.id,
             taken_from_leader: raft.state == StateRole::Leader,
             term: raft.term,

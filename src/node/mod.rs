@@ -430,7 +430,8 @@ impl Node {
 
     /// A backup of the group's replicated state as this node applied it (membership,
     /// drains, history, the catalog with its next id) and the highest term of the root
-    /// and of each named election it runs: what founding again with
+    /// and of each named election it runs, and when it was taken: what a
+    /// [`RestorePlan`](crate::backup::RestorePlan) founding again with
     /// [`ConfigBuilder::restore_from`](crate::ConfigBuilder::restore_from) needs so that
     /// tokens never go back. Ask the leader for the newest view.
     pub async fn backup(&self) -> Result<crate::backup::Backup, NodeStopped> {

@@ -74,9 +74,9 @@ pub(crate) struct Cluster {
     /// The group the first members found (`Config::found`; every start passes it, as a
     /// unit file would).
     pub group: tenure::GroupId,
-    /// A backup every founding start restores (`Config::restore`): a group founded again
-    /// after every member lost its data.
-    pub restore: Option<Arc<tenure::backup::Backup>>,
+    /// A restore plan every founding start founds (`Config::restore`, its group instead of
+    /// `group`): a group founded again after every member lost its data.
+    pub restore: Option<Arc<tenure::backup::RestorePlan>>,
 }
 
 /// `TENURE_TEST_LOG=debug|info|warn`: the nodes' (and raft-rs's) log on stderr, each line
@@ -150,7 +150,8 @@ impl Cluster {
         let mut config = if self.joining.contains(&id) {
             b.join(true).build()
         } else {
-            let mut config = b.found(self.group).build();
+            let group = self.restore.as_ref().map_or(self.group, |p| p.group);
+            let mut config = b.found(group).build();
             config.restore = self.restore.clone();
             config
         };

@@ -55,6 +55,8 @@ use tokio::task::JoinSet;
 
 #[path = "output.rs"]
 mod output;
+#[path = "plan.rs"]
+mod plan;
 use output::{
     explain, print_done, print_history, print_leaderships, print_members, print_status, write_whole,
 };
@@ -141,11 +143,22 @@ enum Command {
     Elections(Elections),
     /// Write a backup of the group's replicated state (membership, drains, history,
     /// election catalog, highest terms) to FILE, taken from the leader if one answers:
-    /// what a worker's `--restore FILE` founds the group again from after every member
-    /// lost its data, with tokens above every token handed out before
+    /// after every member lost its data, `restore-plan` makes it into the plan a worker's
+    /// `--restore PLAN` founds the group again from, with tokens above every old one
     Backup {
         /// The file to write (JSON; replaced whole, never left half written)
         #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+    /// Make the restore plan of backup FILE (a new group id, floors above its terms by a
+    /// margin that grows with the time since the backup) and write it to PLAN: what every
+    /// first member's `--restore PLAN` founds (needs no --certs or --addr; asks no node)
+    RestorePlan {
+        /// The backup (`backup --out FILE`)
+        #[arg(long, value_name = "FILE")]
+        backup: PathBuf,
+        /// The plan to write (JSON; replaced whole, never left half written)
+        #[arg(long, value_name = "PLAN")]
         out: PathBuf,
     },
     /// Print a completion script for SHELL on stdout (needs no --certs or --addr)
@@ -269,8 +282,14 @@ struct Args {
     backup_out: Option<PathBuf>,
 }
 
-/// The request a command sends, or, for `completions`, the shell to print a script for.
-fn request_of(command: Command) -> Result<Request, clap_complete::Shell> {
+/// A command that asks no node.
+enum Offline {
+    Completions(clap_complete::Shell),
+    RestorePlan { backup: PathBuf, out: PathBuf },
+}
+
+/// The request a command sends, or the command that asks no node.
+fn request_of(command: Command) -> Result<Request, Offline> {
     Ok(match command {
         Command::Status { .. } => Request::Status,
         Command::History => Request::History,
@@ -296,7 +315,8 @@ fn request_of(command: Command) -> Result<Request, clap_complete::Shell> {
             Request::TransferElection { name, to }
         }
         Command::Backup { .. } => Request::Backup,
-        Command::Completions { shell } => return Err(shell),
+        Command::Completions { shell } => return Err(Offline::Completions(shell)),
+        Command::RestorePlan { backup, out } => return Err(Offline::RestorePlan { backup, out }),
     })
 }
 
@@ -308,6 +328,7 @@ fn command(name: &'static str) -> clap::Command {
         .bin_name(name)
         .override_usage(format!(
             "{name} --certs DIR --addr ADDR[,ADDR...] [--json] [--timeout SECS] <COMMAND>\n       \
+         {name} restore-plan --backup FILE --out PLAN\n       \
          {name} completions <SHELL>"
         ))
 }
@@ -332,7 +353,10 @@ pub(crate) fn main(name: &'static str) -> ExitCode {
     };
     let request = match request_of(cli.command) {
         Ok(request) => request,
-        Err(shell) => return print_completions(name, shell),
+        Err(Offline::Completions(shell)) => return print_completions(name, shell),
+        Err(Offline::RestorePlan { backup, out }) => {
+            return plan::restore_plan(name, cli.json, &backup, &out)
+        }
     };
     let Some(certs) = cli.certs else {
         usage_error("--certs DIR is required: the folder with the operator certificate")
