@@ -209,7 +209,7 @@ impl RestorePlan {
     /// # Errors
     /// As [`RestorePlan::new`].
     pub fn make(backup: Backup) -> Result<Self, String> {
-        RestorePlan::new(backup, GroupId::random(), unix_ms_now())
+        RestorePlan::new(backup, GroupId::random(), crate::clock::wall_unix_ms())
     }
 
     /// Reads a plan file's text; an error says what is wrong, and what to do with a
@@ -308,13 +308,6 @@ impl RestorePlan {
             .max(1)
             .saturating_add(ID_MARGIN)
     }
-}
-
-/// The wall clock in milliseconds since the Unix epoch (0 before it).
-pub(crate) fn unix_ms_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A 64-bit digest (FNV-1a) of what founders must agree on; the same on every build.

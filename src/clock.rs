@@ -195,6 +195,13 @@ struct Segment {
     boot_still: bool,
 }
 
+/// The host's wall clock in milliseconds since the Unix epoch (0 before it).
+pub(crate) fn wall_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Real time `d` on a clock of rate `rate` (exact at 1.0).
 fn scale(d: Duration, rate: f64) -> Duration {
     if rate == 1.0 {
@@ -342,9 +349,7 @@ impl LocalClock {
             let since = self.now().saturating_duration_since(self.origin);
             return SIM_EPOCH_MS + since.as_millis() as u64;
         }
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64)
+        wall_unix_ms()
     }
 
     /// Local time now (the monotonic clock).

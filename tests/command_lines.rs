@@ -26,16 +26,7 @@ fn assert_usage_errors(bin: &std::path::Path, cases: &[(&[&str], &str)]) {
 }
 
 /// A worker command line that is whole but for what a case changes.
-const W: [&str; 8] = [
-    "--id",
-    "1",
-    "--peers",
-    "1=127.0.0.1:9",
-    "--data-dir",
-    "/nonexistent",
-    "--certs",
-    "/nonexistent",
-];
+const W: [&str; 8] = support::kit::command::WHOLE_ARGS;
 
 fn with<'a>(base: &[&'a str], more: &[&'a str]) -> Vec<&'a str> {
     base.iter().chain(more).copied().collect()

@@ -197,24 +197,7 @@ fn ctl_prints_shell_completions_without_a_group() {
 fn ctl_makes_a_restore_plan_that_workers_found_from_and_nothing_else() {
     let dir = tempfile::tempdir().unwrap();
     let origin = tenure::GroupId::random();
-    let backup = tenure::backup::Backup {
-        version: tenure::backup::BACKUP_VERSION,
-        group: origin,
-        taken_unix_ms: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64,
-        taken_by: 1,
-        taken_from_leader: true,
-        term: 41,
-        members: tenure::Membership {
-            voters: vec![1],
-            ..Default::default()
-        },
-        history: vec![],
-        next_election_id: 1,
-        elections: Default::default(),
-    };
+    let backup = support::backup_taken_now(origin, 41, vec![1]);
     let backup_file = dir.path().join("backup.json");
     std::fs::write(&backup_file, backup.to_json()).unwrap();
     let plan_file = dir.path().join("plan.json");
@@ -258,16 +241,7 @@ fn ctl_makes_a_restore_plan_that_workers_found_from_and_nothing_else() {
 
     // The worker: a backup where the plan belongs, a plan of another group.
     let worker = example("worker");
-    let base = [
-        "--id",
-        "1",
-        "--peers",
-        "1=127.0.0.1:9",
-        "--data-dir",
-        "/nonexistent",
-        "--certs",
-        "/nonexistent",
-    ];
+    let base = support::kit::command::WHOLE_ARGS;
     let (backup_arg, plan_arg) = (path(&backup_file), path(&plan_file));
     let (code, _, err) = output(&worker, &[&base[..], &["--restore", &backup_arg]].concat());
     assert_eq!(code, 2, "{err}");

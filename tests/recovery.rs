@@ -225,6 +225,19 @@ fn lease_terms(c: &Cluster) -> std::collections::BTreeSet<u64> {
     c.leases.lock().unwrap().iter().map(|l| l.term).collect()
 }
 
+/// Founds nodes 1 to 3 of `c` from `plan`; the leader, and the tokens of its root lease
+/// and of the first lease of election [`SHARD`].
+async fn found_from(c: &mut Cluster, plan: &RestorePlan) -> (NodeId, FencingToken, FencingToken) {
+    c.restore = Some(Arc::new(plan.clone()));
+    for id in [1, 2, 3] {
+        c.start_node(id).await;
+    }
+    let (leader, _) = c.steady_leader(LONG).await;
+    let root = root_lease(c.node(leader)).await.token();
+    let (_, shard) = election_lease(c, SHARD).await;
+    (leader, root, shard.token())
+}
+
 /// One backup restored twice (a retried restore, a staging copy): each restore made its
 /// own plan, so they are two groups whose nodes refuse each other, and no token is handed
 /// out in both: the later plan starts above every token the earlier group handed out.
@@ -246,14 +259,7 @@ async fn two_restores_of_one_backup_are_two_groups_that_share_no_token() {
 
     // The first restore, on the same machines.
     let first = RestorePlan::make(backup.clone()).expect("a plan");
-    a.restore = Some(Arc::new(first.clone()));
-    for id in [1, 2, 3] {
-        a.start_node(id).await;
-    }
-    let (a_leader, _) = a.steady_leader(LONG).await;
-    let a_root = root_lease(a.node(a_leader)).await.token();
-    let (_, a_shard) = election_lease(&a, SHARD).await;
-    let a_shard = a_shard.token();
+    let (_, a_root, a_shard) = found_from(&mut a, &first).await;
 
     // The second, elsewhere, with the same certificates, from a plan made later.
     let mut b = Cluster::unstarted(3, support::cluster::test_timing(), tenure::ReadMode::Safe);
@@ -266,14 +272,7 @@ async fn two_restores_of_one_backup_are_two_groups_that_share_no_token() {
     }
     let second = RestorePlan::make(backup.clone()).expect("a plan");
     assert!(second.planned_unix_ms > first.planned_unix_ms);
-    b.restore = Some(Arc::new(second.clone()));
-    for id in [1, 2, 3] {
-        b.start_node(id).await;
-    }
-    let (b_leader, _) = b.steady_leader(LONG).await;
-    let b_root = root_lease(b.node(b_leader)).await.token();
-    let (_, b_shard) = election_lease(&b, SHARD).await;
-    let b_shard = b_shard.token();
+    let (b_leader, b_root, b_shard) = found_from(&mut b, &second).await;
 
     // Three groups: the lost one and two restored ones.
     assert_ne!(first.group, second.group);
@@ -335,32 +334,17 @@ async fn two_restores_of_one_backup_are_two_groups_that_share_no_token() {
 #[test]
 fn hand_edited_backups_and_plans_are_refused_naming_the_field() {
     let group = tenure::GroupId::random();
-    let backup = Backup {
-        version: tenure::backup::BACKUP_VERSION,
-        group,
-        taken_unix_ms: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64,
-        taken_by: 1,
-        taken_from_leader: true,
-        term: 7,
-        members: tenure::Membership {
-            voters: vec![1, 2, 3],
-            ..Default::default()
+    let mut backup = support::backup_taken_now(group, 7, vec![1, 2, 3]);
+    backup.next_election_id = 16_777_217;
+    backup.elections = [(
+        "shard-0".to_string(),
+        tenure::backup::BackupElection {
+            id: 16_777_216,
+            options: ElectionOptions::new(),
+            term: 0,
         },
-        history: vec![],
-        next_election_id: 16_777_217,
-        elections: [(
-            "shard-0".to_string(),
-            tenure::backup::BackupElection {
-                id: 16_777_216,
-                options: ElectionOptions::new(),
-                term: 0,
-            },
-        )]
-        .into(),
-    };
+    )]
+    .into();
     let text = backup.to_json();
     let e = Backup::from_json(&text).unwrap_err();
     assert!(e.starts_with("next_election_id"), "{e}");

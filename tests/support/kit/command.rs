@@ -9,6 +9,19 @@ use std::fmt::Display;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+/// A worker command line that parses whole, with nothing behind it (no certificates, no
+/// folder): what tests of the worker's refusals add a case to.
+pub(crate) const WHOLE_ARGS: [&str; 8] = [
+    "--id",
+    "1",
+    "--peers",
+    "1=127.0.0.1:9",
+    "--data-dir",
+    "/nonexistent",
+    "--certs",
+    "/nonexistent",
+];
+
 /// How a worker meets its data folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Start {
