@@ -24,9 +24,12 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::election::{term_floor, term_range, ElectionId, ElectionOptions, MAX_ELECTION_ID};
+use crate::election::{
+    term_floor, term_range, ElectionId, ElectionOptions, MAX_CATALOG_BYTES, MAX_ELECTION_ID,
+};
 use crate::group_id::GroupId;
 use crate::history::TenureRecord;
+use crate::state::{catalog_bytes, ElectionSpec};
 use crate::status::Membership;
 use crate::NodeId;
 
@@ -285,7 +288,37 @@ impl RestorePlan {
                 ));
             }
         }
+        let catalog = self.catalog(&self.backup.members.voters);
+        let bytes: u64 = catalog.iter().map(|(n, s)| catalog_bytes(n, s)).sum();
+        if bytes > MAX_CATALOG_BYTES {
+            return Err(format!(
+                "backup.elections: the {} elections would take {bytes} bytes of the \
+                 catalog, above its limit of {MAX_CATALOG_BYTES} (docs/design.md, section \
+                 9): no snapshot of the restored group would reach a new member",
+                catalog.len()
+            ));
+        }
         Ok(())
+    }
+
+    /// The catalog the restored group starts with when `voters` found it: every election
+    /// of the backup at its floor ([`RestorePlan::election_floor`]).
+    pub(crate) fn catalog(&self, voters: &[NodeId]) -> BTreeMap<String, ElectionSpec> {
+        self.backup
+            .elections
+            .iter()
+            .map(|(name, e)| {
+                let spec = ElectionSpec {
+                    id: e.id,
+                    options: e.options.clone(),
+                    created_at: 1,
+                    voters: voters.to_vec(),
+                    learners: Vec::new(),
+                    floor: Some(self.election_floor(e.id, e.term)),
+                };
+                (name.clone(), spec)
+            })
+            .collect()
     }
 
     /// The term the root is founded at: above every token the backup knows, by the margin.
@@ -434,6 +467,33 @@ mod tests {
         assert!(RestorePlan::from_json("[]")
             .unwrap_err()
             .contains("not a tenure restore plan"));
+    }
+
+    #[test]
+    fn a_plan_whose_catalog_would_not_fit_a_snapshot_is_refused() {
+        // A hand-made backup of 15,000 elections of 128-byte names: no group could
+        // send its catalog to a new member.
+        let mut b = backup();
+        b.members.voters = vec![1, 2, 3, 4, 5];
+        b.next_election_id = 20_000;
+        b.elections = (1..=15_000)
+            .map(|id| {
+                let e = BackupElection {
+                    id,
+                    options: ElectionOptions::default(),
+                    term: 0,
+                };
+                (format!("{id:0>128}"), e)
+            })
+            .collect();
+        let e = RestorePlan::new(b.clone(), GroupId::random(), 0).unwrap_err();
+        assert!(
+            e.starts_with("backup.elections: the 15000 elections"),
+            "{e}"
+        );
+        assert!(e.contains(&format!("limit of {MAX_CATALOG_BYTES}")), "{e}");
+        b.elections.retain(|_, e| e.id <= 12_000);
+        assert!(RestorePlan::new(b, GroupId::random(), 0).is_ok());
     }
 
     #[test]

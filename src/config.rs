@@ -332,6 +332,14 @@ pub struct TestHooks {
     /// Every election timeout at its minimum, `election_ticks` (the boundary tests: the
     /// fastest election the timing allows).
     pub election_timeouts_at_minimum: bool,
+    /// The most bytes the catalog of named elections may take
+    /// ([`MAX_CATALOG_BYTES`](crate::election::MAX_CATALOG_BYTES)). A test sets a smaller
+    /// one, the same on every node, to fill the catalog with a few hundred elections.
+    pub catalog_limit: u64,
+    /// The QUIC transport's frame limit for [`Node::start`](crate::Node::start)
+    /// (`QuicConfig::max_frame`); `None`: the default,
+    /// [`DEFAULT_MAX_FRAME`](crate::transport::frame::DEFAULT_MAX_FRAME).
+    pub max_frame: Option<usize>,
 }
 
 impl Default for TestHooks {
@@ -341,6 +349,8 @@ impl Default for TestHooks {
             clock_control: None,
             election_seed: None,
             election_timeouts_at_minimum: false,
+            catalog_limit: crate::election::MAX_CATALOG_BYTES,
+            max_frame: None,
         }
     }
 }
@@ -471,6 +481,12 @@ impl Config {
                     p.group, self.found
                 )));
             }
+        }
+        if self.history_retention > MAX_HISTORY_RETENTION {
+            return Err(ConfigError::HistoryRetention {
+                retention: self.history_retention,
+                max: MAX_HISTORY_RETENTION,
+            });
         }
         if self.disk_stall_bound.is_some_and(|b| b.is_zero()) {
             return Err(ConfigError::Timing(
@@ -676,6 +692,14 @@ impl ConfigBuilder {
     }
 }
 
+/// The most tenures [`Config::history_retention`] may keep: 4,096. The root's snapshot
+/// carries the history beside the catalog of named elections in one frame, and a record
+/// takes at most 140 bytes of it (about 0.6 MB for 4,096), which with
+/// [`MAX_CATALOG_BYTES`](crate::election::MAX_CATALOG_BYTES) leaves room in
+/// [`DEFAULT_MAX_FRAME`](crate::transport::frame::DEFAULT_MAX_FRAME) for the members'
+/// addresses (`docs/design.md`, section 9).
+pub const MAX_HISTORY_RETENTION: usize = 4096;
+
 /// Parses `1=127.0.0.1:7001,2=worker-2.workers.svc:7001,3=[fd00::3]:7001` into a peer
 /// map. An address that is not `host:port` is `peer 3: 'foo' is not host:port (...)`.
 pub fn parse_peers(s: &str) -> Result<BTreeMap<NodeId, PeerAddr>, ConfigError> {
@@ -748,6 +772,26 @@ mod tests {
             .build();
         let e = c.validate().unwrap_err();
         assert!(e.to_string().contains("disk_stall_bound is zero"), "{e}");
+    }
+
+    #[test]
+    fn a_history_longer_than_a_snapshot_holds_is_refused() {
+        let c = |n| {
+            Config::builder(1)
+                .peer(1, addr(1))
+                .history_retention(n)
+                .build()
+        };
+        assert!(c(MAX_HISTORY_RETENTION).validate().is_ok());
+        let e = c(MAX_HISTORY_RETENTION + 1).validate().unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::HistoryRetention {
+                retention: 4097,
+                max: 4096
+            }
+        );
+        assert!(e.to_string().contains("must fit one frame"), "{e}");
     }
 
     #[test]

@@ -37,8 +37,24 @@ pub const TERM_BITS: u32 = 40;
 /// Ids below this keep every token under 2^63 (a signed 64-bit column).
 pub const MAX_ELECTION_ID: ElectionId = (1 << 23) - 1;
 
-/// The most named elections a catalog holds at once.
+/// The most named elections a catalog holds at once (fewer when their names are long:
+/// [`MAX_CATALOG_BYTES`]).
 pub const MAX_ELECTIONS: usize = 65_536;
+
+/// The most bytes the catalog's elections may take together in the root's snapshot:
+/// 3 MiB, three quarters of the transport's
+/// [`DEFAULT_MAX_FRAME`](crate::transport::frame::DEFAULT_MAX_FRAME).
+///
+/// The root's snapshot carries the whole catalog to a learner or a lagging follower in
+/// one frame, beside the leadership history (at most
+/// [`MAX_HISTORY_RETENTION`](crate::config::MAX_HISTORY_RETENTION) records, about 0.6
+/// MB) and the members' addresses: a catalog past this would make a snapshot no peer
+/// accepts, and no node could join the group again. A `create_election` that would take
+/// the catalog past it is refused with [`ElectionError::Full`] when its entry applies,
+/// the same on every node. An election takes about 100 bytes and its name: with
+/// 128-byte names and five voters the catalog holds about 14,000 elections, with
+/// 16-byte names about 28,000 (`docs/design.md`, section 9).
+pub const MAX_CATALOG_BYTES: u64 = (crate::transport::frame::DEFAULT_MAX_FRAME as u64) / 4 * 3;
 
 /// The term election `id` is founded at (its first leader leads in the next one).
 #[must_use]

@@ -21,6 +21,19 @@ pub enum ConfigError {
     /// section 6, "Disaster recovery"). The message says why.
     #[error("cannot found from this term floor or backup: {0}")]
     Restore(String),
+    /// [`Config::history_retention`](crate::Config::history_retention) is above
+    /// [`MAX_HISTORY_RETENTION`](crate::config::MAX_HISTORY_RETENTION): the root's
+    /// snapshot, which carries the history, would not fit one frame.
+    #[error(
+        "history_retention {retention} is above {max}: the root's snapshot carries the \
+         history and must fit one frame (docs/design.md, section 9)"
+    )]
+    HistoryRetention {
+        /// The retention asked for.
+        retention: usize,
+        /// The most allowed.
+        max: usize,
+    },
     /// Node id 0 is reserved by raft-rs. Fix: number nodes from 1.
     #[error("node id must not be 0 (raft reserves it); number nodes from 1")]
     ZeroId,

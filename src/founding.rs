@@ -17,7 +17,7 @@ use crate::config::Config;
 use crate::driver::Command;
 use crate::group_id::GroupId;
 use crate::history::History;
-use crate::state::{ElectionSpec, GroupState};
+use crate::state::GroupState;
 use crate::status::{Leadership, Role, Status};
 use crate::transport::{Floor, Hello, Inbound, Inbox, NodeId, Standing, Transport};
 
@@ -142,21 +142,7 @@ pub(crate) fn founding_plan(config: &Config, group: GroupId) -> (GroupState, u64
         state.history = History::from_records(b.history.clone());
         state.next_election_id = p.next_election_id();
         state.restore_margin = p.margin;
-        state.elections = b
-            .elections
-            .iter()
-            .map(|(name, e)| {
-                let spec = ElectionSpec {
-                    id: e.id,
-                    options: e.options.clone(),
-                    created_at: 1,
-                    voters: voters.clone(),
-                    learners: Vec::new(),
-                    floor: Some(p.election_floor(e.id, e.term)),
-                };
-                (name.clone(), spec)
-            })
-            .collect();
+        state.elections = p.catalog(&voters);
         // The addresses come from each node's configuration: not part of the digest.
         let mut restored = state.clone();
         restored.addrs.clear();

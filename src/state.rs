@@ -15,6 +15,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(doc)]
+use crate::election::MAX_CATALOG_BYTES;
 use crate::election::{
     term_floor, ElectionError, ElectionId, ElectionOptions, MAX_ELECTIONS, MAX_ELECTION_ID,
 };
@@ -61,6 +63,9 @@ pub(crate) struct GroupState {
     /// restored (0 for a group founded afresh).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub(crate) restore_margin: u64,
+    /// [`GroupState::catalog_bytes`], kept as entries apply (`None`: not counted yet).
+    #[serde(skip)]
+    catalog_used: Option<u64>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -183,15 +188,27 @@ impl GroupState {
         out
     }
 
+    /// What the catalog's elections take of their limit ([`MAX_CATALOG_BYTES`]), as
+    /// [`catalog_bytes`] charges each.
+    pub(crate) fn catalog_bytes(&self) -> u64 {
+        self.elections
+            .iter()
+            .map(|(name, spec)| catalog_bytes(name, spec))
+            .sum()
+    }
+
     /// Applies a catalog entry at root `index`, where the root's applied membership is
     /// `voters` and `learners` (a new election's first membership). Every member applies
-    /// the same log, so every member gives a name the same id.
+    /// the same log, so every member gives a name the same id. `limit` is the most bytes
+    /// the catalog may take ([`MAX_CATALOG_BYTES`], smaller in some tests: the same on
+    /// every node).
     pub(crate) fn apply_catalog(
         &mut self,
         data: &[u8],
         index: u64,
         voters: &[NodeId],
         learners: &[NodeId],
+        limit: u64,
     ) -> CatalogChange {
         match data.split_first() {
             Some((&CREATE_TAG, json)) => {
@@ -216,7 +233,6 @@ impl GroupState {
                     )));
                 }
                 let id = self.next_election_id.max(1);
-                self.next_election_id = id + 1;
                 let spec = ElectionSpec {
                     id,
                     options: e.options,
@@ -226,6 +242,21 @@ impl GroupState {
                     floor: (self.restore_margin > 0)
                         .then(|| term_floor(id).saturating_add(self.restore_margin)),
                 };
+                let used = self.catalog_used.unwrap_or_else(|| self.catalog_bytes());
+                let needs = catalog_bytes(&e.name, &spec);
+                if used.saturating_add(needs) > limit
+                    && !crate::mutation::active("catalog-ignores-its-byte-limit")
+                {
+                    return refused(ElectionError::Full(format!(
+                        "the catalog's {} elections take {used} of its {limit} bytes and {:?} \
+                         needs {needs} more: the root's snapshot must fit one frame \
+                         (docs/design.md, section 9); remove elections or use shorter names",
+                        self.elections.len(),
+                        e.name
+                    )));
+                }
+                self.next_election_id = id + 1;
+                self.catalog_used = Some(used + needs);
                 self.elections.insert(e.name.clone(), spec.clone());
                 CatalogChange::Created {
                     name: e.name,
@@ -239,6 +270,8 @@ impl GroupState {
                 };
                 match self.elections.get(&e.name) {
                     Some(spec) if spec.id == e.id => {
+                        let freed = catalog_bytes(&e.name, spec);
+                        self.catalog_used = self.catalog_used.map(|u| u.saturating_sub(freed));
                         self.elections.remove(&e.name);
                         CatalogChange::Removed {
                             name: e.name,
@@ -301,6 +334,42 @@ impl GroupState {
     }
 }
 
+/// What election `name` takes of the catalog's limit ([`MAX_CATALOG_BYTES`]): its JSON in
+/// the root's snapshot, `"name":{...},`, counted from its fields.
+///
+/// Every node must charge an election the same, or one would refuse a creation another
+/// applies, so this is a formula of the fields, part of the replicated protocol, and not
+/// the length of whatever the running version serializes: a version that adds a field to
+/// [`ElectionSpec`] keeps it (the quarter of a frame left beside the catalog has room for
+/// a few bytes more per election). It equals the JSON's length today (a test checks).
+pub(crate) fn catalog_bytes(name: &str, spec: &ElectionSpec) -> u64 {
+    fn digits(n: u64) -> u64 {
+        u64::from(n.checked_ilog10().unwrap_or(0)) + 1
+    }
+    fn list(ids: &[NodeId]) -> u64 {
+        ids.iter().map(|&i| digits(i) + 1).sum::<u64>().max(1) - 1
+    }
+    let o = &spec.options;
+    let affinity = if o.affinity.is_empty() {
+        0
+    } else {
+        r#""affinity":[],"#.len() as u64 + list(&o.affinity)
+    };
+    let floor = spec
+        .floor
+        .map_or(0, |f| r#","floor":"#.len() as u64 + digits(f));
+    let fixed = r#""":{"id":,"options":{"priority":},"created_at":,"voters":[],"learners":[]},"#;
+    fixed.len() as u64
+        + name.len() as u64
+        + digits(u64::from(spec.id))
+        + affinity
+        + digits(u64::from(o.priority))
+        + digits(spec.created_at)
+        + list(&spec.voters)
+        + list(&spec.learners)
+        + floor
+}
+
 /// The context of a conf change: the addresses of the nodes it adds, a JSON map of id to
 /// address string (the form a `SocketAddr` map had, so an IP address reads on any node).
 pub(crate) fn encode_addrs(addrs: &BTreeMap<NodeId, PeerAddr>) -> Vec<u8> {
@@ -319,6 +388,218 @@ pub(crate) fn decode_addrs(ctx: &[u8]) -> BTreeMap<NodeId, PeerAddr> {
 mod tests {
     use super::*;
     use crate::history::TenureStart;
+
+    fn spec(id: ElectionId, nodes: &[NodeId], floor: Option<u64>) -> ElectionSpec {
+        ElectionSpec {
+            id,
+            options: ElectionOptions::new(),
+            created_at: 7,
+            voters: nodes.to_vec(),
+            learners: Vec::new(),
+            floor,
+        }
+    }
+
+    #[test]
+    fn an_elections_charge_is_its_json_in_the_snapshot() {
+        let big = u64::MAX;
+        let mut specs = vec![
+            ("a".to_string(), spec(1, &[1], None)),
+            (
+                "shard-0".to_string(),
+                spec(2, &[1, 2, 3, 4, 5], Some(1 << 41)),
+            ),
+            ("x".repeat(128), spec(MAX_ELECTION_ID, &[big; 7], Some(big))),
+            ("none".to_string(), spec(9, &[], None)),
+        ];
+        specs[1].1.options = ElectionOptions::new().affinity([3, 1]).priority(0);
+        specs[2].1.options = ElectionOptions::new().affinity([big; 3]).priority(255);
+        specs[2].1.learners = vec![big, 10];
+        specs[2].1.created_at = big;
+        specs[3].1.learners = vec![4];
+        for (name, s) in &specs {
+            let one: BTreeMap<_, _> = [(name.clone(), s.clone())].into();
+            let json = serde_json::to_vec(&one).unwrap();
+            // `{"name":{...}}` is the charge less its comma, plus the braces.
+            assert_eq!(json.len() as u64, catalog_bytes(name, s) + 1, "{name}");
+        }
+        let state = GroupState {
+            elections: specs.into_iter().collect(),
+            ..Default::default()
+        };
+        let all = serde_json::to_vec(&state.elections).unwrap();
+        assert_eq!(all.len() as u64, state.catalog_bytes() + 1);
+    }
+
+    /// Creates `name` at `index`, where the root's voters are 1 to 5.
+    fn create(s: &mut GroupState, name: &str, index: u64, limit: u64) -> CatalogChange {
+        let req = Request {
+            node: 1,
+            nonce: index,
+        };
+        let entry = GroupState::create_entry(name, &ElectionOptions::new(), req);
+        s.apply_catalog(&entry, index, &[1, 2, 3, 4, 5], &[], limit)
+    }
+
+    #[test]
+    fn a_creation_past_the_catalogs_bytes_is_refused_and_a_removal_makes_room() {
+        let limit = 10_000;
+        let mut s = GroupState::default();
+        let mut index = 100;
+        let name = |i: u64| format!("{i:0>128}");
+        let refused = loop {
+            index += 1;
+            match create(&mut s, &name(index), index, limit) {
+                CatalogChange::Created { .. } => {}
+                CatalogChange::Refused { error, .. } => break error,
+                other => panic!("{other:?}"),
+            }
+        };
+        let msg = refused.to_string();
+        assert!(matches!(refused, ElectionError::Full(_)), "{msg}");
+        assert!(
+            msg.contains("of its 10000 bytes") && msg.contains("section 9"),
+            "{msg}"
+        );
+        let n = s.elections.len();
+        assert!(n > 30, "only {n} elections fit 10,000 bytes");
+        assert!(s.catalog_bytes() <= limit);
+        assert_eq!(s.catalog_used, Some(s.catalog_bytes()));
+        // A refused creation uses no id; a removal frees what the election took.
+        let next = s.next_election_id;
+        let (first, spec) = s
+            .elections
+            .iter()
+            .next()
+            .map(|(n, s)| (n.clone(), s.id))
+            .unwrap();
+        let rm = GroupState::remove_entry(&first, spec, Request { node: 1, nonce: 1 });
+        assert!(matches!(
+            s.apply_catalog(&rm, 1, &[1], &[], limit),
+            CatalogChange::Removed { .. }
+        ));
+        assert_eq!(s.catalog_used, Some(s.catalog_bytes()));
+        assert!(matches!(
+            create(&mut s, "short", index + 1, limit),
+            CatalogChange::Created { .. }
+        ));
+        assert_eq!(s.elections[&"short".to_string()].id, next);
+        // A state read from a snapshot counts its catalog afresh, and refuses the same.
+        let mut back = GroupState::from_snapshot(&s.to_snapshot()).unwrap();
+        assert_eq!(back.catalog_used, None);
+        let full = |c: &CatalogChange| {
+            matches!(
+                c,
+                CatalogChange::Refused {
+                    error: ElectionError::Full(_),
+                    ..
+                }
+            )
+        };
+        for i in index + 2.. {
+            let (a, b) = (
+                create(&mut s, &name(i), i, limit),
+                create(&mut back, &name(i), i, limit),
+            );
+            assert_eq!(full(&a), full(&b), "{a:?} {b:?}");
+            if full(&a) {
+                break;
+            }
+        }
+        assert_eq!(back.elections, s.elections);
+    }
+
+    #[test]
+    fn a_root_snapshot_at_every_limit_fits_one_frame() {
+        use crate::election::MAX_CATALOG_BYTES;
+        use crate::history::{TenureEnd, TenureRecord};
+        use crate::transport::frame::{encode, DEFAULT_MAX_FRAME};
+        // The widest of everything: 128-byte names, seven voters and learners with the
+        // longest ids, the longest history, addresses of DNS names at their longest.
+        let big = u64::MAX;
+        let members: Vec<NodeId> = (0..14).map(|i| big - i).collect();
+        let mut s = GroupState::default();
+        let mut index = big / 2;
+        let mut made = 0;
+        loop {
+            index += 1;
+            let req = Request {
+                node: 1,
+                nonce: index,
+            };
+            let options = ElectionOptions::new().affinity(members[..7].to_vec());
+            let entry = GroupState::create_entry(&format!("{index:x>128}"), &options, req);
+            match s.apply_catalog(
+                &entry,
+                index,
+                &members[..7],
+                &members[7..],
+                MAX_CATALOG_BYTES,
+            ) {
+                CatalogChange::Created { .. } => made += 1,
+                _ => break,
+            }
+        }
+        let records = (0..crate::config::MAX_HISTORY_RETENTION as u64)
+            .map(|i| TenureRecord {
+                term: big - i,
+                leader: big,
+                began_unix_ms: big,
+                started_by: crate::history::TenureStart::Handover,
+                ended: Some(TenureEnd::HandedOver),
+            })
+            .collect();
+        s.history = History::from_records(records);
+        let host = format!(
+            "{}.{}",
+            ["w".repeat(63).as_str(); 3].join("."),
+            "w".repeat(61)
+        );
+        for &m in &members {
+            s.addrs.insert(m, format!("{host}:65535").parse().unwrap());
+            s.drained.insert(m);
+        }
+        s.removed = (1..=1000).collect();
+        s.group = Some(GroupId::random());
+        s.restore_margin = big;
+        let data = s.to_snapshot();
+        let mut m = raft::eraftpb::Message::default();
+        m.set_msg_type(raft::eraftpb::MessageType::MsgSnapshot);
+        m.mut_snapshot().set_data(data.clone().into());
+        let meta = m.mut_snapshot().mut_metadata();
+        meta.mut_conf_state().set_voters(members[..7].to_vec());
+        meta.mut_conf_state().set_learners(members[7..].to_vec());
+        meta.index = big;
+        meta.term = big;
+        let framed = encode(&m, DEFAULT_MAX_FRAME).map(|f| f.len());
+        assert!(
+            framed.is_ok(),
+            "{made} elections, snapshot of {} bytes: {framed:?}",
+            data.len()
+        );
+        assert!(made > 4000, "only {made} elections");
+    }
+
+    #[test]
+    fn the_catalog_holds_what_the_docs_say() {
+        // MAX_CATALOG_BYTES's docs and design section 9: about 14,000 elections with
+        // 128-byte names and 16-byte names about 28,000, five voters (ids 1 to 5).
+        use crate::election::MAX_CATALOG_BYTES;
+        for (len, least, most) in [(128, 13_500, 14_500), (16, 27_500, 28_500)] {
+            let mut s = GroupState::default();
+            let mut index = 1000;
+            while let CatalogChange::Created { .. } =
+                create(&mut s, &format!("{index:0>len$}"), index, MAX_CATALOG_BYTES)
+            {
+                index += 1;
+            }
+            let n = s.elections.len();
+            assert!(
+                (least..=most).contains(&n),
+                "{n} elections of {len}-byte names"
+            );
+        }
+    }
 
     #[test]
     fn drains_history_and_addresses_round_trip_through_a_snapshot() {

@@ -533,3 +533,77 @@ async fn a_graceful_shutdown_hands_every_led_election_over_and_transfers_work_pe
     c.assert_leases_never_overlap();
     c.shutdown().await;
 }
+
+/// Creates `name` on whichever node leads the root, again after a change of leader.
+async fn create_anywhere(c: &Cluster, name: &str) -> Result<tenure::ElectionInfo, ElectionError> {
+    loop {
+        let (root, _) = c.steady_leader(T).await;
+        match c
+            .node(root)
+            .create_election(name, ElectionOptions::new())
+            .await
+        {
+            Err(ElectionError::NotLeader { .. }) => continue,
+            other => return other,
+        }
+    }
+}
+
+/// The catalog's byte limit keeps the root's snapshot inside one frame (`docs/design.md`,
+/// section 9): a group whose catalog is full of 128-byte names still takes a new member,
+/// which catches up from a snapshot. Scaled down (a 64 KiB frame, a catalog of three
+/// quarters of it, as `MAX_CATALOG_BYTES` is of `DEFAULT_MAX_FRAME`) so that a few hundred
+/// elections fill it. Mutation `catalog-ignores-its-byte-limit` lets the catalog grow past
+/// the frame: the learner never catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learner_joins_a_group_whose_catalog_is_at_its_limit() {
+    const FRAME: usize = 64 * 1024;
+    let mut c = Cluster::unstarted(3, support::cluster::test_timing(), tenure::ReadMode::Safe);
+    c.compact_after = 32; // the learner needs the snapshot: the log below it is gone
+    c.tweak = Some(|config| {
+        let hooks = config.hooks_mut();
+        hooks.max_frame = Some(FRAME);
+        hooks.catalog_limit = FRAME as u64 / 4 * 3;
+    });
+    for id in 1..=3 {
+        c.start_node(id).await;
+    }
+    // 400 elections of 128-byte names would take 87 kB of catalog: more than a frame.
+    let (mut created, mut refused) = (Vec::new(), None);
+    for i in 0..400 {
+        let name = format!("{i:0>128}");
+        match create_anywhere(&c, &name).await {
+            Ok(_) => created.push(name),
+            Err(ElectionError::Full(why)) => {
+                refused.get_or_insert(why);
+            }
+            Err(e) => panic!("create {name}: {e}"),
+        }
+    }
+    eprintln!("created {} elections; refused: {refused:?}", created.len());
+    let addr = c.start_joining(4).await;
+    let (root, _) = c.steady_leader(T).await;
+    c.node(root).add_learner(4, addr).await.unwrap();
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let has = c.node(4).list_elections().await.unwrap().len();
+        if has == created.len() && c.node(4).leadership().role == Role::Learner {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node 4 holds {has} of the catalog's {} elections after {T:?}; the root's \
+             outbound messages dropped as too large: {}",
+            created.len(),
+            c.node(root).transport_stats().dropped_too_large
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let why = refused.expect("the catalog refused no creation: it has no byte limit");
+    assert!(why.contains("must fit one frame"), "{why}");
+    let dropped: u64 = (1..=3)
+        .map(|id| c.node(id).transport_stats().dropped_too_large)
+        .sum();
+    assert_eq!(dropped, 0, "messages dropped as larger than a frame");
+    c.shutdown().await;
+}

@@ -99,6 +99,8 @@ pub(crate) struct DriverParts<S: RaftStore> {
     /// The peers given in the configuration (their addresses win over replicated ones).
     pub configured: BTreeSet<NodeId>,
     pub history_retention: usize,
+    /// The most bytes the catalog may take (`TestHooks::catalog_limit`).
+    pub catalog_limit: u64,
     pub compact_after: u64,
     /// A synced write slower than this is a disk stall (`Config::disk_stall_bound`).
     pub disk_stall_bound: std::time::Duration,
@@ -148,6 +150,8 @@ pub(crate) struct Driver<S: RaftStore> {
     /// explicitly (a test hook): it does not leave it itself.
     explicit_joint_term: Option<u64>,
     history_retention: usize,
+    /// The most bytes the catalog may take (`MAX_CATALOG_BYTES` but in tests).
+    catalog_limit: u64,
     /// Compact the log when this many applied entries sit above the last snapshot.
     compact_after: u64,
     /// raft-rs panicked: the RawNode is never used again (the driver stops).
@@ -335,6 +339,7 @@ impl<S: RaftStore> Driver<S> {
             farewells: Vec::new(),
             last_heard: BTreeMap::new(),
             history_retention: parts.history_retention,
+            catalog_limit: parts.catalog_limit,
             compact_after: parts.compact_after.max(1),
             raft_panicked: false,
             guard_depth: 0,

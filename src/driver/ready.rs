@@ -327,10 +327,13 @@ impl<S: RaftStore> Driver<S> {
                         let conf = self.root.raw.raft.prs().conf();
                         let voters: Vec<_> = conf.voters().ids().iter().collect();
                         let learners: Vec<_> = conf.learners().iter().copied().collect();
-                        match self
-                            .state
-                            .apply_catalog(&e.data, e.index, &voters, &learners)
-                        {
+                        match self.state.apply_catalog(
+                            &e.data,
+                            e.index,
+                            &voters,
+                            &learners,
+                            self.catalog_limit,
+                        ) {
                             CatalogChange::NotCatalog => {
                                 if let Applied::Drain(id, drained) =
                                     self.state.apply(&e.data, self.history_retention)

@@ -138,6 +138,9 @@ impl Node {
         qc.logger = logger.new(o!("component" => "quic"));
         qc.tls_files = tls_files;
         qc.tls_poll = config.tls_poll;
+        if let Some(max) = config.hooks.max_frame {
+            qc.max_frame = max;
+        }
         // The first hello says what the store holds: the node sets it once it has read it.
         qc.hello = None;
         let (transport, inbound) = QuicTransport::start(qc)?;
@@ -770,6 +773,7 @@ impl<S: RaftStore> Setup<S> {
             applied,
             configured: config.peers.keys().copied().collect(),
             history_retention: config.history_retention,
+            catalog_limit: config.hooks.catalog_limit,
             compact_after: config.compact_after,
             disk_stall_bound: config.stall_bound(),
             disk: self.disk,

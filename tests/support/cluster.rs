@@ -77,6 +77,8 @@ pub(crate) struct Cluster {
     /// A restore plan every founding start founds (`Config::restore`, its group instead of
     /// `group`): a group founded again after every member lost its data.
     pub restore: Option<Arc<tenure::backup::RestorePlan>>,
+    /// Changes every node's configuration before it starts (test hooks, limits).
+    pub tweak: Option<fn(&mut Config)>,
 }
 
 /// `TENURE_TEST_LOG=debug|info|warn`: the nodes' (and raft-rs's) log on stderr, each line
@@ -136,6 +138,7 @@ impl Cluster {
             joining: Default::default(),
             group: tenure::GroupId::random(),
             restore: None,
+            tweak: None,
         }
     }
 
@@ -156,6 +159,9 @@ impl Cluster {
             config
         };
         config.logger = test_logger(id);
+        if let Some(tweak) = self.tweak {
+            tweak(&mut config);
+        }
         config
     }
 

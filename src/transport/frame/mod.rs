@@ -28,8 +28,10 @@
 //! The length is checked against a limit *before* anything is allocated, so a peer
 //! cannot make a node allocate more than `max` bytes per frame. [`DEFAULT_MAX_FRAME`] is
 //! 4 MiB: raft-rs packs at most `max_size_per_msg` (1 MiB in tenure) of entries into one
-//! append, and a snapshot holds the group state and at most a thousand history records as
-//! JSON (about 100 kB), so 4 MiB leaves four times the room legitimate messages need.
+//! append, and a snapshot holds the group state as JSON, which the catalog's limit
+//! ([`MAX_CATALOG_BYTES`](crate::election::MAX_CATALOG_BYTES), 3 MiB) and the history's
+//! ([`MAX_HISTORY_RETENTION`](crate::config::MAX_HISTORY_RETENTION) records) keep within
+//! it (`docs/design.md`, section 9).
 //!
 //! A frame's bytes are not the whole cost of decoding it: an empty `entries` field is 2
 //! bytes on the wire and an [`Entry`] in memory (a hundred bytes and more), so a frame of

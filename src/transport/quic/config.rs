@@ -79,7 +79,9 @@ pub struct QuicConfig {
     /// [`QuicTransport::reload_tls`].
     pub tls_poll: Duration,
     /// Largest frame payload sent or accepted ([`DEFAULT_MAX_FRAME`]). Use the same value
-    /// on every node.
+    /// on every node. Below the default, a root snapshot of a full catalog
+    /// ([`MAX_CATALOG_BYTES`](crate::election::MAX_CATALOG_BYTES)) may not fit, and a new
+    /// member could not catch up.
     pub max_frame: usize,
     /// Most `entries` in one message sent or accepted ([`DEFAULT_MAX_ENTRIES`]), counted
     /// on the wire before decoding. Use the same value on every node.
