@@ -156,6 +156,10 @@ pub struct ElectionInfo {
     pub options: ElectionOptions,
     /// The root log index of the entry that created it.
     pub created_at: u64,
+    /// An operator suspended it ([`Node::suspend_election`](crate::Node::suspend_election)):
+    /// no lease of it is granted or held until it is resumed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspended: bool,
 }
 
 /// What [`Node::remove_election`](crate::Node::remove_election) did.

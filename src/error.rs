@@ -186,6 +186,9 @@ pub enum LostReason {
     Failed,
     /// The named election was removed from the group's catalog.
     Removed,
+    /// An operator suspended the named election: no lease of it is held until it is
+    /// resumed, and the first lease after that is in a new term.
+    Suspended,
 }
 
 impl LostReason {
@@ -199,6 +202,7 @@ impl LostReason {
             LostReason::Shutdown => "shutdown",
             LostReason::Failed => "failed",
             LostReason::Removed => "removed",
+            LostReason::Suspended => "suspended",
         }
     }
 }

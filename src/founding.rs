@@ -206,6 +206,7 @@ pub(crate) async fn wait_to_found(
         role: Role::Founding,
         leased: false,
         election: None,
+        suspended: false,
     });
     info!(logger, "founding the group: waiting until every first member has said hello";
           "group" => %group, "members" => ?members);

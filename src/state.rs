@@ -7,7 +7,8 @@
 //!
 //! Entries are tagged by their first byte: `H` a tenure record ([`History::entry`]),
 //! `D` a drain or undrain ([`GroupState::drain_entry`]), `C` and `X` the creation and
-//! removal of a named election ([`GroupState::create_entry`], [`GroupState::remove_entry`];
+//! removal of a named election ([`GroupState::create_entry`], [`GroupState::remove_entry`]),
+//! `P` its suspension or resumption ([`GroupState::suspend_entry`];
 //! `docs/design.md`, section 11, "The catalog"). Conf changes carry the
 //! addresses of the nodes they add in their context ([`encode_addrs`]).
 
@@ -28,6 +29,7 @@ use crate::transport::{NodeId, PeerAddr};
 const DRAIN_TAG: u8 = b'D';
 const CREATE_TAG: u8 = b'C';
 const REMOVE_TAG: u8 = b'X';
+const SUSPEND_TAG: u8 = b'P';
 
 /// The replicated application state (the snapshot's data).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -63,6 +65,10 @@ pub(crate) struct GroupState {
     /// restored (0 for a group founded afresh).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub(crate) restore_margin: u64,
+    /// Named elections an operator suspended, by id (`docs/design.md`, section 11,
+    /// "Suspending an election"): none of them grants or holds a lease until resumed.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub(crate) suspended: BTreeSet<ElectionId>,
     /// [`GroupState::catalog_bytes`], kept as entries apply (`None`: not counted yet).
     #[serde(skip)]
     catalog_used: Option<u64>,
@@ -117,6 +123,14 @@ struct RemoveEntry {
     req: Request,
 }
 
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SuspendEntry {
+    name: String,
+    id: ElectionId,
+    suspended: bool,
+    req: Request,
+}
+
 /// What applying a catalog entry did.
 #[derive(Debug, Clone)]
 pub(crate) enum CatalogChange {
@@ -130,6 +144,13 @@ pub(crate) enum CatalogChange {
     Removed {
         name: String,
         id: ElectionId,
+        req: Request,
+    },
+    /// Suspended (`suspended`) or resumed (an election already so applies the same).
+    Suspended {
+        name: String,
+        id: ElectionId,
+        suspended: bool,
         req: Request,
     },
     /// The entry applied as a no-op: why.
@@ -182,6 +203,24 @@ impl GroupState {
         let e = RemoveEntry {
             name: name.into(),
             id,
+            req,
+        };
+        out.extend(serde_json::to_vec(&e).unwrap_or_default());
+        out
+    }
+
+    /// The entry that suspends (`true`) or resumes election `name` if its id is still `id`.
+    pub(crate) fn suspend_entry(
+        name: &str,
+        id: ElectionId,
+        suspended: bool,
+        req: Request,
+    ) -> Vec<u8> {
+        let mut out = vec![SUSPEND_TAG];
+        let e = SuspendEntry {
+            name: name.into(),
+            id,
+            suspended,
             req,
         };
         out.extend(serde_json::to_vec(&e).unwrap_or_default());
@@ -273,9 +312,34 @@ impl GroupState {
                         let freed = catalog_bytes(&e.name, spec);
                         self.catalog_used = self.catalog_used.map(|u| u.saturating_sub(freed));
                         self.elections.remove(&e.name);
+                        self.suspended.remove(&e.id);
                         CatalogChange::Removed {
                             name: e.name,
                             id: e.id,
+                            req: e.req,
+                        }
+                    }
+                    _ => CatalogChange::Refused {
+                        req: e.req,
+                        error: ElectionError::NotFound(e.name),
+                    },
+                }
+            }
+            Some((&SUSPEND_TAG, json)) => {
+                let Ok(e) = serde_json::from_slice::<SuspendEntry>(json) else {
+                    return CatalogChange::NotCatalog;
+                };
+                match self.elections.get(&e.name) {
+                    Some(spec) if spec.id == e.id => {
+                        if e.suspended {
+                            self.suspended.insert(e.id);
+                        } else {
+                            self.suspended.remove(&e.id);
+                        }
+                        CatalogChange::Suspended {
+                            name: e.name,
+                            id: e.id,
+                            suspended: e.suspended,
                             req: e.req,
                         }
                     }

@@ -68,6 +68,10 @@ pub struct Leadership {
     pub leased: bool,
     /// The named election this is the leadership of (`None`: the group's own election).
     pub election: Option<std::sync::Arc<str>>,
+    /// An operator suspended the election ([`Node::suspend_election`](crate::Node::suspend_election)):
+    /// its Raft group runs, but no lease of it is granted or held until it is resumed
+    /// (always `false` for the group's own election).
+    pub suspended: bool,
 }
 
 /// The group's membership as a node has applied it.

@@ -5,6 +5,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
+use tokio::time::Instant;
 
 use support::cluster::{wait_for, Cluster};
 use tenure::election::{election_of_term, term_floor};
@@ -605,5 +606,150 @@ async fn a_learner_joins_a_group_whose_catalog_is_at_its_limit() {
         .map(|id| c.node(id).transport_stats().dropped_too_large)
         .sum();
     assert_eq!(dropped, 0, "messages dropped as larger than a frame");
+    c.shutdown().await;
+}
+
+/// Every lease of election `name` that a leader-only task ran under, by node.
+type Tenures = std::sync::Arc<std::sync::Mutex<Vec<(NodeId, tenure::Lease)>>>;
+
+/// Runs a leader-only task for every named election on node `id`, recording its leases
+/// in `tenures`.
+fn leader_task(c: &Cluster, id: NodeId, tenures: &Tenures) -> tenure::runner::LeaderTaskHandle {
+    let t = tenures.clone();
+    tenure::runner::LeaderTask::for_elections(c.node(id).clone()).spawn(move |_, lease| {
+        t.lock().unwrap().push((id, lease));
+        std::future::pending::<()>()
+    })
+}
+
+/// The Raft leader of `name` and its term, if nodes `ids` agree on one (leased or not).
+fn raft_leader(c: &Cluster, ids: &[NodeId], name: &str) -> Option<(NodeId, u64)> {
+    let views: Vec<_> = ids
+        .iter()
+        .map(|id| c.node(*id).election(name).leadership())
+        .collect();
+    let first = views.first()?;
+    let leader = first.leader?;
+    let agree = views
+        .iter()
+        .all(|l| l.leader == Some(leader) && l.term == first.term);
+    (agree && ids.contains(&leader)).then_some((leader, first.term))
+}
+
+/// Suspends `name` on the root leader and checks what must hold once that returns: no
+/// lease of it anywhere (each ended before), the last one lost as `Suspended`, every
+/// node's watch and the catalog showing it. Returns when it returned, and how many
+/// tenures there were.
+async fn suspend_and_check(c: &Cluster, tenures: &Tenures, ids: &[NodeId]) -> (Instant, usize) {
+    let (root, _) = c.steady_leader(T).await;
+    let info = c.node(root).suspend_election("settle").await.unwrap();
+    let returned = Instant::now();
+    assert!(info.suspended, "{info:?}");
+    let held = {
+        let t = tenures.lock().unwrap();
+        for (node, lease) in t.iter() {
+            let ended = lease
+                .ended_at()
+                .expect("a lease still held after the suspension");
+            assert!(
+                ended <= returned,
+                "node {node}'s lease ended after suspend returned"
+            );
+        }
+        let reason = t.last().map(|(_, l)| l.lost_reason());
+        assert_eq!(reason, Some(Some(LostReason::Suspended)));
+        t.len()
+    };
+    for &id in ids {
+        let settle = c.node(id).election("settle");
+        wait_for("every node shows the suspension", T, || {
+            settle.leadership().suspended.then_some(())
+        })
+        .await;
+    }
+    let listed = c.node(root).list_elections().await.unwrap();
+    assert!(listed.iter().all(|e| e.suspended), "{listed:?}");
+    (returned, held)
+}
+
+/// Resumes `name` on the root leader; waits for a task to run under a new lease, whose
+/// token must be above every earlier one. Returns that token.
+async fn resume_and_check(c: &Cluster, tenures: &Tenures, held: usize) -> u64 {
+    let (root, _) = c.steady_leader(T).await;
+    let info = c.node(root).resume_election("settle").await.unwrap();
+    assert!(!info.suspended, "{info:?}");
+    let before = tenures
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, l)| l.token().term())
+        .max();
+    let (node, token) = wait_for("a task runs under a lease of settle again", T, || {
+        let t = tenures.lock().unwrap();
+        t[held..]
+            .iter()
+            .find(|(_, l)| l.is_valid())
+            .map(|(n, l)| (*n, l.token().term()))
+    })
+    .await;
+    assert!(
+        Some(token) > before,
+        "resumed token {token} (node {node}) is not above the earlier {before:?}"
+    );
+    token
+}
+
+/// Suspension stops leases, not Raft (`docs/design.md`, section 11, "Suspending an
+/// election"): once `suspend_election` returns no lease of the election is held anywhere
+/// and the leader-only task stopped; while suspended, no lease is granted, not even by a
+/// Raft leader elected meanwhile, and a lease request waits; resume's first lease is in a
+/// new term, above every earlier token, also when the Raft leader never changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_election_holds_no_lease_and_resumes_above_every_earlier_token() {
+    let mut c = Cluster::start(3).await;
+    create_on_leader(&c, "settle").await;
+    let tenures = Tenures::default();
+    let mut tasks: Vec<_> = (1..=3).map(|id| leader_task(&c, id, &tenures)).collect();
+    wait_for("a task runs under a lease of settle", T, || {
+        let t = tenures.lock().unwrap();
+        t.iter().any(|(_, l)| l.is_valid()).then_some(())
+    })
+    .await;
+    // Suspended and resumed under one Raft leader: its term goes up all the same.
+    let (_, held) = suspend_and_check(&c, &tenures, &[1, 2, 3]).await;
+    resume_and_check(&c, &tenures, held).await;
+    // Suspended again; its Raft leader dies and another is elected, which takes no
+    // lease either; a lease request there waits.
+    let (suspended_at, held) = suspend_and_check(&c, &tenures, &[1, 2, 3]).await;
+    let (leader, term) = wait_for("settle has a Raft leader", T, || {
+        raft_leader(&c, &[1, 2, 3], "settle")
+    })
+    .await;
+    c.kill(leader).await;
+    let alive: Vec<NodeId> = [1, 2, 3].into_iter().filter(|i| *i != leader).collect();
+    let (next, _) = wait_for("a new Raft leader of settle while suspended", T, || {
+        raft_leader(&c, &alive, "settle").filter(|(_, t)| *t > term)
+    })
+    .await;
+    let waiting = tokio::spawn({
+        let node = c.node(next).clone();
+        async move { node.election("settle").lease().await }
+    });
+    c.restart(leader).await;
+    tasks.push(leader_task(&c, leader, &tenures));
+    // Until here (a restart later), nothing was granted.
+    assert!(
+        !waiting.is_finished(),
+        "a lease was granted while suspended"
+    );
+    {
+        let t = tenures.lock().unwrap();
+        assert_eq!(t.len(), held, "a task ran while suspended: {:?}", t.last());
+        assert!(t
+            .iter()
+            .all(|(_, l)| l.ended_at().is_some_and(|e| e <= suspended_at)));
+    }
+    resume_and_check(&c, &tenures, held).await;
+    waiting.abort();
     c.shutdown().await;
 }

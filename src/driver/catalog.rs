@@ -44,6 +44,21 @@ pub(super) struct PendingCatalog {
 pub(super) enum CatalogReply {
     Create(oneshot::Sender<Result<ElectionInfo, ElectionError>>),
     Remove(oneshot::Sender<Result<Removed, ElectionError>>),
+    Suspend(super::named::SuspendReply),
+}
+
+impl CatalogReply {
+    /// Answers the caller with `e`.
+    pub(super) fn fail(self, e: ElectionError) {
+        match self {
+            CatalogReply::Create(r) | CatalogReply::Suspend(r) => {
+                let _ = r.send(Err(e));
+            }
+            CatalogReply::Remove(r) => {
+                let _ = r.send(Err(e));
+            }
+        }
+    }
 }
 
 impl<S: RaftStore> Driver<S> {
@@ -57,6 +72,7 @@ impl<S: RaftStore> Driver<S> {
                 id: spec.id,
                 options: spec.options.clone(),
                 created_at: spec.created_at,
+                suspended: self.state.suspended.contains(&spec.id),
             })
             .collect()
     }
@@ -114,17 +130,9 @@ impl<S: RaftStore> Driver<S> {
         }
     }
 
-    fn propose_catalog(&mut self, data: Vec<u8>, nonce: u64, reply: CatalogReply) {
-        let fail = |reply: CatalogReply, e: ElectionError| match reply {
-            CatalogReply::Create(r) => {
-                let _ = r.send(Err(e));
-            }
-            CatalogReply::Remove(r) => {
-                let _ = r.send(Err(e));
-            }
-        };
+    pub(super) fn propose_catalog(&mut self, data: Vec<u8>, nonce: u64, reply: CatalogReply) {
         if let Err(e) = self.catalog_leader_check() {
-            fail(reply, e);
+            reply.fail(e);
             return;
         }
         match self.root.raw.propose(vec![], data) {
@@ -135,12 +143,12 @@ impl<S: RaftStore> Driver<S> {
             }),
             Err(e) => {
                 debug!(self.env.logger, "catalog change not proposed"; "error" => %e);
-                fail(reply, ElectionError::NotLeader { leader_hint: None });
+                reply.fail(ElectionError::NotLeader { leader_hint: None });
             }
         }
     }
 
-    fn next_request(&mut self) -> Request {
+    pub(super) fn next_request(&mut self) -> Request {
         let nonce = self.named.next_nonce;
         self.named.next_nonce += 1;
         Request {
@@ -198,6 +206,7 @@ impl<S: RaftStore> Driver<S> {
                     id: spec.id,
                     options: spec.options,
                     created_at: spec.created_at,
+                    suspended: false,
                 };
                 (
                     req,
@@ -205,9 +214,7 @@ impl<S: RaftStore> Driver<S> {
                         CatalogReply::Create(r) => {
                             let _ = r.send(Ok(info));
                         }
-                        CatalogReply::Remove(r) => {
-                            let _ = r.send(Err(ElectionError::Exists(info.name)));
-                        }
+                        other => other.fail(ElectionError::Exists(info.name)),
                     }),
                 )
             }
@@ -240,23 +247,29 @@ impl<S: RaftStore> Driver<S> {
                         CatalogReply::Remove(r) => {
                             let _ = r.send(Ok(removed));
                         }
-                        CatalogReply::Create(r) => {
-                            let _ = r.send(Err(ElectionError::Removed(name)));
-                        }
+                        other => other.fail(ElectionError::Removed(name)),
                     }),
                 )
             }
-            CatalogChange::Refused { req, error } => (
+            CatalogChange::Suspended {
+                name,
+                id,
+                suspended,
                 req,
-                Box::new(move |r| match r {
-                    CatalogReply::Create(r) => {
-                        let _ = r.send(Err(error));
-                    }
-                    CatalogReply::Remove(r) => {
-                        let _ = r.send(Err(error));
-                    }
-                }),
-            ),
+            } => {
+                info!(self.env.logger, "catalog applied a suspension"; "election" => &name,
+                      "id" => id, "suspended" => suspended);
+                // Answered once the election's own log carries it (`suspend.rs`).
+                let waiting = if req.node == self.env.id {
+                    let at = self.named.pending.iter().position(|p| p.nonce == req.nonce);
+                    at.map(|i| self.named.pending.swap_remove(i))
+                } else {
+                    None
+                };
+                self.suspension_applied(id, suspended, waiting);
+                return Ok(());
+            }
+            CatalogChange::Refused { req, error } => (req, Box::new(move |r| r.fail(error))),
         };
         if req.node == self.env.id {
             if let Some(i) = self.named.pending.iter().position(|p| p.nonce == req.nonce) {
@@ -288,14 +301,7 @@ impl<S: RaftStore> Driver<S> {
         self.named.pending = pending;
         let ms = self.env.timing.election_timeout().as_millis() as u64 * 4;
         for p in late {
-            match p.reply {
-                CatalogReply::Create(r) => {
-                    let _ = r.send(Err(ElectionError::TimedOut(ms)));
-                }
-                CatalogReply::Remove(r) => {
-                    let _ = r.send(Err(ElectionError::TimedOut(ms)));
-                }
-            }
+            p.reply.fail(ElectionError::TimedOut(ms));
         }
     }
 

@@ -47,6 +47,12 @@ pub(crate) enum Command {
         name: String,
         reply: oneshot::Sender<Result<Removed, ElectionError>>,
     },
+    /// Suspend (`suspended`) or resume a named election (root leader only).
+    SuspendElection {
+        name: String,
+        suspended: bool,
+        reply: oneshot::Sender<Result<ElectionInfo, ElectionError>>,
+    },
     /// The catalog of named elections, as this node applied it.
     Elections {
         reply: oneshot::Sender<Vec<ElectionInfo>>,
@@ -138,6 +144,11 @@ impl<S: RaftStore> Driver<S> {
                 reply,
             } => self.create_election(&name, options, reply),
             Command::RemoveElection { name, reply } => self.remove_election(&name, reply),
+            Command::SuspendElection {
+                name,
+                suspended,
+                reply,
+            } => self.suspend_election(&name, suspended, reply),
             Command::Elections { reply } => {
                 let _ = reply.send(self.catalog());
             }

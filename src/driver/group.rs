@@ -125,6 +125,12 @@ pub(super) struct Group<S: RaftStore> {
     pub(super) timeout_now_sent: Option<u64>,
     /// A MsgTimeoutNow that arrived while this node was drained (see `on_inbound`).
     pub(super) held_timeout_now: Option<(Message, Instant)>,
+    /// The election is suspended (its catalog or its own log says so): no lease is
+    /// granted, renewed or held (docs/design.md, section 11, "Suspending an election").
+    pub(super) suspended: bool,
+    /// No lease in this term or an earlier one: the term in which a resume applied, so
+    /// the first lease after it is in a new term, above every earlier token.
+    pub(super) lease_after: u64,
     /// Seeded election timeouts in place of raft-rs's own draws (simulation only).
     pub(super) election_timeouts: Option<ElectionTimeouts>,
     /// Since when this node has known no leader of this election, as last published
@@ -196,6 +202,8 @@ impl<S: RaftStore> Group<S> {
             handover_term: None,
             timeout_now_sent: None,
             held_timeout_now: None,
+            suspended: false,
+            lease_after: 0,
             election_timeouts,
             leaderless_since: Some(now),
             last_published: initial,

@@ -269,8 +269,10 @@ impl<S: RaftStore> Group<S> {
     /// Section 4 of docs/design.md: a leader that sent MsgTimeoutNow in term `t` never
     /// holds a lease in `t` again (the forced election that message may still start, at
     /// `t + 1`, skips the voters' in-lease refusal).
+    /// Nor in a term in which its election resumed, or an earlier one (`lease_after`).
     pub(super) fn may_hold_lease_in(&self, term: u64) -> bool {
-        self.timeout_now_sent != Some(term) || mutation::active("lease-after-failed-transfer")
+        (self.timeout_now_sent != Some(term) || mutation::active("lease-after-failed-transfer"))
+            && (term > self.lease_after || mutation::active("resume-keeps-the-term"))
     }
 
     /// A handover that failed (the transfer is over, and this node still leads in the
@@ -289,9 +291,15 @@ impl<S: RaftStore> Group<S> {
         {
             return false;
         }
-        warn!(env.logger,
-            "leadership transfer failed; stepping down into the next term (a leader that asked for a handover holds no lease in that term again)";
-            "term" => term, "next_term" => term + 1, "election" => self.name.as_deref());
+        if term <= self.lease_after {
+            info!(env.logger,
+                "election resumed; stepping down into the next term (its first lease after a suspension is in a new term)";
+                "term" => term, "next_term" => term + 1, "election" => self.name.as_deref());
+        } else {
+            warn!(env.logger,
+                "leadership transfer failed; stepping down into the next term (a leader that asked for a handover holds no lease in that term again)";
+                "term" => term, "next_term" => term + 1, "election" => self.name.as_deref());
+        }
         self.become_follower(term + 1, raft::INVALID_ID);
         true
     }

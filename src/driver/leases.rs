@@ -149,6 +149,10 @@ impl<S: RaftStore> Group<S> {
         if committed || mutation::active("lease-at-election") {
             self.keeper.first_entry_committed(term);
         }
+        if self.suspended && !mutation::active("suspend-keeps-leasing") {
+            self.keeper.refuse_pending(LostReason::Suspended);
+            return false;
+        }
         if handing_over
             || !self.may_hold_lease_in(term)
             || !(committed || mutation::active("lease-at-election"))
@@ -210,6 +214,7 @@ impl<S: RaftStore> Group<S> {
     /// commit, which a quiet leader's has).
     pub(super) fn credit_support(&mut self, env: &Env, sigma: Stamp, term: u64, retiring: bool) {
         if retiring
+            || (self.suspended && !mutation::active("suspend-keeps-leasing"))
             || !self.leads_as_voter(env)
             || self.raw.raft.term != term
             || !self.may_hold_lease_in(term)

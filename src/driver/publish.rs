@@ -29,6 +29,7 @@ impl<S: RaftStore> Driver<S> {
             role,
             leased: self.root.lease.is_some(),
             election: None,
+            suspended: false,
         };
         if now != self.root.last_published {
             if now.role != self.root.last_published.role {

@@ -430,7 +430,7 @@ pub(super) struct Pass {
 type NamedPart = (
     crate::election::ElectionId,
     Taken,
-    Option<(crate::history::History, u64)>,
+    Option<(super::named::NamedState, u64)>,
 );
 
 /// What a pass took of one group's Ready for its completion ([`Group::stage`]).

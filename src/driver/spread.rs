@@ -296,7 +296,10 @@ impl<S: RaftStore> Driver<S> {
             return; // nothing moved since a look that found nothing to do
         }
         let mut placed = Vec::with_capacity(self.named.groups.len());
-        for ng in self.named.groups.values().filter(|ng| !ng.retiring) {
+        // Retiring and suspended elections are left where they are (a suspended one holds
+        // no lease to place; it counts in nobody's share).
+        let movable = |ng: &&super::named::NamedGroup<S>| !ng.retiring && !ng.g.suspended;
+        for ng in self.named.groups.values().filter(movable) {
             let raft = &ng.g.raw.raft;
             let leader = if raft.state == StateRole::Leader {
                 self.env.id

@@ -109,7 +109,7 @@ const FAILOVER_BUCKETS: &[f64] = &[
     0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0,
 ];
 
-const REASONS: [LostReason; 7] = [
+const REASONS: [LostReason; 8] = [
     LostReason::Expired,
     LostReason::TermChanged,
     LostReason::SteppedDown,
@@ -117,6 +117,7 @@ const REASONS: [LostReason; 7] = [
     LostReason::Shutdown,
     LostReason::Failed,
     LostReason::Removed,
+    LostReason::Suspended,
 ];
 
 /// A gauge of a count (never negative).
@@ -607,6 +608,7 @@ fn reason_index(reason: LostReason) -> usize {
         LostReason::Shutdown => 4,
         LostReason::Failed => 5,
         LostReason::Removed => 6,
+        LostReason::Suspended => 7,
     }
 }
 

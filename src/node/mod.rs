@@ -195,6 +195,7 @@ impl Node {
             },
             leased: false,
             election: None,
+            suspended: false,
         };
         let (ltx, lrx) = watch::channel(initial);
         let watches = Watches::default();
@@ -317,6 +318,42 @@ impl Node {
         let name = name.to_string();
         self.ask(|reply| Command::RemoveElection { name, reply })
             .await?
+    }
+
+    /// Suspends named election `name`: its leases stop, its Raft group does not. Every
+    /// node revokes the lease it holds as it applies the suspension, none grants one
+    /// until [`Node::resume_election`], and [`crate::Election::lease`] waits meanwhile;
+    /// [`crate::Election::watch`] shows it ([`Leadership::suspended`]). Resolves once the
+    /// election's own log carries the suspension, when no lease of it is held anywhere
+    /// (`docs/design.md`, section 11, "Suspending an election"). Replicated through the
+    /// catalog: it survives restarts, and backups carry it. Root leader only, as
+    /// [`Node::create_election`]; suspending a suspended election changes nothing.
+    ///
+    /// # Errors
+    /// [`ElectionError::NotFound`], [`ElectionError::NotLeader`], [`ElectionError::TimedOut`]
+    /// (look at the catalog: the suspension may have applied).
+    pub async fn suspend_election(&self, name: &str) -> Result<ElectionInfo, ElectionError> {
+        self.suspend(name, true).await
+    }
+
+    /// Resumes named election `name` ([`Node::suspend_election`]): resolves once its own
+    /// log carries the resumption. Its first lease after that is in a new term, so its
+    /// token is above every token the election handed out before.
+    ///
+    /// # Errors
+    /// As [`Node::suspend_election`].
+    pub async fn resume_election(&self, name: &str) -> Result<ElectionInfo, ElectionError> {
+        self.suspend(name, false).await
+    }
+
+    async fn suspend(&self, name: &str, suspended: bool) -> Result<ElectionInfo, ElectionError> {
+        let name = name.to_string();
+        self.ask(|reply| Command::SuspendElection {
+            name,
+            suspended,
+            reply,
+        })
+        .await?
     }
 
     /// The catalog of named elections as this node applied it.

@@ -20,9 +20,12 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 mod leases;
+mod suspend;
 mod turn;
 
-use super::catalog::{CatalogReply, PendingCatalog};
+pub(super) use suspend::{NamedState, SuspendReply, SuspendWait};
+
+use super::catalog::PendingCatalog;
 
 /// Who waits for a removal.
 pub(super) type RemoveReply = oneshot::Sender<Result<Removed, ElectionError>>;
@@ -60,6 +63,7 @@ pub(crate) fn watch_of(watches: &Watches, name: &str) -> Arc<watch::Sender<Leade
         role: Role::Follower,
         leased: false,
         election: Some(Arc::clone(&name)),
+        suspended: false,
     });
     let tx = Arc::new(tx);
     map.insert(name, Arc::clone(&tx));
@@ -77,6 +81,12 @@ pub(super) struct NamedGroup<S: RaftStore> {
     retire_proposed: Option<u64>,
     /// When this node applied the retirement entry (the group closes soon after).
     pub(super) retired_at: Option<Instant>,
+    /// The root's catalog suspends the election (`suspend.rs`).
+    pub(super) catalog_suspended: bool,
+    /// Its own log suspends it (the last mark applied).
+    pub(super) log_suspended: bool,
+    /// The term and decision of the last mark this node, leading, proposed.
+    mark_proposed: Option<(u64, bool)>,
 }
 
 /// The entry that retires a named election in its own log.
@@ -117,6 +127,11 @@ pub(super) struct Named<S: RaftStore> {
     /// Removals this node proposed, waiting for the election's retirement to commit:
     /// by id, the caller, its answer, and until when.
     pub(super) removing: BTreeMap<ElectionId, (RemoveReply, Removed, Instant)>,
+    /// Elections whose catalog and own log may disagree on their suspension, or whose
+    /// suspension a caller here waits for (`suspend.rs`).
+    pub(super) unsettled: BTreeSet<ElectionId>,
+    /// Suspensions and resumptions this node proposed, waiting for the election's log.
+    pub(super) suspending: BTreeMap<ElectionId, Vec<SuspendWait>>,
     pub(super) next_nonce: u64,
     /// Lease requests for names this node does not run (yet).
     waiting: BTreeMap<Arc<str>, Vec<LeaseWaiter>>,
@@ -161,6 +176,8 @@ impl<S: RaftStore> Named<S> {
             removed: BTreeSet::new(),
             pending: Vec::new(),
             removing: BTreeMap::new(),
+            unsettled: BTreeSet::new(),
+            suspending: BTreeMap::new(),
             // Random, so a restarted proposer's requests never match an entry of its
             // previous run still in the log.
             next_nonce: draw::<u64>(parts.election_seed, Draw::ProposalNonce) >> 1,
@@ -188,11 +205,15 @@ impl<S: RaftStore> Named<S> {
 }
 
 impl<S: RaftStore> NamedGroup<S> {
-    /// Decodes a snapshot's data (the election's tenure history) before anything is written.
-    pub(super) fn decode_snapshot(&self, snap: &Snapshot) -> Result<(History, u64), StorageError> {
+    /// Decodes a snapshot's data (the election's tenure history, its suspension) before
+    /// anything is written.
+    pub(super) fn decode_snapshot(
+        &self,
+        snap: &Snapshot,
+    ) -> Result<(NamedState, u64), StorageError> {
         let index = snap.get_metadata().index;
         if snap.data.is_empty() {
-            return Ok((History::default(), index));
+            return Ok((NamedState::default(), index));
         }
         serde_json::from_slice(&snap.data)
             .map(|h| (h, index))
@@ -214,14 +235,16 @@ impl<S: RaftStore> NamedGroup<S> {
         env: &Env,
         drained: bool,
         taken: super::ready::Taken,
-        snapshot: Option<(History, u64)>,
+        snapshot: Option<(NamedState, u64)>,
         retention: usize,
     ) {
         let (committed, read_states, applies_to) = self.g.persisted(env, drained, taken);
-        if let Some((h, index)) = snapshot {
+        if let Some((state, index)) = snapshot {
             self.g.joint = super::joint_config(&self.g.raw);
             self.g.applied = self.g.applied.max(index);
-            self.history = h;
+            self.history = state.history;
+            self.log_suspended = state.suspended;
+            self.follow_suspension(env);
         }
         self.apply(env, committed, retention);
         self.g.on_read_states(env, read_states);
@@ -233,7 +256,9 @@ impl<S: RaftStore> NamedGroup<S> {
             self.g.applied = self.g.applied.max(e.index);
             match e.get_entry_type() {
                 EntryType::EntryNormal => {
-                    if e.data.as_ref() == RETIRE_ENTRY {
+                    if self.apply_mark(env, &e.data, e.term) {
+                        // A suspension or a resumption (`suspend.rs`).
+                    } else if e.data.as_ref() == RETIRE_ENTRY {
                         if self.retired_at.is_none() {
                             self.retired_at = Some(env.clock.now());
                         }
@@ -295,9 +320,9 @@ impl<S: RaftStore> NamedGroup<S> {
         env: &Env,
         compact_after: u64,
     ) -> Result<(), StorageError> {
-        let history = &self.history;
+        let (history, suspended) = (&self.history, self.log_suspended);
         self.g.maybe_compact(env, compact_after, || {
-            serde_json::to_vec(history).unwrap_or_default()
+            suspend::snapshot_data(history, suspended)
         })
     }
 }
@@ -362,6 +387,14 @@ impl<S: RaftStore> Driver<S> {
         for (name, spec) in specs {
             self.open_election(&name, &spec)?;
         }
+        // Suspensions the snapshot carried past.
+        for (id, ng) in &mut self.named.groups {
+            let suspended = self.state.suspended.contains(id);
+            if ng.catalog_suspended != suspended {
+                ng.set_catalog_suspended(&self.env, suspended);
+                self.named.unsettled.insert(*id);
+            }
+        }
         Ok(())
     }
 
@@ -419,8 +452,8 @@ impl<S: RaftStore> Driver<S> {
             detail: format!("election {name:?} (id {}): {e}", spec.id),
         })?;
         let applied = snap.get_metadata().index;
-        let history: History = if snap.data.is_empty() {
-            History::default()
+        let state: NamedState = if snap.data.is_empty() {
+            NamedState::default()
         } else {
             serde_json::from_slice(&snap.data).map_err(|e| StorageError::Corrupt {
                 path: std::path::PathBuf::new(),
@@ -484,12 +517,22 @@ impl<S: RaftStore> Driver<S> {
             spec.id,
             NamedGroup {
                 g: group,
-                history,
+                history: state.history,
                 retiring: false,
                 retire_proposed: None,
                 retired_at: None,
+                catalog_suspended: false,
+                log_suspended: state.suspended,
+                mark_proposed: None,
             },
         );
+        if let Some(ng) = self.named.groups.get_mut(&spec.id) {
+            ng.set_catalog_suspended(&self.env, self.state.suspended.contains(&spec.id));
+            ng.follow_suspension(&self.env);
+            if ng.catalog_suspended != ng.log_suspended {
+                self.named.unsettled.insert(spec.id);
+            }
+        }
         self.named.view_dirty = true;
         self.named.changes += 1;
         // Lease requests that waited for this name.
@@ -766,15 +809,15 @@ impl<S: RaftStore> Driver<S> {
             ))));
         }
         for p in self.named.pending.drain(..) {
-            let e = ElectionError::Stopped(NodeStopped::shutdown("node stopped"));
-            match p.reply {
-                CatalogReply::Create(r) => {
-                    let _ = r.send(Err(e));
-                }
-                CatalogReply::Remove(r) => {
-                    let _ = r.send(Err(e));
-                }
-            }
+            p.reply.fail(ElectionError::Stopped(NodeStopped::shutdown(
+                "node stopped",
+            )));
+        }
+        for w in std::mem::take(&mut self.named.suspending)
+            .into_values()
+            .flatten()
+        {
+            w.stopped();
         }
         self.named.groups.clear();
         let _ = StopCause::TransportClosed; // (the stop cause is the root's)
@@ -829,6 +872,7 @@ impl<S: RaftStore> Group<S> {
             role: self.role(env),
             leased: self.lease.is_some(),
             election: self.name.clone(),
+            suspended: self.suspended,
         };
         if now == self.last_published {
             return false;

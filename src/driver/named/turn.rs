@@ -97,6 +97,9 @@ impl<S: RaftStore> Driver<S> {
             };
             let retiring = ng.retiring;
             let g = &mut ng.g;
+            // A drain leaves a suspended election alone (it holds no lease to hand over);
+            // a shutdown hands it over as every other.
+            let hands_over = shutting_down || (drained && !g.suspended);
             if g.untouched_quiet() && !every {
                 cold.push(id);
                 continue;
@@ -108,7 +111,7 @@ impl<S: RaftStore> Driver<S> {
             if g.expire_lease(env, at) && g.quiet == Quiet::Leading && g.leads_as_voter(env) {
                 self.support.lapsed.entry(id).or_insert(now);
             }
-            if (drained || shutting_down)
+            if hands_over
                 && !retiring
                 && g.raw.raft.state == StateRole::Leader
                 && g.transfer.is_none()
@@ -217,6 +220,7 @@ impl<S: RaftStore> Driver<S> {
         if let Err(e) = self.progress_retirements(now, &ids) {
             self.storage_failed(e);
         }
+        self.progress_suspensions(now);
         self.expire_catalog_calls(now);
         self.ensure_declared(now);
         self.follow_root_membership(now, &ids);
