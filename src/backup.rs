@@ -89,6 +89,9 @@ pub struct BackupElection {
     pub options: ElectionOptions,
     /// Its highest term (token) the answering node knew: 0 if it did not run it.
     pub term: u64,
+    /// An operator suspended it: the restored group starts it suspended too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspended: bool,
 }
 
 impl Backup {
@@ -374,6 +377,7 @@ mod tests {
                     id: 2,
                     options: ElectionOptions::default(),
                     term: term_floor(2) + 7,
+                    suspended: false,
                 },
             )]),
         }
@@ -482,6 +486,7 @@ mod tests {
                     id,
                     options: ElectionOptions::default(),
                     term: 0,
+                    suspended: false,
                 };
                 (format!("{id:0>128}"), e)
             })

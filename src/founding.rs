@@ -143,6 +143,12 @@ pub(crate) fn founding_plan(config: &Config, group: GroupId) -> (GroupState, u64
         state.next_election_id = p.next_election_id();
         state.restore_margin = p.margin;
         state.elections = p.catalog(&voters);
+        state.suspended = b
+            .elections
+            .values()
+            .filter(|e| e.suspended)
+            .map(|e| e.id)
+            .collect();
         // The addresses come from each node's configuration: not part of the digest.
         let mut restored = state.clone();
         restored.addrs.clear();

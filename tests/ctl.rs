@@ -120,7 +120,7 @@ fn ctl_usage_errors_name_the_flag_and_exit_2() {
     assert!(out.contains("replace") && out.contains("promote"), "{out}");
     let (code, out, _) = ctl_bare(&["elections", "--help"]);
     assert_eq!(code, 0);
-    for command in ["list", "create", "remove", "transfer"] {
+    for command in ["list", "create", "remove", "suspend", "resume", "transfer"] {
         assert!(out.contains(&format!("\n  {command} ")), "{command}: {out}");
     }
     let (code, out, _) = ctl_bare(&["status", "--help"]);
@@ -760,6 +760,52 @@ fn ctl_creates_lists_transfers_and_removes_named_elections() {
         "elections transfer took {took:?}: it waited for the stopped node"
     );
     g.signal(stopped, libc::SIGCONT);
+
+    // Suspend and resume, at the group's leader: the catalog and each node's status say
+    // so meanwhile.
+    let (code, out, err) = ctl.all(&["elections", "suspend", "jobs"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("election jobs suspended: no lease"), "{out}");
+    let (code, out, err) = ctl.all(&["elections", "list"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("1 suspended") && out.contains("SUSPENDED"),
+        "{out}"
+    );
+    let (code, out, err) = ctl.all(&["--json", "elections", "list"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    let jobs = v["elections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "jobs");
+    assert_eq!(
+        jobs.map(|e| e["suspended"].clone()),
+        Some(Value::Bool(true)),
+        "{v}"
+    );
+    let deadline = Instant::now() + LONG;
+    loop {
+        let (_, out, _) = ctl.all(&["status"]);
+        if out.matches(", 1 suspended").count() == 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "status does not show the suspension: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, out, err) = ctl.all(&["elections", "resume", "jobs"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("election jobs resumed: its next lease is in a new term"),
+        "{out}"
+    );
+    let (code, _, err) = ctl.all(&["elections", "suspend", "nothing-here"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no election named \"nothing-here\""), "{err}");
 
     // Remove, at the group's leader; then it is gone, and removing it again is refused.
     let (code, out, err) = ctl.all(&["elections", "remove", "jobs"]);

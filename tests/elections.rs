@@ -669,6 +669,15 @@ async fn suspend_and_check(c: &Cluster, tenures: &Tenures, ids: &[NodeId]) -> (I
     }
     let listed = c.node(root).list_elections().await.unwrap();
     assert!(listed.iter().all(|e| e.suspended), "{listed:?}");
+    wait_for("every node's gauge counts the suspension", T, || {
+        let text: Vec<String> = ids.iter().map(|id| c.node(*id).metrics_text()).collect();
+        let on = |t: &String| t.contains("tenure_named_elections_suspended{node=");
+        (ids.iter()
+            .all(|id| c.node(*id).metrics().named_suspended() == 1)
+            && text.iter().all(on))
+        .then_some(())
+    })
+    .await;
     (returned, held)
 }
 

@@ -342,6 +342,7 @@ fn hand_edited_backups_and_plans_are_refused_naming_the_field() {
             id: 16_777_216,
             options: ElectionOptions::new(),
             term: 0,
+            suspended: false,
         },
     )]
     .into();

@@ -585,6 +585,25 @@ impl Client {
         }
     }
 
+    /// Suspends (`suspended`) or resumes named election `name` (the node must lead the
+    /// group); returns the election as the catalog holds it then.
+    pub async fn suspend_election(
+        &self,
+        name: &str,
+        suspended: bool,
+    ) -> Result<ElectionInfo, ClientError> {
+        let name = name.into();
+        let request = if suspended {
+            Request::SuspendElection { name }
+        } else {
+            Request::ResumeElection { name }
+        };
+        match self.request(&request).await? {
+            Reply::ElectionSuspended(info) => Ok(info),
+            other => Err(self.unexpected(other)),
+        }
+    }
+
     /// Removes named election `name` (the node must lead the group); returns the removed
     /// id and the token above every token it could hand out.
     pub async fn remove_election(&self, name: &str) -> Result<(u32, u64), ClientError> {

@@ -43,8 +43,11 @@
 //!
 //! `elections` lists the catalog (each entry with the answering node's view of its leader
 //! and term) and `leaderships` the named elections the node leads; both work on any
-//! node. `create_election` and `remove_election` change the catalog, which only the
-//! group's leader (the root election's) does; `transfer_election` goes to the named
+//! node. `create_election`, `remove_election`, `suspend_election` and `resume_election`
+//! change the catalog, which only the group's leader (the root election's) does (a
+//! suspension is answered once the election's own log carries it, when no lease of it
+//! is held anywhere: `election_suspended`, the entry with `"suspended":true`);
+//! `transfer_election` goes to the named
 //! election's own leader. Elsewhere they answer [`ErrorKind::NotLeader`] with the
 //! leader to ask instead:
 //!

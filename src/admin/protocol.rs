@@ -84,6 +84,18 @@ pub enum Request {
         /// The name.
         name: String,
     },
+    /// Suspend named election `name`: no lease of it is granted or held until it is
+    /// resumed (its Raft group runs on). Leader (of the group) only.
+    SuspendElection {
+        /// The name.
+        name: String,
+    },
+    /// Resume named election `name`: its first lease after that is in a new term.
+    /// Leader (of the group) only.
+    ResumeElection {
+        /// The name.
+        name: String,
+    },
     /// Hand named election `name`'s leadership to `to`, or to the most up-to-date
     /// follower. That election's leader only: elsewhere [`ErrorKind::NotLeader`] names
     /// the election's leader this node knows of.
@@ -119,6 +131,8 @@ pub const COMMANDS: &[&str] = &[
     "transfer_election",
     "leaderships",
     "backup",
+    "suspend_election",
+    "resume_election",
 ];
 
 /// The arguments each command takes.
@@ -129,7 +143,7 @@ fn arguments_of(command: &str) -> &'static [&'static str] {
         "add_learner" => &["id", "addr"],
         "replace" => &["old", "new"],
         "create_election" => &["name", "affinity", "priority"],
-        "remove_election" => &["name"],
+        "remove_election" | "suspend_election" | "resume_election" => &["name"],
         "transfer_election" => &["name", "to"],
         _ => &[],
     }
@@ -152,6 +166,8 @@ impl Request {
             Request::CreateElection { .. } => "create_election",
             Request::RemoveElection { .. } => "remove_election",
             Request::TransferElection { .. } => "transfer_election",
+            Request::SuspendElection { .. } => "suspend_election",
+            Request::ResumeElection { .. } => "resume_election",
             Request::Leaderships => "leaderships",
             Request::Backup => "backup",
         }
@@ -272,6 +288,9 @@ pub enum Reply {
     },
     /// Answer to [`Request::CreateElection`]: the election as the catalog holds it.
     ElectionCreated(ElectionInfo),
+    /// Answer to [`Request::SuspendElection`] and [`Request::ResumeElection`]: the
+    /// election as the catalog holds it now.
+    ElectionSuspended(ElectionInfo),
     /// Answer to [`Request::RemoveElection`].
     ElectionRemoved {
         /// The name removed.
@@ -313,6 +332,9 @@ pub struct ElectionEntry {
     /// The election's term at the answering node (0: not founded there yet).
     #[serde(default)]
     pub term: u64,
+    /// An operator suspended it: no lease of it is granted or held.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspended: bool,
 }
 
 /// The named elections one node runs and leads ([`Request::Leaderships`]).
@@ -325,9 +347,16 @@ pub struct Leaderships {
     /// How many of them it knows no leader of.
     #[serde(default)]
     pub leaderless: u64,
+    /// How many of them are suspended (no lease is held of them).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub suspended: u64,
     /// The ones it leads, by name.
     #[serde(default)]
     pub led: Vec<LedElection>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A named election a node leads ([`Leaderships::led`]).
@@ -609,6 +638,12 @@ mod tests {
             },
             Request::Leaderships,
             Request::Backup,
+            Request::SuspendElection {
+                name: "shard-0".into(),
+            },
+            Request::ResumeElection {
+                name: "shard-0".into(),
+            },
         ];
         for command in COMMANDS {
             assert!(

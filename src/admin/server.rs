@@ -357,6 +357,7 @@ async fn execute(node: &Node, request: Request) -> Result<Reply, ErrorReply> {
                         id: info.id,
                         options: info.options,
                         created_at: info.created_at,
+                        suspended: info.suspended,
                     }
                 })
                 .collect();
@@ -385,6 +386,20 @@ async fn execute(node: &Node, request: Request) -> Result<Reply, ErrorReply> {
                     id: r.id,
                     retired_above: r.retired_above.term(),
                 })
+                .map_err(|e| election_refusal(me, e))
+        }
+        Request::SuspendElection { name } => {
+            check_name(&name).map_err(|e| election_refusal(me, e))?;
+            node.suspend_election(&name)
+                .await
+                .map(Reply::ElectionSuspended)
+                .map_err(|e| election_refusal(me, e))
+        }
+        Request::ResumeElection { name } => {
+            check_name(&name).map_err(|e| election_refusal(me, e))?;
+            node.resume_election(&name)
+                .await
+                .map(Reply::ElectionSuspended)
                 .map_err(|e| election_refusal(me, e))
         }
         Request::TransferElection { name, to } => {
@@ -422,6 +437,7 @@ async fn execute(node: &Node, request: Request) -> Result<Reply, ErrorReply> {
                 node: me,
                 elections: view.len() as u64,
                 leaderless: view.values().filter(|l| l.leader.is_none()).count() as u64,
+                suspended: view.values().filter(|l| l.suspended).count() as u64,
                 led,
             }))
         }

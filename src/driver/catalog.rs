@@ -101,6 +101,7 @@ impl<S: RaftStore> Driver<S> {
                     id: spec.id,
                     options: spec.options.clone(),
                     term,
+                    suspended: self.state.suspended.contains(&spec.id),
                 };
                 (name.clone(), e)
             })

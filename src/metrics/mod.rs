@@ -164,6 +164,7 @@ pub struct Metrics {
     turn_parts: Counter,
     passes_held: Counter,
     named_quiet: CountGauge,
+    named_suspended: CountGauge,
     support_requests: Counter,
     support_acks: Counter,
     support_malformed: Counter,
@@ -213,6 +214,7 @@ impl Metrics {
             turn_parts: Counter::default(),
             passes_held: Counter::default(),
             named_quiet: CountGauge::default(),
+            named_suspended: CountGauge::default(),
             support_requests: Counter::default(),
             support_acks: Counter::default(),
             support_malformed: Counter::default(),
@@ -244,6 +246,10 @@ impl Metrics {
     }
 
     /// The named elections quiet on this node (docs/design.md, section 12).
+    pub(crate) fn set_named_suspended(&self, suspended: u64) {
+        self.named_suspended.set(suspended);
+    }
+
     pub(crate) fn set_named_quiet(&self, quiet: u64) {
         self.named_quiet.set(quiet);
     }
@@ -270,6 +276,11 @@ impl Metrics {
     /// Named elections quiet on this node now.
     pub fn named_quiet(&self) -> u64 {
         self.named_quiet.get()
+    }
+
+    /// Named elections suspended on this node now (no lease of them is held).
+    pub fn named_suspended(&self) -> u64 {
+        self.named_suspended.get()
     }
 
     /// A message of a named election this node does not run was dropped: one it has not
@@ -389,6 +400,11 @@ impl Metrics {
                 "named_elections_quiet",
                 "Named elections quiet on this node: not ticking, renewed by the support stream.",
                 &self.named_quiet,
+            ),
+            (
+                "named_elections_suspended",
+                "Named elections suspended on this node: no lease of them is granted or held.",
+                &self.named_suspended,
             ),
             (
                 "disk_stalled",

@@ -55,11 +55,14 @@ use tokio::task::JoinSet;
 
 #[path = "output.rs"]
 mod output;
+#[path = "parse.rs"]
+mod parse;
 #[path = "plan.rs"]
 mod plan;
 use output::{
     explain, print_done, print_history, print_leaderships, print_members, print_status, write_whole,
 };
+use parse::{parse_addrs, parse_id, parse_peer_addr, parse_secs, Addrs};
 
 #[path = "connect.rs"]
 mod connect;
@@ -222,6 +225,16 @@ enum Elections {
         #[arg(value_name = "NAME")]
         name: String,
     },
+    /// Suspend election NAME: no lease of it is held anywhere until it is resumed
+    Suspend {
+        #[arg(value_name = "NAME")]
+        name: String,
+    },
+    /// Resume election NAME: its next lease is in a new term
+    Resume {
+        #[arg(value_name = "NAME")]
+        name: String,
+    },
     /// Hand election NAME's leadership over (to ID, or the most up-to-date follower)
     Transfer {
         #[arg(value_name = "NAME")]
@@ -230,41 +243,6 @@ enum Elections {
         #[arg(long, value_name = "ID", value_parser = parse_id)]
         to: Option<NodeId>,
     },
-}
-
-/// One `--addr` value: its addresses (empty parts are skipped).
-#[derive(Debug, Clone)]
-struct Addrs(Vec<SocketAddr>);
-
-fn parse_addrs(s: &str) -> Result<Addrs, String> {
-    s.split(',')
-        .filter(|p| !p.trim().is_empty())
-        .map(|p| parse_addr(p.trim()))
-        .collect::<Result<_, _>>()
-        .map(Addrs)
-}
-
-fn parse_addr(s: &str) -> Result<SocketAddr, String> {
-    s.parse().map_err(|_| format!("{s:?} is not IP:PORT"))
-}
-
-fn parse_peer_addr(s: &str) -> Result<PeerAddr, String> {
-    s.parse()
-        .map_err(|e: tenure::transport::PeerAddrError| e.to_string())
-}
-
-fn parse_id(s: &str) -> Result<NodeId, String> {
-    match s.parse::<NodeId>() {
-        Ok(0) | Err(_) => Err(format!("{s:?} is not a node id (1, 2, ...)")),
-        Ok(id) => Ok(id),
-    }
-}
-
-fn parse_secs(s: &str) -> Result<Duration, String> {
-    match s.parse::<u64>() {
-        Ok(secs) if secs > 0 => Ok(Duration::from_secs(secs)),
-        _ => Err(format!("{s:?} is not a number of seconds (1 or more)")),
-    }
 }
 
 /// What a group command needs, once the arguments are checked.
@@ -311,6 +289,8 @@ fn request_of(command: Command) -> Result<Request, Offline> {
             priority,
         },
         Command::Elections(Elections::Remove { name }) => Request::RemoveElection { name },
+        Command::Elections(Elections::Suspend { name }) => Request::SuspendElection { name },
+        Command::Elections(Elections::Resume { name }) => Request::ResumeElection { name },
         Command::Elections(Elections::Transfer { name, to }) => {
             Request::TransferElection { name, to }
         }

@@ -51,6 +51,8 @@ pub(super) fn describe(request: &Request) -> String {
         Request::Elections => "elections list".into(),
         Request::CreateElection { name, .. } => format!("create election {name:?}"),
         Request::RemoveElection { name } => format!("remove election {name:?}"),
+        Request::SuspendElection { name } => format!("suspend election {name:?}"),
+        Request::ResumeElection { name } => format!("resume election {name:?}"),
         Request::TransferElection { name, to: None } => format!("transfer election {name:?}"),
         Request::TransferElection { name, to: Some(t) } => {
             format!("transfer election {name:?} to node {t}")
@@ -94,6 +96,14 @@ pub(super) fn print_done(node: NodeId, request: &Request, reply: &Reply) {
             "election {name} removed (id {id}; every token it handed out is below {retired_above}: \
              a fence advanced to it refuses its leaders) (by leader node {node})"
         ),
+        Reply::ElectionSuspended(info) if info.suspended => println!(
+            "election {} suspended: no lease of it is held anywhere until it is resumed (by leader node {node})",
+            info.name
+        ),
+        Reply::ElectionSuspended(info) => println!(
+            "election {} resumed: its next lease is in a new term, above every earlier token (by leader node {node})",
+            info.name
+        ),
         Reply::ElectionTransferred { name, leader } => {
             println!("leadership of election {name} moved to node {leader}");
         }
@@ -126,6 +136,9 @@ fn leaderships_line(l: &Leaderships, names: bool) -> Option<String> {
     if l.leaderless > 0 {
         s.push_str(&format!(", {} without a known leader", l.leaderless));
     }
+    if l.suspended > 0 {
+        s.push_str(&format!(", {} suspended", l.suspended));
+    }
     if !l.led.is_empty() {
         if names || l.led.len() <= FEW {
             let led: Vec<String> = l
@@ -150,9 +163,15 @@ fn leaderships_line(l: &Leaderships, names: bool) -> Option<String> {
 
 /// The catalog as a table.
 pub(super) fn print_elections(node: NodeId, entries: &[ElectionEntry]) {
+    let suspended = entries.iter().filter(|e| e.suspended).count();
     println!(
-        "named elections (catalog as node {node} has applied it): {}",
-        entries.len()
+        "named elections (catalog as node {node} has applied it): {}{}",
+        entries.len(),
+        if suspended > 0 {
+            format!(", {suspended} suspended")
+        } else {
+            String::new()
+        }
     );
     if entries.is_empty() {
         println!("  (none)");
@@ -171,13 +190,14 @@ pub(super) fn print_elections(node: NodeId, entries: &[ElectionEntry]) {
     for e in entries {
         let leader = e.leader.map_or_else(|| "-".to_string(), |l| l.to_string());
         println!(
-            "  {:<w$}  {:>7}  {:>6}  {:>20}  {:>8}  {}",
+            "  {:<w$}  {:>7}  {:>6}  {:>20}  {:>8}  {}{}",
             e.name,
             e.id,
             leader,
             e.term,
             e.options.priority,
-            list(&e.options.affinity)
+            list(&e.options.affinity),
+            if e.suspended { "  SUSPENDED" } else { "" }
         );
     }
 }
@@ -338,6 +358,7 @@ mod tests {
             node: 2,
             elections: 20,
             leaderless: 1,
+            suspended: 0,
             led: (0..n)
                 .map(|i| LedElection {
                     name: format!("e{i}"),

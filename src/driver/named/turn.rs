@@ -198,14 +198,16 @@ impl<S: RaftStore> Driver<S> {
             .is_none_or(|t| now.saturating_duration_since(t) >= std::time::Duration::from_secs(1))
         {
             self.named.counted_at = Some(now);
-            let (mut led, mut leased, mut leaderless, mut quiet) = (0, 0, 0, 0);
+            let (mut led, mut leased, mut leaderless, mut quiet, mut suspended) = (0, 0, 0, 0, 0);
             for ng in self.named.groups.values() {
                 let g = &ng.g;
                 led += u64::from(g.raw.raft.state == StateRole::Leader);
                 leased += u64::from(g.lease.is_some());
                 leaderless += u64::from(g.raw.raft.leader_id == 0);
                 quiet += u64::from(matches!(g.quiet, Quiet::Leading | Quiet::Following(_)));
+                suspended += u64::from(g.suspended);
             }
+            env.metrics.set_named_suspended(suspended);
             env.metrics
                 .set_named(self.named.groups.len() as u64, led, leased, leaderless);
             env.metrics.set_named_quiet(quiet);
