@@ -18,27 +18,34 @@ use tenure::{ElectionOptions, FencingToken, Lease, Node, NodeId, Role, SqliteFen
 
 const LONG: Duration = Duration::from_secs(30);
 const SHARD: &str = "shard-0";
+/// A named election suspended when the backup is taken.
+const PAUSED: &str = "paused";
 
 fn logger() -> slog::Logger {
     slog::Logger::root(slog::Discard, slog::o!())
 }
 
-/// The lease of named election `name` from whichever node leads it.
+/// The lease of named election `name` from whichever node leads it (asked again if the
+/// leadership moves meanwhile, as a resumed election's does).
 async fn election_lease(c: &Cluster, name: &str) -> (NodeId, Lease) {
-    let leader = wait_for("a leader of the named election", LONG, || {
-        c.nodes.iter().find_map(|(id, n)| {
-            let view = n.elections().borrow().clone();
-            view.get(name)
-                .is_some_and(|l| l.role == Role::Leader)
-                .then_some(*id)
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        let leader = wait_for("a leader of the named election", LONG, || {
+            c.nodes.iter().find_map(|(id, n)| {
+                let l = n.election(name).leadership();
+                (l.role == Role::Leader).then_some(*id)
+            })
         })
-    })
-    .await;
-    let lease = tokio::time::timeout(LONG, c.node(leader).election(name).lease())
-        .await
-        .expect("the named election's leader gets its lease")
-        .expect("a lease");
-    (leader, lease)
+        .await;
+        let election = c.node(leader).election(name);
+        if let Ok(lease) = tokio::time::timeout(Duration::from_secs(1), election.lease()).await {
+            return (leader, lease.expect("a lease"));
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no leader of {name} got its lease within {LONG:?}"
+        );
+    }
 }
 
 async fn root_lease(node: &Node) -> Lease {
@@ -79,6 +86,16 @@ async fn a_group_founded_again_from_a_backup_hands_out_tokens_above_every_old_on
     let old_shard = shard_lease.token();
     drop(shard_lease);
     fence_write(&shard_fence, &mut db, old_shard);
+    // An election an operator suspended: the restored group keeps it suspended.
+    c.node(leader)
+        .create_election(PAUSED, ElectionOptions::new())
+        .await
+        .expect("create a named election");
+    let (_, paused_lease) = election_lease(&c, PAUSED).await;
+    let old_paused = paused_lease.token();
+    drop(paused_lease);
+    let paused = c.node(leader).suspend_election(PAUSED).await.unwrap();
+    assert!(paused.suspended);
 
     // The backup, through the admin API of the leader.
     let identity = TlsIdentity::from_dir(c.dir.path().join("certs"), leader).unwrap();
@@ -104,6 +121,7 @@ async fn a_group_founded_again_from_a_backup_hands_out_tokens_above_every_old_on
         "{backup:?}"
     );
     assert!(!backup.history.is_empty());
+    assert!(backup.elections[PAUSED].suspended && !backup.elections[SHARD].suspended);
     // The file operators keep: it reads back as it was written.
     let backup = Backup::from_json(&backup.to_json()).expect("reads back");
     assert!(backup.taken_unix_ms > 0);
@@ -143,9 +161,23 @@ async fn a_group_founded_again_from_a_backup_hands_out_tokens_above_every_old_on
     // The catalog came back with its ids, and the named election hands out tokens above
     // its old ones, in its own range.
     let catalog = c.node(new_leader).list_elections().await.unwrap();
-    assert_eq!(catalog.len(), 1);
-    assert_eq!(catalog[0].name, SHARD);
-    assert_eq!(catalog[0].id, backup.elections[SHARD].id);
+    assert_eq!(catalog.len(), 2);
+    assert_eq!(catalog[1].name, SHARD);
+    assert_eq!(catalog[1].id, backup.elections[SHARD].id);
+    assert!(catalog[0].suspended && !catalog[1].suspended, "{catalog:?}");
+    for id in [1, 2, 3] {
+        let paused = c.node(id).election(PAUSED);
+        support::cluster::wait_for("the restored election is suspended", LONG, || {
+            let l = paused.leadership();
+            (l.suspended && !l.leased).then_some(())
+        })
+        .await;
+    }
+    let resumed = c.node(new_leader).resume_election(PAUSED).await.unwrap();
+    assert!(!resumed.suspended);
+    let (_, paused_lease) = election_lease(&c, PAUSED).await;
+    assert!(paused_lease.token() > old_paused);
+    drop(paused_lease);
     let (_, shard_lease) = election_lease(&c, SHARD).await;
     let new_shard = shard_lease.token();
     assert_eq!(
