@@ -8,6 +8,7 @@
 //! | messages of named elections from peers | `Driver::on_election_message` |
 //! | catalog commands (create, remove, list) | `catalog.rs` |
 //! | ticks, per-turn duties (leases, transfers, drains, publishing) | `turn.rs`: `Driver::tick_named`, `Driver::named_after_ready` |
+//! | suspension and resumption: the catalog's decision, the election's own mark | `suspend.rs` |
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
