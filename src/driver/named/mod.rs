@@ -528,8 +528,8 @@ impl<S: RaftStore> Driver<S> {
             },
         );
         if let Some(ng) = self.named.groups.get_mut(&spec.id) {
+            // (Also follows the log's record, read from the snapshot above.)
             ng.set_catalog_suspended(&self.env, self.state.suspended.contains(&spec.id));
-            ng.follow_suspension(&self.env);
             if ng.catalog_suspended != ng.log_suspended {
                 self.named.unsettled.insert(spec.id);
             }
