@@ -684,6 +684,15 @@ async fn suspend_and_check(c: &Cluster, tenures: &Tenures, ids: &[NodeId]) -> (I
 /// Resumes `name` on the root leader; waits for a task to run under a new lease, whose
 /// token must be above every earlier one. Returns that token.
 async fn resume_and_check(c: &Cluster, tenures: &Tenures, held: usize) -> u64 {
+    {
+        let t = tenures.lock().unwrap();
+        let last = t.last().map(|(n, l)| (*n, l.token().term()));
+        assert_eq!(
+            t.len(),
+            held,
+            "a lease was granted while suspended: {last:?}"
+        );
+    }
     let (root, _) = c.steady_leader(T).await;
     let info = c.node(root).resume_election("settle").await.unwrap();
     assert!(!info.suspended, "{info:?}");
