@@ -56,12 +56,18 @@ impl SuspendWait {
 
 /// A named election's snapshot data: its tenure history, and whether its own log
 /// suspended it (written only when it did, so a snapshot of an election never suspended
-/// is what it was before suspensions existed).
+/// is what it was before suspensions existed). Its key, `log_suspended`, is not one of
+/// the root's group state: every snapshot's data must read as a group state
+/// (`peer_input`), where `suspended` is the set of suspended ids.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(in crate::driver) struct NamedState {
     #[serde(flatten)]
     pub(in crate::driver) history: History,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(
+        default,
+        rename = "log_suspended",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
     pub(in crate::driver) suspended: bool,
 }
 
@@ -70,7 +76,7 @@ pub(in crate::driver) struct NamedState {
 struct NamedStateRef<'a> {
     #[serde(flatten)]
     history: &'a History,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(rename = "log_suspended", skip_serializing_if = "std::ops::Not::not")]
     suspended: bool,
 }
 
@@ -246,5 +252,24 @@ impl<S: RaftStore> Driver<S> {
             created_at: spec.created_at,
             suspended: self.state.suspended.contains(&id),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_suspended_elections_snapshot_reads_back_and_as_a_group_state() {
+        let data = snapshot_data(&History::default(), true);
+        let back: NamedState = serde_json::from_slice(&data).unwrap();
+        assert!(back.suspended);
+        // Every snapshot a peer sends is judged as a group state first (`peer_input`).
+        assert!(crate::state::GroupState::from_snapshot(&data).is_ok());
+        // Never suspended: what it was before suspensions existed.
+        let plain = snapshot_data(&History::default(), false);
+        assert_eq!(plain, serde_json::to_vec(&History::default()).unwrap());
+        let back: NamedState = serde_json::from_slice(&plain).unwrap();
+        assert!(!back.suspended);
     }
 }
