@@ -152,6 +152,8 @@ pub(crate) enum CatalogChange {
         id: ElectionId,
         suspended: bool,
         req: Request,
+        /// The entry's root index (the election's marks carry it).
+        index: u64,
     },
     /// The entry applied as a no-op: why.
     Refused { req: Request, error: ElectionError },
@@ -341,6 +343,7 @@ impl GroupState {
                             id: e.id,
                             suspended: e.suspended,
                             req: e.req,
+                            index,
                         }
                     }
                     _ => CatalogChange::Refused {

@@ -728,3 +728,36 @@ fn a_named_event_that_names_no_incarnation_is_not_one_for_rule_i() {
         assert!(!f.broke(Rule::Incarnations), "{f}");
     }
 }
+
+#[test]
+fn a_lease_used_while_suspended_or_its_token_repeated_after_the_resume_fails_rule_j() {
+    // "b" (id 2): n1 leased token b2 from 135 ms and confirms it at 520 ms.
+    let b2 = tok(2, 1);
+    let suspended = named(Event::new(0, 200 * MS, Kind::ElectionSuspended), "b", 2);
+    let resumed = named(Event::new(0, 500 * MS, Kind::ElectionResumed), "b", 2);
+    // Suspended at 200 ms and never resumed: the confirm at 520 ms used the lease.
+    let (mut ev, w, o) = healthy_named();
+    ev.push(suspended.clone());
+    let line = fails_with(&ev, &w, &o, Rule::Suspension, "election \"b\" (id 2)");
+    assert!(line.contains("before it was resumed"), "{line}");
+    // Resumed at 500 ms: the confirm after it carries the token of before the suspension.
+    let (mut ev, w, o) = healthy_named();
+    ev.extend([suspended.clone(), resumed.clone()]);
+    let line = fails_with(&ev, &w, &o, Rule::Suspension, "election \"b\" (id 2)");
+    assert!(line.contains(&format!("token {b2}")), "{line}");
+    assert!(line.contains("not above"), "{line}");
+    // A new term after the resume passes, and the suspension is counted.
+    let (mut ev, w, o) = healthy_named();
+    ev.retain(|e| !(e.election.as_deref() == Some("b") && e.at_ns >= 500 * MS));
+    let b3 = b2 + 1;
+    ev.extend([
+        suspended,
+        resumed,
+        named(Event::acquired(1, 510 * MS, b3, 700 * MS), "b", 2),
+        named(Event::history(1, 522 * MS, vec![(b2, 1), (b3, 1)]), "b", 2),
+    ]);
+    let mut o = o;
+    o.fences.get_mut("b").unwrap().clear();
+    let s = check(&ev, &w, &o).unwrap_or_else(|f| panic!("{f}"));
+    assert_eq!(s.suspensions, 1);
+}

@@ -125,8 +125,8 @@ use tenure::{ReadMode, Timing};
 
 use checker::{check, Options};
 use schedule::{
-    random_election_ops, random_member_ops, random_ops, Op, Schedule, ScheduleShape,
-    ELECTION_NAMES, INITIAL_ELECTIONS,
+    random_election_ops, random_member_ops, random_ops, random_suspend_ops, Op, Schedule,
+    ScheduleShape, ELECTION_NAMES, INITIAL_ELECTIONS,
 };
 use world::{run_with_elections, NamedConfig, RunConfig};
 
@@ -160,6 +160,9 @@ fn shape() -> ScheduleShape {
 /// The share of seeds with a membership change among their faults.
 const MEMBERSHIP_CHANCE: f64 = 0.5;
 
+/// The share of seeds in which an operator suspends an election and resumes it.
+const SUSPEND_CHANCE: f64 = 0.5;
+
 /// The operator's part of seed `seed`'s run: 0 to 3 transfers and drains among the
 /// faults, half of the transfers to a node a fault stalls; then, in half of the seeds, a
 /// membership change (a voter replaced by a spare, or removed and added back under a
@@ -186,6 +189,9 @@ fn ops_for(seed: u64, cfg: &RunConfig) -> Vec<Op> {
         shape(),
         (2, 6),
     ));
+    // Suspensions, from an RNG of their own: the other ops of a seed stay what they were.
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5e5b_e4d0);
+    ops.extend(random_suspend_ops(&mut rng, shape(), SUSPEND_CHANCE));
     ops.sort_by_key(|o| o.at);
     ops
 }

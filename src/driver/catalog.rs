@@ -257,6 +257,7 @@ impl<S: RaftStore> Driver<S> {
                 id,
                 suspended,
                 req,
+                index,
             } => {
                 info!(self.env.logger, "catalog applied a suspension"; "election" => &name,
                       "id" => id, "suspended" => suspended);
@@ -267,7 +268,7 @@ impl<S: RaftStore> Driver<S> {
                 } else {
                     None
                 };
-                self.suspension_applied(id, suspended, waiting);
+                self.suspension_applied(id, suspended, index, waiting);
                 return Ok(());
             }
             CatalogChange::Refused { req, error } => (req, Box::new(move |r| r.fail(error))),

@@ -528,6 +528,16 @@ pub(crate) enum OpKind {
     /// Named election `name` is removed (`Node::remove_election`), asked as a create is;
     /// as the call returns, its fence is retired to `Removed::retired_above`.
     RemoveElection(&'static str),
+    /// Named election `name` is suspended (`Node::suspend_election`), asked as a create
+    /// is, and resumed `hold` after the op starts (`Node::resume_election`, asked until it
+    /// is carried out, at the heal too; the suspension is not asked again once the resume
+    /// is due).
+    Suspend {
+        /// Which election.
+        name: &'static str,
+        /// From the suspension's first call to the resumption's.
+        hold: Duration,
+    },
     /// Whoever leads named election `name` hands it over
     /// (`Election::transfer_leadership`).
     ElectionTransfer {
@@ -607,6 +617,7 @@ impl OpKind {
                 ..
             } => "transfer an election to a stalled node",
             OpKind::ElectionTransfer { .. } => "transfer an election",
+            OpKind::Suspend { .. } => "suspend an election, resume it",
         }
     }
 
@@ -796,6 +807,26 @@ pub(crate) static ELECTION_NAMES: std::sync::LazyLock<Vec<&'static str>> =
             .map(|n| &*Box::leak(n.into_boxed_str()))
             .collect()
     });
+
+/// With chance `chance`, one or two suspensions of an election of the start, each resumed
+/// 50 to 800 ms later, in the window of `shape` before the schedule's heal (operator ops:
+/// `docs/design.md`, section 11, "Suspending an election").
+pub(crate) fn random_suspend_ops(rng: &mut StdRng, shape: ScheduleShape, chance: f64) -> Vec<Op> {
+    if !rng.gen_bool(chance) {
+        return Vec::new();
+    }
+    let window_ms = shape.window.as_millis() as u64 * 3 / 4;
+    (0..rng.gen_range(1..=2))
+        .map(|_| Op {
+            at: shape.warmup + Duration::from_millis(rng.gen_range(0..window_ms)),
+            duration: Duration::ZERO,
+            kind: OpKind::Suspend {
+                name: ELECTION_NAMES[rng.gen_range(0..INITIAL_ELECTIONS)],
+                hold: Duration::from_millis(rng.gen_range(50..=800)),
+            },
+        })
+        .collect()
+}
 
 /// How many of [`ELECTION_NAMES`] every run creates at the start (issue 15: at least 100
 /// beside the root, so that quiet elections and the support stream carry many names).

@@ -168,6 +168,11 @@ struct Record {
     catalogs: BTreeMap<NodeId, BTreeMap<String, u32>>,
     /// When some node first saw each election id in its catalog.
     first_seen: BTreeMap<u32, u64>,
+    /// When `resume_election` last returned for each election (it is live from then).
+    resumed: BTreeMap<u32, u64>,
+    /// When a resumption was first asked, by name (any attempt may take effect, the
+    /// one that answers may be a later one): rule (j) counts from there.
+    resume_asked: BTreeMap<&'static str, u64>,
     /// The last lease event (acquired or confirmed) of each named election, by id.
     last_named_lease: BTreeMap<u32, u64>,
     /// The answers to catalog calls, by the tag the call was sent with.
@@ -667,6 +672,8 @@ enum HostOp {
 enum CatalogCall {
     Create(&'static str),
     Remove(&'static str),
+    Suspend(&'static str),
+    Resume(&'static str),
 }
 
 impl CatalogCall {
@@ -674,6 +681,8 @@ impl CatalogCall {
         match self {
             CatalogCall::Create(_) => "create election",
             CatalogCall::Remove(_) => "remove election",
+            CatalogCall::Suspend(_) => "suspend election",
+            CatalogCall::Resume(_) => "resume election",
         }
     }
 }
@@ -802,6 +811,7 @@ fn serve_ops(ctx: &HostCtx, node: &Node) {
                         (change.name(), format!("{}: {said}", change.describe()), out)
                     }
                     HostOp::Catalog(tag, call) => {
+                        let called = sim_ns();
                         let r = match call {
                             CatalogCall::Create(name) => node
                                 .create_election(name, ElectionOptions::new())
@@ -811,9 +821,36 @@ fn serve_ops(ctx: &HostCtx, node: &Node) {
                                 .remove_election(name)
                                 .await
                                 .map(|r| (name, r.id, Some(r.retired_above.term()))),
+                            CatalogCall::Suspend(name) => node
+                                .suspend_election(name)
+                                .await
+                                .map(|i| (name, i.id, None)),
+                            CatalogCall::Resume(name) => {
+                                node.resume_election(name).await.map(|i| (name, i.id, None))
+                            }
                         };
                         let now = sim_ns();
-                        if let Ok((name, eid, retired)) = r {
+                        if let (
+                            Ok((name, eid, _)),
+                            CatalogCall::Suspend(_) | CatalogCall::Resume(_),
+                        ) = (&r, call)
+                        {
+                            // Rule (j): no lease used from the suspension's return to the
+                            // resumption's call; a resumed election is live from the
+                            // resumption's return.
+                            let (kind, at) = if matches!(call, CatalogCall::Suspend(_)) {
+                                (Kind::ElectionSuspended, now)
+                            } else {
+                                let mut r = lock(&rec);
+                                r.resumed.insert(*eid, now);
+                                let asked = r.resume_asked.remove(name).unwrap_or(called);
+                                (Kind::ElectionResumed, asked.min(called))
+                            };
+                            let e = Event::new(0, at, kind)
+                                .in_election(name, *eid)
+                                .note(format!("n{id}: {} {name:?} (id {eid})", call.name()));
+                            lock(&rec).events.push(e);
+                        } else if let Ok((name, eid, retired)) = r {
                             // As the call returns: an application that wants no write of the
                             // removed incarnation retires its fence (rule (h) then expects
                             // none).
@@ -1514,7 +1551,8 @@ pub(crate) fn run_with_elections(
             .filter_map(|eid| {
                 let seen = *r.first_seen.get(eid)?;
                 let before_change = member_from.is_none_or(|m| seen < m.as_nanos() as u64);
-                before_change.then_some((*eid, heal.max(seen)))
+                let resumed = r.resumed.get(eid).copied().unwrap_or(0);
+                before_change.then_some((*eid, heal.max(seen).max(resumed)))
             })
             .collect()
     };
@@ -1646,7 +1684,9 @@ pub(crate) fn run_with_elections(
                 .values()
                 .map(|from| *from + named_bound.as_nanos() as u64)
                 .max();
-            // The first lease of each after its start (seen within a step of it).
+            // The first lease of each after its start (seen within a step of it); a start
+            // that moved (a resumption returned) forgets a lease seen before it.
+            named_recovered.retain(|eid, t| live.get(eid).is_some_and(|from| *t >= *from));
             for (eid, from) in &live {
                 if let Some(t) = last_lease.get(eid).filter(|t| *t >= from) {
                     named_recovered.entry(*eid).or_insert(*t);
@@ -1662,6 +1702,12 @@ pub(crate) fn run_with_elections(
                 (recovered, named_done, opr.members_pending())
             {
                 stop_at = stop_at.min(Duration::from_nanos(t.max(tn)).max(ended) + cfg.tail);
+            }
+            if opr.catalog_pending() {
+                // A resumption still to carry out: run on, up to 10 s past the bound (its
+                // election is judged live from the resumption's return).
+                let cap = base_stop + Duration::from_secs(10);
+                stop_at = stop_at.max((now + Duration::from_millis(10)).min(cap));
             }
         }
         if let Err(e) = sim.step() {
@@ -1868,6 +1914,12 @@ struct CatalogRun {
     /// One of the creates of the start: the run fails if it is never carried out. Op
     /// calls are given up at the heal.
     initial: bool,
+    /// A resumption: asked until it is carried out, at the heal too (the run fails if it
+    /// never is), once the suspension it follows (`after`, in the list) is done.
+    must: bool,
+    after: Option<usize>,
+    /// A suspension: not asked again from then on (its resumption is due).
+    give_up_at: Option<Duration>,
     /// Ask this node next (a `NotLeader`'s hint), else whoever leads.
     ask: Option<NodeId>,
     /// In flight: tag, node, its incarnation, since when.
@@ -1897,6 +1949,9 @@ impl<'a> OpRunner<'a> {
             .map(|name| CatalogRun {
                 call: CatalogCall::Create(name),
                 initial: true,
+                must: false,
+                after: None,
+                give_up_at: None,
                 ask: None,
                 inflight: None,
                 next_at: Duration::ZERO,
@@ -1928,12 +1983,45 @@ impl<'a> OpRunner<'a> {
                             CatalogCall::Remove(name)
                         },
                         initial: false,
+                        must: false,
+                        after: None,
+                        give_up_at: None,
                         ask: None,
                         inflight: None,
                         next_at: o.at,
                         done: false,
                         last: None,
                     });
+                }
+                OpKind::Suspend { name, hold } => {
+                    let run = |call, must, after, give_up_at, next_at| CatalogRun {
+                        call,
+                        initial: false,
+                        must,
+                        after,
+                        give_up_at,
+                        ask: None,
+                        inflight: None,
+                        next_at,
+                        done: false,
+                        last: None,
+                    };
+                    let resume_at = o.at + hold;
+                    let suspend = catalog.len();
+                    catalog.push(run(
+                        CatalogCall::Suspend(name),
+                        false,
+                        None,
+                        Some(resume_at),
+                        o.at,
+                    ));
+                    catalog.push(run(
+                        CatalogCall::Resume(name),
+                        true,
+                        Some(suspend),
+                        None,
+                        resume_at,
+                    ));
                 }
                 OpKind::Replace { .. } | OpKind::Rejoin { .. } => members.push(MemberRun {
                     op: i,
@@ -1971,14 +2059,14 @@ impl<'a> OpRunner<'a> {
         let missing: Vec<String> = self
             .catalog
             .iter()
-            .filter(|c| c.initial && !c.done)
+            .filter(|c| (c.initial || c.must) && !c.done)
             .map(|c| format!("{:?} (last answer: {})", c.call, c.last.unwrap_or("-")))
             .collect();
         if missing.is_empty() {
             return Vec::new();
         }
         vec![format!(
-            "the named elections of the start were not all created: {}",
+            "the named elections of the start were not all created, or a resumption was never carried out: {}",
             missing.join(", ")
         )]
     }
@@ -1991,8 +2079,9 @@ impl<'a> OpRunner<'a> {
         active: &Active,
         senders: &BTreeMap<NodeId, OpSender>,
     ) {
+        let done: Vec<bool> = self.catalog.iter().map(|c| c.done).collect();
         for c in &mut self.catalog {
-            if c.done || now < c.next_at {
+            if c.done || now < c.next_at || c.after.is_some_and(|a| !done[a]) {
                 continue;
             }
             if let Some((tag, node, incarnation, at)) = c.inflight {
@@ -2023,7 +2112,12 @@ impl<'a> OpRunner<'a> {
                 }
                 continue;
             }
-            if !c.initial && now >= self.heal_at {
+            if c.give_up_at.is_some_and(|t| now >= t) {
+                // A suspension not carried out by the time its resumption is due.
+                c.done = true;
+                continue;
+            }
+            if !c.initial && !c.must && now >= self.heal_at {
                 // An op's call still refused at the heal is given up (so that every
                 // election is created before the liveness bound starts).
                 c.done = true;
@@ -2041,7 +2135,16 @@ impl<'a> OpRunner<'a> {
             }
             let incarnation = lock(rec).incarnations.get(&to).copied().unwrap_or(0);
             c.inflight = Some((tag, to, incarnation, now));
+            if let CatalogCall::Resume(name) = c.call {
+                let at = now.as_nanos() as u64;
+                lock(rec).resume_asked.entry(name).or_insert(at);
+            }
         }
+    }
+
+    /// Whether a catalog call that must be carried out (a resumption) is not yet.
+    fn catalog_pending(&self) -> bool {
+        self.catalog.iter().any(|c| c.must && !c.done)
     }
 
     /// Whether a membership op is still running, and when the last one ended.
@@ -2224,7 +2327,8 @@ impl<'a> OpRunner<'a> {
                     OpKind::Replace { .. }
                     | OpKind::Rejoin { .. }
                     | OpKind::CreateElection(_)
-                    | OpKind::RemoveElection(_),
+                    | OpKind::RemoveElection(_)
+                    | OpKind::Suspend { .. },
                     _,
                 ) => {}
             }

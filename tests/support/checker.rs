@@ -201,6 +201,12 @@ pub(crate) enum Kind {
     /// `remove_election` returned for named election `election` (`election_id`) at
     /// `at_ns` (from the harness, node 0). For rule (h).
     ElectionRemoved,
+    /// `suspend_election` returned for named election `election` (`election_id`) at
+    /// `at_ns` (from the harness, node 0). For rule (j).
+    ElectionSuspended,
+    /// `resume_election` was called for named election `election` at `at_ns` (from the
+    /// harness, node 0; logged once the call succeeded). For rule (j).
+    ElectionResumed,
     /// Anything else, by name.
     Other(String),
 }
@@ -225,6 +231,8 @@ impl Kind {
             Kind::Members => "members",
             Kind::ElectionCreated => "election_created",
             Kind::ElectionRemoved => "election_removed",
+            Kind::ElectionSuspended => "election_suspended",
+            Kind::ElectionResumed => "election_resumed",
             Kind::Other(s) => s,
         }
     }
@@ -248,6 +256,8 @@ impl Kind {
             "members" => Kind::Members,
             "election_created" => Kind::ElectionCreated,
             "election_removed" => Kind::ElectionRemoved,
+            "election_suspended" => Kind::ElectionSuspended,
+            "election_resumed" => Kind::ElectionResumed,
             other => Kind::Other(other.to_string()),
         }
     }
@@ -535,6 +545,9 @@ pub(crate) enum Rule {
     /// (i) per name, every token of a later incarnation is above every token of an
     /// earlier one.
     Incarnations,
+    /// (j) no lease of an election is used while it is suspended, and every token after
+    /// its resumption is above every token before its suspension.
+    Suspension,
 }
 
 impl fmt::Display for Rule {
@@ -549,6 +562,7 @@ impl fmt::Display for Rule {
             Rule::TokenOfElection => "(g) a token belongs to its election and its fence",
             Rule::UsedAfterRemoval => "(h) no lease is used after its election was removed",
             Rule::Incarnations => "(i) tokens rise across a name's incarnations",
+            Rule::Suspension => "(j) no lease while suspended; tokens rise across a suspension",
         })
     }
 }
@@ -702,6 +716,8 @@ pub(crate) struct Summary {
     pub slowest_election: Option<(u64, u32)>,
     /// Named elections removed (rule (h) judged after each).
     pub removals: usize,
+    /// Suspensions of named elections (rule (j)).
+    pub suspensions: usize,
 }
 
 /// Every violation of one history.
@@ -1291,6 +1307,91 @@ fn cross_elections(
                     });
                     break;
                 }
+            }
+        }
+    }
+    // (j) no lease of a suspended election is acquired, and no confirm of it that began
+    // succeeds, between `suspend_election`'s return and the next `resume_election`'s
+    // call; and every token acquired or confirmed after that resume is above every one
+    // before the suspension. Writes are not judged here: one confirmed before the
+    // suspension may land after it with its token (a suspension revokes leases, it does
+    // not retire tokens; rule (b) judges the fence).
+    let used_kind = |k: &Kind, id: u32| match k {
+        Kind::LeaseAcquired => true,
+        Kind::LeaseConfirmed => !opts.lease_based || trusted.get(&id).copied().unwrap_or(true),
+        _ => false,
+    };
+    let since = |e: &Event| match e.kind {
+        Kind::LeaseConfirmed => e.began_ns.unwrap_or(e.at_ns),
+        _ => e.at_ns,
+    };
+    for (si, s) in h.events.iter().enumerate() {
+        if s.kind != Kind::ElectionSuspended {
+            continue;
+        }
+        summary.suspensions += 1;
+        let id = s.election_id;
+        let of_it = |e: &Event| e.election_id == id && e.election.is_some();
+        let resumed = h
+            .events
+            .iter()
+            .enumerate()
+            .find(|(_, e)| e.kind == Kind::ElectionResumed && of_it(e) && e.at_ns >= s.at_ns);
+        let until = resumed.map_or(u64::MAX, |(_, r)| r.at_ns);
+        let used = h.events.iter().enumerate().find(|(_, e)| {
+            since(e) > s.at_ns && since(e) < until && of_it(e) && used_kind(&e.kind, id)
+        });
+        if let Some((i, e)) = used {
+            violations.push(Violation {
+                rule: Rule::Suspension,
+                message: format!(
+                    "{} was suspended at {} (suspend_election returned), but n{}'s lease of \
+                     term {} was used before it was resumed: {} at {}",
+                    label(id),
+                    h.rel(s.at_ns),
+                    e.node,
+                    e.term.unwrap_or(0),
+                    e.kind.name(),
+                    h.rel(e.at_ns)
+                ),
+                timeline: h.around(i, &[si]),
+            });
+            continue;
+        }
+        let Some((ri, r)) = resumed else {
+            continue;
+        };
+        let token = |e: &Event| e.token.filter(|_| of_it(e) && used_kind(&e.kind, id));
+        let before = h
+            .events
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| since(e) <= s.at_ns)
+            .filter_map(|(i, e)| token(e).map(|t| (t, i)))
+            .max();
+        let after = h
+            .events
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| since(e) > r.at_ns)
+            .filter_map(|(i, e)| token(e).map(|t| (t, i)))
+            .min();
+        if let (Some((hi, i)), Some((lo, j))) = (before, after) {
+            if lo <= hi {
+                violations.push(Violation {
+                    rule: Rule::Suspension,
+                    message: format!(
+                        "{} was resumed at {}, but its token {lo} (n{} at {}) is not above \
+                         the token {hi} used before its suspension (n{} at {})",
+                        label(id),
+                        h.rel(r.at_ns),
+                        h.events[j].node,
+                        h.rel(h.events[j].at_ns),
+                        h.events[i].node,
+                        h.rel(h.events[i].at_ns)
+                    ),
+                    timeline: h.around(j, &[ri, i]),
+                });
             }
         }
     }

@@ -86,6 +86,11 @@ pub(super) struct NamedGroup<S: RaftStore> {
     pub(super) catalog_suspended: bool,
     /// Its own log suspends it (the last mark applied).
     pub(super) log_suspended: bool,
+    /// The root index of the catalog's decision (of the entry, or of the root state it
+    /// was read from: not below the entry's), and of the one the last mark carried out:
+    /// the newer of the two records decides (`suspend.rs`).
+    pub(super) catalog_index: u64,
+    pub(super) log_index: u64,
     /// The term and decision of the last mark this node, leading, proposed.
     mark_proposed: Option<(u64, bool)>,
 }
@@ -245,6 +250,7 @@ impl<S: RaftStore> NamedGroup<S> {
             self.g.applied = self.g.applied.max(index);
             self.history = state.history;
             self.log_suspended = state.suspended;
+            self.log_index = state.mark_index;
             self.follow_suspension(env);
         }
         self.apply(env, committed, retention);
@@ -321,9 +327,9 @@ impl<S: RaftStore> NamedGroup<S> {
         env: &Env,
         compact_after: u64,
     ) -> Result<(), StorageError> {
-        let (history, suspended) = (&self.history, self.log_suspended);
+        let (history, suspended, at) = (&self.history, self.log_suspended, self.log_index);
         self.g.maybe_compact(env, compact_after, || {
-            suspend::snapshot_data(history, suspended)
+            suspend::snapshot_data(history, suspended, at)
         })
     }
 }
@@ -389,10 +395,11 @@ impl<S: RaftStore> Driver<S> {
             self.open_election(&name, &spec)?;
         }
         // Suspensions the snapshot carried past.
+        let applied = self.root.applied;
         for (id, ng) in &mut self.named.groups {
             let suspended = self.state.suspended.contains(id);
             if ng.catalog_suspended != suspended {
-                ng.set_catalog_suspended(&self.env, suspended);
+                ng.set_catalog_suspended(&self.env, suspended, applied);
                 self.named.unsettled.insert(*id);
             }
         }
@@ -524,12 +531,16 @@ impl<S: RaftStore> Driver<S> {
                 retired_at: None,
                 catalog_suspended: false,
                 log_suspended: state.suspended,
+                catalog_index: 0,
+                log_index: state.mark_index,
                 mark_proposed: None,
             },
         );
+        let applied = self.root.applied;
         if let Some(ng) = self.named.groups.get_mut(&spec.id) {
             // (Also follows the log's record, read from the snapshot above.)
-            ng.set_catalog_suspended(&self.env, self.state.suspended.contains(&spec.id));
+            let suspended = self.state.suspended.contains(&spec.id);
+            ng.set_catalog_suspended(&self.env, suspended, applied);
             if ng.catalog_suspended != ng.log_suspended {
                 self.named.unsettled.insert(spec.id);
             }

@@ -31,10 +31,29 @@ use crate::history::History;
 use crate::state::GroupState;
 use crate::storage::RaftStore;
 
-/// The mark that suspends a named election in its own log.
+/// The mark that suspends a named election in its own log: these two bytes, then the
+/// root index of the catalog entry it carries out (8 bytes, big endian).
 pub(super) const SUSPEND_MARK: &[u8] = b"S1";
-/// The mark that resumes it.
+/// The mark that resumes it (the same layout).
 pub(super) const RESUME_MARK: &[u8] = b"S0";
+
+/// The mark that writes the catalog's decision (`suspended`, at root index `index`).
+fn mark(suspended: bool, index: u64) -> Vec<u8> {
+    let mut m = if suspended { SUSPEND_MARK } else { RESUME_MARK }.to_vec();
+    m.extend_from_slice(&index.to_be_bytes());
+    m
+}
+
+/// A mark's decision and root index, if `data` is one.
+fn read_mark(data: &[u8]) -> Option<(bool, u64)> {
+    let (head, index) = data.split_at_checked(2)?;
+    let suspended = match head {
+        SUSPEND_MARK => true,
+        RESUME_MARK => false,
+        _ => return None,
+    };
+    Some((suspended, u64::from_be_bytes(index.try_into().ok()?)))
+}
 
 /// Who waits for a suspension or a resumption.
 pub(in crate::driver) type SuspendReply = oneshot::Sender<Result<ElectionInfo, ElectionError>>;
@@ -69,6 +88,13 @@ pub(in crate::driver) struct NamedState {
         skip_serializing_if = "std::ops::Not::not"
     )]
     pub(in crate::driver) suspended: bool,
+    /// The root index the last mark carried out.
+    #[serde(default, rename = "log_mark_index", skip_serializing_if = "is_zero")]
+    pub(in crate::driver) mark_index: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// [`NamedState`] to write, borrowing the history.
@@ -78,28 +104,44 @@ struct NamedStateRef<'a> {
     history: &'a History,
     #[serde(rename = "log_suspended", skip_serializing_if = "std::ops::Not::not")]
     suspended: bool,
+    #[serde(rename = "log_mark_index", skip_serializing_if = "is_zero")]
+    mark_index: u64,
 }
 
-/// A named election's snapshot data: `history`, and `suspended` if its log suspended it.
-pub(super) fn snapshot_data(history: &History, suspended: bool) -> Vec<u8> {
-    serde_json::to_vec(&NamedStateRef { history, suspended }).unwrap_or_default()
+/// A named election's snapshot data: `history`, whether its log suspended it and the
+/// root index of the last mark.
+pub(super) fn snapshot_data(history: &History, suspended: bool, mark_index: u64) -> Vec<u8> {
+    let state = NamedStateRef {
+        history,
+        suspended,
+        mark_index,
+    };
+    serde_json::to_vec(&state).unwrap_or_default()
 }
 
 impl<S: RaftStore> NamedGroup<S> {
-    /// The root's catalog says the election is suspended (or not).
-    pub(super) fn set_catalog_suspended(&mut self, env: &Env, suspended: bool) {
+    /// The root's catalog says the election is suspended (or not), as of root index
+    /// `index` (the entry's, or a later one).
+    pub(super) fn set_catalog_suspended(&mut self, env: &Env, suspended: bool, index: u64) {
         self.catalog_suspended = suspended;
+        self.catalog_index = index;
         self.follow_suspension(env);
+    }
+
+    /// Whether the catalog's record is not older than the log's: then the log must
+    /// carry it (a mark is due if they differ). An older one is stale: this node's root
+    /// log lags behind a decision the election's log carries out already.
+    pub(super) fn catalog_current(&self) -> bool {
+        self.catalog_index >= self.log_index
     }
 
     /// Applies a mark of the election's own log at `term`; false if `data` is not one.
     pub(super) fn apply_mark(&mut self, env: &Env, data: &[u8], term: u64) -> bool {
-        let suspended = match data {
-            SUSPEND_MARK => true,
-            RESUME_MARK => false,
-            _ => return false,
+        let Some((suspended, index)) = read_mark(data) else {
+            return false;
         };
         self.log_suspended = suspended;
+        self.log_index = self.log_index.max(index);
         if !suspended {
             self.g.lease_after = self.g.lease_after.max(term);
         }
@@ -107,10 +149,11 @@ impl<S: RaftStore> NamedGroup<S> {
         true
     }
 
-    /// The lease follows the two records of the decision: none while either says
-    /// suspended, and one held is revoked at once.
+    /// The lease follows the two records of the decision: none while the log says
+    /// suspended, or the catalog does and is not older than the log; one held is
+    /// revoked at once.
     pub(super) fn follow_suspension(&mut self, env: &Env) {
-        let suspended = self.catalog_suspended || self.log_suspended;
+        let suspended = self.log_suspended || (self.catalog_suspended && self.catalog_current());
         if suspended == self.g.suspended {
             return;
         }
@@ -154,11 +197,12 @@ impl<S: RaftStore> Driver<S> {
         &mut self,
         id: ElectionId,
         suspended: bool,
+        index: u64,
         waiting: Option<PendingCatalog>,
     ) {
         self.wake_leader(id, Wake::Activity);
         if let Some(ng) = self.named.groups.get_mut(&id) {
-            ng.set_catalog_suspended(&self.env, suspended);
+            ng.set_catalog_suspended(&self.env, suspended, index);
         }
         self.named.unsettled.insert(id);
         if let Some(PendingCatalog {
@@ -194,21 +238,25 @@ impl<S: RaftStore> Driver<S> {
                 continue;
             };
             let (want, has) = (ng.catalog_suspended, ng.log_suspended);
+            let current = ng.catalog_current();
             let raft = &ng.g.raw.raft;
             if want != has
+                && current
                 && raft.state == StateRole::Leader
                 && ng.mark_proposed != Some((raft.term, want))
             {
                 let term = raft.term;
-                let mark = if want { SUSPEND_MARK } else { RESUME_MARK };
+                let mark = mark(want, ng.catalog_index);
                 ng.g.touch(&self.env);
-                match ng.g.raw.propose(vec![], mark.to_vec()) {
+                match ng.g.raw.propose(vec![], mark) {
                     Ok(()) => ng.mark_proposed = Some((term, want)),
                     Err(e) => debug!(self.env.logger, "suspension mark not proposed yet";
                                      "election" => ng.g.name.as_deref(), "error" => %e),
                 }
             }
-            let settled = want == has;
+            // (A stale catalog is not this node's to settle: the root's newer entry, once
+            // applied here, brings the election back.)
+            let settled = want == has || !current;
             self.answer_suspensions(id, Some(has), now);
             if settled && !self.named.suspending.contains_key(&id) {
                 self.named.unsettled.remove(&id);
@@ -261,15 +309,25 @@ mod tests {
 
     #[test]
     fn a_suspended_elections_snapshot_reads_back_and_as_a_group_state() {
-        let data = snapshot_data(&History::default(), true);
+        let data = snapshot_data(&History::default(), true, 1 << 40);
         let back: NamedState = serde_json::from_slice(&data).unwrap();
         assert!(back.suspended);
+        assert_eq!(back.mark_index, 1 << 40);
         // Every snapshot a peer sends is judged as a group state first (`peer_input`).
         assert!(crate::state::GroupState::from_snapshot(&data).is_ok());
         // Never suspended: what it was before suspensions existed.
-        let plain = snapshot_data(&History::default(), false);
+        let plain = snapshot_data(&History::default(), false, 0);
         assert_eq!(plain, serde_json::to_vec(&History::default()).unwrap());
         let back: NamedState = serde_json::from_slice(&plain).unwrap();
         assert!(!back.suspended);
+    }
+
+    #[test]
+    fn marks_carry_the_root_index_of_their_decision() {
+        assert_eq!(read_mark(&mark(true, 7)), Some((true, 7)));
+        assert_eq!(read_mark(&mark(false, u64::MAX)), Some((false, u64::MAX)));
+        assert_eq!(read_mark(b"S1"), None);
+        assert_eq!(read_mark(b"R"), None);
+        assert_eq!(read_mark(b"S1\0\0\0\0\0\0\0"), None);
     }
 }
