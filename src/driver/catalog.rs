@@ -10,7 +10,7 @@ use slog::{debug, info};
 
 use super::Driver;
 use crate::election::{term_floor, ElectionError, ElectionInfo, ElectionOptions, Removed};
-use crate::state::{CatalogChange, GroupState, Request};
+use crate::state::{CatalogChange, ElectionSpec, GroupState, Request};
 use crate::storage::{RaftStore, StorageError};
 use crate::token::FencingToken;
 
@@ -67,14 +67,19 @@ impl<S: RaftStore> Driver<S> {
         self.state
             .elections
             .iter()
-            .map(|(name, spec)| ElectionInfo {
-                name: name.clone(),
-                id: spec.id,
-                options: spec.options.clone(),
-                created_at: spec.created_at,
-                suspended: self.state.suspended.contains(&spec.id),
-            })
+            .map(|(name, spec)| self.election_info(name, spec))
             .collect()
+    }
+
+    /// Election `name` (catalog entry `spec`) as the catalog holds it.
+    pub(super) fn election_info(&self, name: &str, spec: &ElectionSpec) -> ElectionInfo {
+        ElectionInfo {
+            name: name.to_string(),
+            id: spec.id,
+            options: spec.options.clone(),
+            created_at: spec.created_at,
+            suspended: self.state.suspended.contains(&spec.id),
+        }
     }
 
     /// A backup of the replicated state as this node applied it, with the highest term

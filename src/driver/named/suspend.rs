@@ -293,13 +293,7 @@ impl<S: RaftStore> Driver<S> {
     /// Election `id` as the catalog holds it.
     fn info_of(&self, id: ElectionId) -> Option<ElectionInfo> {
         let (name, spec) = self.state.elections.iter().find(|(_, s)| s.id == id)?;
-        Some(ElectionInfo {
-            name: name.clone(),
-            id,
-            options: spec.options.clone(),
-            created_at: spec.created_at,
-            suspended: self.state.suspended.contains(&id),
-        })
+        Some(self.election_info(name, spec))
     }
 }
 
