@@ -46,6 +46,16 @@ pub struct TenureRecord {
     pub started_by: TenureStart,
     /// How it ended, once a later tenure is recorded.
     pub ended: Option<TenureEnd>,
+    /// An operator suspended the election during this tenure, or before it and not yet
+    /// resumed (`Node::suspend_election`): from then on its leader held no lease.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspended: bool,
+    /// The first tenure after the election was resumed (`Node::resume_election`): its
+    /// term is above every term in which a lease was held before the suspension. The
+    /// tenure before it ended because the resumption stepped its leader down, not
+    /// because the leader was lost, although `ended` (`Lost`) cannot tell.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resumed: bool,
 }
 
 /// Tag byte of a history entry in the Raft log.
@@ -71,6 +81,8 @@ impl History {
             began_unix_ms,
             started_by,
             ended: None,
+            suspended: false,
+            resumed: false,
         };
         let mut out = vec![ENTRY_TAG];
         out.extend(serde_json::to_vec(&rec).unwrap_or_default());
@@ -80,16 +92,25 @@ impl History {
     /// Applies a committed normal entry; entries that are not history records (the
     /// leader's empty entry, other data) are ignored. Returns whether it was a record.
     pub(crate) fn apply(&mut self, data: &[u8], retention: usize) -> bool {
+        self.apply_in(data, retention, false)
+    }
+
+    /// [`History::apply`] in a named election that is `suspended` (its own log says so)
+    /// as the entry applies: the record is marked suspended, or, if it is the first
+    /// after a suspension that ended, resumed.
+    pub(crate) fn apply_in(&mut self, data: &[u8], retention: usize, suspended: bool) -> bool {
         let Some((&ENTRY_TAG, json)) = data.split_first() else {
             return false;
         };
-        let Ok(rec) = serde_json::from_slice::<TenureRecord>(json) else {
+        let Ok(mut rec) = serde_json::from_slice::<TenureRecord>(json) else {
             return false;
         };
         // A term has one leader: a replayed or duplicate record changes nothing.
         if self.records.iter().any(|r| r.term >= rec.term) {
             return true;
         }
+        rec.suspended = suspended;
+        rec.resumed = !suspended && self.records.back().is_some_and(|r| r.suspended);
         if let Some(prev) = self.records.back_mut() {
             prev.ended = Some(match rec.started_by {
                 TenureStart::Handover => TenureEnd::HandedOver,
@@ -101,6 +122,14 @@ impl History {
             self.records.pop_front();
         }
         true
+    }
+
+    /// The election's own log suspended it (a mark applied): the current tenure, if
+    /// any is recorded, is marked suspended.
+    pub(crate) fn mark_suspended(&mut self) {
+        if let Some(last) = self.records.back_mut() {
+            last.suspended = true;
+        }
     }
 
     pub(crate) fn records(&self) -> Vec<TenureRecord> {
@@ -135,5 +164,31 @@ mod tests {
         assert_eq!(back.records(), r);
         assert!(!h.apply(b"", 3));
         assert!(!h.apply(b"Hgarbage", 3));
+    }
+
+    #[test]
+    fn suspensions_mark_the_tenures_they_fall_in_and_the_first_after() {
+        let mut h = History::default();
+        h.apply_in(&History::entry(2, 1, TenureStart::Election, 0), 9, false);
+        h.mark_suspended(); // under the leader of term 2
+        h.apply_in(&History::entry(3, 2, TenureStart::Election, 0), 9, true);
+        h.apply_in(&History::entry(4, 2, TenureStart::Election, 0), 9, false); // resumed
+        h.apply_in(&History::entry(5, 3, TenureStart::Election, 0), 9, false);
+        let flags: Vec<_> = h
+            .records()
+            .iter()
+            .map(|r| (r.suspended, r.resumed))
+            .collect();
+        let want = [(true, false), (true, false), (false, true), (false, false)];
+        assert_eq!(flags, want);
+        // Records without the flags are written as before, and read as before.
+        let json = serde_json::to_string(&h.records()[3]).unwrap();
+        assert!(
+            !json.contains("suspended") && !json.contains("resumed"),
+            "{json}"
+        );
+        let old = r#"{"term":7,"leader":1,"began_unix_ms":0,"started_by":"election","ended":null}"#;
+        let rec: TenureRecord = serde_json::from_str(old).unwrap();
+        assert!(!rec.suspended && !rec.resumed);
     }
 }

@@ -614,6 +614,8 @@ mod tests {
                 began_unix_ms: big,
                 started_by: crate::history::TenureStart::Handover,
                 ended: Some(TenureEnd::HandedOver),
+                suspended: false,
+                resumed: false,
             })
             .collect();
         s.history = History::from_records(records);

@@ -714,6 +714,20 @@ async fn resume_and_check(c: &Cluster, tenures: &Tenures, held: usize) -> u64 {
         Some(token) > before,
         "resumed token {token} (node {node}) is not above the earlier {before:?}"
     );
+    // The history names it: the tenure of that token is the first after a resumption,
+    // the one before it fell in the suspension.
+    let e = c.node(node).election("settle");
+    let h = wait_for(&format!("settle's tenure {token} recorded"), T, || {
+        let e = e.clone();
+        let h = futures_now(async move { e.history().await.ok() })??;
+        h.iter().any(|r| r.term == token).then_some(h)
+    })
+    .await;
+    let at = h.iter().position(|r| r.term == token).unwrap();
+    assert!(
+        h[at].resumed && !h[at].suspended && at > 0 && h[at - 1].suspended,
+        "settle's history does not show the suspension before tenure {token}: {h:?}"
+    );
     token
 }
 

@@ -292,18 +292,23 @@ pub(super) fn print_history(node: NodeId, records: &[TenureRecord]) {
         "  {:>6}  {:>6}  {:<24}  {:<9}  ended",
         "term", "leader", "began (UTC)", "by"
     );
-    for r in records {
-        let by = match r.started_by {
-            TenureStart::Election => "election",
-            TenureStart::Handover => "handover",
+    for (i, r) in records.iter().enumerate() {
+        let by = match (r.resumed, r.started_by) {
+            (true, _) => "resume",
+            (false, TenureStart::Election) => "election",
+            (false, TenureStart::Handover) => "handover",
         };
-        let ended = match r.ended {
-            None => "-",
-            Some(TenureEnd::HandedOver) => "handed over",
-            Some(TenureEnd::Lost) => "lost",
+        // A tenure the next one's resumption ended was not lost: its leader stepped down.
+        let resumed_next = records.get(i + 1).is_some_and(|n| n.resumed);
+        let ended = match (resumed_next, r.ended) {
+            (true, _) => "resumed",
+            (false, None) => "-",
+            (false, Some(TenureEnd::HandedOver)) => "handed over",
+            (false, Some(TenureEnd::Lost)) => "lost",
         };
+        let note = if r.suspended { "  (suspended)" } else { "" };
         println!(
-            "  {:>6}  {:>6}  {:<24}  {:<9}  {ended}",
+            "  {:>6}  {:>6}  {:<24}  {:<9}  {ended}{note}",
             r.term,
             r.leader,
             utc(r.began_unix_ms),

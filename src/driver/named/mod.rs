@@ -271,7 +271,8 @@ impl<S: RaftStore> NamedGroup<S> {
                             self.retired_at = Some(env.clock.now());
                         }
                     } else if !e.data.is_empty() {
-                        self.history.apply(&e.data, retention);
+                        self.history
+                            .apply_in(&e.data, retention, self.log_suspended);
                     }
                 }
                 EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {

@@ -142,7 +142,9 @@ impl<S: RaftStore> NamedGroup<S> {
         };
         self.log_suspended = suspended;
         self.log_index = self.log_index.max(index);
-        if !suspended {
+        if suspended {
+            self.history.mark_suspended();
+        } else {
             self.g.lease_after = self.g.lease_after.max(term);
         }
         self.follow_suspension(env);
