@@ -482,3 +482,151 @@ async fn a_joining_node_grants_no_votes() {
     assert_eq!(joining.leadership().term, 0, "the request moved its term");
     joining.kill().await;
 }
+
+/// A support request from node 3 to `to` (the wire format of the support stream,
+/// `src/driver/support/wire.rs`): sequence number `seq`, the sender's incarnation, the
+/// highest ack it processed (`acked`), an offer of each election in `ids` in term 1.
+fn support_request(to: NodeId, seq: u64, acked: u64, ids: std::ops::Range<u32>) -> Message {
+    let mut ctx = vec![1u8];
+    ctx.extend_from_slice(&acked.to_be_bytes());
+    ctx.extend_from_slice(&ids.len().to_be_bytes()[4..]);
+    for id in ids {
+        ctx.push(1); // an offer: id, term, last index, commit
+        ctx.extend_from_slice(&id.to_be_bytes());
+        for n in [1u64, 0, 0] {
+            ctx.extend_from_slice(&n.to_be_bytes());
+        }
+    }
+    let mut m = msg(MessageType::MsgHeartbeat, to, 0);
+    m.index = seq;
+    m.commit = 0x5eed_0001; // the impostor's incarnation
+    m.context = ctx.into();
+    m
+}
+
+/// Sends support request `m` from the impostor until `to` judged it: it answered it, or
+/// dropped the impostor's book, or refused it as malformed (`malformed`: which one).
+async fn judged(c: &Cluster, fake: &QuicTransport, m: Message, malformed: bool) {
+    let to = c.node(m.to);
+    let m_ = to.metrics();
+    let seen = |m_: &tenure::metrics::Metrics| {
+        if malformed {
+            m_.support_messages_malformed()
+        } else {
+            m_.support_acks_sent() + m_.support_books_dropped()
+        }
+    };
+    let before = seen(&m_);
+    let what = format!("support request {} to node {} judged", m.index, m.to);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        // Resent until judged (the connection may still be coming up; a repeat of an
+        // answered sequence number is dropped unanswered).
+        fake.send_election(u32::MAX, m.clone());
+        let until = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < until {
+            if seen(&m_) > before {
+                return;
+            }
+            if to.leadership().role == Role::Stopped {
+                panic!("node {} stopped on {what}: {:?}", m.to, to.join().await);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+    }
+}
+
+/// A member that abuses the support stream (`docs/design.md`, section 12, "A member
+/// cannot grow a book"), with node 3's certificate over real QUIC, against both real
+/// nodes: offers of millions of elections that do not exist, refusals it never
+/// confirms, and a sequence number at the end of the range. Each node's book of it
+/// stays within the cap (the catalog's election limit) and is dropped instead, counted;
+/// a sequence number past 2^62 is malformed and the stream goes on after it; the
+/// leader's lease is never lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_abuses_the_support_stream_keeps_a_bounded_book_and_costs_no_lease() {
+    let mut c = Cluster::start(3).await;
+    c.steady_leader(WAIT).await;
+    c.kill(3).await;
+    let (l, term) = c.steady_leader(WAIT).await;
+    let fake = impostor(&c).await;
+    let leases_before = c.leases.lock().unwrap().len();
+    let cap = tenure::election::MAX_ELECTIONS as u64;
+    let mut seq = 0;
+    // 1. Ten requests of 130,000 offers of elections nobody runs (a frame each), never
+    //    confirmed: 1.3 million refusals to keep. Each request is dropped, book and all,
+    //    after the 4,096 refusals of elections not run here that a request may cost.
+    const FRAME: u32 = 130_000;
+    for k in 0..10u32 {
+        seq += 1;
+        for to in [1, 2] {
+            let ids = 1_000 + k * FRAME..1_000 + (k + 1) * FRAME;
+            judged(&c, &fake, support_request(to, seq, 0, ids), false).await;
+        }
+    }
+    // 2. Twenty requests of 4,000, never confirmed: the reports reach the cap (65,536)
+    //    at the 17th, whose refusal past it drops the book.
+    for k in 0..20u32 {
+        seq += 1;
+        for to in [1, 2] {
+            let ids = 1_400_000 + k * 4_000..1_400_000 + (k + 1) * 4_000;
+            judged(&c, &fake, support_request(to, seq, 0, ids), false).await;
+        }
+    }
+    // 3. Small requests whose refusals it never confirms: the book is dropped once the
+    //    oldest report is 128 requests old.
+    for k in 0..140u32 {
+        seq += 1;
+        for to in [1, 2] {
+            let ids = 2_000_000 + k * 100..2_000_000 + (k + 1) * 100;
+            judged(&c, &fake, support_request(to, seq, 0, ids), false).await;
+        }
+    }
+    // 4. The last sequence numbers: refused as malformed, and the next request is judged.
+    for to in [1, 2] {
+        let end = support_request(to, u64::MAX, 0, 5..6);
+        judged(&c, &fake, end, true).await;
+        judged(&c, &fake, support_request(to, seq + 1, 0, 5..6), false).await;
+    }
+    {
+        let again = c.leases.lock().unwrap().len() - leases_before;
+        eprintln!("leases acquired while attacked (each after one was lost): {again}");
+    }
+    for id in [1, 2] {
+        let m = c.node(id).metrics();
+        let (max, drops) = (m.support_book_max(), m.support_books_dropped());
+        eprintln!("node {id}: largest book {max} entries (cap {cap}), {drops} books dropped");
+        assert!(
+            max <= cap,
+            "node {id}'s book of node 3 grew to {max} entries, past {cap}"
+        );
+        // Ten in step 1, one at the cap, one at the deadline.
+        assert_eq!(
+            drops, 12,
+            "node {id} dropped {drops} books of node 3, not 10 + 1 + 1"
+        );
+    }
+    let v = c.view(l);
+    assert_eq!(
+        (v.term, v.leader),
+        (term, Some(l)),
+        "the leader's view changed"
+    );
+    assert!(v.leased, "the leader lost its lease");
+    {
+        let leases = c.leases.lock().unwrap();
+        assert_eq!(
+            leases.len(),
+            leases_before,
+            "a lease was acquired meanwhile: {leases:?}"
+        );
+        let held: Vec<_> = leases.iter().filter(|r| r.reason.is_none()).collect();
+        assert!(
+            held.len() == 1 && held[0].node == l && held[0].term == term,
+            "the leader's lease was lost while attacked: {leases:?}"
+        );
+    }
+    fake.shutdown().await;
+    c.shutdown().await;
+}

@@ -168,6 +168,8 @@ pub struct Metrics {
     support_requests: Counter,
     support_acks: Counter,
     support_malformed: Counter,
+    support_books_dropped: Counter,
+    support_book_max: CountGauge,
     prevotes_ignored_quiet: Counter,
     /// When this node's certificate expires (Unix seconds; `i64::MIN` while unknown).
     cert_not_after: Arc<AtomicI64>,
@@ -218,6 +220,8 @@ impl Metrics {
             support_requests: Counter::default(),
             support_acks: Counter::default(),
             support_malformed: Counter::default(),
+            support_books_dropped: Counter::default(),
+            support_book_max: CountGauge::default(),
             prevotes_ignored_quiet: Counter::default(),
             cert_not_after: Arc::new(AtomicI64::new(i64::MIN)),
         })
@@ -245,7 +249,7 @@ impl Metrics {
         self.named_leaderless.set(leaderless);
     }
 
-    /// The named elections quiet on this node (docs/design.md, section 12).
+    /// The named elections suspended on this node (docs/design.md, section 11).
     pub(crate) fn set_named_suspended(&self, suspended: u64) {
         self.named_suspended.set(suspended);
     }
@@ -266,6 +270,43 @@ impl Metrics {
     /// A support message that did not decode was dropped.
     pub(crate) fn support_malformed(&self) {
         self.support_malformed.inc();
+    }
+
+    /// A peer's support book was dropped (docs/design.md, section 12: it did not
+    /// confirm this node's reports, or its offers would have passed the book's cap).
+    pub(crate) fn support_book_dropped(&self) {
+        self.support_books_dropped.inc();
+    }
+
+    /// A peer's support book holds `entries` after a request (the gauge keeps the most).
+    pub(crate) fn support_book(&self, entries: usize) {
+        let entries = entries as u64;
+        if entries > self.support_book_max.get() {
+            self.support_book_max.set(entries);
+        }
+    }
+
+    /// Support acks sent so far (one per peer's request judged).
+    pub fn support_acks_sent(&self) -> u64 {
+        self.support_acks.get()
+    }
+
+    /// Support messages from peers dropped because they did not decode.
+    pub fn support_messages_malformed(&self) -> u64 {
+        self.support_malformed.get()
+    }
+
+    /// Peers' support books dropped so far.
+    pub fn support_books_dropped(&self) -> u64 {
+        self.support_books_dropped.get()
+    }
+
+    /// The most entries (elections held for a peer and refusals or drops reported to
+    /// it) one peer's support book reached here: at most the catalog's election limit
+    /// ([`MAX_ELECTIONS`](crate::election::MAX_ELECTIONS)) of reports plus the
+    /// elections this node runs.
+    pub fn support_book_max(&self) -> u64 {
+        self.support_book_max.get()
     }
 
     /// A pre-vote of a quiet election was dropped unanswered (its leader is live).
@@ -402,6 +443,11 @@ impl Metrics {
                 &self.named_quiet,
             ),
             (
+                "support_book_entries_max",
+                "The most entries one peer's support book reached on this node (held elections and reports not yet confirmed; bounded by the catalog's election limit).",
+                &self.support_book_max,
+            ),
+            (
                 "named_elections_suspended",
                 "Named elections suspended on this node: no lease of them is granted or held.",
                 &self.named_suspended,
@@ -451,6 +497,11 @@ impl Metrics {
                 "support_acks",
                 "Support acks sent.",
                 &self.support_acks,
+            ),
+            (
+                "support_books_dropped",
+                "Peers' support books dropped: the peer left this node's reports unconfirmed, or its offers would have passed the book's cap.",
+                &self.support_books_dropped,
             ),
             (
                 "support_messages_malformed",

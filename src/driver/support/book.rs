@@ -20,10 +20,30 @@ use tokio::time::Instant;
 
 use super::wire::{Ack, Op, Request};
 use crate::clock::Stamp;
-use crate::election::ElectionId;
+use crate::election::{ElectionId, MAX_ELECTIONS};
+use crate::mutation;
 
 /// How many requests' send times are kept per peer (acks of older ones are ignored).
 const SENT_KEPT: usize = 64;
+
+/// How many requests a peer has to confirm a report (a request whose `acked` reaches
+/// the request whose ack first carried it), or lose its book (`docs/design.md`, section
+/// 12, "A member cannot grow a book"). A correct leader confirms within a round trip;
+/// it ignores acks older than its last [`SENT_KEPT`] requests, so twice that many leaves
+/// room for a lossy path back.
+pub(crate) const CONFIRM_WITHIN: u64 = 2 * SENT_KEPT as u64;
+
+/// The most refusals and drops a peer's book reports at once (section 9): one per
+/// election the catalog can hold. A correct leader offers only elections of its
+/// catalog, and confirms each report within a round trip.
+pub(crate) const BOOK_CAP: usize = MAX_ELECTIONS;
+
+/// The most offers of elections this node does not run that one request may carry
+/// (section 12): a correct leader offers an election once it settled under a quorum, so
+/// this node runs it unless its root log lags behind the creation (or the leader's
+/// behind a removal). Past this the peer's book is dropped, unanswered, so a frame of
+/// made-up ids costs a turn this many refusals, not the frame's 130,000.
+pub(crate) const NOT_RUNNING_PER_REQUEST: usize = 4096;
 
 /// What this node asks of one peer, as the leader of some elections.
 #[derive(Debug)]
@@ -212,9 +232,31 @@ pub(crate) struct Incoming {
     /// Elections supported for the peer (`S_A`), with the term accepted.
     held: BTreeMap<ElectionId, u64>,
     /// Elections refused or dropped, reported in every ack until the peer says it
-    /// processed an ack (the value: the first request whose ack reports it).
+    /// processed an ack (the value: the first request whose ack reports it). At most
+    /// [`BOOK_CAP`].
     unheld: BTreeMap<ElectionId, u64>,
+    /// How many times this peer's book was dropped ([`Incoming::forget`]). Acks carry
+    /// this node's incarnation plus twice this, so the peer takes each drop for a
+    /// restart of this node (its incarnations are odd: they stay odd, never 0).
+    drops: u64,
 }
+
+/// Why a peer's book was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BookDrop {
+    /// A report went unconfirmed for [`CONFIRM_WITHIN`] requests.
+    Unconfirmed,
+    /// The peer's offers would have grown the reports past [`BOOK_CAP`].
+    Full,
+    /// One request offered more than [`NOT_RUNNING_PER_REQUEST`] elections this node
+    /// does not run.
+    NotRunning,
+}
+
+/// The book was full: the refusal could not be recorded (drop the book, answer
+/// nothing).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct BookFull;
 
 /// What a request asks of the follower, for the driver to judge and carry out.
 #[derive(Debug, PartialEq, Eq)]
@@ -222,6 +264,12 @@ pub(crate) enum Asked {
     /// The peer is a new incarnation: every election listed was dropped (the driver
     /// wakes them; their promise is frozen until `frozen_until`).
     Restarted {
+        dropped: Vec<ElectionId>,
+        frozen_until: Option<Instant>,
+    },
+    /// The peer did not confirm what this node reported ([`BookDrop::Unconfirmed`]):
+    /// its book was dropped as if it had restarted, and every election listed with it.
+    Forgotten {
         dropped: Vec<ElectionId>,
         frozen_until: Option<Instant>,
     },
@@ -236,7 +284,29 @@ impl Incoming {
             last_at: None,
             held: BTreeMap::new(),
             unheld: BTreeMap::new(),
+            drops: 0,
         }
+    }
+
+    /// How many entries the book keeps (held and reported elections).
+    pub(crate) fn len(&self) -> usize {
+        self.held.len() + self.unheld.len()
+    }
+
+    /// How many times the book was dropped.
+    pub(crate) fn drops(&self) -> u64 {
+        self.drops
+    }
+
+    /// Drops the book: nothing is held or reported any more, and the acks from now on
+    /// carry a new incarnation, so the peer forgets what it held here (as after a
+    /// restart of this node) and offers again. Returns the elections it held, and the
+    /// end of the promise already made for them (`r_A`).
+    pub(crate) fn forget(&mut self) -> (Vec<ElectionId>, Option<Instant>) {
+        let dropped = std::mem::take(&mut self.held).into_keys().collect();
+        self.unheld.clear();
+        self.drops += 1;
+        (dropped, self.last_at)
     }
 
     /// When the last request was acknowledged (`r_A`).
@@ -281,8 +351,18 @@ impl Incoming {
             return None;
         }
         self.last_seq = req.seq;
-        // Reports the peer has seen need not be repeated.
+        // Reports the peer has seen need not be repeated; one it leaves unconfirmed too
+        // long costs it its book (and this request is judged on a fresh one).
         self.unheld.retain(|_, first| *first > req.acked);
+        let stale = |first: &u64| first.saturating_add(CONFIRM_WITHIN) < req.seq;
+        let unbounded = mutation::active("support-book-unbounded");
+        if asked.is_none() && !unbounded && self.unheld.values().any(stale) {
+            let (dropped, frozen_until) = self.forget();
+            asked = Some(Asked::Forgotten {
+                dropped,
+                frozen_until,
+            });
+        }
         Some(asked)
     }
 
@@ -297,11 +377,21 @@ impl Incoming {
         self.held.insert(id, term);
     }
 
-    /// Refuses an offer of `id` (reported until the peer saw it).
-    pub(crate) fn refuse(&mut self, id: ElectionId) {
-        self.held.remove(&id);
+    /// Refuses an offer of `id` (reported until the peer saw it). Returns the end of the
+    /// promise already made (`r_A`) if `id` was held (its replica must wake, frozen until
+    /// then), or [`BookFull`] if the report would pass [`BOOK_CAP`]: then nothing
+    /// changed, and the caller drops the book without answering the request.
+    pub(crate) fn refuse(&mut self, id: ElectionId) -> Result<Option<Instant>, BookFull> {
+        if !self.unheld.contains_key(&id)
+            && self.unheld.len() >= BOOK_CAP
+            && !mutation::active("support-book-unbounded")
+        {
+            return Err(BookFull);
+        }
+        let was = self.held.remove(&id).is_some();
         let next = self.last_seq.max(1);
         self.unheld.entry(id).or_insert(next);
+        Ok(if was { self.last_at } else { None })
     }
 
     /// Stops supporting `id` (woken here, or withdrawn by the peer: `report` says
@@ -310,7 +400,7 @@ impl Incoming {
     pub(crate) fn drop_held(&mut self, id: ElectionId, report: bool) -> Option<Instant> {
         let was = self.held.remove(&id).is_some();
         if report && was {
-            let next = self.last_seq + 1;
+            let next = self.last_seq.saturating_add(1);
             self.unheld.entry(id).or_insert(next);
         }
         if was {
@@ -325,7 +415,7 @@ impl Incoming {
     pub(crate) fn ack(&mut self, me: u64, now: Instant) -> Ack {
         self.last_at = Some(now);
         Ack {
-            incarnation: me,
+            incarnation: me.wrapping_add(self.drops.wrapping_mul(2)),
             to_incarnation: self.incarnation,
             seq: self.last_seq,
             unheld: self.unheld.keys().copied().collect(),
@@ -354,7 +444,7 @@ mod tests {
                     if accept && b.may_accept(id) {
                         b.accept(id, term);
                     } else {
-                        b.refuse(id);
+                        b.refuse(id).unwrap();
                     }
                 }
                 Op::Remove { id } => {
@@ -509,5 +599,94 @@ mod tests {
         assert_eq!(b.holds(7), None);
         let out = a.on_ack(&k2, t0);
         assert!(out.unheld.is_empty() && !a.holds(7) && !a.is_active());
+    }
+
+    /// A leader whose acks stop arriving leaves this node's reports unconfirmed: after
+    /// [`CONFIRM_WITHIN`] requests its book is dropped (the held election with it, its
+    /// promise frozen), and the next ack tells the leader of a restart, so it holds
+    /// nothing here either. The request that found it is judged on the fresh book.
+    #[test]
+    fn a_leader_that_never_confirms_loses_its_book_and_hears_of_a_restart() {
+        let t0 = Instant::now();
+        let (mut a, mut b) = (Outgoing::new(1), Incoming::new());
+        a.offer(7, 3, 10, 10);
+        let ack = follow(&mut b, &a.request(stamp(t0, 0)), t0, true).unwrap();
+        a.on_ack(&ack, t0);
+        assert!(a.holds(7));
+        a.offer(9, 3, 10, 10);
+        // Request 2 and every one after it carry the refused offer of 9; their acks are
+        // lost on the way back.
+        let mut forgotten = None;
+        let mut last = None;
+        for n in 0..=CONFIRM_WITHIN + 1 {
+            let at = t0 + Duration::from_millis(1 + n);
+            let req = a.request(stamp(t0, 1 + n));
+            let asked = b.begin(&req).expect("in order");
+            if let Some(Asked::Forgotten {
+                dropped,
+                frozen_until,
+            }) = asked
+            {
+                forgotten = Some((req.seq, dropped, frozen_until));
+            }
+            b.refuse(9).unwrap();
+            last = Some(b.ack(2, at));
+        }
+        let (seq, dropped, frozen_until) = forgotten.expect("the book was dropped");
+        assert_eq!(
+            seq,
+            2 + CONFIRM_WITHIN + 1,
+            "dropped at the first late request"
+        );
+        // Frozen until the promise of the last ack before the drop.
+        let promised = t0 + Duration::from_millis(1 + CONFIRM_WITHIN);
+        assert_eq!((dropped, frozen_until), (vec![7], Some(promised)));
+        assert_eq!(b.drops(), 1);
+        let last = last.unwrap();
+        assert_ne!(
+            last.incarnation, 2,
+            "an ack after the drop names a new incarnation"
+        );
+        // The leader processes that one: a restart, nothing held, 9 refused.
+        let out = a.on_ack(&last, t0 + Duration::from_secs(1));
+        assert!(out.restarted);
+        assert_eq!(out.unheld, vec![7, 9]);
+        assert!(!a.holds(7) && !a.holds(9));
+    }
+
+    /// Refusals stop at the cap: the one past it changes nothing and says so.
+    #[test]
+    fn a_book_stops_at_its_cap() {
+        let mut b = Incoming::new();
+        let req = Request {
+            incarnation: 1,
+            seq: 1,
+            acked: 0,
+            ops: vec![],
+        };
+        b.begin(&req).unwrap();
+        for id in 0..BOOK_CAP as ElectionId {
+            assert_eq!(b.refuse(id), Ok(None));
+        }
+        assert_eq!(b.refuse(BOOK_CAP as ElectionId), Err(BookFull));
+        assert_eq!(b.refuse(5), Ok(None), "a repeated report is no new entry");
+        assert_eq!(b.len(), BOOK_CAP);
+        let (dropped, _) = b.forget();
+        assert!(dropped.is_empty());
+        assert_eq!((b.len(), b.drops()), (0, 1));
+    }
+
+    /// A refused re-offer of a held election returns the promise already made, so the
+    /// caller wakes the replica frozen until then.
+    #[test]
+    fn a_refused_reoffer_of_a_held_election_returns_its_promise() {
+        let t0 = Instant::now();
+        let (mut a, mut b) = (Outgoing::new(1), Incoming::new());
+        a.offer(7, 3, 10, 10);
+        follow(&mut b, &a.request(stamp(t0, 0)), t0, true).unwrap();
+        a.offer(7, 4, 11, 11);
+        b.begin(&a.request(stamp(t0, 5))).unwrap();
+        assert_eq!(b.refuse(7), Ok(Some(t0)));
+        assert_eq!(b.refuse(7), Ok(None), "no longer held");
     }
 }

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 
 use raft::eraftpb::Message;
 use raft::StateRole;
-use slog::{debug, info};
+use slog::{debug, info, warn};
 use tokio::time::Instant;
 
 use super::group::Quiet;
@@ -34,9 +34,10 @@ use super::Driver;
 use crate::clock::Stamp;
 use crate::election::ElectionId;
 use crate::election_rng::{draw, Draw};
+use crate::mutation;
 use crate::storage::RaftStore;
 use crate::transport::NodeId;
-use book::{Asked, Incoming, Outgoing};
+use book::{Asked, BookDrop, BookFull, Incoming, Outgoing, NOT_RUNNING_PER_REQUEST};
 use slots::{Slot, Slots};
 pub(in crate::driver) use wake::Wake;
 pub(crate) use wire::SUPPORT_STREAM;
@@ -105,7 +106,7 @@ impl Support {
 }
 
 /// Why an offer was refused (counted per request, for the log).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Refused {
     /// A drop or refusal of it is still being reported.
     Reported = 0,
@@ -159,17 +160,31 @@ impl<S: RaftStore> Driver<S> {
         };
         let mut woken = Vec::new();
         let mut refused = [0usize; 6];
-        if let Some(Asked::Restarted {
-            dropped,
-            frozen_until,
-        }) = asked
-        {
-            woken.extend(
+        let mut full = None;
+        match asked {
+            Some(Asked::Restarted {
+                dropped,
+                frozen_until,
+            }) => woken.extend(
                 dropped
                     .into_iter()
                     .map(|id| (id, frozen_until, Wake::LeaderRestarted)),
-            );
+            ),
+            Some(Asked::Forgotten {
+                dropped,
+                frozen_until,
+            }) => {
+                woken.extend(
+                    dropped
+                        .into_iter()
+                        .map(|id| (id, frozen_until, Wake::BookDropped)),
+                );
+                self.book_dropped(from, BookDrop::Unconfirmed);
+            }
+            None => {}
         }
+        let unbounded = mutation::active("support-book-unbounded");
+        let inc = self.support.inc.entry(from).or_insert_with(Incoming::new);
         for op in &req.ops {
             match *op {
                 Op::Remove { id } => {
@@ -218,6 +233,13 @@ impl<S: RaftStore> Driver<S> {
                     };
                     if let Some(why) = why {
                         refused[why as usize] += 1;
+                        if why == Refused::NotRunning
+                            && refused[why as usize] > NOT_RUNNING_PER_REQUEST
+                            && !unbounded
+                        {
+                            full = Some(BookDrop::NotRunning);
+                            break;
+                        }
                     }
                     if why.is_none() {
                         inc.accept(id, term);
@@ -230,12 +252,34 @@ impl<S: RaftStore> Driver<S> {
                             ng.g.quiet = Quiet::Following(from);
                         }
                     } else {
-                        inc.refuse(id);
+                        match inc.refuse(id) {
+                            Ok(Some(r)) => woken.push((id, Some(r), Wake::Refused)),
+                            Ok(None) => {}
+                            Err(BookFull) => {
+                                full = Some(BookDrop::Full);
+                                break;
+                            }
+                        }
                     }
                 }
             }
         }
+        if let Some(why) = full {
+            // No ack: what this request was told is forgotten with the book.
+            let (dropped, frozen_until) = inc.forget();
+            woken.extend(
+                dropped
+                    .into_iter()
+                    .map(|id| (id, frozen_until, Wake::BookDropped)),
+            );
+            self.book_dropped(from, why);
+            for (id, promised, why) in woken {
+                self.wake_follower(id, promised, why);
+            }
+            return;
+        }
         let ack = inc.ack(self.support.incarnation, now);
+        self.env.metrics.support_book(inc.len());
         if refused.iter().any(|n| *n > 0) {
             debug!(self.env.logger, "support offers refused"; "leader" => from,
                    "already_reported" => refused[0], "not_running" => refused[1],
@@ -249,6 +293,30 @@ impl<S: RaftStore> Driver<S> {
         self.env
             .transport
             .send_election(SUPPORT_STREAM, ack.to_message(self.env.id, from));
+    }
+
+    /// Peer `from`'s book was dropped: counted, and logged the first time for this peer
+    /// (a correct peer never costs its book; one that does, does again).
+    fn book_dropped(&mut self, from: NodeId, why: BookDrop) {
+        self.env.metrics.support_book_dropped();
+        let drops = self.support.inc.get(&from).map_or(0, Incoming::drops);
+        let what = match why {
+            BookDrop::Unconfirmed => "the peer did not confirm this node's reports in time",
+            BookDrop::Full => "the peer's offers would pass the book's cap",
+            BookDrop::NotRunning => {
+                "one request offered more elections this node does not run than a request may"
+            }
+        };
+        if drops == 1 {
+            warn!(self.env.logger,
+                "support book of a peer dropped; it is told this node restarted (logged once per peer, counted in tenure_support_books_dropped_total)";
+                "peer" => from, "why" => what, "cap" => book::BOOK_CAP,
+                "confirm_within_requests" => book::CONFIRM_WITHIN,
+                "not_running_per_request" => NOT_RUNNING_PER_REQUEST);
+        } else {
+            debug!(self.env.logger, "support book of a peer dropped"; "peer" => from,
+                   "why" => what, "drops" => drops);
+        }
     }
 
     fn on_support_ack(&mut self, from: NodeId, ack: wire::Ack) {

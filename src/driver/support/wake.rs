@@ -54,6 +54,7 @@ pub(in crate::driver) enum Wake {
     Withdrawn,
     LeaderSilent,
     LeaderRestarted,
+    BookDropped,
     Closing,
 }
 

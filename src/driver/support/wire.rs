@@ -22,7 +22,7 @@
 
 use raft::eraftpb::{Message, MessageType};
 
-use crate::election::{ElectionId, MAX_ELECTIONS};
+use crate::election::{ElectionId, MAX_ELECTIONS, MAX_ELECTION_ID};
 
 pub(crate) use crate::transport::SUPPORT_STREAM;
 
@@ -86,6 +86,12 @@ pub(crate) enum Decoded {
     Ack(Ack),
     Notice(Notice),
 }
+
+/// Sequence numbers and acknowledged sequence numbers at or above this do not decode: a
+/// correct stream starts at 1 and sends a request per heartbeat (2^62 of them take
+/// longer than the age of the universe), and a bound leaves `seq + 1` room to never
+/// overflow.
+pub(crate) const SEQ_LIMIT: u64 = 1 << 62;
 
 /// Why a support message did not decode.
 #[derive(Debug, PartialEq, Eq)]
@@ -198,13 +204,16 @@ pub(crate) fn decode(m: &Message) -> Result<Decoded, Malformed> {
     match m.get_msg_type() {
         MessageType::MsgHeartbeat => {
             let acked = r.u64()?;
+            if m.index >= SEQ_LIMIT || acked >= SEQ_LIMIT {
+                return Err(Malformed("a sequence number past 2^62"));
+            }
             let n = r.u32()? as usize;
             if n > limit || n * REMOVE_LEN > r.0.len() {
                 return Err(Malformed("more operations than the context holds"));
             }
             let mut ops = Vec::with_capacity(n);
             for _ in 0..n {
-                ops.push(match r.u8()? {
+                let op = match r.u8()? {
                     ADD => Op::Add {
                         id: r.u32()?,
                         term: r.u64()?,
@@ -213,7 +222,12 @@ pub(crate) fn decode(m: &Message) -> Result<Decoded, Malformed> {
                     },
                     REMOVE => Op::Remove { id: r.u32()? },
                     _ => return Err(Malformed("unknown operation")),
-                });
+                };
+                let (Op::Add { id, .. } | Op::Remove { id }) = op;
+                if id > MAX_ELECTION_ID {
+                    return Err(Malformed("an election id above the maximum"));
+                }
+                ops.push(op);
             }
             if !r.0.is_empty() {
                 return Err(Malformed("bytes after the last operation"));
@@ -230,9 +244,16 @@ pub(crate) fn decode(m: &Message) -> Result<Decoded, Malformed> {
             if n > limit || n * 4 != r.0.len() {
                 return Err(Malformed("the id count does not match the context"));
             }
+            if m.index >= SEQ_LIMIT {
+                return Err(Malformed("a sequence number past 2^62"));
+            }
             let mut unheld = Vec::with_capacity(n);
             for _ in 0..n {
-                unheld.push(r.u32()?);
+                let id = r.u32()?;
+                if id > MAX_ELECTION_ID {
+                    return Err(Malformed("an election id above the maximum"));
+                }
+                unheld.push(id);
             }
             Ok(Decoded::Ack(Ack {
                 incarnation: m.commit,
@@ -349,5 +370,40 @@ mod tests {
         let mut other = good;
         other.set_msg_type(MessageType::MsgAppend);
         assert!(decode(&other).is_err());
+    }
+
+    /// Numbers a correct peer never sends: a sequence number whose successor could
+    /// overflow, an election id no catalog can hold.
+    #[test]
+    fn sequence_numbers_and_ids_out_of_range_are_refused() {
+        let req = |seq, acked, id| Request {
+            incarnation: 1,
+            seq,
+            acked,
+            ops: vec![Op::Remove { id }],
+        };
+        let ack = |seq, id| Ack {
+            incarnation: 1,
+            to_incarnation: 3,
+            seq,
+            unheld: vec![id],
+        };
+        let ok = |m: Message| decode(&m).map(|_| ()).map_err(|e| e.0);
+        assert_eq!(
+            ok(req(SEQ_LIMIT - 1, 0, MAX_ELECTION_ID).to_message(1, 2)),
+            Ok(())
+        );
+        assert_eq!(
+            ok(ack(SEQ_LIMIT - 1, MAX_ELECTION_ID).to_message(1, 2)),
+            Ok(())
+        );
+        let past = Err("a sequence number past 2^62");
+        assert_eq!(ok(req(u64::MAX, 0, 1).to_message(1, 2)), past);
+        assert_eq!(ok(req(SEQ_LIMIT, 0, 1).to_message(1, 2)), past);
+        assert_eq!(ok(req(5, SEQ_LIMIT, 1).to_message(1, 2)), past);
+        assert_eq!(ok(ack(u64::MAX, 1).to_message(1, 2)), past);
+        let id = Err("an election id above the maximum");
+        assert_eq!(ok(req(1, 0, MAX_ELECTION_ID + 1).to_message(1, 2)), id);
+        assert_eq!(ok(ack(1, u32::MAX).to_message(1, 2)), id);
     }
 }
