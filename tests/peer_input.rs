@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use raft::eraftpb::{ConfState, Entry, Message, MessageType, Snapshot};
+use tenure::metrics::Metrics;
 use tenure::peer_input::Refusal;
 use tenure::storage::{MemDisk, MemStore, RaftStore, ReadyWrite, StorageError};
 use tenure::transport::mem::MemNetwork;
@@ -69,21 +70,35 @@ fn msg(t: MessageType, to: NodeId, term: u64) -> Message {
 
 /// Sends `m` from the impostor and waits until `to` counted it as refused for `reason`.
 async fn refused(c: &Cluster, fake: &QuicTransport, m: Message, reason: Refusal) {
-    let to = c.node(m.to);
-    let before = to.metrics().peer_refused(reason);
     let what = format!(
         "{:?} from node 3 to node {} refused ({reason})",
         m.get_msg_type(),
         m.to
     );
-    // Resent until counted: the impostor's connection may still be coming up.
+    sent_until(c, fake, 0, m, &what, |m| m.peer_refused(reason)).await;
+    eprintln!("{what}: ok");
+}
+
+/// Sends `m`, a message of election `election`, from the impostor until `counted` of its
+/// addressee's metrics rises: resent meanwhile, since the impostor's connection may
+/// still be coming up (a repeat of a message already counted changes nothing).
+async fn sent_until(
+    c: &Cluster,
+    fake: &QuicTransport,
+    election: u32,
+    m: Message,
+    what: &str,
+    counted: impl Fn(&Metrics) -> u64,
+) {
+    let to = c.node(m.to);
+    let metrics = to.metrics();
+    let before = counted(&metrics);
     let deadline = Instant::now() + WAIT;
     loop {
-        fake.send(m.clone());
-        let until = Instant::now() + Duration::from_millis(200);
+        fake.send_election(election, m.clone());
+        let until = Instant::now() + Duration::from_millis(300);
         while Instant::now() < until {
-            if to.metrics().peer_refused(reason) > before {
-                eprintln!("{what}: ok");
+            if counted(&metrics) > before {
                 return;
             }
             // A driver that died without a word (a panic) publishes nothing: ask it.
@@ -94,6 +109,32 @@ async fn refused(c: &Cluster, fake: &QuicTransport, m: Message, reason: Refusal)
         }
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
     }
+}
+
+/// Nodes 1 and 2 run on with leader `l` in `term`, whose lease was never lost: no lease
+/// record was added since there were `leases_before`, and the one held is `l`'s.
+fn nothing_changed(c: &Cluster, l: NodeId, term: u64, leases_before: usize) {
+    for id in [1, 2] {
+        let v = c.view(id);
+        assert_ne!(v.role, Role::Stopped, "node {id} stopped");
+        assert_eq!(
+            (v.term, v.leader),
+            (term, Some(l)),
+            "node {id}'s view changed"
+        );
+    }
+    assert!(c.view(l).leased, "the leader lost its lease");
+    let leases = c.leases.lock().unwrap();
+    assert_eq!(
+        leases.len(),
+        leases_before,
+        "a lease was acquired meanwhile (the leader's lease was lost): {leases:?}"
+    );
+    let held: Vec<_> = leases.iter().filter(|r| r.reason.is_none()).collect();
+    assert!(
+        held.len() == 1 && held[0].node == l && held[0].term == term,
+        "the leader's lease was lost: {leases:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,29 +231,7 @@ async fn hostile_messages_from_an_authenticated_peer_are_dropped_and_change_noth
     refused(&c, &fake, vote, Refusal::Malformed).await;
 
     // Nothing changed: the same leader in the same term, holding the same lease.
-    for id in [l, f] {
-        let v = c.view(id);
-        assert_ne!(v.role, Role::Stopped, "node {id} stopped");
-        assert_eq!(
-            (v.term, v.leader),
-            (term, Some(l)),
-            "node {id}'s view changed"
-        );
-    }
-    assert!(c.view(l).leased, "the leader lost its lease");
-    {
-        let leases = c.leases.lock().unwrap();
-        assert_eq!(
-            leases.len(),
-            leases_before,
-            "a lease was acquired meanwhile: {leases:?}"
-        );
-        let held: Vec<_> = leases.iter().filter(|r| r.reason.is_none()).collect();
-        assert!(
-            held.len() == 1 && held[0].node == l && held[0].term == term,
-            "the leader's lease was lost: {leases:?}"
-        );
-    }
+    nothing_changed(&c, l, term, leases_before);
     assert!(c.node(l).metrics().peer_refused(Refusal::NotAPeerMessage) >= 3);
     let text = c.node(l).metrics_text();
     let line = format!("tenure_peer_messages_refused_total{{node=\"{l}\",reason=\"beyond_log\"}} ");
@@ -504,37 +523,19 @@ fn support_request(to: NodeId, seq: u64, acked: u64, ids: std::ops::Range<u32>) 
     m
 }
 
-/// Sends support request `m` from the impostor until `to` judged it: it answered it, or
-/// dropped the impostor's book, or refused it as malformed (`malformed`: which one).
+/// Sends support request `m` from the impostor until its addressee judged it: it
+/// answered it, or dropped the impostor's book, or refused it as malformed
+/// (`malformed`: which one).
 async fn judged(c: &Cluster, fake: &QuicTransport, m: Message, malformed: bool) {
-    let to = c.node(m.to);
-    let m_ = to.metrics();
-    let seen = |m_: &tenure::metrics::Metrics| {
-        if malformed {
-            m_.support_messages_malformed()
-        } else {
-            m_.support_acks_sent() + m_.support_books_dropped()
-        }
-    };
-    let before = seen(&m_);
     let what = format!("support request {} to node {} judged", m.index, m.to);
-    let deadline = Instant::now() + WAIT;
-    loop {
-        // Resent until judged (the connection may still be coming up; a repeat of an
-        // answered sequence number is dropped unanswered).
-        fake.send_election(u32::MAX, m.clone());
-        let until = Instant::now() + Duration::from_millis(500);
-        while Instant::now() < until {
-            if seen(&m_) > before {
-                return;
-            }
-            if to.leadership().role == Role::Stopped {
-                panic!("node {} stopped on {what}: {:?}", m.to, to.join().await);
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+    sent_until(c, fake, u32::MAX, m, &what, |m| {
+        if malformed {
+            m.support_messages_malformed()
+        } else {
+            m.support_acks_sent() + m.support_books_dropped()
         }
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-    }
+    })
+    .await;
 }
 
 /// A member that abuses the support stream (`docs/design.md`, section 12, "A member
@@ -607,26 +608,7 @@ async fn a_member_that_abuses_the_support_stream_keeps_a_bounded_book_and_costs_
             "node {id} dropped {drops} books of node 3, not 10 + 1 + 1"
         );
     }
-    let v = c.view(l);
-    assert_eq!(
-        (v.term, v.leader),
-        (term, Some(l)),
-        "the leader's view changed"
-    );
-    assert!(v.leased, "the leader lost its lease");
-    {
-        let leases = c.leases.lock().unwrap();
-        assert_eq!(
-            leases.len(),
-            leases_before,
-            "a lease was acquired meanwhile: {leases:?}"
-        );
-        let held: Vec<_> = leases.iter().filter(|r| r.reason.is_none()).collect();
-        assert!(
-            held.len() == 1 && held[0].node == l && held[0].term == term,
-            "the leader's lease was lost while attacked: {leases:?}"
-        );
-    }
+    nothing_changed(&c, l, term, leases_before);
     fake.shutdown().await;
     c.shutdown().await;
 }
