@@ -612,3 +612,68 @@ async fn a_member_that_abuses_the_support_stream_keeps_a_bounded_book_and_costs_
     fake.shutdown().await;
     c.shutdown().await;
 }
+
+/// Messages of quiet elections that no correct peer sends (`docs/design.md`, section
+/// 12, "Judged before waking"): node 3's certificate sends each of twenty quiet
+/// elections a heartbeat in term 0, to both real nodes, three times over. Every one is
+/// refused, and none wakes its election: before, each woke it (and it went quiet again
+/// only after the settle time), so a peer could keep a group's elections awake at will.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_messages_of_quiet_elections_wake_nothing() {
+    const NAMES: usize = 20;
+    let mut c = Cluster::start(3).await;
+    c.steady_leader(WAIT).await;
+    c.kill(3).await;
+    let (l, term) = c.steady_leader(WAIT).await;
+    for i in 0..NAMES {
+        let name = format!("q-{i}");
+        c.node(l)
+            .create_election(&name, tenure::ElectionOptions::new())
+            .await
+            .unwrap_or_else(|e| panic!("create {name}: {e}"));
+    }
+    // Balanced (ten each: the balancer moves nothing, a move wakes an election rightly)
+    // and quiet on both nodes.
+    let settled = |c: &Cluster| {
+        let quiet = [1, 2].map(|id| c.node(id).metrics().named_quiet());
+        let led = [1, 2].map(|id| c.node(id).metrics().named_elections().0);
+        quiet == [NAMES as u64; 2] && led == [NAMES as u64 / 2; 2]
+    };
+    support::cluster::wait_for("every election quiet, ten led by each node", WAIT, || {
+        settled(&c).then_some(())
+    })
+    .await;
+    let ids: Vec<u32> = c
+        .node(l)
+        .list_elections()
+        .await
+        .expect("the catalog")
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(ids.len(), NAMES);
+    let fake = impostor(&c).await;
+    let leases_before = c.leases.lock().unwrap().len();
+    let woken = |c: &Cluster| [1, 2].map(|id| c.node(id).metrics().named_wakes_by_message());
+    let woken_before = woken(&c);
+    for round in 0..3 {
+        for to in [1, 2] {
+            for &id in &ids {
+                let m = msg(MessageType::MsgHeartbeat, to, 0);
+                let what = format!("round {round}: a heartbeat in term 0 of election {id}");
+                sent_until(&c, &fake, id, m, &what, |m| {
+                    m.peer_refused(Refusal::TermOutOfRange)
+                })
+                .await;
+                let woke = woken(&c);
+                assert_eq!(
+                    woke, woken_before,
+                    "{what} to node {to} was refused, and woke it: wakes by a message on nodes 1, 2: {woke:?}"
+                );
+            }
+        }
+    }
+    nothing_changed(&c, l, term, leases_before);
+    fake.shutdown().await;
+    c.shutdown().await;
+}

@@ -169,6 +169,8 @@ pub struct Metrics {
     support_acks: Counter,
     support_malformed: Counter,
     support_books_dropped: Counter,
+    named_wakes: Counter,
+    named_wakes_message: Counter,
     support_book_max: CountGauge,
     prevotes_ignored_quiet: Counter,
     /// When this node's certificate expires (Unix seconds; `i64::MIN` while unknown).
@@ -221,6 +223,8 @@ impl Metrics {
             support_acks: Counter::default(),
             support_malformed: Counter::default(),
             support_books_dropped: Counter::default(),
+            named_wakes: Counter::default(),
+            named_wakes_message: Counter::default(),
             support_book_max: CountGauge::default(),
             prevotes_ignored_quiet: Counter::default(),
             cert_not_after: Arc::new(AtomicI64::new(i64::MIN)),
@@ -284,6 +288,26 @@ impl Metrics {
         if entries > self.support_book_max.get() {
             self.support_book_max.set(entries);
         }
+    }
+
+    /// A quiet named election woke (`by_message`: a peer's message of it woke it).
+    pub(crate) fn named_woken(&self, by_message: bool) {
+        self.named_wakes.inc();
+        if by_message {
+            self.named_wakes_message.inc();
+        }
+    }
+
+    /// Quiet named elections woken so far, for any reason.
+    pub fn named_wakes(&self) -> u64 {
+        self.named_wakes.get()
+    }
+
+    /// Quiet named elections woken so far by a peer's message of them (one a correct
+    /// peer sends only when the election needs to be awake: an election, a new leader's
+    /// append; docs/design.md, section 12, "Judged before waking").
+    pub fn named_wakes_by_message(&self) -> u64 {
+        self.named_wakes_message.get()
     }
 
     /// Support acks sent so far (one per peer's request judged).
@@ -497,6 +521,16 @@ impl Metrics {
                 "support_acks",
                 "Support acks sent.",
                 &self.support_acks,
+            ),
+            (
+                "named_election_wakes",
+                "Quiet named elections woken (they tick and heartbeat again until they settle).",
+                &self.named_wakes,
+            ),
+            (
+                "named_election_wakes_by_message",
+                "Of those, woken by a peer's message of the election that was judged admissible.",
+                &self.named_wakes_message,
             ),
             (
                 "support_books_dropped",

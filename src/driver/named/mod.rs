@@ -38,6 +38,7 @@ use crate::election::{term_floor, ElectionError, ElectionId, ElectionOptions, Re
 use crate::election_rng::{draw, Draw, ElectionTimeouts};
 use crate::error::{LostReason, NodeStopped, StopCause, TransferError};
 use crate::history::History;
+use crate::mutation;
 use crate::peer_input::{self, Local, Verdict};
 use crate::state::ElectionSpec;
 use crate::status::{Leadership, Role};
@@ -610,7 +611,9 @@ impl<S: RaftStore> Driver<S> {
             self.env.metrics.prevote_ignored_quiet();
             return;
         }
-        self.wake_for_message(election, &m);
+        if mutation::active("wake-before-judging") {
+            self.wake_for_message(election, &m);
+        }
         let Some(ng) = self.named.groups.get_mut(&election) else {
             let removed = self.named.removed.contains(&election)
                 || election < self.state.next_election_id.max(1);
@@ -634,6 +637,14 @@ impl<S: RaftStore> Driver<S> {
                 return;
             }
         }
+        // Judged before it wakes anything (section 12, "Judged before waking"): a message
+        // a correct peer never sends leaves a quiet election quiet.
+        if !mutation::active("wake-before-judging") {
+            self.wake_for_message(election, &m);
+        }
+        let Some(ng) = self.named.groups.get_mut(&election) else {
+            return;
+        };
         self.last_heard.insert(m.from, self.env.clock.now());
         let t = m.get_msg_type();
         if t == MessageType::MsgTimeoutNow

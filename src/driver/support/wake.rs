@@ -74,6 +74,7 @@ impl<S: RaftStore> Driver<S> {
                "why" => ?why, "was" => ?ng.g.quiet);
         ng.g.quiet = Quiet::Awake;
         ng.g.awake_since = now;
+        self.env.metrics.named_woken(matches!(why, Wake::Message));
         // Confirms waiting for the stream's next requests get a ReadIndex round instead.
         ng.g.keeper.requeue_stream_rounds();
         ng.g.touch(&self.env);
@@ -119,6 +120,7 @@ impl<S: RaftStore> Driver<S> {
                    "why" => ?why);
             ng.g.quiet = Quiet::Awake;
             ng.g.awake_since = now;
+            self.env.metrics.named_woken(matches!(why, Wake::Message));
             ng.g.touch(&self.env);
         }
     }
