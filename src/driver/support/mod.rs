@@ -161,27 +161,24 @@ impl<S: RaftStore> Driver<S> {
         let mut woken = Vec::new();
         let mut refused = [0usize; 6];
         let mut full = None;
-        match asked {
+        // Elections held for the peer that a new incarnation of it, or the book's loss,
+        // ended: each frozen until the promise already made, and woken.
+        let ended = match asked {
             Some(Asked::Restarted {
                 dropped,
                 frozen_until,
-            }) => woken.extend(
-                dropped
-                    .into_iter()
-                    .map(|id| (id, frozen_until, Wake::LeaderRestarted)),
-            ),
+            }) => Some((dropped, frozen_until, Wake::LeaderRestarted)),
             Some(Asked::Forgotten {
                 dropped,
                 frozen_until,
             }) => {
-                woken.extend(
-                    dropped
-                        .into_iter()
-                        .map(|id| (id, frozen_until, Wake::BookDropped)),
-                );
                 self.book_dropped(from, BookDrop::Unconfirmed);
+                Some((dropped, frozen_until, Wake::BookDropped))
             }
-            None => {}
+            None => None,
+        };
+        if let Some((dropped, frozen_until, why)) = ended {
+            woken.extend(dropped.into_iter().map(|id| (id, frozen_until, why)));
         }
         let unbounded = mutation::active("support-book-unbounded");
         let inc = self.support.inc.entry(from).or_insert_with(Incoming::new);
@@ -264,22 +261,21 @@ impl<S: RaftStore> Driver<S> {
                 }
             }
         }
-        if let Some(why) = full {
-            // No ack: what this request was told is forgotten with the book.
-            let (dropped, frozen_until) = inc.forget();
-            woken.extend(
-                dropped
-                    .into_iter()
-                    .map(|id| (id, frozen_until, Wake::BookDropped)),
-            );
-            self.book_dropped(from, why);
-            for (id, promised, why) in woken {
-                self.wake_follower(id, promised, why);
+        let ack = match full {
+            Some(why) => {
+                // No ack: what this request was told is forgotten with the book.
+                let (dropped, frozen_until) = inc.forget();
+                let wake = Wake::BookDropped;
+                woken.extend(dropped.into_iter().map(|id| (id, frozen_until, wake)));
+                self.book_dropped(from, why);
+                None
             }
-            return;
-        }
-        let ack = inc.ack(self.support.incarnation, now);
-        self.env.metrics.support_book(inc.len());
+            None => {
+                let ack = inc.ack(self.support.incarnation, now);
+                self.env.metrics.support_book(inc.len());
+                Some(ack)
+            }
+        };
         if refused.iter().any(|n| *n > 0) {
             debug!(self.env.logger, "support offers refused"; "leader" => from,
                    "already_reported" => refused[0], "not_running" => refused[1],
@@ -289,10 +285,12 @@ impl<S: RaftStore> Driver<S> {
         for (id, promised, why) in woken {
             self.wake_follower(id, promised, why);
         }
-        self.env.metrics.support_sent(false);
-        self.env
-            .transport
-            .send_election(SUPPORT_STREAM, ack.to_message(self.env.id, from));
+        if let Some(ack) = ack {
+            self.env.metrics.support_sent(false);
+            self.env
+                .transport
+                .send_election(SUPPORT_STREAM, ack.to_message(self.env.id, from));
+        }
     }
 
     /// Peer `from`'s book was dropped: counted, and logged the first time for this peer
