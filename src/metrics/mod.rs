@@ -172,6 +172,8 @@ pub struct Metrics {
     named_wakes: Counter,
     named_wakes_message: Counter,
     support_book_max: CountGauge,
+    named_wake_queue: CountGauge,
+    named_wake_burst_max: CountGauge,
     prevotes_ignored_quiet: Counter,
     /// When this node's certificate expires (Unix seconds; `i64::MIN` while unknown).
     cert_not_after: Arc<AtomicI64>,
@@ -226,6 +228,8 @@ impl Metrics {
             named_wakes: Counter::default(),
             named_wakes_message: Counter::default(),
             support_book_max: CountGauge::default(),
+            named_wake_queue: CountGauge::default(),
+            named_wake_burst_max: CountGauge::default(),
             prevotes_ignored_quiet: Counter::default(),
             cert_not_after: Arc::new(AtomicI64::new(i64::MIN)),
         })
@@ -331,6 +335,33 @@ impl Metrics {
     /// elections this node runs.
     pub fn support_book_max(&self) -> u64 {
         self.support_book_max.get()
+    }
+
+    /// Quiet elections waiting in the paced wake queue (docs/design.md, section 12,
+    /// "One queue for mass wakes").
+    pub(crate) fn set_named_wake_queue(&self, queued: usize) {
+        self.named_wake_queue.set(queued as u64);
+    }
+
+    /// `woken` quiet elections woke by a mass wake within one tick so far (the gauge
+    /// keeps the most).
+    pub(crate) fn named_wake_burst(&self, woken: usize) {
+        let woken = woken as u64;
+        if woken > self.named_wake_burst_max.get() {
+            self.named_wake_burst_max.set(woken);
+        }
+    }
+
+    /// The most quiet elections that mass wakes (a leader's restart or silence, a lost
+    /// book, refusals, drops, lapses) woke here within one tick: at most the paced
+    /// queue's budget, `SILENT_WAKE_WHILE_AWAKE_BELOW` (120).
+    pub fn named_wake_burst_max(&self) -> u64 {
+        self.named_wake_burst_max.get()
+    }
+
+    /// Quiet elections waiting in the paced wake queue now.
+    pub fn named_wake_queue(&self) -> u64 {
+        self.named_wake_queue.get()
     }
 
     /// A pre-vote of a quiet election was dropped unanswered (its leader is live).
@@ -470,6 +501,16 @@ impl Metrics {
                 "support_book_entries_max",
                 "The most entries one peer's support book reached on this node (held elections and reports not yet confirmed; bounded by the catalog's election limit).",
                 &self.support_book_max,
+            ),
+            (
+                "named_wake_queue",
+                "Quiet named elections waiting in the paced wake queue (a few wake a tick, each peer in turn).",
+                &self.named_wake_queue,
+            ),
+            (
+                "named_wake_burst_max",
+                "The most quiet named elections mass wakes woke on this node within one tick (bounded by the paced queue's budget).",
+                &self.named_wake_burst_max,
             ),
             (
                 "named_elections_suspended",

@@ -315,7 +315,6 @@ impl Incoming {
     }
 
     /// Whether `id` is supported for this peer, and in which term.
-    #[cfg(test)]
     pub(crate) fn holds(&self, id: ElectionId) -> Option<u64> {
         self.held.get(&id).copied()
     }

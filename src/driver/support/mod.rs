@@ -18,6 +18,7 @@
 //! The bookkeeping is `book.rs` (no I/O), the wire format `wire.rs`.
 
 mod book;
+mod pace;
 mod slots;
 mod wake;
 pub(crate) mod wire;
@@ -68,10 +69,10 @@ pub(super) struct Support {
     /// Quiet elections led here whose lease lapsed, with when: they stay quiet for a
     /// grace ([`LAPSE_GRACE_TIMEOUTS`](wake::LAPSE_GRACE_TIMEOUTS)), in which the stream may bring the lease back.
     pub(super) lapsed: BTreeMap<ElectionId, Instant>,
-    /// Quiet elections led here that a peer refused while the other holders are a
-    /// quorum: they wake (to replicate to that peer) a few at a time, as the silent
-    /// leader's elections do on followers ([`SILENT_WAKE_WHILE_AWAKE_BELOW`](wake::SILENT_WAKE_WHILE_AWAKE_BELOW)).
-    catch_up: std::collections::BTreeSet<ElectionId>,
+    /// Quiet elections waiting to wake, a few a tick, each peer in turn: every mass
+    /// wake of either side goes through it (`pace.rs`; the budget is
+    /// [`SILENT_WAKE_WHILE_AWAKE_BELOW`](wake::SILENT_WAKE_WHILE_AWAKE_BELOW)).
+    pace: pace::WakeQueue,
 }
 
 /// A support class, as one ack sees it: the peers among the election's voters and the
@@ -100,7 +101,7 @@ impl Support {
             slots: Slots::default(),
             due: Vec::new(),
             lapsed: BTreeMap::new(),
-            catch_up: std::collections::BTreeSet::new(),
+            pace: pace::WakeQueue::default(),
         }
     }
 }
@@ -283,7 +284,7 @@ impl<S: RaftStore> Driver<S> {
                    "other_role_or_leader" => refused[4], "other_log" => refused[5]);
         }
         for (id, promised, why) in woken {
-            self.wake_follower(id, promised, why);
+            self.queue_follower(id, from, promised, why);
         }
         if let Some(ack) = ack {
             self.env.metrics.support_sent(false);
@@ -338,17 +339,20 @@ impl<S: RaftStore> Driver<S> {
             .unheld
             .into_iter()
             .partition(|id| o.refused.binary_search(id).is_ok());
+        // Those refused while the other holders are a quorum wake to replicate to the
+        // peer; the rest because their support fell short.
         let mut wake = Vec::new();
         for id in refused {
-            if self.still_supported(id).is_some() {
-                self.support.catch_up.insert(id);
-            } else {
-                wake.push(id);
-            }
+            let why = match self.still_supported(id) {
+                Some(_) => Wake::Refused,
+                None => Wake::Unheld,
+            };
+            wake.push((id, why));
         }
-        wake.extend(self.offer_again(from, dropped, o.restarted));
-        for id in wake {
-            self.wake_leader(id, Wake::Unheld);
+        let unheld = self.offer_again(from, dropped, o.restarted);
+        wake.extend(unheld.into_iter().map(|id| (id, Wake::Unheld)));
+        for (id, why) in wake {
+            self.queue_leader(id, from, why);
         }
         self.credit_held(from);
         for id in o.newly_held {
@@ -619,9 +623,10 @@ impl<S: RaftStore> Driver<S> {
             return;
         }
         let now = at.mono;
+        self.begin_wake_tick();
         self.check_silence(now);
         self.check_lapsed(now);
-        self.wake_for_catch_up();
+        self.drain_wakes();
         let due = self.support.last_round.is_none_or(|t| {
             now.saturating_duration_since(t) >= self.env.timing.heartbeat_interval()
         });
@@ -778,7 +783,7 @@ impl<S: RaftStore> Driver<S> {
     /// Election `id` closes here: the stream forgets it.
     pub(super) fn support_forget(&mut self, id: ElectionId) {
         self.support.lapsed.remove(&id);
-        self.support.catch_up.remove(&id);
+        self.support.pace.remove(id);
         self.wake_leader(id, Wake::Closing);
         let leaders: Vec<NodeId> = self.support.inc.keys().copied().collect();
         for l in leaders {

@@ -1,7 +1,9 @@
 //! Waking quiet elections (`docs/design.md`, section 12, "Wake-up triggers"): what wakes
 //! one on either side, the pre-votes a quiet election drops instead, and the paced wakes
-//! (a silent leader's elections on followers, refused ones on leaders, lapsed leases
-//! after their grace) that keep a mass wake-up from overloading the node.
+//! that keep a mass wake-up from overloading the node: every path that can wake many at
+//! once (a silent leader, a leader's new incarnation or withdrawal, a lost book,
+//! refusals, drops, lapsed leases after their grace) queues them in `pace.rs`'s queue,
+//! which wakes a few a tick, each peer in turn ("One queue for mass wakes").
 
 use raft::eraftpb::{Message, MessageType};
 use raft::StateRole;
@@ -11,19 +13,20 @@ use tokio::time::Instant;
 use super::super::group::Quiet;
 use super::super::Driver;
 use super::book::Incoming;
+use super::pace::{Pending, Side};
 use crate::election::ElectionId;
 use crate::mutation;
 use crate::storage::RaftStore;
 use crate::transport::NodeId;
 
-/// At most this many elections wake in one tick because their leader's stream went
-/// silent (the rest wake on the next ticks, longest overdue first). It only binds when
-/// a leader of thousands goes silent: two thousand elections on four followers wake
-/// within about two ticks more than their own deadlines.
+/// At most this many queued elections wake in one tick (the rest on the next ticks).
+/// It only binds when a leader of thousands goes silent: two thousand elections on four
+/// followers wake within about two ticks more than their own deadlines.
 const SILENT_WAKES_PER_TICK: usize = 256;
 
-/// Elections woken because their leader went silent wake only while fewer than this
-/// are awake on the node (its hot set), and otherwise [`SILENT_WAKES_TRICKLE`] a tick.
+/// Queued elections (those of a silent leader first, for which this was measured) wake
+/// only while fewer than this are awake on the node (its hot set), and otherwise
+/// [`SILENT_WAKES_TRICKLE`] a tick.
 /// An awake election costs ticks, heartbeats and renewal rounds; the two thousand
 /// elections of a killed worker all awake at once on four followers made every driver
 /// turn take 200 ms on two cores, longer than a lease, and every other lease of the
@@ -33,7 +36,7 @@ const SILENT_WAKES_PER_TICK: usize = 256;
 /// inbound queues); at 120 it passed 3 of 3, each within 8 s.
 pub(super) const SILENT_WAKE_WHILE_AWAKE_BELOW: usize = 120;
 
-/// Silent-leader wakes per tick however many are awake, so failover never stops.
+/// Queued wakes per tick however many are awake, so failover never stops.
 const SILENT_WAKES_TRICKLE: usize = 1;
 
 /// A quiet election whose lease lapsed stays quiet this many election timeouts, in
@@ -44,7 +47,7 @@ const SILENT_WAKES_TRICKLE: usize = 1;
 pub(super) const LAPSE_GRACE_TIMEOUTS: u32 = 4;
 
 /// Why a quiet election wakes (for the log).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(in crate::driver) enum Wake {
     Message,
     Activity,
@@ -89,15 +92,11 @@ impl<S: RaftStore> Driver<S> {
     /// leader (unless the leader withdrew it).
     pub(super) fn wake_follower(&mut self, id: ElectionId, last_word: Option<Instant>, why: Wake) {
         let now = self.env.clock.now();
-        let window = self.promise_window();
         let tick = self.env.timing.tick;
+        self.freeze(id, last_word);
         let Some(ng) = self.named.groups.get_mut(&id) else {
             return;
         };
-        if let Some(r) = last_word {
-            let u = r + window;
-            ng.g.refuse_until = Some(ng.g.refuse_until.map_or(u, |x| x.max(u)));
-        }
         if matches!(ng.g.quiet, Quiet::Following(_)) {
             // raft-rs counts the time since it heard from its leader in ticks, and a
             // quiet election did not tick: it catches up, as if the leader's heartbeats
@@ -125,6 +124,118 @@ impl<S: RaftStore> Driver<S> {
         }
     }
 
+    /// Election `id`, followed here, grants no vote before `last_word` (the leader's
+    /// last request it acknowledged) plus the promise window: the promise it made,
+    /// kept whether it wakes now or waits in the queue.
+    fn freeze(&mut self, id: ElectionId, last_word: Option<Instant>) {
+        let window = self.promise_window();
+        let (Some(ng), Some(r)) = (self.named.groups.get_mut(&id), last_word) else {
+            return;
+        };
+        let u = r + window;
+        ng.g.refuse_until = Some(ng.g.refuse_until.map_or(u, |x| x.max(u)));
+    }
+
+    /// Election `id`, followed here for `leader`, is no longer held for it (a new
+    /// incarnation of the leader, a lost book, a withdrawal, a refused re-offer): its
+    /// promise is frozen now, and it wakes from the paced queue ("One queue for mass
+    /// wakes"). Until then it does not tick, so it neither campaigns nor counts a
+    /// timeout; a message of it that `admit` accepts wakes it at once.
+    pub(super) fn queue_follower(
+        &mut self,
+        id: ElectionId,
+        leader: NodeId,
+        last_word: Option<Instant>,
+        why: Wake,
+    ) {
+        self.freeze(id, last_word);
+        // Broken on purpose (mutation testing): the mass wakes bypass the queue, all at
+        // once, as before it existed.
+        if mutation::active("mass-wake-at-once") {
+            self.wake_follower(id, last_word, why);
+            let burst = self.support.pace.bypassed();
+            self.env.metrics.named_wake_burst(burst);
+            return;
+        }
+        let side = Side::Follows(last_word);
+        self.support.pace.push(leader, id, Pending { side, why });
+        self.drain_wakes();
+    }
+
+    /// Election `id`, led here, wakes from the paced queue, in `peer`'s turn (the peer
+    /// that refused or dropped it; this node for a lapse).
+    pub(super) fn queue_leader(&mut self, id: ElectionId, peer: NodeId, why: Wake) {
+        if mutation::active("mass-wake-at-once") {
+            self.wake_leader(id, why);
+            let burst = self.support.pace.bypassed();
+            self.env.metrics.named_wake_burst(burst);
+            return;
+        }
+        let side = Side::Leads;
+        self.support.pace.push(peer, id, Pending { side, why });
+        self.drain_wakes();
+    }
+
+    /// Wakes queued elections while this tick's budget lasts, each peer in turn; an
+    /// entry that needs no wake any more (held again, awake already, its silent leader
+    /// spoke) is dropped without charge.
+    pub(super) fn drain_wakes(&mut self) {
+        let timeout = self.env.timing.election_timeout();
+        let now = self.env.clock.now();
+        while let Some((peer, id, p)) = self.support.pace.next() {
+            let Some(ng) = self.named.groups.get(&id) else {
+                continue;
+            };
+            let quiet = ng.g.quiet;
+            let inc = self.support.inc.get(&peer);
+            let held = inc.and_then(|i| i.holds(id)).is_some();
+            let woke = match p.side {
+                Side::Leads => {
+                    let wakes = matches!(quiet, Quiet::Offered | Quiet::Leading);
+                    if wakes {
+                        self.wake_leader(id, p.why);
+                    }
+                    wakes
+                }
+                Side::Follows(last_word) => {
+                    let wakes = quiet == Quiet::Following(peer) && !held;
+                    if wakes {
+                        self.wake_follower(id, last_word, p.why);
+                    }
+                    wakes
+                }
+                Side::Silent => {
+                    let silent = inc
+                        .and_then(Incoming::last_at)
+                        .is_some_and(|r| now.saturating_duration_since(r) >= timeout);
+                    let wakes = held && silent;
+                    if wakes {
+                        self.drop_followed(id, peer, p.why);
+                    }
+                    wakes
+                }
+            };
+            if woke {
+                let burst = self.support.pace.charge();
+                self.env.metrics.named_wake_burst(burst);
+            }
+        }
+        self.env
+            .metrics
+            .set_named_wake_queue(self.support.pace.len());
+    }
+
+    /// A tick begins for the paced wakes: while fewer than
+    /// [`SILENT_WAKE_WHILE_AWAKE_BELOW`] are awake, it may wake up to that many, at
+    /// most [`SILENT_WAKES_PER_TICK`], and at least [`SILENT_WAKES_TRICKLE`].
+    pub(super) fn begin_wake_tick(&mut self) {
+        let awake = self.env.hot.borrow().len();
+        let room = SILENT_WAKE_WHILE_AWAKE_BELOW
+            .saturating_sub(awake)
+            .clamp(SILENT_WAKES_TRICKLE, SILENT_WAKES_PER_TICK);
+        self.support.pace.begin_tick(room);
+    }
+
     /// Whether a message of election `id` is a pre-vote that a quiet election drops
     /// unanswered, without waking: at a follower that holds it for a leader whose stream
     /// spoke within an election timeout, one from anyone else; at a leader holding its
@@ -148,15 +259,15 @@ impl<S: RaftStore> Driver<S> {
                 // Held, and the leader's stream spoke within an election timeout (a held
                 // election of a silent leader may wait its turn to wake: see
                 // `check_silence`; its pre-votes must be answered meanwhile).
+                // Not held any more (it waits in the wake queue), it answers: its
+                // promise is frozen, and its voters may need it.
                 let now = self.env.clock.now();
-                let live = self
-                    .support
-                    .inc
-                    .get(&leader)
-                    .and_then(Incoming::last_at)
-                    .is_some_and(|r| {
-                        now.saturating_duration_since(r) < self.env.timing.election_timeout()
-                    });
+                let live = self.support.inc.get(&leader).is_some_and(|inc| {
+                    inc.holds(id).is_some()
+                        && inc.last_at().is_some_and(|r| {
+                            now.saturating_duration_since(r) < self.env.timing.election_timeout()
+                        })
+                });
                 m.from != leader && live
             }
             Quiet::Leading => ng.g.lease.is_some() || self.support.lapsed.contains_key(&id),
@@ -221,8 +332,8 @@ impl<S: RaftStore> Driver<S> {
     /// deadline: its last request's arrival plus the election's randomized election
     /// timeout (section 12, "A quiet election still detects a dead leader"), as if its
     /// heartbeats had stopped then. So thousands of elections held for one leader do not
-    /// all wake on one tick when it stalls: they wake spread over `[E, E_max)` ticks,
-    /// at most [`SILENT_WAKES_PER_TICK`] a tick, and those still held when the leader's
+    /// all wake on one tick when it stalls: they come due spread over `[E, E_max)` ticks
+    /// and wait in the paced queue, still held, and those still held when the leader's
     /// stream speaks again stay quiet.
     pub(super) fn check_silence(&mut self, now: Instant) {
         let timeout = self.env.timing.election_timeout();
@@ -246,41 +357,25 @@ impl<S: RaftStore> Driver<S> {
                 };
                 let own = tick * ng.g.raw.raft.randomized_election_timeout() as u32;
                 if silent >= own {
-                    // Longest overdue first, then by id (deterministic).
-                    due.push((std::cmp::Reverse(silent - own), *peer, id));
+                    due.push((*peer, id));
                 }
             }
         }
-        let room = self.paced_wake_room();
-        if due.len() > room {
-            // By id, not by how overdue: every follower then wakes the same elections
-            // first, so each has voters awake together.
-            due.sort_unstable_by_key(|(_, peer, id)| (*id, *peer));
-            due.truncate(room);
-        }
-        for (_, peer, id) in due {
-            self.drop_followed(id, peer, Wake::LeaderSilent);
-        }
-    }
-
-    /// Quiet elections a peer refused wake to replicate to it, while few are awake here
-    /// (the rest on the next ticks; one a tick however many are awake).
-    pub(super) fn wake_for_catch_up(&mut self) {
-        if self.support.catch_up.is_empty() {
-            return;
-        }
-        let room = self.paced_wake_room();
-        for _ in 0..room {
-            let Some(id) = self.support.catch_up.pop_first() else {
-                break;
+        // Queued by id within the peer, not by how overdue: every follower then wakes
+        // the same elections first, so each has voters awake together.
+        for (peer, id) in due {
+            let p = Pending {
+                side: Side::Silent,
+                why: Wake::LeaderSilent,
             };
-            self.wake_leader(id, Wake::Refused);
+            self.support.pace.push(peer, id, p);
         }
     }
 
     /// Quiet elections led here whose lease lapsed: those leased again, or not quiet
     /// leaders any more, leave the list; those whose grace ([`LAPSE_GRACE_TIMEOUTS`]
-    /// election timeouts) ran out wake, so raft-rs's check-quorum runs again.
+    /// election timeouts) ran out wake (through the paced queue), so raft-rs's
+    /// check-quorum runs again.
     ///
     /// A stall of this node or of a quorum of its supporters longer than the slack of a
     /// lease (about 120 ms with the default timing) lapses every lease it renews at once.
@@ -312,8 +407,9 @@ impl<S: RaftStore> Driver<S> {
             }
             true
         });
+        let me = self.env.id;
         for id in wake {
-            self.wake_leader(id, Wake::LeaseLapsed);
+            self.queue_leader(id, me, Wake::LeaseLapsed);
         }
     }
 
@@ -343,15 +439,5 @@ impl<S: RaftStore> Driver<S> {
         for id in ids {
             self.wake_leader(id, Wake::LeaseLapsed);
         }
-    }
-
-    /// How many paced wakes (silent leaders', refused elections') this tick may take:
-    /// while fewer than [`SILENT_WAKE_WHILE_AWAKE_BELOW`] are awake, up to that, at most
-    /// [`SILENT_WAKES_PER_TICK`], and at least [`SILENT_WAKES_TRICKLE`].
-    fn paced_wake_room(&self) -> usize {
-        let awake = self.env.hot.borrow().len();
-        SILENT_WAKE_WHILE_AWAKE_BELOW
-            .saturating_sub(awake)
-            .clamp(SILENT_WAKES_TRICKLE, SILENT_WAKES_PER_TICK)
     }
 }
