@@ -102,9 +102,59 @@ pub(crate) fn test_timing() -> Timing {
     Timing::from_millis(10, 30, 150, 250)
 }
 
+/// Who holds UDP port `port` (for a restart that finds its port taken): a socket of
+/// this test process (a killed node's endpoint not yet closed) or another.
+fn port_holder(port: u16) -> String {
+    let Ok(table) = std::fs::read_to_string("/proc/net/udp") else {
+        return "no /proc/net/udp to tell who holds the port".into();
+    };
+    let want = format!(":{port:04X}");
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() > 9 && f[1].ends_with(&want)).then(|| f[9].to_string())
+        })
+        .collect();
+    let ours = std::fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|fd| {
+            std::fs::read_link(fd.path()).is_ok_and(|t| {
+                inodes
+                    .iter()
+                    .any(|i| t.to_string_lossy() == format!("socket:[{i}]"))
+            })
+        });
+    match (inodes.is_empty(), ours) {
+        (true, _) => "the port shows free now".into(),
+        (false, true) => "held by a socket of this test process".into(),
+        (false, false) => "held by another process".into(),
+    }
+}
+
+/// A free UDP port on loopback, below the kernel's ephemeral range (32768 and up on
+/// Linux), and never the same twice in one process. From the ephemeral range, a port a
+/// killed node had just released could be handed to a test starting beside it, and
+/// the node's restart then found its port taken for that whole test.
 fn free_addr() -> SocketAddr {
-    let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind a free UDP port");
-    s.local_addr().expect("local addr")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    // Each test process starts at its own place in the span.
+    let start = (std::process::id().wrapping_mul(7_919)) % SPAN;
+    let _ = NEXT.compare_exchange(u32::MAX, start, Ordering::SeqCst, Ordering::SeqCst);
+    for _ in 0..SPAN {
+        let port = FIRST + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port as u16));
+        if std::net::UdpSocket::bind(addr).is_ok() {
+            return addr;
+        }
+    }
+    panic!("no free UDP port in {FIRST}..{}", FIRST + SPAN);
 }
 
 impl Cluster {
@@ -190,7 +240,10 @@ impl Cluster {
                 {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                Err(e) => panic!("node {id} does not start: {e}"),
+                Err(e) => panic!(
+                    "node {id} does not start: {e} ({})",
+                    port_holder(self.addrs[&id].port())
+                ),
             }
         };
         // Record every lease this node acquires and how it ends.
