@@ -340,6 +340,10 @@ pub struct TestHooks {
     /// (`QuicConfig::max_frame`); `None`: the default,
     /// [`DEFAULT_MAX_FRAME`](crate::transport::frame::DEFAULT_MAX_FRAME).
     pub max_frame: Option<usize>,
+    /// The QUIC transport's channel depth to the driver for
+    /// [`Node::start`](crate::Node::start) (`QuicConfig::inbound_depth`); `None`: the
+    /// default. A test sets a small one to fill it with a flood of a few hundred.
+    pub inbound_depth: Option<usize>,
 }
 
 impl Default for TestHooks {
@@ -351,6 +355,7 @@ impl Default for TestHooks {
             election_timeouts_at_minimum: false,
             catalog_limit: crate::election::MAX_CATALOG_BYTES,
             max_frame: None,
+            inbound_depth: None,
         }
     }
 }

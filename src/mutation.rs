@@ -27,6 +27,7 @@
 //! | `support-book-unbounded` | a peer's support book keeps every refusal until the peer confirms it, however many and however long, and a request may offer any number of elections not run here (the behaviour before issue 35: `docs/design.md`, section 12, "A member cannot grow a book") |
 //! | `wake-before-judging` | a message of a quiet election wakes it before `peer_input::admit` judges it, so a refused one wakes it too (the behaviour before issue 35: `docs/design.md`, section 12, "Judged before waking") |
 //! | `mass-wake-at-once` | the elections a leader's new incarnation, a lost book, a withdrawal, a refusal or a lapse ends wake at once, bypassing the paced wake queue (the behaviour before issue 35: `docs/design.md`, section 12, "One queue for mass wakes") |
+//! | `inbound-lane-unshared` | the QUIC transport's channels to the driver take any peer's messages while there is room, first come first served, so one member's flood fills them and the other peers' messages are dropped (the behaviour before issue 35: `docs/design.md`, section 9, "A fair share of the driver's channels") |
 //! | `resume-keeps-the-term` | a resumed election's leader holds a lease again in the term it was suspended in: the first token after a resume may equal the last one before |
 //! | `quiet-misses-dead-leader` | a quiet follower never notices that its leader's support stream went silent (its quiet elections stay leaderless) |
 //!

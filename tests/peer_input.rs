@@ -677,3 +677,67 @@ async fn refused_messages_of_quiet_elections_wake_nothing() {
     fake.shutdown().await;
     c.shutdown().await;
 }
+
+/// A member that floods the driver's channels (`docs/design.md`, section 9, "A fair
+/// share of the driver's channels"), with node 3's certificate over real QUIC: the
+/// leader's channels to its driver are small (64 messages each, a test hook), and the
+/// impostor sends it as many frames as it can, root heartbeat responses in term 0 (the
+/// urgent lane) and named elections' heartbeats in term 0 (the other), each refused
+/// once judged. The impostor may keep only its share of each channel waiting (64 over
+/// two peers); the rest is dropped as over its share, so the follower's messages always
+/// find room: none is dropped for a full channel, and the leader keeps its lease.
+/// Mutation `inbound-lane-unshared` (one channel for every peer, first come first
+/// served) lets the flood fill the channels and crowd the follower out (checked in
+/// `.ci/run`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_floods_the_driver_gets_its_share_and_crowds_out_nobody() {
+    let mut c = Cluster::unstarted(3, support::cluster::test_timing(), tenure::ReadMode::Safe);
+    c.tweak = Some(|config: &mut Config| config.hooks_mut().inbound_depth = Some(64));
+    for id in [1, 2, 3] {
+        c.start_node(id).await;
+    }
+    c.steady_leader(WAIT).await;
+    c.kill(3).await;
+    let (l, term) = c.steady_leader(WAIT).await;
+    let fake = impostor(&c).await;
+    let leases_before = c.leases.lock().unwrap().len();
+    let stats = |id| c.node(id).transport_stats();
+    let before = stats(l);
+    let urgent = msg(MessageType::MsgHeartbeatResponse, l, 0);
+    let bulk = msg(MessageType::MsgHeartbeat, l, 0);
+    // Until the leader dropped 100,000 of the impostor's messages, 400 every 2 ms (the
+    // impostor's own queue drops what it cannot send).
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let now = stats(l);
+        let dropped = (now.dropped_inbound_share + now.dropped_inbound_full)
+            - (before.dropped_inbound_share + before.dropped_inbound_full);
+        if dropped >= 100_000 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the flood did not fill node {l}'s channels: {dropped} dropped"
+        );
+        for _ in 0..200 {
+            fake.send_election(0, urgent.clone());
+            fake.send_election(7, bulk.clone());
+        }
+        // The impostor shares the test's two threads with both nodes: bursts, not a
+        // busy loop, so that what is measured is the leader's channels, not a starved
+        // runtime.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let after = stats(l);
+    let (share, full) = (
+        after.dropped_inbound_share - before.dropped_inbound_share,
+        after.dropped_inbound_full - before.dropped_inbound_full,
+    );
+    eprintln!("node {l}: {share} of the impostor's messages dropped over its share, {full} for a full channel");
+    assert_eq!(
+        full, 0,
+        "node {l}'s channels to its driver were full {full} times: the flood crowded the other peer out"
+    );
+    nothing_changed(&c, l, term, leases_before);
+    c.shutdown().await;
+}

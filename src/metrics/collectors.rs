@@ -98,7 +98,7 @@ where
         let Some(t) = (self.0)() else {
             return Ok(());
         };
-        let rows: [(&str, &str, u64); 14] = [
+        let rows: [(&str, &str, u64); 15] = [
             ("sent", "Messages handed to a connection.", t.sent),
             ("received", "Messages delivered to the driver.", t.received),
             (
@@ -115,6 +115,11 @@ where
                 "dropped_inbound_full",
                 "Inbound messages dropped: driver busy.",
                 t.dropped_inbound_full,
+            ),
+            (
+                "dropped_inbound_share",
+                "Inbound messages dropped: their peer had its share of the driver's channel waiting.",
+                t.dropped_inbound_share,
             ),
             (
                 "from_mismatch",

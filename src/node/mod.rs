@@ -141,6 +141,9 @@ impl Node {
         if let Some(max) = config.hooks.max_frame {
             qc.max_frame = max;
         }
+        if let Some(depth) = config.hooks.inbound_depth {
+            qc.inbound_depth = depth;
+        }
         // The first hello says what the store holds: the node sets it once it has read it.
         qc.hello = None;
         let (transport, inbound) = QuicTransport::start(qc)?;

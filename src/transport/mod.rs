@@ -258,6 +258,10 @@ pub struct TransportStats {
     pub dropped_too_large: AtomicU64,
     /// Inbound messages dropped because the driver's inbound channel was full.
     pub dropped_inbound_full: AtomicU64,
+    /// Inbound messages dropped because their peer already had its share of the
+    /// driver's channel waiting (the channel's depth over the peers: one peer's flood
+    /// never crowds out the others' messages).
+    pub dropped_inbound_share: AtomicU64,
     /// Inbound messages dropped because `from` differed from the sender's certificate.
     pub from_mismatch: AtomicU64,
     /// Frames over the size limit (the stream was closed).
@@ -308,6 +312,7 @@ impl TransportStats {
             dropped_disconnected: l(&self.dropped_disconnected),
             dropped_too_large: l(&self.dropped_too_large),
             dropped_inbound_full: l(&self.dropped_inbound_full),
+            dropped_inbound_share: l(&self.dropped_inbound_share),
             from_mismatch: l(&self.from_mismatch),
             frames_oversized: l(&self.frames_oversized),
             frames_malformed: l(&self.frames_malformed),
@@ -338,6 +343,7 @@ pub struct TransportStatsSnapshot {
     pub dropped_disconnected: u64,
     pub dropped_too_large: u64,
     pub dropped_inbound_full: u64,
+    pub dropped_inbound_share: u64,
     pub from_mismatch: u64,
     pub frames_oversized: u64,
     pub frames_malformed: u64,

@@ -100,8 +100,11 @@ pub struct QuicConfig {
     /// Capacity of each peer's outbound queue ([`DEFAULT_QUEUE_DEPTH`]); when full,
     /// `send` drops and counts `dropped_queue_full`.
     pub queue_depth: usize,
-    /// Capacity of the inbound channel to the driver ([`DEFAULT_INBOUND_DEPTH`]); when
-    /// full, arrivals are dropped and counted `dropped_inbound_full`.
+    /// Capacity of each inbound channel to the driver ([`DEFAULT_INBOUND_DEPTH`]); when
+    /// full, arrivals are dropped and counted `dropped_inbound_full`. One peer may have
+    /// at most this over the number of peers waiting in a channel; its further messages
+    /// are dropped and counted `dropped_inbound_share`, so that a flood from one peer
+    /// never fills the channel for the others.
     pub inbound_depth: usize,
     /// First reconnect delay ([`DEFAULT_BACKOFF_MIN`]); doubles per failed attempt.
     pub backoff_min: Duration,

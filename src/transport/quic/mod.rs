@@ -37,9 +37,10 @@
 //!   driver as [`Inbound::Hello`]. Then frames are read from the stream:
 //!   an oversized or undecodable frame closes the connection and is counted; a message
 //!   whose `from` is not the certificate's id is dropped (`from_mismatch`); the rest goes
-//!   to the driver with `try_send` (full → `dropped_inbound_full`): a root frame's
-//!   message as [`Inbound::Message`], an election frame's as [`Inbound::Election`] with
-//!   its id. The limits, checks, fault hooks and counters are the same for both. Network input never
+//!   to the driver with `try_send` (full → `dropped_inbound_full`; past the peer's
+//!   share of it → `dropped_inbound_share`): a root frame's message as
+//!   [`Inbound::Message`], an election frame's as [`Inbound::Election`] with its id.
+//!   The limits, checks, fault hooks and counters are the same for both. Network input never
 //!   panics. Failed handshakes and refusals are logged at WARN once per remote address
 //!   per minute (with the count of those held back), the rest at DEBUG.
 //!

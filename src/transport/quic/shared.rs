@@ -127,14 +127,47 @@ pub(super) struct Peer {
 }
 
 /// The budget permits of the items in the channel to the driver, oldest first: one per
-/// item (`None` for items that hold none). The channel is first in, first out, so once
-/// the channel holds `n` items, all but the newest `n` permits belong to items the
-/// driver has taken, and are given back.
+/// item (`None` for items that hold none), with the peer whose message it is. The
+/// channel is first in, first out, so once the channel holds `n` items, all but the
+/// newest `n` permits belong to items the driver has taken, and are given back.
 #[derive(Debug, Default)]
 pub(super) struct DriverQueue {
-    permits: VecDeque<Option<Permit>>,
+    permits: VecDeque<(Option<Permit>, Option<NodeId>)>,
     /// The urgent channel's.
-    urgent: VecDeque<Option<Permit>>,
+    urgent: VecDeque<(Option<Permit>, Option<NodeId>)>,
+    /// Each peer's messages waiting in each channel (bulk, urgent): a peer may have at
+    /// most its share ([`Shared::lane_share`]) waiting in one.
+    waiting: BTreeMap<NodeId, [usize; 2]>,
+}
+
+impl DriverQueue {
+    /// The driver took the oldest item of a channel (`lane`: 0 bulk, 1 urgent).
+    fn taken(&mut self, lane: usize) {
+        let q = if lane == 1 {
+            &mut self.urgent
+        } else {
+            &mut self.permits
+        };
+        if let Some((_, Some(peer))) = q.pop_front() {
+            if let Some(w) = self.waiting.get_mut(&peer) {
+                w[lane] = w[lane].saturating_sub(1);
+                if *w == [0, 0] {
+                    self.waiting.remove(&peer);
+                }
+            }
+        }
+    }
+}
+
+/// Why [`Shared::to_driver`] did not hand an item to the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NotDelivered {
+    /// The channel is full.
+    Full,
+    /// The item's peer has its share of the channel waiting.
+    OverShare,
+    /// The driver is gone.
+    Closed,
 }
 
 impl Shared {
@@ -237,7 +270,7 @@ impl Shared {
 
     /// Tells the driver that `peer` is unreachable (never blocks).
     pub(super) fn report_unreachable(&self, peer: NodeId) {
-        if let Err(TrySendError::Full(_)) = self.to_driver(Inbound::Unreachable(peer), None) {
+        if let Err(NotDelivered::Full) = self.to_driver(Inbound::Unreachable(peer), None) {
             TransportStats::bump(&self.stats.dropped_inbound_full);
         }
     }
@@ -257,38 +290,65 @@ impl Shared {
         let queued = |tx: &mpsc::Sender<Inbound>| tx.max_capacity() - tx.capacity();
         let (bulk, urgent) = (queued(&self.inbound), queued(&self.urgent));
         while q.permits.len() > bulk {
-            q.permits.pop_front();
+            q.taken(0);
         }
         while q.urgent.len() > urgent {
-            q.urgent.pop_front();
+            q.taken(1);
         }
     }
 
+    /// How many of one peer's messages may wait in one channel to the driver: the
+    /// channel's depth over the peers (at least 1). However a member floods, the other
+    /// peers find their shares free, and their messages wait behind at most one share of
+    /// its (`docs/design.md`, section 9, "A fair share of the driver's channels").
+    fn lane_share(&self, peers: usize) -> usize {
+        (self.inbound.max_capacity() / peers.max(1)).max(1)
+    }
+
     /// The one way into the channel to the driver: sends `item`, keeping `permit` until
-    /// the driver has taken it. A refused item is dropped (with its permit).
+    /// the driver has taken it. A refused item is dropped (with its permit). A peer's
+    /// message is refused while that peer has its share of the channel waiting.
     pub(super) fn to_driver(
         &self,
         item: Inbound,
         permit: Option<Permit>,
-    ) -> Result<(), TrySendError<()>> {
+    ) -> Result<(), NotDelivered> {
+        let peer = match &item {
+            Inbound::Message(m) | Inbound::Election { message: m, .. } => Some(m.from),
+            Inbound::Unreachable(_) | Inbound::Hello { .. } => None,
+        };
+        let share = self.lane_share(self.peers_read().len());
         let mut q = self
             .driver_queue
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.reclaim_locked(&mut q);
         let urgent = item.is_urgent();
+        let lane = usize::from(urgent);
+        // Broken on purpose (mutation testing): one channel for every peer, first come
+        // first served, as before issue 35.
+        let shared = !crate::mutation::active("inbound-lane-unshared");
+        if let Some(p) = peer {
+            let waiting = q.waiting.get(&p).map_or(0, |w| w[lane]);
+            if shared && waiting >= share {
+                return Err(NotDelivered::OverShare);
+            }
+        }
         let tx = if urgent { &self.urgent } else { &self.inbound };
         match tx.try_send(item) {
             Ok(()) => {
                 if urgent {
-                    q.urgent.push_back(permit);
+                    q.urgent.push_back((permit, peer));
                 } else {
-                    q.permits.push_back(permit);
+                    q.permits.push_back((permit, peer));
+                }
+                if let Some(p) = peer {
+                    q.waiting.entry(p).or_default()[lane] += 1;
                 }
                 Ok(())
             }
-            Err(TrySendError::Full(_)) => Err(TrySendError::Full(())),
-            Err(TrySendError::Closed(_)) => Err(TrySendError::Closed(())),
+            Err(TrySendError::Full(_)) => Err(NotDelivered::Full),
+            Err(TrySendError::Closed(_)) => Err(NotDelivered::Closed),
         }
     }
 
@@ -320,11 +380,15 @@ impl Shared {
                 }
                 Ok(())
             }
-            Err(TrySendError::Full(_)) => {
+            Err(NotDelivered::Full) => {
                 TransportStats::bump(&self.stats.dropped_inbound_full);
                 Ok(())
             }
-            Err(TrySendError::Closed(_)) => Err(()),
+            Err(NotDelivered::OverShare) => {
+                TransportStats::bump(&self.stats.dropped_inbound_share);
+                Ok(())
+            }
+            Err(NotDelivered::Closed) => Err(()),
         }
     }
 }
