@@ -39,6 +39,20 @@ async fn all_quiet(c: &Cluster, ids: &[NodeId], names: usize, what: &str) {
     .await;
 }
 
+/// Each leased leader among `ids` with the elections it leads and their terms.
+async fn leaders_of(
+    c: &Cluster,
+    ids: &[NodeId],
+    names: &[String],
+) -> BTreeMap<NodeId, Vec<(String, u64)>> {
+    let mut led: BTreeMap<NodeId, Vec<(String, u64)>> = BTreeMap::new();
+    for name in names {
+        let (leader, term) = wait_for("a leased leader", T, || c.named_leader(ids, name)).await;
+        led.entry(leader).or_default().push((name.clone(), term));
+    }
+    led
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_elections_go_quiet_keep_their_leases_and_confirm_without_waking() {
     let (c, names) = with_elections(3, 6).await;
@@ -110,11 +124,7 @@ async fn quiet_elections_of_a_dead_leader_fail_over() {
     let (mut c, names) = with_elections(3, 6).await;
     let ids = [1, 2, 3];
     all_quiet(&c, &ids, names.len(), "6 elections quiet on 3 nodes").await;
-    let mut led: BTreeMap<NodeId, Vec<(String, u64)>> = BTreeMap::new();
-    for name in &names {
-        let (leader, term) = wait_for("a leased leader", T, || c.named_leader(&ids, name)).await;
-        led.entry(leader).or_default().push((name.clone(), term));
-    }
+    let led = leaders_of(&c, &ids, &names).await;
     let (victim, lost) = led
         .iter()
         .max_by_key(|(_, v)| v.len())
@@ -152,11 +162,7 @@ async fn a_restarted_leaders_elections_wake_paced_and_fail_over() {
     let ids = [1, 2, 3];
     all_quiet(&c, &ids, names.len(), "450 elections quiet on 3 nodes").await;
     let (root, _) = c.steady_leader(T).await;
-    let mut led: BTreeMap<NodeId, Vec<(String, u64)>> = BTreeMap::new();
-    for name in &names {
-        let (leader, term) = wait_for("a leased leader", T, || c.named_leader(&ids, name)).await;
-        led.entry(leader).or_default().push((name.clone(), term));
-    }
+    let led = leaders_of(&c, &ids, &names).await;
     // The node (not the root's leader, whose restart would move the root too) that
     // leads the most.
     let (victim, lost) = led
