@@ -149,73 +149,73 @@ impl<S: RaftStore> Driver<S> {
         why: Wake,
     ) {
         self.freeze(id, last_word);
-        // Broken on purpose (mutation testing): the mass wakes bypass the queue, all at
-        // once, as before it existed.
-        if mutation::active("mass-wake-at-once") {
-            self.wake_follower(id, last_word, why);
-            let burst = self.support.pace.bypassed();
-            self.env.metrics.named_wake_burst(burst);
-            return;
-        }
         let side = Side::Follows(last_word);
-        self.support.pace.push(leader, id, Pending { side, why });
-        self.drain_wakes();
+        self.enqueue(leader, id, Pending { side, why });
     }
 
     /// Election `id`, led here, wakes from the paced queue, in `peer`'s turn (the peer
     /// that refused or dropped it; this node for a lapse).
     pub(super) fn queue_leader(&mut self, id: ElectionId, peer: NodeId, why: Wake) {
+        let side = Side::Leads;
+        self.enqueue(peer, id, Pending { side, why });
+    }
+
+    /// Queues `p` for election `id` in `peer`'s turn, and wakes what this tick's budget
+    /// still allows.
+    fn enqueue(&mut self, peer: NodeId, id: ElectionId, p: Pending) {
+        // Broken on purpose (mutation testing): the mass wakes bypass the queue, all at
+        // once, as before it existed.
         if mutation::active("mass-wake-at-once") {
-            self.wake_leader(id, why);
-            let burst = self.support.pace.bypassed();
-            self.env.metrics.named_wake_burst(burst);
+            if self.wake_entry(peer, id, p) {
+                let burst = self.support.pace.bypassed();
+                self.env.metrics.named_wake_burst(burst);
+            }
             return;
         }
-        let side = Side::Leads;
-        self.support.pace.push(peer, id, Pending { side, why });
+        self.support.pace.push(peer, id, p);
         self.drain_wakes();
+    }
+
+    /// Wakes election `id` for entry `p` of `peer`'s queue, if it still needs waking:
+    /// led here and still quiet; followed here under `peer` and not held again; held
+    /// for `peer` whose stream is still silent. Whether it woke.
+    fn wake_entry(&mut self, peer: NodeId, id: ElectionId, p: Pending) -> bool {
+        let Some(ng) = self.named.groups.get(&id) else {
+            return false;
+        };
+        let quiet = ng.g.quiet;
+        let inc = self.support.inc.get(&peer);
+        let held = inc.and_then(|i| i.holds(id)).is_some();
+        match p.side {
+            Side::Leads if matches!(quiet, Quiet::Offered | Quiet::Leading) => {
+                self.wake_leader(id, p.why);
+                true
+            }
+            Side::Follows(last_word) if quiet == Quiet::Following(peer) && !held => {
+                self.wake_follower(id, last_word, p.why);
+                true
+            }
+            Side::Silent => {
+                let timeout = self.env.timing.election_timeout();
+                let now = self.env.clock.now();
+                let silent = inc
+                    .and_then(Incoming::last_at)
+                    .is_some_and(|r| now.saturating_duration_since(r) >= timeout);
+                if held && silent {
+                    self.drop_followed(id, peer, p.why);
+                }
+                held && silent
+            }
+            _ => false,
+        }
     }
 
     /// Wakes queued elections while this tick's budget lasts, each peer in turn; an
     /// entry that needs no wake any more (held again, awake already, its silent leader
     /// spoke) is dropped without charge.
     pub(super) fn drain_wakes(&mut self) {
-        let timeout = self.env.timing.election_timeout();
-        let now = self.env.clock.now();
         while let Some((peer, id, p)) = self.support.pace.next() {
-            let Some(ng) = self.named.groups.get(&id) else {
-                continue;
-            };
-            let quiet = ng.g.quiet;
-            let inc = self.support.inc.get(&peer);
-            let held = inc.and_then(|i| i.holds(id)).is_some();
-            let woke = match p.side {
-                Side::Leads => {
-                    let wakes = matches!(quiet, Quiet::Offered | Quiet::Leading);
-                    if wakes {
-                        self.wake_leader(id, p.why);
-                    }
-                    wakes
-                }
-                Side::Follows(last_word) => {
-                    let wakes = quiet == Quiet::Following(peer) && !held;
-                    if wakes {
-                        self.wake_follower(id, last_word, p.why);
-                    }
-                    wakes
-                }
-                Side::Silent => {
-                    let silent = inc
-                        .and_then(Incoming::last_at)
-                        .is_some_and(|r| now.saturating_duration_since(r) >= timeout);
-                    let wakes = held && silent;
-                    if wakes {
-                        self.drop_followed(id, peer, p.why);
-                    }
-                    wakes
-                }
-            };
-            if woke {
+            if self.wake_entry(peer, id, p) {
                 let burst = self.support.pace.charge();
                 self.env.metrics.named_wake_burst(burst);
             }
