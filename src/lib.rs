@@ -397,6 +397,13 @@ pub mod mutation;
 mod mutation;
 mod node;
 pub mod peer_input;
+/// What tests of hostile members send (the `testing` feature): messages no correct node
+/// makes.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::driver::forged_support_request;
+}
 pub mod runner;
 mod state;
 mod status;

@@ -125,8 +125,8 @@ use tenure::{ReadMode, Timing};
 
 use checker::{check, Options};
 use schedule::{
-    random_election_ops, random_member_ops, random_ops, random_suspend_ops, Op, Schedule,
-    ScheduleShape, ELECTION_NAMES, INITIAL_ELECTIONS,
+    random_election_ops, random_hostile, random_member_ops, random_ops, random_suspend_ops, Op,
+    Schedule, ScheduleShape, ELECTION_NAMES, INITIAL_ELECTIONS,
 };
 use world::{run_with_elections, NamedConfig, RunConfig};
 
@@ -159,6 +159,9 @@ fn shape() -> ScheduleShape {
 
 /// The share of seeds with a membership change among their faults.
 const MEMBERSHIP_CHANCE: f64 = 0.5;
+
+/// The share of seeds with a hostile member (`FaultKind::Hostile`).
+const HOSTILE_CHANCE: f64 = 0.2;
 
 /// The share of seeds in which an operator suspends an election and resumes it.
 const SUSPEND_CHANCE: f64 = 0.5;
@@ -240,7 +243,17 @@ fn config_for(seed: u64) -> RunConfig {
                 .map(|id| (*id, 1.0 + rng.gen_range(-CLOCK_SPREAD..=CLOCK_SPREAD)))
                 .collect()
         },
-        schedule: Schedule::random(&mut rng, &ids, shape),
+        schedule: {
+            let mut schedule = Schedule::random(&mut rng, &ids, shape);
+            // A hostile member, from an RNG of its own: the other faults and ops of a
+            // seed stay what they were.
+            let mut rng = StdRng::seed_from_u64(seed ^ 0x0005_ba0d);
+            if let Some(f) = random_hostile(&mut rng, &ids, shape, HOSTILE_CHANCE) {
+                schedule.faults.push(f);
+                schedule.faults.sort_by_key(|f| f.at);
+            }
+            schedule
+        },
         liveness_bound: LIVENESS_BOUND,
         tail: Duration::from_millis(300),
         stall_chance: 0.05,
@@ -317,16 +330,27 @@ fn run_seed(seed: u64) -> SeedResult {
         for f in &out.op_failures {
             panics.push_str(&format!("\n{f}"));
         }
-        // Every peer is correct here: no message may be refused, except a MsgTimeoutNow
-        // that arrives after its receiver stopped following the leader that sent it (a
-        // handover to a node that stalled or restarted meanwhile), and a response from a
-        // node the receiver no longer (or does not yet) count as a member, which only a
-        // membership change makes: from a voter that left, or from a spare.
+        // A peer's support book stays within its cap (section 12, "A member cannot grow
+        // a book"), whatever a hostile member sent.
+        let cap = tenure::election::MAX_ELECTIONS as u64 + INITIAL_ELECTIONS as u64;
+        if out.book_max > cap {
+            panics.push_str(&format!(
+                "\na support book grew to {} entries, past {cap} (the catalog's limit and the elections run)",
+                out.book_max
+            ));
+        }
+        // Every peer but a hostile one is correct here: no message may be refused, except
+        // a MsgTimeoutNow that arrives after its receiver stopped following the leader
+        // that sent it (a handover to a node that stalled or restarted meanwhile), and a
+        // response from a node the receiver no longer (or does not yet) count as a
+        // member, which only a membership change makes: from a voter that left, or from
+        // a spare. A hostile member's messages may be refused for any reason.
         let logged: usize = out.refusals.len();
         let counted: u64 = out.refused.values().sum();
         let mut wrongly: BTreeMap<String, u64> = BTreeMap::new();
         for (_, _, reason, from) in &out.refusals {
             let legit = reason == "timeout_now_not_from_leader"
+                || from.is_some_and(|f| out.hostile.contains(&f))
                 || (reason == "unknown_peer"
                     && from.is_some_and(|f| out.changed_members.contains(&f)));
             if !legit {

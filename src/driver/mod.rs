@@ -40,6 +40,8 @@ mod publish;
 mod ready;
 mod spread;
 mod support;
+#[cfg(feature = "testing")]
+pub use support::wire::forged_support_request;
 mod writer;
 
 pub(crate) use command::{Command, MemberChange};

@@ -99,6 +99,14 @@ pub(crate) enum FaultKind {
         /// hypervisor pause the guest never saw: both clocks stand still).
         counted_by_boottime: bool,
     },
+    /// The target misbehaves with its own valid certificate (issue 35): while the fault
+    /// lasts, every 100 ms it sends each peer, beside what its node sends, forged
+    /// support requests (one of another incarnation offering 70,000 elections nobody
+    /// runs, never confirmed, and one with a sequence number past 2^62; or one of a
+    /// third incarnation offering nothing) and term-0 heartbeats of named elections
+    /// (each refused, and none may wake a quiet election). Drawn by [`random_hostile`],
+    /// from an RNG of its own.
+    Hostile(Target),
     /// One direction of one link is cut: `from`'s packets to `to` are lost. Not drawn by
     /// [`Schedule::random`]: an op ([`OpKind::StalledHandover`]) places it.
     CutLink {
@@ -140,6 +148,7 @@ impl FaultKind {
             | FaultKind::CrashMidWrite(t)
             | FaultKind::CrashMidAppend(t)
             | FaultKind::Pause(t)
+            | FaultKind::Hostile(t)
             | FaultKind::OneWay { target: t, .. } => vec![t.resolve(leader)],
             FaultKind::Bridge { side, bridge } => {
                 let mut v = side.clone();
@@ -232,6 +241,7 @@ impl FaultKind {
                 )
             }
             FaultKind::Pause(_) => format!("pause (hold links of) {}", list(nodes)),
+            FaultKind::Hostile(_) => format!("{} floods its peers' support streams", list(nodes)),
             FaultKind::Loss { rate, .. } => {
                 format!("loss {:.0}% on {}", rate * 100.0, list(nodes))
             }
@@ -271,6 +281,7 @@ impl FaultKind {
             FaultKind::CrashMidWrite(_) => "crash mid-write",
             FaultKind::CrashMidAppend(_) => "crash mid-append",
             FaultKind::Pause(_) => "pause",
+            FaultKind::Hostile(_) => "hostile member",
             FaultKind::Loss { .. } => "loss",
             FaultKind::Delay { .. } => "delay",
             FaultKind::ClockJump { .. } => "clock jump",
@@ -395,6 +406,30 @@ fn random_clock_faults(rng: &mut StdRng, ids: &[NodeId], shape: ScheduleShape) -
         });
     }
     faults
+}
+
+/// A hostile member ([`FaultKind::Hostile`]) in a share `chance` of the schedules, for
+/// 300–900 ms: the leader more often than not (its followers hold the most for it).
+/// Drawn from an RNG of its own, so the other faults and ops of a seed stay what they
+/// were.
+pub(crate) fn random_hostile(
+    rng: &mut StdRng,
+    ids: &[NodeId],
+    shape: ScheduleShape,
+    chance: f64,
+) -> Option<Fault> {
+    if !rng.gen_bool(chance) {
+        return None;
+    }
+    let heal_at = shape.warmup + shape.window;
+    let at = shape.warmup
+        + Duration::from_millis(rng.gen_range(0..shape.window.as_millis() as u64 * 3 / 4));
+    let len = Duration::from_millis(rng.gen_range(300..=900));
+    Some(Fault {
+        at,
+        duration: len.min(heal_at - at),
+        kind: FaultKind::Hostile(random_target(rng, ids)),
+    })
 }
 
 fn random_target(rng: &mut StdRng, ids: &[NodeId]) -> Target {

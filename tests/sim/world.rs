@@ -142,6 +142,11 @@ pub(crate) struct Outcome {
     /// with when its bound ([`NamedConfig::liveness_bound`]) starts: the later of the
     /// last heal and its creation.
     pub election_liveness: BTreeMap<u32, u64>,
+    /// The nodes a [`FaultKind::Hostile`] made misbehave: their messages may be refused.
+    pub hostile: BTreeSet<NodeId>,
+    /// The most entries one peer's support book reached on any node
+    /// (`Metrics::support_book_max`).
+    pub book_max: u64,
 }
 
 /// The record all hosts write to (they all run on this thread; tasks need `Send`).
@@ -650,6 +655,8 @@ struct HostCtx {
     retired: Arc<AtomicBool>,
     /// Named elections, if the run has any.
     named: Option<NamedConfig>,
+    /// Set while a [`FaultKind::Hostile`] makes this node misbehave.
+    hostile: Arc<AtomicBool>,
 }
 
 /// An operator call the run loop asks a host's node to make.
@@ -999,8 +1006,9 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
         died: dying.clone(),
         closing: Arc::default(),
     });
+    let quic = Arc::new(transport);
     let transport = SimTransport {
-        inner: Arc::new(transport),
+        inner: quic.clone(),
         dying,
         peers: Mutex::new(Some(peers)),
     };
@@ -1081,6 +1089,7 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
     });
 
     serve_ops(&ctx, &node);
+    misbehave(&ctx, quic);
     lock(&ctx.rec).metrics.push(node.metrics());
     if ctx.named.is_some() {
         watch_elections(&ctx, &node);
@@ -1100,6 +1109,56 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
             .push(Event::new(id, sim_ns(), Kind::Crashed).note(e.reason));
     }
     Ok(())
+}
+
+/// While a [`FaultKind::Hostile`] holds this node: every 100 ms, to each peer, what a
+/// member with a valid certificate may send and a correct one never does, beside its
+/// node's own stream (`docs/design.md`, section 12, "A member cannot grow a book"). In
+/// one round of four, a support request of another incarnation offering 70,000
+/// elections nobody runs, never confirmed (it costs the peer its book, and ends whatever
+/// the node's real stream had held), and one whose sequence number is past 2^62; in the
+/// other three, one of a third incarnation offering nothing, which is answered (it too
+/// empties the book of the real stream, which must learn so from its next ack; a
+/// dropped book would tell it anyway, so these rounds come without one); and every
+/// round, term-0
+/// heartbeats of the first twenty named elections (refused, they may wake nothing). The
+/// checker then judges the run as any other: the node's own stream and elections go on.
+fn misbehave(ctx: &Arc<HostCtx>, transport: Arc<QuicTransport>) {
+    use tenure::testing::forged_support_request as forged;
+    use tenure::transport::Transport;
+    let (me, flag) = (ctx.id, ctx.hostile.clone());
+    let peers: Vec<NodeId> = ctx.peers.keys().copied().filter(|p| *p != me).collect();
+    let fake: Vec<u32> = (1_000_000..1_070_000).collect();
+    tokio::spawn(async move {
+        let mut seq = 0u64;
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if !flag.load(Ordering::SeqCst) {
+                continue;
+            }
+            seq += 1;
+            for to in &peers {
+                let forgeries = if seq % 4 == 1 {
+                    vec![
+                        forged(me, *to, 0x5eed_0001, seq, &fake),
+                        forged(me, *to, 0x5eed_0001, u64::MAX, &[]),
+                    ]
+                } else {
+                    vec![forged(me, *to, 0x5eed_0003, seq, &[])]
+                };
+                for (stream, m) in forgeries {
+                    transport.send_election(stream, m);
+                }
+                for election in 1..=20u32 {
+                    let mut m = raft::eraftpb::Message::default();
+                    m.set_msg_type(raft::eraftpb::MessageType::MsgHeartbeat);
+                    m.from = me;
+                    m.to = *to;
+                    transport.send_election(election, m);
+                }
+            }
+        }
+    });
 }
 
 /// Acquire, confirm, write with the token; forever.
@@ -1469,6 +1528,8 @@ pub(crate) fn run_with_elections(
         all.iter().map(|id| (*id, Arc::default())).collect();
     let retired: BTreeMap<NodeId, Arc<AtomicBool>> =
         all.iter().map(|id| (*id, Arc::default())).collect();
+    let hostile: BTreeMap<NodeId, Arc<AtomicBool>> =
+        all.iter().map(|id| (*id, Arc::default())).collect();
     // A first member founds; a spare joins, its peers being itself and the first members.
     let host_ctx = |id: NodeId| {
         let join = id > n;
@@ -1491,6 +1552,7 @@ pub(crate) fn run_with_elections(
             sample_members: spares > 0,
             retired: retired[&id].clone(),
             named: named.cloned(),
+            hostile: hostile[&id].clone(),
         })
     };
     for id in &ids {
@@ -1556,6 +1618,7 @@ pub(crate) fn run_with_elections(
             })
             .collect()
     };
+    let mut hostile_nodes: BTreeSet<NodeId> = BTreeSet::new();
     loop {
         let now = sim.elapsed();
         // A fault starts or ends: the schedule's, then the ops' own, by the same code.
@@ -1589,7 +1652,12 @@ pub(crate) fn run_with_elections(
                         tears[id].store(armed, Ordering::SeqCst);
                     }
                 }
-                if kind.is_clock() {
+                if let FaultKind::Hostile(_) = kind {
+                    for id in nodes {
+                        hostile[id].store(start, Ordering::SeqCst);
+                        hostile_nodes.insert(*id);
+                    }
+                } else if kind.is_clock() {
                     apply_clock(&clocks, &mut clock_faults, kind, nodes, start, now);
                 } else {
                     apply(
@@ -1741,6 +1809,13 @@ pub(crate) fn run_with_elections(
         changed_members,
         named_writes: std::mem::take(&mut r.named_writes),
         election_liveness,
+        hostile: hostile_nodes,
+        book_max: r
+            .metrics
+            .iter()
+            .map(|m| m.support_book_max())
+            .max()
+            .unwrap_or(0),
         refused: tenure::peer_input::Refusal::ALL
             .iter()
             .map(|reason| {

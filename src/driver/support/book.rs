@@ -239,6 +239,14 @@ pub(crate) struct Incoming {
     /// this node's incarnation plus twice this, so the peer takes each drop for a
     /// restart of this node (its incarnations are odd: they stay odd, never 0).
     drops: u64,
+    /// How many times a request of another incarnation replaced a known one, counted
+    /// into the acks' incarnation as `drops` is. A correct peer's incarnations replace
+    /// one another only forward, but two can interleave: a request of an old one
+    /// delayed past its successor's first, or a member forging requests of its own
+    /// stream. Each switch empties the book, so the incarnation switched back to must
+    /// take this node for restarted and credit nothing it held here before
+    /// (`docs/design.md`, section 12, "A member cannot grow a book").
+    resets: u64,
 }
 
 /// Why a peer's book was dropped.
@@ -285,6 +293,7 @@ impl Incoming {
             held: BTreeMap::new(),
             unheld: BTreeMap::new(),
             drops: 0,
+            resets: 0,
         }
     }
 
@@ -341,6 +350,9 @@ impl Incoming {
                 dropped,
                 frozen_until: self.last_at,
             });
+            if self.incarnation != 0 && !mutation::active("incarnation-switch-keeps-acks") {
+                self.resets += 1;
+            }
             self.incarnation = req.incarnation;
             self.last_seq = 0;
             self.held.clear();
@@ -414,7 +426,7 @@ impl Incoming {
     pub(crate) fn ack(&mut self, me: u64, now: Instant) -> Ack {
         self.last_at = Some(now);
         Ack {
-            incarnation: me.wrapping_add(self.drops.wrapping_mul(2)),
+            incarnation: me.wrapping_add(self.drops.wrapping_add(self.resets).wrapping_mul(2)),
             to_incarnation: self.incarnation,
             seq: self.last_seq,
             unheld: self.unheld.keys().copied().collect(),
@@ -687,5 +699,39 @@ mod tests {
         b.begin(&a.request(stamp(t0, 5))).unwrap();
         assert_eq!(b.refuse(7), Ok(Some(t0)));
         assert_eq!(b.refuse(7), Ok(None), "no longer held");
+    }
+
+    /// Two incarnations of one peer interleave (a request of the old one delayed past
+    /// its successor's first, or a member forging requests of its own stream): each
+    /// switch empties the book, so the incarnation switched back to must hear of it from
+    /// its next ack, as of a restart of this node, instead of crediting support for
+    /// elections no longer held.
+    #[test]
+    fn an_incarnation_switched_back_to_credits_nothing_held_before() {
+        let t0 = Instant::now();
+        let (mut a, mut b) = (Outgoing::new(1), Incoming::new());
+        a.offer(7, 3, 10, 10);
+        let k1 = follow(&mut b, &a.request(stamp(t0, 0)), t0, true).unwrap();
+        a.on_ack(&k1, t0);
+        assert!(a.holds(7));
+        let mut other = Outgoing::new(5);
+        follow(&mut b, &other.request(stamp(t0, 10)), t0, true).unwrap();
+        assert_eq!(b.holds(7), None, "the other incarnation's request ended it");
+        let k2 = follow(&mut b, &a.request(stamp(t0, 50)), t0, true).unwrap();
+        assert_eq!(
+            b.holds(7),
+            None,
+            "a request that offers nothing adds nothing"
+        );
+        let out = a.on_ack(&k2, t0);
+        assert!(
+            out.restarted,
+            "the switch back reads as a restart of the follower"
+        );
+        assert_eq!(out.unheld, vec![7]);
+        assert!(
+            !a.holds(7),
+            "the leader credits no support for 7 from this ack"
+        );
     }
 }

@@ -97,6 +97,41 @@ pub(crate) const SEQ_LIMIT: u64 = 1 << 62;
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Malformed(pub(crate) &'static str);
 
+/// A support request (`docs/design.md`, section 12) from `from` to `to`, of stream
+/// incarnation `incarnation` and sequence number `seq`, offering each election in
+/// `offers` in term 1 with an empty log, in the stream's own wire format; with the
+/// stream's id, for [`Transport::send_election`](crate::transport::Transport::send_election).
+/// For tests of hostile members (the simulation's `Hostile` fault,
+/// `tests/hostile_worker.rs`): a correct node's stream never sends what this makes.
+#[cfg(feature = "testing")]
+pub fn forged_support_request(
+    from: u64,
+    to: u64,
+    incarnation: u64,
+    seq: u64,
+    offers: &[ElectionId],
+) -> (u32, Message) {
+    let ops = offers
+        .iter()
+        .map(|&id| Op::Add {
+            id,
+            term: 1,
+            last: 0,
+            commit: 0,
+        })
+        .collect();
+    let request = Request {
+        incarnation,
+        seq,
+        acked: 0,
+        ops,
+    };
+    (
+        crate::transport::SUPPORT_STREAM,
+        request.to_message(from, to),
+    )
+}
+
 impl Request {
     /// The request as a message from `from` to `to`.
     pub(crate) fn to_message(&self, from: u64, to: u64) -> Message {
