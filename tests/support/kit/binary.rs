@@ -56,6 +56,11 @@ pub(crate) fn nested_cargo() -> Command {
 /// under `cargo bench` or a release test run), then `more`.
 pub(crate) fn build_args<'a>(name: &'a str, more: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["build", "--example", name];
+    // A test built with the mutations feature runs workers built with it too, so that
+    // TENURE_MUTATION (inherited) breaks them as it breaks the nodes in this process.
+    if cfg!(feature = "mutations") {
+        args.extend_from_slice(&["--features", "mutations"]);
+    }
     args.extend_from_slice(more);
     if profile_dir().file_name().is_some_and(|n| n == "release") {
         args.push("--release");
@@ -91,7 +96,8 @@ pub(crate) fn example(name: &str) -> PathBuf {
         return bin.clone();
     }
     let bin = profile_dir().join("examples").join(name);
-    let bin = if bin.exists() && newer_than_sources(&bin) {
+    // Under the mutations feature the binary there may lack it: cargo decides.
+    let bin = if !cfg!(feature = "mutations") && bin.exists() && newer_than_sources(&bin) {
         bin
     } else {
         build_example(name)
