@@ -23,7 +23,7 @@
 
 mod support;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,8 +33,7 @@ use std::time::{Duration, Instant};
 use raft::eraftpb::{Message, MessageType};
 use support::procs::Group;
 use tenure::testing::forged_support_request;
-use tenure::transport::quic::{QuicConfig, QuicTransport, TransportError};
-use tenure::transport::tls::TlsIdentity;
+use tenure::transport::quic::QuicTransport;
 use tenure::transport::{NodeId, Transport};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -82,32 +81,6 @@ fn total(m: &BTreeMap<String, f64>, name: &str) -> f64 {
         .filter(|(k, _)| *k == name || k.starts_with(&format!("{name}{{")))
         .map(|(_, v)| v)
         .sum()
-}
-
-/// Node 3's certificate on a bare transport at node 3's address (what the workers send
-/// it is swallowed).
-async fn impostor(g: &Group, addrs: &HashMap<NodeId, SocketAddr>) -> QuicTransport {
-    let identity = TlsIdentity::from_dir(g.dir.path().join("certs"), 3).expect("node 3's files");
-    let peers: HashMap<NodeId, SocketAddr> = addrs
-        .iter()
-        .filter(|(id, _)| **id != 3)
-        .map(|(id, a)| (*id, *a))
-        .collect();
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let cfg = QuicConfig::new(3, addrs[&3], peers.clone(), identity.clone());
-        match QuicTransport::start(cfg) {
-            Ok((t, mut inbound)) => {
-                tokio::spawn(async move { while inbound.recv().await.is_some() {} });
-                return t;
-            }
-            // The killed worker's port is released a moment after it exits.
-            Err(TransportError::Bind { .. }) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(e) => panic!("the impostor's transport does not start: {e}"),
-        }
-    }
 }
 
 /// Sends `m` on `stream` until `counted` of worker `to`'s metrics rises (resent
@@ -173,7 +146,7 @@ async fn all_quiet(metrics: &BTreeMap<NodeId, String>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_attacked_on_its_support_stream_stays_within_a_memory_bound() {
     let mut g = Group::start(3, None, &["--elections", "20", "--metrics", "127.0.0.1:0"]);
-    let addrs: HashMap<NodeId, SocketAddr> = g
+    let addrs: BTreeMap<NodeId, SocketAddr> = g
         .addrs
         .iter()
         .map(|(id, a)| (*id, a.parse().expect("a socket address")))
@@ -188,7 +161,7 @@ async fn a_worker_attacked_on_its_support_stream_stays_within_a_memory_bound() {
     }
     all_quiet(&metrics).await;
     g.kill(3);
-    let fake = impostor(&g, &addrs).await;
+    let fake = support::impostor(&g.dir.path().join("certs"), 3, &addrs, WAIT).await;
     // A leaseholder other than node 3, and every election quiet again under 1 or 2.
     let deadline = Instant::now() + WAIT;
     let (leader, term) = loop {

@@ -11,7 +11,6 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -22,8 +21,7 @@ use tenure::metrics::Metrics;
 use tenure::peer_input::Refusal;
 use tenure::storage::{MemDisk, MemStore, RaftStore, ReadyWrite, StorageError};
 use tenure::transport::mem::MemNetwork;
-use tenure::transport::quic::{QuicConfig, QuicTransport, TransportError};
-use tenure::transport::tls::TlsIdentity;
+use tenure::transport::quic::QuicTransport;
 use tenure::transport::{NodeId, Transport};
 use tenure::{Config, Node, Role, StopCause};
 use tokio::time::Instant;
@@ -35,28 +33,7 @@ const WAIT: Duration = Duration::from_secs(20);
 /// Node 3's certificate on a bare transport, at node 3's address (what the real nodes
 /// send it is swallowed).
 async fn impostor(c: &Cluster) -> QuicTransport {
-    let identity = TlsIdentity::from_dir(c.dir.path().join("certs"), 3).expect("node 3's files");
-    let peers: HashMap<NodeId, _> = c
-        .addrs
-        .iter()
-        .filter(|(id, _)| **id != 3)
-        .map(|(id, a)| (*id, *a))
-        .collect();
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let cfg = QuicConfig::new(3, c.addrs[&3], peers.clone(), identity.clone());
-        match QuicTransport::start(cfg) {
-            Ok((t, mut inbound)) => {
-                tokio::spawn(async move { while inbound.recv().await.is_some() {} });
-                return t;
-            }
-            // Node 3's endpoint releases the port a moment after its kill.
-            Err(TransportError::Bind { .. }) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(e) => panic!("the impostor's transport does not start: {e}"),
-        }
-    }
+    support::impostor(&c.dir.path().join("certs"), 3, &c.addrs, WAIT).await
 }
 
 fn msg(t: MessageType, to: NodeId, term: u64) -> Message {
@@ -554,6 +531,14 @@ async fn a_member_that_abuses_the_support_stream_keeps_a_bounded_book_and_costs_
     let fake = impostor(&c).await;
     let leases_before = c.leases.lock().unwrap().len();
     let cap = tenure::election::MAX_ELECTIONS as u64;
+    // Checked after every request, so that a book without bounds fails at the first.
+    let within_cap = |id: NodeId| {
+        let max = c.node(id).metrics().support_book_max();
+        assert!(
+            max <= cap,
+            "node {id}'s book of node 3 grew to {max} entries, past {cap}"
+        );
+    };
     let mut seq = 0;
     // 1. Ten requests of 130,000 offers of elections nobody runs (a frame each), never
     //    confirmed: 1.3 million refusals to keep. Each request is dropped, book and all,
@@ -564,6 +549,7 @@ async fn a_member_that_abuses_the_support_stream_keeps_a_bounded_book_and_costs_
         for to in [1, 2] {
             let ids = 1_000 + k * FRAME..1_000 + (k + 1) * FRAME;
             judged(&c, &fake, support_request(to, seq, 0, ids), false).await;
+            within_cap(to);
         }
     }
     // 2. Twenty requests of 4,000, never confirmed: the reports reach the cap (65,536)
@@ -573,6 +559,7 @@ async fn a_member_that_abuses_the_support_stream_keeps_a_bounded_book_and_costs_
         for to in [1, 2] {
             let ids = 1_400_000 + k * 4_000..1_400_000 + (k + 1) * 4_000;
             judged(&c, &fake, support_request(to, seq, 0, ids), false).await;
+            within_cap(to);
         }
     }
     // 3. Small requests whose refusals it never confirms: the book is dropped once the
@@ -582,6 +569,7 @@ async fn a_member_that_abuses_the_support_stream_keeps_a_bounded_book_and_costs_
         for to in [1, 2] {
             let ids = 2_000_000 + k * 100..2_000_000 + (k + 1) * 100;
             judged(&c, &fake, support_request(to, seq, 0, ids), false).await;
+            within_cap(to);
         }
     }
     // 4. The last sequence numbers: refused as malformed, and the next request is judged.

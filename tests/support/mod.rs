@@ -32,3 +32,38 @@ pub(crate) fn backup_taken_now(
         elections: Default::default(),
     }
 }
+
+/// Node `id`'s certificate (from the folder `certs`) on a bare QUIC transport at its
+/// address in `addrs`, as a stolen or misused certificate would be used: what the group
+/// sends it is swallowed. Binding is retried for `wait`: a killed node's endpoint
+/// releases its port a moment after it exits.
+#[allow(dead_code)] // not every test file impersonates a node
+pub(crate) async fn impostor(
+    certs: &std::path::Path,
+    id: tenure::NodeId,
+    addrs: &std::collections::BTreeMap<tenure::NodeId, std::net::SocketAddr>,
+    wait: std::time::Duration,
+) -> tenure::transport::quic::QuicTransport {
+    use tenure::transport::quic::{QuicConfig, QuicTransport, TransportError};
+    let identity = tenure::transport::tls::TlsIdentity::from_dir(certs, id)
+        .unwrap_or_else(|e| panic!("node {id}'s files: {e}"));
+    let peers: std::collections::HashMap<_, _> = addrs
+        .iter()
+        .filter(|(peer, _)| **peer != id)
+        .map(|(peer, a)| (*peer, *a))
+        .collect();
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let cfg = QuicConfig::new(id, addrs[&id], peers.clone(), identity.clone());
+        match QuicTransport::start(cfg) {
+            Ok((t, mut inbound)) => {
+                tokio::spawn(async move { while inbound.recv().await.is_some() {} });
+                return t;
+            }
+            Err(TransportError::Bind { .. }) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("the impostor's transport does not start: {e}"),
+        }
+    }
+}
