@@ -132,9 +132,8 @@ pub(super) struct Peer {
 /// newest `n` permits belong to items the driver has taken, and are given back.
 #[derive(Debug, Default)]
 pub(super) struct DriverQueue {
-    permits: VecDeque<(Option<Permit>, Option<NodeId>)>,
-    /// The urgent channel's.
-    urgent: VecDeque<(Option<Permit>, Option<NodeId>)>,
+    /// Per channel: bulk (0), urgent (1).
+    lanes: [VecDeque<(Option<Permit>, Option<NodeId>)>; 2],
     /// Each peer's messages waiting in each channel (bulk, urgent): a peer may have at
     /// most its share ([`Shared::lane_share`]) waiting in one.
     waiting: BTreeMap<NodeId, [usize; 2]>,
@@ -143,12 +142,7 @@ pub(super) struct DriverQueue {
 impl DriverQueue {
     /// The driver took the oldest item of a channel (`lane`: 0 bulk, 1 urgent).
     fn taken(&mut self, lane: usize) {
-        let q = if lane == 1 {
-            &mut self.urgent
-        } else {
-            &mut self.permits
-        };
-        if let Some((_, Some(peer))) = q.pop_front() {
+        if let Some((_, Some(peer))) = self.lanes[lane].pop_front() {
             if let Some(w) = self.waiting.get_mut(&peer) {
                 w[lane] = w[lane].saturating_sub(1);
                 if *w == [0, 0] {
@@ -288,12 +282,10 @@ impl Shared {
         // Items still in each channel (never fewer than there are: a channel frees a
         // slot only after the driver has taken its item).
         let queued = |tx: &mpsc::Sender<Inbound>| tx.max_capacity() - tx.capacity();
-        let (bulk, urgent) = (queued(&self.inbound), queued(&self.urgent));
-        while q.permits.len() > bulk {
-            q.taken(0);
-        }
-        while q.urgent.len() > urgent {
-            q.taken(1);
+        for (lane, tx) in [&self.inbound, &self.urgent].into_iter().enumerate() {
+            while q.lanes[lane].len() > queued(tx) {
+                q.taken(lane);
+            }
         }
     }
 
@@ -337,11 +329,7 @@ impl Shared {
         let tx = if urgent { &self.urgent } else { &self.inbound };
         match tx.try_send(item) {
             Ok(()) => {
-                if urgent {
-                    q.urgent.push_back((permit, peer));
-                } else {
-                    q.permits.push_back((permit, peer));
-                }
+                q.lanes[lane].push_back((permit, peer));
                 if let Some(p) = peer {
                     q.waiting.entry(p).or_default()[lane] += 1;
                 }
