@@ -364,7 +364,6 @@ async fn one_change_at_a_time_and_clear_refusals() {
             c.heal();
             second
         });
-        c.heal();
         if !matches!(first, Err(MembershipError::NoQuorum { .. })) {
             break (first, second);
         }
