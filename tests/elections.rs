@@ -61,12 +61,19 @@ async fn each_named_election_elects_its_own_leader_with_tokens_in_its_range() {
         let lease = c.node(leader).election(&info.name).lease().await.unwrap();
         assert_eq!(lease.token().term(), term);
         assert_eq!(lease.confirm().await.unwrap().term(), term);
-        let history = c.node(leader).election(&info.name).history().await.unwrap();
-        assert!(
-            history.iter().any(|r| r.term == term && r.leader == leader),
-            "{}'s history {history:?}",
-            info.name
-        );
+        // The record is a log entry of its own, proposed after the leader's empty
+        // entry: the lease can be confirmed before it applies, so wait for it.
+        let e = c.node(leader).election(&info.name);
+        wait_for(
+            &format!("{}'s tenure {term} recorded", info.name),
+            T,
+            || {
+                let e = e.clone();
+                let h = futures_now(async move { e.history().await.ok() })??;
+                h.into_iter().find(|r| r.term == term && r.leader == leader)
+            },
+        )
+        .await;
     }
     // The root's own lease is unaffected: its token stays below every named range.
     let (root, root_term) = c.steady_leader(T).await;
