@@ -68,9 +68,9 @@ async fn each_named_election_elects_its_own_leader_with_tokens_in_its_range() {
             &format!("{}'s tenure {term} recorded", info.name),
             T,
             || {
-                let e = e.clone();
-                let h = futures_now(async move { e.history().await.ok() })??;
-                h.into_iter().find(|r| r.term == term && r.leader == leader)
+                history_now(&e)?
+                    .into_iter()
+                    .find(|r| r.term == term && r.leader == leader)
             },
         )
         .await;
@@ -97,6 +97,13 @@ fn futures_now<F: std::future::Future>(f: F) -> Option<F::Output> {
                 .ok()
         })
     })
+}
+
+/// Election `e`'s history as its node has applied it now (`None` if it did not answer:
+/// the caller's `wait_for` asks again).
+fn history_now(e: &tenure::Election) -> Option<Vec<tenure::TenureRecord>> {
+    let e = e.clone();
+    futures_now(async move { e.history().await.ok() })?
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -527,9 +534,7 @@ async fn a_graceful_shutdown_hands_every_led_election_over_and_transfers_work_pe
         .await;
         let e = c.node(leader).election(name);
         let rec = wait_for(&format!("{name}'s tenure {term} recorded"), T, || {
-            let e = e.clone();
-            let h = futures_now(async move { e.history().await.ok() })??;
-            h.into_iter().find(|r| r.term == term)
+            history_now(&e)?.into_iter().find(|r| r.term == term)
         })
         .await;
         assert_eq!(
@@ -725,8 +730,7 @@ async fn resume_and_check(c: &Cluster, tenures: &Tenures, held: usize) -> u64 {
     // the one before it fell in the suspension.
     let e = c.node(node).election("settle");
     let h = wait_for(&format!("settle's tenure {token} recorded"), T, || {
-        let e = e.clone();
-        let h = futures_now(async move { e.history().await.ok() })??;
+        let h = history_now(&e)?;
         h.iter().any(|r| r.term == token).then_some(h)
     })
     .await;
