@@ -1,7 +1,7 @@
 //! [`GroupId`]: which group a store, a node and a peer belong to.
 //!
 //! A group id is drawn once, when a group is founded ([`GroupId::random`], or
-//! `worker --new-group-id`), and given to every first member with
+//! `tenure-worker --new-group-id`), and given to every first member with
 //! [`ConfigBuilder::found`](crate::ConfigBuilder::found). It is kept in the group's
 //! replicated state, so every store of the group holds it, and every node tells its
 //! peers in the first bytes of each connection. A data folder of another group, or a
@@ -61,7 +61,7 @@ impl fmt::Debug for GroupId {
 
 /// A string that is not a group id.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{input:?} is not a group id: expected 32 hex digits (e.g. from `worker --new-group-id`)")]
+#[error("{input:?} is not a group id: expected 32 hex digits (e.g. from `tenure-worker --new-group-id`)")]
 pub struct GroupIdError {
     /// What was given.
     pub input: String,

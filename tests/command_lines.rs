@@ -1,11 +1,10 @@
-//! The command lines of the example binaries other tools script against (`worker`,
-//! `local_group` and its `__worker` mode, `certs`): `--help` on stdout with exit code 0,
-//! a usage error on stderr naming the flag with exit code 2.
+//! The command lines other tools script against (`tenure-worker`, and the examples
+//! `local_group` and `certs`): `--help` on stdout with exit code 0, a usage error on
+//! stderr naming the flag with exit code 2.
 
-#[path = "../examples/support/ledger.rs"]
-mod ledger;
 mod support;
-#[path = "../examples/support/worker.rs"]
+// The worker's own parser, to check the kit's command lines against it.
+#[path = "../src/bin/tenure-worker/cli.rs"]
 #[allow(dead_code)]
 mod worker;
 
@@ -34,12 +33,12 @@ fn with<'a>(base: &[&'a str], more: &[&'a str]) -> Vec<&'a str> {
 
 #[test]
 fn the_worker_explains_itself_and_names_the_flag_it_refuses() {
-    let worker = example("worker");
+    let worker = support::kit::binary::worker();
     let (code, out, _) = output(&worker, &["--help"]);
     assert_eq!(code, 0);
     for needle in [
-        "Usage: worker --id N",
-        "worker --new-group-id",
+        "Usage: tenure-worker --id N",
+        "tenure-worker --new-group-id",
         "--found <GROUP>",
         "--election-max-ms <N>",
         "--disk-stall-ms <N>",
@@ -123,20 +122,6 @@ fn local_group_explains_itself_and_names_the_flag_it_refuses() {
             (&["--timing", "moon"], "'--timing <PRESET>'"),
             (&["--base-port", "70000"], "'--base-port <P>'"),
             (&["--elections", "lots"], "'--elections <N>'"),
-        ],
-    );
-    // Worker mode: the worker's own command line.
-    let (code, out, _) = output(&local_group, &["__worker", "--help"]);
-    assert_eq!(code, 0);
-    assert!(out.contains("Usage: worker --id N"), "{out}");
-    assert_usage_errors(
-        &local_group,
-        &[
-            (
-                &with(&["__worker"], &with(&W, &["--frobnicate"])),
-                "'--frobnicate'",
-            ),
-            (&["__worker", "--id", "x"], "'--id <N>'"),
         ],
     );
 }
@@ -274,7 +259,7 @@ fn certs_explains_itself_and_names_the_flag_it_refuses() {
 
 /// Parses what `cmd` builds with the worker's own parser.
 fn parse(cmd: &WorkerCommand) -> Result<worker::Mode, clap::Error> {
-    let line = std::iter::once("worker".into()).chain(cmd.to_args());
+    let line = std::iter::once("tenure-worker".into()).chain(cmd.to_args());
     worker::WorkerCli::try_parse_from(line).map(worker::WorkerCli::mode)
 }
 
@@ -358,9 +343,4 @@ fn the_kits_worker_command_is_the_command_line_the_worker_parses() {
         panic!("not a worker run");
     };
     assert_eq!(a.log_level, Some(slog::Level::Debug));
-
-    // local_group's worker mode puts its word first.
-    let args = join.clone().mode("__worker").to_args();
-    assert_eq!(args[0], "__worker");
-    assert_eq!(args[1..], join.to_args()[..]);
 }

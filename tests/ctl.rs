@@ -240,7 +240,7 @@ fn ctl_makes_a_restore_plan_that_workers_found_from_and_nothing_else() {
     assert!(err.contains("/nonexistent"), "{err}");
 
     // The worker: a backup where the plan belongs, a plan of another group.
-    let worker = example("worker");
+    let worker = support::kit::binary::worker();
     let base = support::kit::command::WHOLE_ARGS;
     let (backup_arg, plan_arg) = (path(&backup_file), path(&plan_file));
     let (code, _, err) = output(&worker, &[&base[..], &["--restore", &backup_arg]].concat());

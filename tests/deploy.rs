@@ -90,10 +90,10 @@ fn run(cmd: &mut Command) -> (i32, String, String) {
 // The binaries and their flags
 // ---------------------------------------------------------------------------------------
 
-/// The example worker (the kit's: built by a nested cargo in this test's profile when
-/// missing or stale): the binary the deployment files run as `/usr/local/bin/tenure-worker`.
+/// The worker, `<target>/<profile>/tenure-worker` (the kit's, built for this test): the
+/// binary the deployment files run as `/usr/local/bin/tenure-worker`.
 fn worker_binary() -> PathBuf {
-    binary::example("worker")
+    binary::worker()
 }
 
 /// The installed operator tool, `<target>/<profile>/tenure-ctl`: `cargo test` builds it

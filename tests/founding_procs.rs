@@ -1,5 +1,5 @@
 //! The founding rules as operators meet them: real worker processes
-//! (`examples/worker.rs`), started with the very command line they always run with.
+//! (`tenure-worker`), started with the very command line they always run with.
 //! Exit code 3 means "the data folder was refused; restarting on it will not help"
 //! (`docs/design.md`, section 6; README, "Founding a group").
 

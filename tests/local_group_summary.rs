@@ -1,4 +1,4 @@
-//! `local_group`'s summary (examples/support/history.rs) judges worker events with the
+//! `local_group`'s summary (examples/local_group/history.rs) judges worker events with the
 //! tests' history checker: one interval per lease, so a node's second lease in one term
 //! is judged on its own. Keyed by (node, term), as the summary once was, that lease was
 //! merged with the node's first lease of the term and cut short by its `lease_lost`: the
@@ -8,7 +8,7 @@
 //! different elections overlap all the time and must not be compared, while an overlap
 //! inside one named election is caught and named.
 
-#[path = "../examples/support/history.rs"]
+#[path = "../examples/local_group/history.rs"]
 mod history;
 #[path = "support/kit/mod.rs"]
 mod kit;

@@ -5,7 +5,7 @@
 
 mod support;
 
-#[path = "../examples/support/ledger.rs"]
+#[path = "../src/bin/tenure-worker/ledger.rs"]
 mod ledger;
 
 use std::collections::{BTreeSet, HashMap};

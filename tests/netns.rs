@@ -44,7 +44,7 @@
 
 mod support;
 
-#[path = "../examples/support/ledger.rs"]
+#[path = "../src/bin/tenure-worker/ledger.rs"]
 mod ledger;
 
 use std::fmt;
@@ -1681,7 +1681,7 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
     let lanes = (env_u64("TENURE_NETNS_LANES", 2).max(1) as usize).min(count.max(1));
     let stop_at_first = env_flag("TENURE_NETNS_STOP_AT_FIRST");
     let mutation = std::env::var("TENURE_MUTATION").unwrap_or_default();
-    say("netns: building the worker and ctl (cargo build --example worker / ctl)");
+    say("netns: building the worker and ctl (cargo build --bin tenure-worker / --example ctl)");
     let worker = netns::worker_for_run();
     let ctl = netns::ctl_binary();
     say(format!(

@@ -4,7 +4,7 @@
 
 mod support;
 
-#[path = "../examples/support/ledger.rs"]
+#[path = "../src/bin/tenure-worker/ledger.rs"]
 mod ledger;
 
 use std::path::Path;

@@ -1,5 +1,5 @@
 //! What the process benchmarks share: a group of real worker processes
-//! (`examples/worker.rs`, release build), their JSON events, statistics, and where the
+//! (`tenure-worker`, release build), their JSON events, statistics, and where the
 //! results go (`<target dir>/tenure-bench/`). The workers' command lines and events are
 //! the test kit's (`tests/support/kit/`).
 //!
@@ -37,21 +37,13 @@ pub(crate) fn out_dir() -> PathBuf {
 /// An environment variable naming a worker binary to use instead of building one.
 pub(crate) const WORKER_ENV: &str = "TENURE_BENCH_WORKER";
 
-/// The worker example binary of the same profile as this bench (release under
-/// `cargo bench`), built with a nested `cargo build --example worker` (a no-op when it
-/// is fresh), unless [`WORKER_ENV`] names one.
+/// The worker, `tenure-worker`, of the same profile as this bench (release under `cargo
+/// bench`, which builds it for the bench), unless [`WORKER_ENV`] names one.
 pub(crate) fn worker_binary() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            if let Some(bin) = std::env::var_os(WORKER_ENV) {
-                return PathBuf::from(bin);
-            }
-            let args = kit::binary::build_args("worker", &[]);
-            eprintln!("building the worker: cargo {}", args.join(" "));
-            kit::binary::build_example("worker")
-        })
-        .clone()
+    match std::env::var_os(WORKER_ENV) {
+        Some(bin) => PathBuf::from(bin),
+        None => kit::binary::worker(),
+    }
 }
 
 /// What the harness knows about the group, kept up to date by the reader threads.

@@ -31,9 +31,7 @@ use crate::storage::ReadyWrite;
 use crate::storage::{RaftStore, RocksStore};
 use crate::tls::{TlsError, TlsFiles, TlsIdentity, TlsReload};
 use crate::transport::quic::{QuicConfig, QuicTransport};
-#[cfg(feature = "testing")]
-use crate::transport::Faults;
-use crate::transport::{Inbox, NodeId, PeerAddr, Transport, TransportStatsSnapshot};
+use crate::transport::{Faults, Inbox, NodeId, PeerAddr, Transport, TransportStatsSnapshot};
 
 /// A running election node. Cheap to clone; every clone talks to the same node.
 ///
@@ -534,7 +532,7 @@ impl Node {
     /// changed and pass every check a start makes, uses them for new connections; open
     /// connections, and so the group's leader and its lease, are not touched. A failure
     /// keeps the credential in use and says what is wrong with the files. The node also
-    /// does this every [`Config::tls_poll`]; the example worker on SIGHUP.
+    /// does this every [`Config::tls_poll`]; `tenure-worker` on SIGHUP.
     ///
     /// [`TlsError::NotReloadable`] for a node started with [`Node::start_with`] or with
     /// an identity given loaded ([`TlsSource::Identity`]).
@@ -562,8 +560,10 @@ impl Node {
         self.transport.stats()
     }
 
-    /// Fault-injection hooks of this node's transport, for tests: cut and heal links.
-    #[cfg(feature = "testing")]
+    /// Fault-injection hooks of this node's transport: cut and heal its links to peers,
+    /// in this process only. For tests, and for partition drills without root
+    /// (`tenure-worker` cuts every link on SIGUSR1 and heals them on SIGUSR2): a cut
+    /// node behaves as one a network partition isolated, and nothing else changes.
     pub fn faults(&self) -> &Faults {
         self.transport.faults()
     }

@@ -176,7 +176,7 @@ pub fn node_dir(id: NodeId) -> String {
 /// ```
 ///
 /// Each node folder is what [`TlsIdentity::from_dir`] reads (`--certs dir/node-<id>` in
-/// the example worker), the operator folder what [`OperatorIdentity::from_dir`] reads.
+/// `tenure-worker`), the operator folder what [`OperatorIdentity::from_dir`] reads.
 /// Key files get mode 0600, folders 0700. Refuses ([`TlsError::AlreadyExists`]) if any
 /// of these files exists, before writing anything. A node that joins later gets its
 /// files with [`write_node_cert`] on `dir/ca`, moved to a folder of its own.

@@ -939,15 +939,16 @@ impl Operator {
     }
 }
 
-/// The `ctl` binary: `TENURE_NETNS_CTL=PATH`; else the `ctl` beside a
-/// `TENURE_NETNS_WORKER` (`.ci/run`'s `cargo test` built both); else the kit's
-/// (`kit::binary::example`: beside the test, built with cargo when missing or stale).
+/// The `ctl` binary: `TENURE_NETNS_CTL=PATH`; else `examples/ctl` beside a
+/// `TENURE_NETNS_WORKER` (`<profile>/tenure-worker`: `.ci/run`'s `cargo test` built both);
+/// else the kit's (`kit::binary::example`: beside the test, built with cargo when missing
+/// or stale).
 pub(crate) fn ctl_binary() -> PathBuf {
     if let Some(p) = std::env::var_os("TENURE_NETNS_CTL").filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
     }
     if let Some(w) = std::env::var_os("TENURE_NETNS_WORKER").filter(|p| !p.is_empty()) {
-        let beside = Path::new(&w).with_file_name("ctl");
+        let beside = Path::new(&w).with_file_name("examples").join("ctl");
         if beside.exists() {
             return beside;
         }
@@ -955,8 +956,9 @@ pub(crate) fn ctl_binary() -> PathBuf {
     super::kit::binary::example("ctl")
 }
 
-/// The worker binary to run: the plain example, or, with `TENURE_MUTATION` set, one
-/// built with `--features mutations` (checked to really be one).
+/// The worker binary to run: the kit's `tenure-worker`, or, with `TENURE_MUTATION` set
+/// and this test built without the mutations feature, one built with `--features
+/// mutations` (checked to really be one).
 ///
 /// `TENURE_NETNS_WORKER=PATH` runs that binary instead (no build: for long manual runs
 /// while the tree changes).
@@ -971,7 +973,7 @@ pub(crate) fn worker_for_run() -> PathBuf {
         );
         return p;
     }
-    if mutation.trim().is_empty() {
+    if mutation.trim().is_empty() || cfg!(feature = "mutations") {
         return super::procs::worker_binary();
     }
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -979,17 +981,12 @@ pub(crate) fn worker_for_run() -> PathBuf {
 }
 
 /// Builds the worker with `--features mutations` and returns cargo's hashed copy of it
-/// (`examples/worker-<hash>`), which a later plain build does not overwrite.
+/// (`deps/tenure_worker-<hash>`), which a later plain build does not overwrite.
 fn build_mutations_worker() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .to_path_buf();
-    let examples = profile_dir.join("examples");
+    let profile_dir = super::kit::binary::profile_dir();
+    let deps = profile_dir.join("deps");
     for _ in 0..3 {
-        let mut args = vec!["build", "--example", "worker", "--features", "mutations"];
+        let mut args = vec!["build", "--bin", "tenure-worker", "--features", "mutations"];
         if profile_dir.file_name().is_some_and(|n| n == "release") {
             args.push("--release");
         }
@@ -997,20 +994,20 @@ fn build_mutations_worker() -> PathBuf {
             .args(&args)
             .stdout(Stdio::null())
             .status()
-            .expect("run cargo build --example worker --features mutations");
+            .expect("run cargo build --bin tenure-worker --features mutations");
         assert!(status.success(), "cargo build --features mutations failed");
-        // The uplifted `examples/worker` is a hard link to the hashed file just built.
+        // The uplifted `tenure-worker` is a hard link to the hashed file just built.
         use std::os::unix::fs::MetadataExt;
-        let ino = std::fs::metadata(examples.join("worker"))
+        let ino = std::fs::metadata(profile_dir.join("tenure-worker"))
             .expect("worker binary")
             .ino();
-        let hashed = std::fs::read_dir(&examples)
-            .expect("examples dir")
+        let hashed = std::fs::read_dir(&deps)
+            .expect("deps dir")
             .filter_map(Result::ok)
             .map(|e| e.path())
             .find(|p| {
                 let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                name.starts_with("worker-")
+                name.starts_with("tenure_worker-")
                     && p.extension().is_none()
                     && std::fs::metadata(p).is_ok_and(|m| m.ino() == ino)
             });

@@ -1,4 +1,4 @@
-//! A group of real worker processes (`examples/worker.rs`) for tests: spawn, signal,
+//! A group of real worker processes (`tenure-worker`) for tests: spawn, signal,
 //! kill and restart them by PID, and read their JSON events. Built on the kit: the
 //! command line is a [`WorkerCommand`], the events are the kit's [`Event`]s.
 
@@ -18,10 +18,10 @@ use super::kit::event::{read_events, Event};
 /// One event line, with when the harness received it (`at`).
 pub(crate) type Ev = Event;
 
-/// Path of the worker example binary, building it if `cargo test` did not (it builds
-/// examples only when no test filter is given).
+/// Path of the worker, `tenure-worker`, of this test's profile (and, under the mutations
+/// feature, built with it).
 pub(crate) fn worker_binary() -> PathBuf {
-    super::kit::binary::example("worker")
+    super::kit::binary::worker()
 }
 
 pub(crate) struct Group {

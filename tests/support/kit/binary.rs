@@ -1,6 +1,12 @@
-//! The example binaries the launchers run (the worker, `ctl`, `local_group`, `certs`):
-//! found beside the running test or bench (`<target>/<profile>/examples/`), built with a
-//! nested `cargo build --example NAME` when they are missing or stale.
+//! The programs the launchers run: the worker (`tenure-worker`, a binary of the crate)
+//! and the examples (`ctl`, `local_group`, `certs`), found beside the running test, bench
+//! or example (`<target>/<profile>/` and its `examples/`), built with a nested `cargo
+//! build --bin NAME` or `--example NAME` when they are missing or stale.
+//!
+//! Not `CARGO_BIN_EXE_tenure-worker`: `scripts/rustc-wrapper.sh` runs under `/bin/sh`,
+//! and dash drops variables whose names hold a `-` before it runs rustc. (It would name
+//! the same file, `<profile>/tenure-worker`, which a later build of other features may
+//! have replaced by the time the test runs.)
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -52,10 +58,36 @@ pub(crate) fn nested_cargo() -> Command {
     cmd
 }
 
-/// The arguments of `cargo build` for example `name` in this profile (with `--release`
-/// under `cargo bench` or a release test run), then `more`.
-pub(crate) fn build_args<'a>(name: &'a str, more: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec!["build", "--example", name];
+/// A program cargo builds: a binary of the crate or an example.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Target {
+    /// `cargo build --bin NAME`, built to `<target>/<profile>/NAME`.
+    Bin,
+    /// `cargo build --example NAME`, built to `<target>/<profile>/examples/NAME`.
+    Example,
+}
+
+impl Target {
+    fn flag(self) -> &'static str {
+        match self {
+            Target::Bin => "--bin",
+            Target::Example => "--example",
+        }
+    }
+
+    /// Where cargo puts program `name` of this kind, in this profile.
+    fn path(self, name: &str) -> PathBuf {
+        match self {
+            Target::Bin => profile_dir().join(name),
+            Target::Example => profile_dir().join("examples").join(name),
+        }
+    }
+}
+
+/// The arguments of `cargo build` for program `name` of kind `target` in this profile
+/// (with `--release` under `cargo bench` or a release test run), then `more`.
+pub(crate) fn build_args<'a>(target: Target, name: &'a str, more: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["build", target.flag(), name];
     // A test built with the mutations feature runs workers built with it too, so that
     // TENURE_MUTATION (inherited) breaks them as it breaks the nodes in this process.
     if cfg!(feature = "mutations") {
@@ -68,42 +100,70 @@ pub(crate) fn build_args<'a>(name: &'a str, more: &[&'a str]) -> Vec<&'a str> {
     args
 }
 
-/// Builds example `name` in this profile (`cargo build --example NAME`, a no-op when it
-/// is fresh) and returns its path. Panics when cargo fails.
-pub(crate) fn build_example(name: &str) -> PathBuf {
-    let args = build_args(name, &[]);
+/// Builds program `name` of kind `target` in this profile (`cargo build --bin NAME` or
+/// `--example NAME`, a no-op when it is fresh) and returns its path. Panics when cargo
+/// fails.
+pub(crate) fn build(target: Target, name: &str) -> PathBuf {
+    try_build(target, name).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`build`], with an error naming what failed instead of a panic.
+fn try_build(target: Target, name: &str) -> Result<PathBuf, String> {
+    let args = build_args(target, name, &[]);
     let status = nested_cargo()
         .args(&args)
         .stdout(Stdio::null())
         .status()
-        .unwrap_or_else(|e| panic!("run cargo {}: {e}", args.join(" ")));
-    assert!(status.success(), "cargo {} failed", args.join(" "));
-    let bin = profile_dir().join("examples").join(name);
-    assert!(bin.exists(), "{name} binary not found at {}", bin.display());
-    bin
+        .map_err(|e| format!("run cargo {}: {e}", args.join(" ")))?;
+    if !status.success() {
+        return Err(format!("cargo {} failed", args.join(" ")));
+    }
+    let bin = target.path(name);
+    if !bin.exists() {
+        return Err(format!("{name} binary not found at {}", bin.display()));
+    }
+    Ok(bin)
 }
 
-/// Example `name`'s binary, built once per process: used as it is when it is newer than
-/// every source it is built from (a plain `cargo test` has just built the examples),
-/// built with [`build_example`] otherwise (a filtered run such as `cargo test --test
-/// settlement` builds no example).
+/// The worker, `tenure-worker` (see [`program`]): cargo builds it for every integration
+/// test and bench, not for an example such as `local_group`. Panics when its build fails.
+pub(crate) fn worker() -> PathBuf {
+    try_worker().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`worker`], with an error naming what failed instead of a panic.
+pub(crate) fn try_worker() -> Result<PathBuf, String> {
+    program(Target::Bin, "tenure-worker")
+}
+
+/// Example `name`'s binary (see [`program`]). Panics when its build fails.
 pub(crate) fn example(name: &str) -> PathBuf {
-    static BUILT: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
+    program(Target::Example, name).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Program `name`'s binary, built once per process: used as it is when it is newer than
+/// every source it is built from (a plain `cargo test` has just built the binaries and
+/// examples), built with [`build`] otherwise (a filtered run such as `cargo test --test
+/// settlement` builds no example), and always under the mutations feature, so that the
+/// binary run is one built with it.
+fn program(target: Target, name: &str) -> Result<PathBuf, String> {
+    static BUILT: Mutex<BTreeMap<(Target, String), PathBuf>> = Mutex::new(BTreeMap::new());
     let mut built = BUILT
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(bin) = built.get(name) {
-        return bin.clone();
+    let key = (target, name.to_string());
+    if let Some(bin) = built.get(&key) {
+        return Ok(bin.clone());
     }
-    let bin = profile_dir().join("examples").join(name);
+    let bin = target.path(name);
     // Under the mutations feature the binary there may lack it: cargo decides.
     let bin = if !cfg!(feature = "mutations") && bin.exists() && newer_than_sources(&bin) {
         bin
     } else {
-        build_example(name)
+        try_build(target, name)?
     };
-    built.insert(name.to_string(), bin.clone());
-    bin
+    built.insert(key, bin.clone());
+    Ok(bin)
 }
 
 /// Whether `bin` is newer than Cargo.toml and every file under src/, examples/ and

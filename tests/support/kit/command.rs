@@ -1,7 +1,7 @@
 //! The worker's command line, built: [`WorkerCommand`].
 //!
 //! Every launcher starts its workers with one, so the worker's flags are spelled here and
-//! in their parser (`WorkerCli` in `examples/support/worker.rs`) only;
+//! in their parser (`WorkerCli` in `src/bin/tenure-worker/cli.rs`) only;
 //! `tests/command_lines.rs` parses what this builds with that parser.
 
 use std::ffi::OsString;
@@ -41,7 +41,7 @@ pub(crate) enum Start {
 /// A launcher builds a template for its group and fills in each worker:
 ///
 /// ```ignore
-/// let template = WorkerCommand::new(kit::binary::example("worker"))
+/// let template = WorkerCommand::new(kit::binary::worker())
 ///     .peers(&addrs)
 ///     .certs(dir.join("certs"))
 ///     .log_level("off")
@@ -53,7 +53,6 @@ pub(crate) enum Start {
 #[derive(Debug, Clone)]
 pub(crate) struct WorkerCommand {
     program: PathBuf,
-    mode: Option<String>,
     id: Option<u64>,
     listen: Option<String>,
     peers: Option<String>,
@@ -75,7 +74,6 @@ impl WorkerCommand {
     pub(crate) fn new(program: impl Into<PathBuf>) -> WorkerCommand {
         WorkerCommand {
             program: program.into(),
-            mode: None,
             id: None,
             listen: None,
             peers: None,
@@ -91,13 +89,6 @@ impl WorkerCommand {
             start: Start::Existing,
             extra: Vec::new(),
         }
-    }
-
-    /// A first argument before the flags: `local_group`'s `__worker`, which runs the
-    /// same binary as a worker.
-    pub(crate) fn mode(mut self, word: &str) -> Self {
-        self.mode = Some(word.to_string());
-        self
     }
 
     /// `--id N`.
@@ -226,7 +217,7 @@ impl WorkerCommand {
 
     /// Every argument after the program.
     pub(crate) fn to_args(&self) -> Vec<OsString> {
-        let mut a: Vec<OsString> = self.mode.iter().map(OsString::from).collect();
+        let mut a: Vec<OsString> = Vec::new();
         let text = |s: &String| OsString::from(s);
         let path = |p: &PathBuf| p.clone().into_os_string();
         let flags = [

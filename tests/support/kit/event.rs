@@ -1,6 +1,6 @@
 //! The worker's events: one JSON object per line on its stdout, each with `event` (its
 //! name), `node` and `mono_ns` (`CLOCK_MONOTONIC` when it was printed), and the fields of
-//! its kind (the names are listed in the worker's `--help`; `examples/support/worker.rs`
+//! its kind (the names are listed in the worker's `--help`; `src/bin/tenure-worker/run.rs`
 //! prints them).
 //!
 //! An event of an election (`leader_changed`, `lease_*`, `history`, the settlement's)

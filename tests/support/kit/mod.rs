@@ -1,5 +1,5 @@
 //! The test kit: what `local_group`, the benchmarks and the tests share to run worker
-//! processes (`examples/worker.rs`) and judge what they print.
+//! processes (`tenure-worker`) and judge what they print.
 //!
 //! | module | what it holds |
 //! |---|---|

@@ -1,11 +1,14 @@
-//! A worker process that embeds tenure and prints its election events as JSON lines.
+//! `tenure-worker`, a worker process that embeds tenure and prints its election events as
+//! JSON lines: the program the deploy files install, the netns suite and the benches run,
+//! and `local_group` runs five of (README, "Deploying").
 //!
 //! ```text
+//! cargo install --locked --path . --bin tenure-worker
 //! cargo run --example certs -- --nodes 3 --out /tmp/certs --per-node
-//! cargo run --example worker -- --id 1 --listen 127.0.0.1:7001 \
+//! tenure-worker --id 1 --listen 127.0.0.1:7001 \
 //!     --peers 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003 \
 //!     --data-dir /tmp/w1 --certs /tmp/certs/node-1 --admin 127.0.0.1:7101
-//! cargo run --example ctl -- --certs /tmp/certs/operator --addr 127.0.0.1:7101 status
+//! tenure-ctl --certs /tmp/certs/operator --addr 127.0.0.1:7101 status
 //! ```
 //!
 //! Each worker reads only `ca.pem`, `node-<id>.pem` and `node-<id>-key.pem` from its
@@ -13,23 +16,25 @@
 //! stays in `/tmp/certs/ca` (README, "Certificates and keys"). A single folder of every
 //! file (`certs` without `--per-node`) works too, for a group on one machine.
 //!
-//! `cargo run --release --example local_group` runs five of these for you.
+//! Its command line, events and exit codes are a contract: `tenure-worker --help` lists
+//! them.
 
-#[path = "support/ledger.rs"]
+mod cli;
 mod ledger;
-#[path = "support/worker.rs"]
-mod worker;
+mod named;
+mod run;
+mod settle;
 
 use clap::Parser;
 
 fn main() {
     // Help goes to stdout with exit code 0; a usage error to stderr with exit code 2.
-    let parsed = match worker::WorkerCli::parse().mode() {
-        worker::Mode::NewGroupId => {
+    let parsed = match cli::WorkerCli::parse().mode() {
+        cli::Mode::NewGroupId => {
             println!("{}", tenure::GroupId::random());
             return;
         }
-        worker::Mode::Run(args) => *args,
+        cli::Mode::Run(args) => *args,
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -42,6 +47,6 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let code = rt.block_on(worker::run(parsed));
+    let code = rt.block_on(run::run(parsed));
     std::process::exit(code);
 }

@@ -1,12 +1,15 @@
 //! The settlement ledger: an SQLite file shared by the workers of a local group.
 //!
+//! The worker settles it (`--ledger`); `local_group` and the tests seed and check it with
+//! this same file (included by path until the harness crate holds it).
+//!
 //! `payments` holds the work (rows grouped in batches); settling a payment and closing a
 //! batch are fenced writes, each idempotent (a payment is settled only if it is not yet;
 //! a batch is closed under its idempotency key `batch-<n>` only once). Every accepted
 //! write is also logged in `writes`, in the same transaction, so a checker can see the
 //! order in which tokens were accepted.
 //!
-//! With named elections (`worker --elections N`) the ledger is split in N shards: batch
+//! With named elections (`tenure-worker --elections N`) the ledger is split in N shards: batch
 //! `b` belongs to shard `b mod N`, settled by the leader of election `shard-<b mod N>`
 //! under a fence of its own, keyed by that name (`SqliteFence::install(&conn, name)`).
 //! Each accepted write records the fence it passed, so [`Ledger::verify`] judges token

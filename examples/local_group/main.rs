@@ -16,18 +16,20 @@
 //! `--release` when this program was built so) is printed at start and shown in the live
 //! view.
 //!
+//! The workers are `tenure-worker` processes, the crate's worker binary: cargo does not
+//! build a package's binaries for an example, so this program builds it beside itself
+//! (`cargo build [--release] --bin tenure-worker`, a no-op when it is fresh) before it
+//! starts the group.
+//!
 //! Certificates and data directories live in a temporary folder that is removed at exit.
 //! Children are tracked by PID and stopped on exit (SIGTERM, then SIGKILL); nothing is
 //! ever killed by name.
 
-#[path = "support/history.rs"]
 mod history;
-#[path = "../tests/support/kit/mod.rs"]
+#[path = "../../tests/support/kit/mod.rs"]
 mod kit;
-#[path = "support/ledger.rs"]
+#[path = "../../src/bin/tenure-worker/ledger.rs"]
 mod ledger;
-#[path = "support/worker.rs"]
-mod worker;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
@@ -86,7 +88,7 @@ struct Options {
 
     /// The workers' timing preset
     #[arg(long, value_name = "PRESET", default_value = "lan")]
-    timing: worker::TimingPreset,
+    timing: TimingPreset,
 
     /// Raft ports P, P+1, ...; admin ports P+100, P+101, ... (default: free ports)
     #[arg(long, value_name = "P")]
@@ -124,7 +126,6 @@ fn parse_secs(s: &str) -> Result<Duration, String> {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -133,21 +134,6 @@ fn main() {
             eprintln!("local_group: cannot start the tokio runtime: {e}");
             std::process::exit(1)
         });
-    // Worker mode: this same binary is each worker of the group (the worker's command
-    // line, and its usage errors, exit code 2).
-    if args.first().map(String::as_str) == Some("__worker") {
-        let cli = worker::WorkerCli::parse_from(
-            std::iter::once("worker".to_string()).chain(args[1..].iter().cloned()),
-        );
-        let code = match cli.mode() {
-            worker::Mode::NewGroupId => {
-                println!("{}", tenure::GroupId::random());
-                0
-            }
-            worker::Mode::Run(w) => rt.block_on(worker::run(*w)),
-        };
-        std::process::exit(code);
-    }
     // Help goes to stdout with exit code 0; a usage error to stderr with exit code 2.
     let opts = Options::parse();
     if opts.nodes + opts.spares > 9 {
@@ -161,8 +147,39 @@ fn main() {
             )
             .exit()
     }
-    let code = rt.block_on(run(opts));
+    // The workers are `tenure-worker`, the crate's binary: cargo builds it for tests but
+    // not for examples, so this builds it (a no-op when it is fresh).
+    let worker = match kit::binary::try_worker() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("local_group: cannot build the worker: {e}");
+            std::process::exit(1)
+        }
+    };
+    let code = rt.block_on(run(opts, worker));
     std::process::exit(code);
+}
+
+/// `--timing`: the workers' timing presets, passed on as the worker's own `--timing`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum TimingPreset {
+    /// 10 ms ticks, elections 200-300 ms
+    Lan,
+    /// 2 ms ticks, elections 12-24 ms
+    Fast,
+    /// 50 ms ticks, elections 1-2 s
+    Wan,
+}
+
+impl TimingPreset {
+    /// The preset's name on the worker's command line.
+    fn name(self) -> &'static str {
+        match self {
+            TimingPreset::Lan => "lan",
+            TimingPreset::Fast => "fast",
+            TimingPreset::Wan => "wan",
+        }
+    }
 }
 
 /// What the status view knows of one worker.
@@ -210,7 +227,7 @@ enum Line {
 struct Group {
     dir: tempfile::TempDir,
     /// Every worker's command line but for its id, addresses, peers, data folder and
-    /// whether it founds or joins: `__worker` mode of this binary, the certificates,
+    /// whether it founds or joins: `tenure-worker`, the certificates,
     /// timing, log level and ledger.
     template: WorkerCommand,
     addrs: BTreeMap<u64, String>,
@@ -346,7 +363,7 @@ impl EventLog {
     }
 }
 
-async fn run(o: Options) -> i32 {
+async fn run(o: Options, worker: PathBuf) -> i32 {
     let dir = match tempfile::Builder::new()
         .prefix("tenure-local-group-")
         .tempdir()
@@ -395,15 +412,7 @@ async fn run(o: Options) -> i32 {
         dir.path().join("certs").display(),
         admin_addrs.values().cloned().collect::<Vec<_>>().join(",")
     );
-    let exe = match std::env::current_exe() {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!("local_group: cannot find my own executable: {e}");
-            return 1;
-        }
-    };
-    let mut template = WorkerCommand::new(exe)
-        .mode("__worker")
+    let mut template = WorkerCommand::new(worker)
         .certs(dir.path().join("certs"))
         .timing(o.timing.name())
         .log_level("off");
