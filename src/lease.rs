@@ -38,7 +38,6 @@ pub(crate) struct LeaseShared {
     /// The node's clock (local time; real time outside clock tests).
     clock: LocalClock,
     /// When the driver granted the lease (real time, this process's `Instant` clock).
-    #[cfg(feature = "testing")]
     granted: Instant,
 }
 
@@ -58,7 +57,6 @@ impl LeaseShared {
             reason: OnceLock::new(),
             ended: OnceLock::new(),
             clock,
-            #[cfg(feature = "testing")]
             granted: Instant::now(),
         });
         s.extend(valid_until);
@@ -235,11 +233,14 @@ impl Lease {
     /// When the driver granted this lease, on this process's `Instant` clock (real time,
     /// like [`valid_until`](Self::valid_until) and [`ended_at`](Self::ended_at)): the
     /// moment it began to protect anything. Handles obtained later (another
-    /// [`Node::lease`](crate::Node::lease) call, a clone) report the same instant. For
-    /// tests (feature `testing`): `tests/lease_bound.rs` measures the gap between one
-    /// tenure's `ended_at` and the next one's `granted_at` with it, free of the delay
-    /// with which a task waiting on `Node::lease` wakes.
-    #[cfg(feature = "testing")]
+    /// [`Node::lease`](crate::Node::lease) call, a clone) report the same instant.
+    ///
+    /// A task that waited on `Node::lease` wakes some time after this, longer if its
+    /// process was paused: a log line or an event stamped when the task got the lease
+    /// can be late, and this tells a lease announced late from one granted late
+    /// (`tenure-worker`'s `lease_acquired` carries it as `granted_ns`;
+    /// `tests/lease_bound.rs` measures the gap between one tenure's `ended_at` and the
+    /// next one's `granted_at` with it).
     pub fn granted_at(&self) -> Instant {
         self.shared.granted
     }

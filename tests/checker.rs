@@ -222,6 +222,37 @@ fn a_lease_acquired_before_the_old_one_ended_fails_rule_d() {
     fails(&ev, &w, Rule::Overlap);
 }
 
+/// n2's `lease_acquired` of term 3 (announced at 430 ms, as in [`healthy`]) as the worker
+/// prints it, granted at `granted_ms`.
+fn acquired_json(granted_ms: u64) -> Event {
+    let line = format!(
+        r#"{{"event":"lease_acquired","node":2,"mono_ns":430000000,"term":3,"token":3,"granted_ns":{},"valid_until_ns":600000000,"election":null}}"#,
+        granted_ms * MS
+    );
+    Event::from_json_line(&line).expect("parses")
+}
+
+#[test]
+fn a_lease_granted_before_the_old_one_ended_fails_rule_d_however_late_it_was_announced() {
+    let (mut ev, w) = healthy();
+    // n2's process was paused between the grant (300 ms, while n1's lease held until
+    // 320 ms) and its event (430 ms): judged by the event's time, nothing overlaps.
+    let at = ev
+        .iter()
+        .position(|e| e.kind == Kind::LeaseAcquired && e.node == 2)
+        .expect("n2's acquisition");
+    ev[at] = acquired_json(300);
+    let f = check(&ev, &w, &opts()).expect_err("an early grant overlaps");
+    assert!(f.broke(Rule::Overlap), "{f}");
+    assert!(
+        f.to_string().contains("(announced at"),
+        "the violation names both times: {f}"
+    );
+    // Granted after n1's lease ended, announced just as late: no overlap.
+    ev[at] = acquired_json(325);
+    check(&ev, &w, &opts()).unwrap_or_else(|f| panic!("{f}"));
+}
+
 #[test]
 fn a_crashed_holder_lease_ends_at_its_last_validity() {
     let (mut ev, w) = healthy();

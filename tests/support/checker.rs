@@ -93,7 +93,12 @@
 //! did.
 //!
 //! **(d) Leases do not overlap.** A lease acquired by node `B` in term `t` at `a` must
-//! start after every lease of an earlier term held by another node ended. A lease ends at
+//! start after every lease of an earlier term held by another node ended. It starts when
+//! it was granted: its `granted_ns` when the event carries one (`tenure-worker`'s do),
+//! else the event's time. A holder announces a lease some time after the grant (its task
+//! wakes; its process may be paused in between), so judging by the announcement would
+//! pass a lease granted early and announced late; the grant time judges both alike, and
+//! the violation names both. A lease ends at
 //! its `lease_lost` `ended_ns` (the earlier of revocation and validity); without one, at
 //! the earlier of its last reported `valid_until_ns` and the holder's crash or stop. (A
 //! lease renewed after its last report really lasted longer than we know: the check is
@@ -282,6 +287,10 @@ pub(crate) struct Event {
     pub role: Option<String>,
     /// Until when the lease holds, as reported with an acquire or confirm.
     pub valid_until_ns: Option<u64>,
+    /// When an acquired lease was granted, if the reporter knows (`tenure-worker`'s
+    /// `granted_ns`; else `at_ns` stands for it): earlier than `at_ns` by the time the
+    /// holder's task took to wake, longer if its process was paused in between.
+    pub granted_ns: Option<u64>,
     /// How long a confirm took.
     pub latency_ns: Option<u64>,
     /// When a confirm call began, if known exactly (else `at_ns − latency_ns`).
@@ -321,6 +330,7 @@ impl Event {
             leader: None,
             role: None,
             valid_until_ns: None,
+            granted_ns: None,
             latency_ns: None,
             began_ns: None,
             ended_ns: None,
@@ -353,6 +363,12 @@ impl Event {
     /// Sets `valid_until_ns`.
     pub(crate) fn until(mut self, ns: u64) -> Event {
         self.valid_until_ns = Some(ns);
+        self
+    }
+
+    /// Sets `granted_ns`, when an acquired lease was granted.
+    pub(crate) fn granted(mut self, ns: u64) -> Event {
+        self.granted_ns = Some(ns);
         self
     }
 
@@ -448,6 +464,7 @@ impl Event {
         e.leader = u("leader");
         e.role = s("role");
         e.valid_until_ns = u("valid_until_ns");
+        e.granted_ns = u("granted_ns");
         e.latency_ns = v
             .get("latency_us")
             .and_then(Value::as_f64)
@@ -755,6 +772,7 @@ type Conf = (Vec<u64>, Vec<u64>);
 struct Tenure {
     node: u64,
     term: u64,
+    /// When the lease was granted: its acquisition's `granted_ns`, else the event's time.
     acquired_ns: u64,
     /// Index of the acquisition in the sorted history.
     idx: usize,
@@ -1626,11 +1644,19 @@ fn check_group(
                 && b.acquired_ns < a.end_ns
                 && reported.insert((ai, bi))
             {
+                // A lease announced after its grant says both: a late announcement
+                // is no excuse for an early grant.
+                let announced = h.events[b.idx].at_ns;
+                let late = if announced == b.acquired_ns {
+                    String::new()
+                } else {
+                    format!(" (announced at {})", h.rel(announced))
+                };
                 violations.push(Violation {
                     rule: Rule::Overlap,
                     message: format!(
-                        "n{} acquired term {} at {}, {:.3} ms before n{}'s lease of term {} \
-                         (acquired {}) ended at {}",
+                        "n{} acquired term {} at {}{late}, {:.3} ms before n{}'s lease of term \
+                         {} (acquired {}) ended at {}",
                         b.node,
                         b.term,
                         h.rel(b.acquired_ns),
@@ -1765,7 +1791,7 @@ fn tenures(h: &History<'_>) -> Vec<Tenure> {
                 tenures.push(Tenure {
                     node: e.node,
                     term: t,
-                    acquired_ns: e.at_ns,
+                    acquired_ns: e.granted_ns.unwrap_or(e.at_ns),
                     idx: i,
                     end_ns: until,
                 });

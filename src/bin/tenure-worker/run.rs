@@ -517,13 +517,16 @@ async fn tenure_events(
     confirm_loop(id, election, lease, confirm_every).await;
 }
 
-/// The `lease_acquired` event of `lease`.
+/// The `lease_acquired` event of `lease`, with `granted_ns`: when the driver granted it
+/// (on the clock of `mono_ns`), which is earlier than the event's `mono_ns` by the time
+/// this task took to wake, longer if the process was paused in between.
 pub(crate) fn acquired(id: u64, election: Option<&str>, lease: &Lease) {
     let token = lease.token().term();
     emit(
         id,
         "lease_acquired",
         json!({"term": token, "token": token,
+               "granted_ns": instant_to_monotonic_ns(lease.granted_at()),
                "valid_until_ns": instant_to_monotonic_ns(lease.valid_until()),
                "election": election}),
     );
