@@ -369,6 +369,16 @@
 //! | [`metrics`] | the node's metrics on `prometheus-client`, into a host's registry or served over HTTP (hyper, feature `http`) |
 //! | [`peer_input`] | which messages from peers may reach raft-rs (refused ones are counted) |
 //! | [`admin`] | operator controls: the admin endpoint (operator certificates only) and its client |
+//! | [`election`] | named elections: their options, views and errors; `election_handle`: the [`Election`] handle of one on a node |
+//! | `election_rng` | seeded election timeouts and draws, so a simulation replays a run exactly |
+//! | [`history`] | the replicated leadership history: who led which term, from when |
+//! | [`backup`] | disaster recovery: a backup of the replicated state, and founding again from it above every old token |
+//! | `logging` | tenure's and raft-rs's slog records as `tracing` events (feature `tracing`) |
+//! | `mutation` | deliberately broken behaviours for the mutation checks (feature `mutations`; `TENURE_MUTATION` switches them on) |
+//!
+//! Beside the library, `src/bin/` holds the crate's two programs: `tenure-worker`, the
+//! worker the deploy files install (its command line, its events as JSON lines, the
+//! settlement ledger it settles with `--ledger`), and `tenure-ctl`, the operator tool.
 
 pub mod admin;
 pub mod backup;

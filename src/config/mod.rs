@@ -4,6 +4,11 @@
 //! Build a [`Config`] with [`Config::builder`]; [`Config::validate`] (called by
 //! [`Node::start`](crate::Node::start)) rejects what cannot work and returns warnings for
 //! what works badly (an even group size).
+//!
+//! | file | holds |
+//! |---|---|
+//! | `mod.rs` | [`Config`], its builder, [`Timing`] and [`ReadMode`], validation |
+//! | `hooks.rs` | `TestHooks`: what a test may change of a node (feature `testing`) |
 
 use std::collections::BTreeMap;
 use std::fmt;

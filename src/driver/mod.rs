@@ -20,7 +20,8 @@
 //! | `handover.rs` | transfers, shutdown handovers, failed handovers |
 //! | `membership.rs` | conf changes, drains, farewells, reachability |
 //! | `publish.rs` | leadership, role, health, status, tenure records |
-//! | `named/` | named elections: founding, removal, routing (`mod.rs`), per-turn duties (`turn.rs`), the bookkeeping of their leases (`leases.rs`) |
+//! | `named/` | named elections: founding and routing (`mod.rs`), per-turn duties (`turn.rs`), the bookkeeping of their leases (`leases.rs`), removal (`retire.rs`), suspending and resuming (`suspend.rs`) |
+//! | `support/` | the support stream that renews quiet elections' leases (section 12; its module docs map the files) |
 //! | `catalog.rs` | the catalog: create and remove calls, declared elections |
 //! | `writer.rs` | the store writer: synced writes on a thread of their own; a Ready batch waited for at most half the stall bound, the rest waited for off the runtime when slow |
 //! | `disk.rs` | a stalled disk: the node stands down until probe writes are fast (section 15) |

@@ -34,6 +34,9 @@
 //! | [`SqliteFence`] | a SQLite database | a closure that runs in the fence's transaction |
 //! | [`RocksFence`] | key-value data in a RocksDB directory of its own | a closure that fills the fence's write batch |
 //!
+//! The files: `sqlite.rs` and `rocks.rs` hold the two fences, `error.rs` [`FenceError`],
+//! `stats.rs` [`FenceStats`].
+//!
 //! Other SQL databases take the same pattern: in the write's transaction, run
 //! `UPDATE tenure_fence SET token = $1 WHERE name = $2 AND token <= $1` first, and
 //! roll back if it changed no row.

@@ -1,4 +1,9 @@
 //! The public handle to a running election node.
+//!
+//! | file | holds |
+//! |---|---|
+//! | `mod.rs` | [`Node`]: starting (the store, founding, the transport), watching, leases, transfers, stopping |
+//! | `members.rs` | the membership calls: adding, promoting, removing, replacing, draining |
 
 mod members;
 

@@ -19,6 +19,10 @@
 //! peers"). What a rule refuses is never something a correct tenure peer sends, so
 //! refusing it costs nothing; the simulation's seeds (every message of hundreds of runs
 //! under faults goes through `admit`) check that no correct message is refused.
+//!
+//! The rules are all here; `tests.rs` tries each rule case by case, and
+//! `against_raft_rs.rs` steps random message sequences into real raft-rs nodes (nothing
+//! admitted makes raft-rs panic).
 
 use raft::eraftpb::{ConfState, Message, MessageType};
 use raft::StateRole;

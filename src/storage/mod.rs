@@ -32,6 +32,15 @@
 //! of many groups of one store as one atomic batch (one fsync per driver turn), and
 //! [`RaftStore::remove_election`] deletes an election and leaves a tombstone so its id is
 //! never founded again.
+//!
+//! | file | holds |
+//! |---|---|
+//! | `mod.rs` | [`RaftStore`], [`ReadyWrite`] (what one write carries), [`ElectionIds`] |
+//! | `model.rs` | the log model both stores share: its checks, and how a write or a compaction changes it |
+//! | `rocks.rs` | [`RocksStore`]; `rocks/`: its keys (`keys.rs`), folder, metadata and opening (`disk.rs`), per-group memory (`state.rs`), the founding record (`founding.rs`) |
+//! | `mem.rs` | [`MemStore`] and its [`MemDisk`] |
+//! | `staged.rs` | `Staged`: a store as raft-rs sees it while a Ready batch is on the disk (section 15) |
+//! | `error.rs` | [`StorageError`] |
 
 mod error;
 mod mem;

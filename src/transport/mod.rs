@@ -23,6 +23,7 @@
 //! | `frame/mod.rs` | frames (root frames and named elections' frames): the limits, encoding, decoding, reading them from a stream |
 //! | `frame/scan.rs` | the wire scan: entries and unknown fields counted before decoding |
 //! | `quic/` | the QUIC transport, a file per part (see [`quic`]) |
+//! | `inbox.rs` | [`Inbox`]: what a transport delivers to its node, one [`Inbound`] at a time |
 //! | `mem.rs` | [`mem::MemNetwork`]: the in-process network |
 //! | `log_limit.rs` | warnings rate-limited per remote address |
 

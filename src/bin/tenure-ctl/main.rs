@@ -5,6 +5,15 @@
 //! cargo install --locked --path . --bin tenure-ctl
 //! tenure-ctl --certs certs/operator --addr 10.0.0.1:7101,10.0.0.2:7101,10.0.0.3:7101 status
 //! ```
+//!
+//! | file | holds |
+//! |---|---|
+//! | `cli.rs` | the command line and each command (also `examples/ctl.rs`, the same program as `ctl`) |
+//! | `connect.rs` | reaching the admin endpoints: all of them, or enough to find the leader |
+//! | `elections.rs` | `elections list` and `elections transfer`, which do not go to the leader |
+//! | `plan.rs` | `restore-plan`: a backup made into the plan every first member is given |
+//! | `parse.rs` | the argument values' parsers, each refusal saying what was expected |
+//! | `output.rs` | what it prints: refusals as sentences, results, statuses, histories |
 
 mod cli;
 

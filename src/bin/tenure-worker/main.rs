@@ -18,6 +18,14 @@
 //!
 //! Its command line, events and exit codes are a contract: `tenure-worker --help` lists
 //! them.
+//!
+//! | file | holds |
+//! |---|---|
+//! | `cli.rs` | the command line, its help and defaults |
+//! | `run.rs` | a run: the node, the root election's events, signals, the stop and its exit code |
+//! | `named.rs` | the named elections' events (`--elections N`) and the confirm load |
+//! | `settle.rs` | settlement under the fence (`--ledger`), and `--bench-confirms` |
+//! | `ledger.rs` | the SQLite settlement ledger (`local_group` and the tests seed and check it) |
 
 mod cli;
 mod ledger;

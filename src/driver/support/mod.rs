@@ -15,7 +15,14 @@
 //!   leader's heartbeat, a proposal, a lapsed lease, silence of the leader's stream for
 //!   an election timeout) wakes it: it ticks again and the stream drops it.
 //!
-//! The bookkeeping is `book.rs` (no I/O), the wire format `wire.rs`.
+//! | file | holds |
+//! |---|---|
+//! | `mod.rs` | the stream in the driver: offering, holding, crediting, the silence check |
+//! | `book.rs` | the bookkeeping per peer and direction, bounded whatever a peer sends (no I/O, no clock) |
+//! | `wire.rs` | requests and acks on the wire, and their decoding limits |
+//! | `slots.rs` | the credit path's dense view of the elections led here |
+//! | `wake.rs` | what wakes a quiet election on either side, and the pre-votes it drops instead |
+//! | `pace.rs` | the paced wake queue, the one owner of mass wakes: a few a tick, a fair share per peer |
 
 mod book;
 mod pace;
