@@ -8,7 +8,7 @@ use serde_json::json;
 use tenure::{Lease, Node, Role};
 
 use crate::ledger::shard_name;
-use crate::run::{acquired, confirm_loop, emit, lost};
+use crate::run::{acquired, confirm_loop, emit, emit_leader_changed, lost};
 
 /// `leader_changed` and `history` of every named election (with `election` naming it):
 /// the first from the node's view of all elections (one update per driver turn that
@@ -25,12 +25,7 @@ pub(crate) fn spawn_named_views(node: &Node, elections: u64) {
                     continue;
                 }
                 last.insert(name.clone(), (l.term, l.leader));
-                emit(
-                    id,
-                    "leader_changed",
-                    json!({"term": l.term, "leader": l.leader, "role": l.role.as_str(),
-                           "election": name}),
-                );
+                emit_leader_changed(id, l.term, l.leader, l.role, Some(name));
             }
             if view.changed().await.is_err() {
                 break;

@@ -48,6 +48,40 @@ pub(crate) fn emit(node: u64, event: &str, mut fields: Value) {
     let _ = out.flush();
 }
 
+/// `leader_changed`: this node's view of an election's term and leader (`election` is
+/// null for the root).
+pub(crate) fn emit_leader_changed(
+    node: u64,
+    term: u64,
+    leader: Option<u64>,
+    role: Role,
+    election: Option<&str>,
+) {
+    emit(
+        node,
+        "leader_changed",
+        json!({"term": term, "leader": leader, "role": role.as_str(), "election": election}),
+    );
+}
+
+/// A start that failed after the node started: says why (stderr and `start_failed`),
+/// stops the node and gives the exit code.
+async fn fail_start(node: &Node, error: String) -> i32 {
+    let id = node.id();
+    eprintln!("worker {id}: {error}");
+    emit(id, "start_failed", json!({ "error": error }));
+    let _ = node.shutdown().await;
+    1
+}
+
+/// The terminal logger at `--log-level`, or one that discards.
+fn logger(level: Option<slog::Level>) -> slog::Logger {
+    match level {
+        Some(level) => tenure::terminal_logger(level),
+        None => slog::Logger::root(slog::Discard, slog::o!()),
+    }
+}
+
 /// Runs a worker until SIGTERM/SIGINT; returns the process exit code.
 pub(crate) async fn run(args: WorkerArgs) -> i32 {
     let id = args.id;
@@ -126,54 +160,29 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
         Some(addr) => {
             let n = node.clone();
             let options = tenure::metrics::ServeOptions {
-                logger: match args.log_level {
-                    Some(level) => tenure::terminal_logger(level),
-                    None => slog::Logger::root(slog::Discard, slog::o!()),
-                },
+                logger: logger(args.log_level),
                 // GET /ready and /live for process supervisors (deploy/kubernetes).
                 health: Some(tenure::metrics::HealthCheck::node(node.clone())),
                 ..Default::default()
             };
             match tenure::metrics::serve_with(addr, move || n.metrics_text(), options).await {
                 Ok(server) => Some(server.local_addr().to_string()),
-                Err(e) => {
-                    eprintln!("worker {id}: --metrics {addr}: {e}");
-                    emit(
-                        id,
-                        "start_failed",
-                        json!({"error": format!("--metrics {addr}: {e}")}),
-                    );
-                    let _ = node.shutdown().await;
-                    return 1;
-                }
+                Err(e) => return fail_start(&node, format!("--metrics {addr}: {e}")).await,
             }
         }
         None => None,
     };
     let admin = match args.admin {
         Some(addr) => {
-            let logger = match args.log_level {
-                Some(level) => tenure::terminal_logger(level),
-                None => slog::Logger::root(slog::Discard, slog::o!()),
-            };
             let served = tenure::transport::tls::TlsIdentity::from_dir(&args.certs, id)
                 .map_err(|e| e.to_string())
                 .and_then(|identity| {
-                    tenure::admin::serve(node.clone(), addr, &identity, logger)
+                    tenure::admin::serve(node.clone(), addr, &identity, logger(args.log_level))
                         .map_err(|e| e.to_string())
                 });
             match served {
                 Ok(server) => Some(server),
-                Err(e) => {
-                    eprintln!("worker {id}: --admin {addr}: {e}");
-                    emit(
-                        id,
-                        "start_failed",
-                        json!({"error": format!("--admin {addr}: {e}")}),
-                    );
-                    let _ = node.shutdown().await;
-                    return 1;
-                }
+                Err(e) => return fail_start(&node, format!("--admin {addr}: {e}")).await,
             }
         }
         None => None,
@@ -218,12 +227,7 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
             }
             if l.role != Role::Stopped && last != Some((l.term, l.leader)) {
                 last = Some((l.term, l.leader));
-                emit(
-                    id,
-                    "leader_changed",
-                    json!({"term": l.term, "leader": l.leader, "role": l.role.as_str(),
-                           "election": null}),
-                );
+                emit_leader_changed(id, l.term, l.leader, l.role, None);
             }
             if watch.changed().await.is_err() {
                 break;
@@ -312,28 +316,20 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
                 args.settle_every,
                 args.row_delay,
             )),
-            Err(e) => {
-                eprintln!("worker {id}: {e}");
-                emit(id, "start_failed", json!({"error": e}));
-                let _ = node.shutdown().await;
-                return 1;
-            }
+            Err(e) => return fail_start(&node, e).await,
         },
         Some(path) => match Ledger::open(path, id) {
-            Ok(ledger) => Some({
+            Ok(ledger) => {
                 node.metrics()
                     .register_fence(super::ledger::FENCE, ledger.fence_stats());
-                ledger
-            })
-            .map(|ledger| {
-                spawn_settlement(node.clone(), ledger, args.settle_every, args.row_delay)
-            }),
-            Err(e) => {
-                eprintln!("worker {id}: {e}");
-                emit(id, "start_failed", json!({"error": e}));
-                let _ = node.shutdown().await;
-                return 1;
+                Some(spawn_settlement(
+                    node.clone(),
+                    ledger,
+                    args.settle_every,
+                    args.row_delay,
+                ))
             }
+            Err(e) => return fail_start(&node, e).await,
         },
         None => None,
     };
