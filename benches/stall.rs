@@ -16,7 +16,7 @@
 //!
 //! Each **trial** starts three nodes in this process over the in-process network, on real
 //! RocksDB stores in a temporary folder whose writes a gate can hold
-//! (`tests/support/stall_store.rs`); 10 ms ticks, election timeouts 150–250 ms. The
+//! (`harness/src/stall_store.rs`); 10 ms ticks, election timeouts 150–250 ms. The
 //! root's leader leads 16 named elections' share (their affinity names it). A task per
 //! lease it holds waits on `Lease::lost()`. Then the leader's writes are held for the
 //! stall, and a proposal makes its driver write (a Ready batch, which it hands to the
@@ -34,10 +34,7 @@
 //!
 //! Results: `<target dir>/tenure-bench/stall.txt` (`stall-slow.txt` with `--slow-ms`).
 
-#[path = "../tests/support/stall_group.rs"]
-mod stall_group;
-#[path = "../tests/support/stall_store.rs"]
-mod stall_store;
+use tenure_harness::stall_group;
 mod support;
 
 use std::fmt::Write as _;

@@ -34,6 +34,11 @@
 //!
 //! Without the feature, [`active`] is a constant `false` and the checks compile away.
 
+/// Whether this build has the `mutations` feature (the test harness, a crate of its own,
+/// builds workers with it when the tests have it).
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
+pub const COMPILED: bool = cfg!(feature = "mutations");
+
 /// Whether mutation `name` is on.
 #[cfg(feature = "mutations")]
 pub fn active(name: &str) -> bool {

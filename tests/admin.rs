@@ -1,8 +1,6 @@
 //! The admin endpoint of real nodes (QUIC on loopback): who may use it, what bad input
 //! gets, and that its commands act on the group.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,10 +8,10 @@ use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use support::cluster::{wait_for, Cluster};
 use tenure::admin::{self, AdminServer, Client, ClientError, ErrorKind, Reply, MAX_REQUEST};
 use tenure::transport::tls::{node_server_name, ClusterCa, OperatorIdentity, TlsIdentity};
 use tenure::NodeId;
+use tenure_harness::cluster::{wait_for, Cluster};
 
 const LONG: Duration = Duration::from_secs(20);
 

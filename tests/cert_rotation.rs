@@ -4,19 +4,17 @@
 //! certificate of the retired CA is refused at the handshake, with the reason; and a
 //! removed node's certificate is refused by every member, with the reason.
 
-mod support;
-
 use std::fs;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use support::cluster::{wait_for, Cluster};
 use tenure::transport::tls::{
     node_cert_file, node_key_file, node_server_name, renew_node_cert, write_ca, write_ca_bundle,
     ClusterCa, TlsError, TlsFiles, TlsIdentity, CA_CERT_FILE, CA_KEY_FILE,
 };
 use tenure::{Node, NodeId, Role};
+use tenure_harness::cluster::{wait_for, Cluster};
 
 const LONG: Duration = Duration::from_secs(15);
 
@@ -283,7 +281,11 @@ async fn a_reload_that_fails_keeps_the_credential_in_use_and_says_why() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_finds_renewed_files_by_itself() {
-    let mut c = Cluster::unstarted(1, support::cluster::test_timing(), tenure::ReadMode::Safe);
+    let mut c = Cluster::unstarted(
+        1,
+        tenure_harness::cluster::test_timing(),
+        tenure::ReadMode::Safe,
+    );
     c.start_node(1).await;
     let certs = c.dir.path().join("certs");
     let in_use = c.node(1).tls_identity().unwrap();

@@ -1,8 +1,7 @@
-//! The history checker itself (tests/support/checker.rs) on small hand-made histories:
+//! The history checker itself (harness/src/checker.rs) on small hand-made histories:
 //! one that passes, and for each rule one that must fail, so the checker provably can.
 
-#[path = "support/checker.rs"]
-mod checker;
+use tenure_harness::checker;
 
 use checker::*;
 

@@ -2,7 +2,6 @@
 //! `local_group` and `certs`): `--help` on stdout with exit code 0, a usage error on
 //! stderr naming the flag with exit code 2.
 
-mod support;
 // The worker's own parser, to check the kit's command lines against it.
 #[path = "../src/bin/tenure-worker/cli.rs"]
 #[allow(dead_code)]
@@ -11,8 +10,8 @@ mod worker;
 use std::time::Duration;
 
 use clap::Parser;
-use support::kit::binary::{example, output};
-use support::kit::command::WorkerCommand;
+use tenure_harness::kit::binary::{example, output};
+use tenure_harness::kit::command::WorkerCommand;
 
 /// Each of `cases` exits 2 with nothing on stdout and a message naming its flag.
 fn assert_usage_errors(bin: &std::path::Path, cases: &[(&[&str], &str)]) {
@@ -25,7 +24,7 @@ fn assert_usage_errors(bin: &std::path::Path, cases: &[(&[&str], &str)]) {
 }
 
 /// A worker command line that is whole but for what a case changes.
-const W: [&str; 8] = support::kit::command::WHOLE_ARGS;
+const W: [&str; 8] = tenure_harness::kit::command::WHOLE_ARGS;
 
 fn with<'a>(base: &[&'a str], more: &[&'a str]) -> Vec<&'a str> {
     base.iter().chain(more).copied().collect()
@@ -33,7 +32,7 @@ fn with<'a>(base: &[&'a str], more: &[&'a str]) -> Vec<&'a str> {
 
 #[test]
 fn the_worker_explains_itself_and_names_the_flag_it_refuses() {
-    let worker = support::kit::binary::worker();
+    let worker = tenure_harness::kit::binary::worker();
     let (code, out, _) = output(&worker, &["--help"]);
     assert_eq!(code, 0);
     for needle in [

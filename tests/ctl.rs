@@ -4,15 +4,13 @@
 //! tests/deploy.rs checks that the installed `tenure-ctl` is that program under its own
 //! name.
 
-mod support;
-
 use std::path::PathBuf;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::kit::binary::{example, output};
-use support::procs::Group;
+use tenure_harness::kit::binary::{example, output};
+use tenure_harness::procs::Group;
 
 const LONG: Duration = Duration::from_secs(20);
 
@@ -197,7 +195,7 @@ fn ctl_prints_shell_completions_without_a_group() {
 fn ctl_makes_a_restore_plan_that_workers_found_from_and_nothing_else() {
     let dir = tempfile::tempdir().unwrap();
     let origin = tenure::GroupId::random();
-    let backup = support::backup_taken_now(origin, 41, vec![1]);
+    let backup = tenure_harness::backup_taken_now(origin, 41, vec![1]);
     let backup_file = dir.path().join("backup.json");
     std::fs::write(&backup_file, backup.to_json()).unwrap();
     let plan_file = dir.path().join("plan.json");
@@ -240,8 +238,8 @@ fn ctl_makes_a_restore_plan_that_workers_found_from_and_nothing_else() {
     assert!(err.contains("/nonexistent"), "{err}");
 
     // The worker: a backup where the plan belongs, a plan of another group.
-    let worker = support::kit::binary::worker();
-    let base = support::kit::command::WHOLE_ARGS;
+    let worker = tenure_harness::kit::binary::worker();
+    let base = tenure_harness::kit::command::WHOLE_ARGS;
     let (backup_arg, plan_arg) = (path(&backup_file), path(&plan_file));
     let (code, _, err) = output(&worker, &[&base[..], &["--restore", &backup_arg]].concat());
     assert_eq!(code, 2, "{err}");

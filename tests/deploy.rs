@@ -20,9 +20,7 @@
 //! `systemd-analyze` missing: the systemd tests print a skip message, unless
 //! `TENURE_DEPLOY_REQUIRE` is set (as `.ci/run` does), which makes it a failure.
 
-#[path = "support/kit/binary.rs"]
-#[allow(dead_code)]
-mod binary;
+use tenure_harness::kit::binary;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

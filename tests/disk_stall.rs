@@ -29,10 +29,7 @@
 //!   `StopCause::WriteFailed` naming the write, the others go on, and it restarts on its
 //!   folder and catches up.
 
-#[path = "support/stall_group.rs"]
-mod stall_group;
-#[path = "support/stall_store.rs"]
-mod stall_store;
+use tenure_harness::stall_group;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,12 +1,10 @@
 //! The election node end to end: real QUIC on loopback, RocksDB in temporary folders.
 //! Each test names the invariant it checks.
 
-mod support;
-
 use std::time::Duration;
 
-use support::cluster::{wait_for, Cluster};
 use tenure::{LostReason, ReadMode, Role, TransferError};
+use tenure_harness::cluster::{wait_for, Cluster};
 
 const LONG: Duration = Duration::from_secs(15);
 
@@ -173,7 +171,12 @@ async fn confirm_on_a_deposed_leader_returns_lease_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_based_confirms_answer_locally_and_still_stop_when_deposed() {
-    let c = Cluster::start_with(3, support::cluster::test_timing(), ReadMode::LeaseBased).await;
+    let c = Cluster::start_with(
+        3,
+        tenure_harness::cluster::test_timing(),
+        ReadMode::LeaseBased,
+    )
+    .await;
     let (old, _) = c.steady_leader(LONG).await;
     let lease = c.node(old).lease().await.unwrap();
     for _ in 0..100 {
@@ -308,10 +311,10 @@ async fn no_overlap_when_a_follower_that_acknowledged_the_old_leader_restarts_at
 /// second holder of one term; a lease handed over ends when it is revoked.
 #[test]
 fn the_lease_check_catches_an_overlap_and_two_holders_of_a_term() {
-    use support::cluster::LeaseRecord;
+    use tenure_harness::cluster::LeaseRecord;
     use tokio::time::Instant;
     let check = |leases: Vec<LeaseRecord>| {
-        let c = Cluster::unstarted(3, support::cluster::test_timing(), ReadMode::Safe);
+        let c = Cluster::unstarted(3, tenure_harness::cluster::test_timing(), ReadMode::Safe);
         *c.leases.lock().unwrap() = leases;
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             c.assert_leases_never_overlap();

@@ -1,15 +1,13 @@
 //! Named elections end to end (`docs/design.md`, section 11): real nodes over QUIC with
 //! RocksDB, one worker group running the root election and named ones.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::time::Instant;
 
-use support::cluster::{wait_for, Cluster};
 use tenure::election::{election_of_term, term_floor};
 use tenure::{ElectionError, ElectionOptions, LostReason, NodeId, Role};
+use tenure_harness::cluster::{wait_for, Cluster};
 
 const T: Duration = Duration::from_secs(20);
 
@@ -387,7 +385,7 @@ async fn messages_of_unknown_and_removed_elections_are_counted_and_dropped() {
         let peers = ids.map(|p| (p, SocketAddr::from(([127, 0, 0, 1], 7000 + p as u16))));
         let config = tenure::Config::builder(id)
             .peers(peers)
-            .timing(support::cluster::test_timing())
+            .timing(tenure_harness::cluster::test_timing())
             .found(group)
             .build();
         let (transport, inbound) = net.endpoint(id);
@@ -571,7 +569,11 @@ async fn create_anywhere(c: &Cluster, name: &str) -> Result<tenure::ElectionInfo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_learner_joins_a_group_whose_catalog_is_at_its_limit() {
     const FRAME: usize = 64 * 1024;
-    let mut c = Cluster::unstarted(3, support::cluster::test_timing(), tenure::ReadMode::Safe);
+    let mut c = Cluster::unstarted(
+        3,
+        tenure_harness::cluster::test_timing(),
+        tenure::ReadMode::Safe,
+    );
     c.compact_after = 32; // the learner needs the snapshot: the log below it is gone
     c.tweak = Some(|config| {
         let hooks = config.hooks_mut();

@@ -6,21 +6,19 @@
 //! very configuration it always runs with (a unit file keeps `--found`), must not come
 //! back as a voter that forgot its vote and log.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::cluster::{wait_for, Cluster};
 use tenure::error::StopCause;
 use tenure::error::StorageError;
 use tenure::storage::{MemDisk, MemStore};
 use tenure::transport::mem::MemNetwork;
 use tenure::transport::{Hello, Inbound, Inbox, NodeId};
 use tenure::{Config, GroupId, Node, Role, StartError};
+use tenure_harness::cluster::{wait_for, Cluster};
 use tokio::sync::watch;
 
 const LONG: Duration = Duration::from_secs(15);
@@ -74,7 +72,11 @@ fn copy_dir(from: &Path, to: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn founding_waits_until_every_first_member_has_said_hello() {
-    let mut c = Cluster::unstarted(3, support::cluster::test_timing(), tenure::ReadMode::Safe);
+    let mut c = Cluster::unstarted(
+        3,
+        tenure_harness::cluster::test_timing(),
+        tenure::ReadMode::Safe,
+    );
     c.start_node(1).await;
     c.start_node(2).await;
     // Without node 3 nobody founds: no term, no leader, the role says why.
@@ -119,7 +121,11 @@ async fn every_call_made_while_founding_is_answered_after_it() {
     type Call = Pin<Box<dyn Future<Output = Result<usize, tenure::error::NodeStopped>> + Send>>;
     const CALLS: usize = 1_500;
     const ROUND: usize = 500;
-    let mut c = Cluster::unstarted(3, support::cluster::test_timing(), tenure::ReadMode::Safe);
+    let mut c = Cluster::unstarted(
+        3,
+        tenure_harness::cluster::test_timing(),
+        tenure::ReadMode::Safe,
+    );
     c.start_node(1).await;
     let node = c.node(1).clone();
     let mut calls: Vec<Call> = Vec::with_capacity(CALLS);
@@ -402,7 +408,7 @@ async fn slow_founders_found_and_join_when_the_group_was_founded_on_their_hellos
     for id in [4, 5, 1, 2, 3] {
         let config = Config::builder(id)
             .peers(peers)
-            .timing(support::cluster::test_timing())
+            .timing(tenure_harness::cluster::test_timing())
             .found(group)
             .build();
         let (transport, inbound) = net.endpoint(id);

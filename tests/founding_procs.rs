@@ -3,11 +3,9 @@
 //! Exit code 3 means "the data folder was refused; restarting on it will not help"
 //! (`docs/design.md`, section 6; README, "Founding a group").
 
-mod support;
-
 use std::time::Duration;
 
-use support::procs::Group;
+use tenure_harness::procs::Group;
 
 const LONG: Duration = Duration::from_secs(30);
 

@@ -20,8 +20,7 @@
 //! handover` with `TENURE_MUTATION=lease-after-failed-transfer`) removes the fix, and
 //! this test fails by rule (d).
 
-#[path = "support/checker.rs"]
-mod checker;
+use tenure_harness::checker;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

@@ -2,12 +2,10 @@
 //! every node, survives restarts and compaction, and a node that fell behind the
 //! compacted log catches up from a snapshot.
 
-mod support;
-
 use std::time::Duration;
 
-use support::cluster::{wait_for, Cluster};
 use tenure::{TenureEnd, TenureRecord, TenureStart};
+use tenure_harness::cluster::{wait_for, Cluster};
 
 const LONG: Duration = Duration::from_secs(20);
 

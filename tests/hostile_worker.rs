@@ -12,7 +12,7 @@
 //! not asserted; only the wide memory bound and the lease are.
 //!
 //! Under the mutation that takes the book's bounds out, the workers are built with it
-//! too (`tests/support/kit/binary.rs`), and the test fails: in a debug build the books
+//! too (`harness/src/kit/binary.rs`), and the test fails: in a debug build the books
 //! grew to 5.2 million entries, RSS from 30 to about 235 MB, and the root's lease was
 //! lost 19 times (CI catches the mutation with `tests/peer_input.rs` and the simulation,
 //! which take seconds where this takes a minute):
@@ -20,8 +20,6 @@
 //! ```text
 //! TENURE_MUTATION=support-book-unbounded cargo test --features mutations --test hostile_worker -- --nocapture
 //! ```
-
-mod support;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -31,10 +29,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use raft::eraftpb::{Message, MessageType};
-use support::procs::Group;
 use tenure::testing::forged_support_request;
 use tenure::transport::quic::QuicTransport;
 use tenure::transport::{NodeId, Transport};
+use tenure_harness::procs::Group;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -161,7 +159,7 @@ async fn a_worker_attacked_on_its_support_stream_stays_within_a_memory_bound() {
     }
     all_quiet(&metrics).await;
     g.kill(3);
-    let fake = support::impostor(&g.dir.path().join("certs"), 3, &addrs, WAIT).await;
+    let fake = tenure_harness::impostor(&g.dir.path().join("certs"), 3, &addrs, WAIT).await;
     // A leaseholder other than node 3, and every election quiet again under 1 or 2.
     let deadline = Instant::now() + WAIT;
     let (leader, term) = loop {
@@ -267,8 +265,8 @@ async fn a_worker_attacked_on_its_support_stream_stays_within_a_memory_bound() {
     stop.store(true, Ordering::SeqCst);
     let peaks = peaks.lock().unwrap().clone();
     let events = g.events();
-    let during = |e: &&support::procs::Ev| e.at >= attack_start;
-    let lost: Vec<&support::procs::Ev> = events
+    let during = |e: &&tenure_harness::procs::Ev| e.at >= attack_start;
+    let lost: Vec<&tenure_harness::procs::Ev> = events
         .iter()
         .filter(during)
         .filter(|e| e.event == "lease_lost")

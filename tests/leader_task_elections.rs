@@ -4,16 +4,14 @@
 //! one shared log, which is judged at the end: never two tasks of one name at once, and
 //! none begins before the previous holder's lease of that name stopped protecting.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use support::cluster::{wait_for, Cluster};
 use tenure::election::election_of_term;
 use tenure::runner::{LeaderTask, LeaderTaskHandle};
 use tenure::{ElectionOptions, Lease, LostReason, NodeId};
+use tenure_harness::cluster::{wait_for, Cluster};
 use tokio::time::Instant;
 
 const T: Duration = Duration::from_secs(20);

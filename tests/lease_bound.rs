@@ -71,8 +71,7 @@
 //! the commit's round trip, a millisecond), nor the second `lease-one-tick-long` (its old
 //! lease ends long before).
 
-#[path = "support/checker.rs"]
-mod checker;
+use tenure_harness::checker;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

@@ -7,8 +7,7 @@
 //! The attacker is a bare quinn client with a node's identity; the tests wait on
 //! conditions with generous timeouts, never on sleeps.
 
-#[path = "support/shared_log.rs"]
-mod shared_log;
+use tenure_harness::shared_log;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

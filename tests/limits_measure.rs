@@ -15,16 +15,14 @@
 //! hello (`transport::hello`), as a node's do (the numbers before the limits were taken
 //! before the hello existed).
 
-mod support;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use support::kit::command::WorkerCommand;
 use tenure::transport::tls::{node_server_name, write_cluster_certs, TlsIdentity};
 use tenure::transport::Hello;
+use tenure_harness::kit::command::WorkerCommand;
 
 fn free_udp() -> SocketAddr {
     std::net::UdpSocket::bind("127.0.0.1:0")
@@ -73,7 +71,7 @@ impl Drop for Worker {
 }
 
 fn start_worker(dir: &std::path::Path, addrs: &[SocketAddr; 3]) -> Worker {
-    let mut cmd = WorkerCommand::new(support::procs::worker_binary())
+    let mut cmd = WorkerCommand::new(tenure_harness::procs::worker_binary())
         .id(1)
         .listen(addrs[0])
         .peers([(1, addrs[0]), (2, addrs[1]), (3, addrs[2])])

@@ -1,4 +1,4 @@
-//! `local_group`'s summary (examples/local_group/history.rs) judges worker events with the
+//! `local_group`'s summary (harness/src/kit/judge.rs) judges worker events with the
 //! tests' history checker: one interval per lease, so a node's second lease in one term
 //! is judged on its own. Keyed by (node, term), as the summary once was, that lease was
 //! merged with the node's first lease of the term and cut short by its `lease_lost`: the
@@ -8,10 +8,8 @@
 //! different elections overlap all the time and must not be compared, while an overlap
 //! inside one named election is caught and named.
 
-#[path = "../examples/local_group/history.rs"]
-mod history;
-#[path = "support/kit/mod.rs"]
-mod kit;
+use tenure_harness::kit;
+use tenure_harness::kit::judge;
 
 const MS: u64 = 1_000_000;
 
@@ -64,7 +62,7 @@ fn history(n2_at_ms: u64) -> Vec<String> {
 
 #[test]
 fn the_summary_catches_a_second_lease_in_one_term_overlapping_another_nodes_lease() {
-    let report = history::check(&events(&history(210)));
+    let report = judge::check(&events(&history(210)));
     assert!(
         report
             .violations
@@ -78,7 +76,7 @@ fn the_summary_catches_a_second_lease_in_one_term_overlapping_another_nodes_leas
 
 #[test]
 fn the_summary_passes_the_same_history_without_the_overlap() {
-    let report = history::check(&events(&history(345)));
+    let report = judge::check(&events(&history(345)));
     assert!(report.violations.is_empty(), "{:?}", report.violations);
     assert_eq!(report.terms_with_leases, 2);
 }
@@ -86,7 +84,7 @@ fn the_summary_passes_the_same_history_without_the_overlap() {
 #[test]
 fn the_root_events_with_election_null_are_judged_as_before() {
     let with_null: Vec<String> = history(210).iter().map(|l| of(None, l)).collect();
-    let report = history::check(&events(&with_null));
+    let report = judge::check(&events(&with_null));
     assert!(
         report
             .violations
@@ -96,7 +94,7 @@ fn the_root_events_with_election_null_are_judged_as_before() {
         report.violations
     );
     let with_null: Vec<String> = history(345).iter().map(|l| of(None, l)).collect();
-    let report = history::check(&events(&with_null));
+    let report = judge::check(&events(&with_null));
     assert!(report.violations.is_empty(), "{:?}", report.violations);
     assert_eq!(report.terms_with_leases, 2);
     assert!(report.elections.is_empty());
@@ -113,7 +111,7 @@ fn each_named_election_is_judged_by_itself() {
         of(Some("shard-1"), &lost(3, 100, term(2, 1), "handed_over")),
         of(Some("shard-1"), &acquired(1, 120, term(2, 2), 500)),
     ];
-    let report = history::check(&events(&concurrent));
+    let report = judge::check(&events(&concurrent));
     assert!(report.violations.is_empty(), "{:?}", report.violations);
     assert_eq!(report.terms_with_leases, 1);
     assert_eq!(report.elections.len(), 2);
@@ -130,7 +128,7 @@ fn each_named_election_is_judged_by_itself() {
     // shard-1's second leader leases while the first one's lease still runs.
     let mut overlap = concurrent.clone();
     overlap[3] = of(Some("shard-1"), &lost(3, 400, term(2, 1), "expired"));
-    let report = history::check(&events(&overlap));
+    let report = judge::check(&events(&overlap));
     assert!(
         report
             .violations
@@ -154,7 +152,7 @@ fn a_named_elections_tokens_must_lie_in_its_own_id_range() {
         of(Some("shard-1"), &acquired(2, 1, term(5, 1), 100)),
         of(Some("shard-2"), &acquired(3, 1, term(5, 2), 100)),
     ];
-    let report = history::check(&events(&bad));
+    let report = judge::check(&events(&bad));
     assert!(
         report
             .violations
@@ -185,7 +183,7 @@ fn named_failovers_are_measured_from_the_kill_of_their_holder() {
         of(Some("shard-0"), &acquired(1, 450, term(1, 2), 600)),
         acquired(3, 470, 3, 600),
     ];
-    let report = history::check(&events(&evs));
+    let report = judge::check(&events(&evs));
     assert!(report.violations.is_empty(), "{:?}", report.violations);
     assert_eq!(report.failovers.len(), 1);
     let f = &report.elections["shard-0"].failovers;

@@ -19,10 +19,8 @@
 //! elected by `L` (without the entry) and `C`, replaces it. The history checker's rule
 //! (f) reports the committed record that was lost, and the test fails.
 
-#[path = "support/checker.rs"]
-mod checker;
-#[path = "support/torn_store.rs"]
-mod torn_store;
+use tenure_harness::checker;
+use tenure_harness::torn_store;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};

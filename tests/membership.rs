@@ -4,13 +4,11 @@
 //! Every test also checks the lease safety properties of the whole run: one lease holder
 //! per term, and no lease acquired before the previous one ended.
 
-mod support;
-
 use std::time::Duration;
 
-use support::checker::{check, Event, Options};
-use support::cluster::{wait_for, Cluster};
 use tenure::{Membership, MembershipError, NodeId, ReadMode, Role, Timing, TransferError};
+use tenure_harness::checker::{check, Event, Options};
+use tenure_harness::cluster::{wait_for, Cluster};
 
 const WAIT: Duration = Duration::from_secs(20);
 

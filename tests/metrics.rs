@@ -3,8 +3,6 @@
 //! type, HELP text and label set that dashboards and alert rules were written against
 //! ([`EXPOSITION`]).
 
-mod support;
-
 #[path = "../src/bin/tenure-worker/ledger.rs"]
 mod ledger;
 
@@ -12,7 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use support::procs::Group;
+use tenure_harness::procs::Group;
 
 fn fetch(addr: &str, path: &str) -> (String, String) {
     let mut s = std::net::TcpStream::connect(addr).expect("connect to metrics");

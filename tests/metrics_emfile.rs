@@ -3,8 +3,7 @@
 //! core without a word, and serves again once descriptors are free. Its own test binary:
 //! it lowers the process's descriptor limit.
 
-#[path = "support/shared_log.rs"]
-mod shared_log;
+use tenure_harness::shared_log;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

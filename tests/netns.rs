@@ -20,7 +20,7 @@
 //! of its own, so each seed keeps the faults and ops it had). After the last fault heals,
 //! a lease of the root and of every named election must be confirmed within a bound, and
 //! every batch must be settled exactly once, under its own shard's fence. The history checker
-//! (tests/support/checker.rs) judges every run; each op's command and answer are on its
+//! (harness/src/checker.rs) judges every run; each op's command and answer are on its
 //! timeline and in the report, and each schedule's line and the summary count the ops by
 //! kind as drawn / asked / carried out (`transfers 3/3/2, to stalled nodes ...`).
 //!
@@ -42,8 +42,6 @@
 //! was), and the checker's timeline. `TENURE_NETNS_SEED=S TENURE_NETNS_SCHEDULES=1`
 //! replays the schedule; which node is "the leader" when a fault lands depends on the run.
 
-mod support;
-
 #[path = "../src/bin/tenure-worker/ledger.rs"]
 mod ledger;
 
@@ -57,10 +55,10 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use support::checker::{self, Event, Kind, Write};
-use support::netns::{self, CtlRun, Lab, NetState};
 use tenure::clock::monotonic_ns;
 use tenure::fence::rusqlite::Connection;
+use tenure_harness::checker::{self, Event, Kind, Write};
+use tenure_harness::netns::{self, CtlRun, Lab, NetState};
 
 const N: u64 = 5;
 /// Schedules a plain `cargo test` runs (about 8 s each, two at a time, on two cores);

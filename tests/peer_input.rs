@@ -9,8 +9,6 @@
 //! amnesia: a follower restarted on an older copy of its data directory hears from the
 //! leader that it holds entries it no longer has, and stops with a typed cause.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,14 +24,14 @@ use tenure::transport::{NodeId, Transport};
 use tenure::{Config, Node, Role, StopCause};
 use tokio::time::Instant;
 
-use support::cluster::Cluster;
+use tenure_harness::cluster::Cluster;
 
 const WAIT: Duration = Duration::from_secs(20);
 
 /// Node 3's certificate on a bare transport, at node 3's address (what the real nodes
 /// send it is swallowed).
 async fn impostor(c: &Cluster) -> QuicTransport {
-    support::impostor(&c.dir.path().join("certs"), 3, &c.addrs, WAIT).await
+    tenure_harness::impostor(&c.dir.path().join("certs"), 3, &c.addrs, WAIT).await
 }
 
 fn msg(t: MessageType, to: NodeId, term: u64) -> Message {
@@ -368,7 +366,7 @@ async fn a_panic_inside_raft_rs_stops_the_node_with_a_typed_cause() {
         let peers = [1u64, 2, 3].map(|p| (p, SocketAddr::from(([127, 0, 0, 1], 7000 + p as u16))));
         let config = Config::builder(id)
             .peers(peers)
-            .timing(support::cluster::test_timing())
+            .timing(tenure_harness::cluster::test_timing())
             .found(group)
             .build();
         let store = BreakableStore {
@@ -427,7 +425,7 @@ async fn a_joining_node_grants_no_votes() {
     let peers = [1u64, 2, 3, 4].map(|p| (p, SocketAddr::from(([127, 0, 0, 1], 7000 + p as u16))));
     let config = Config::builder(4)
         .peers(peers)
-        .timing(support::cluster::test_timing())
+        .timing(tenure_harness::cluster::test_timing())
         .join(true)
         .build();
     let (transport, inbound) = net.endpoint(4);
@@ -627,7 +625,7 @@ async fn refused_messages_of_quiet_elections_wake_nothing() {
         let led = [1, 2].map(|id| c.node(id).metrics().named_elections().0);
         quiet == [NAMES as u64; 2] && led == [NAMES as u64 / 2; 2]
     };
-    support::cluster::wait_for("every election quiet, ten led by each node", WAIT, || {
+    tenure_harness::cluster::wait_for("every election quiet, ten led by each node", WAIT, || {
         settled(&c).then_some(())
     })
     .await;
@@ -679,7 +677,11 @@ async fn refused_messages_of_quiet_elections_wake_nothing() {
 /// `.ci/run`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_that_floods_the_driver_gets_its_share_and_crowds_out_nobody() {
-    let mut c = Cluster::unstarted(3, support::cluster::test_timing(), tenure::ReadMode::Safe);
+    let mut c = Cluster::unstarted(
+        3,
+        tenure_harness::cluster::test_timing(),
+        tenure::ReadMode::Safe,
+    );
     c.tweak = Some(|config: &mut Config| config.hooks_mut().inbound_depth = Some(64));
     for id in [1, 2, 3] {
         c.start_node(id).await;

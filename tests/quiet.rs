@@ -3,13 +3,11 @@
 //! stream; `Safe` confirms are answered by it without waking them; a dead leader's quiet
 //! elections fail over.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use support::cluster::{wait_for, Cluster};
 use tenure::{ElectionOptions, NodeId, ReadMode, Timing};
+use tenure_harness::cluster::{wait_for, Cluster};
 
 const T: Duration = Duration::from_secs(30);
 

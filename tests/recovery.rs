@@ -3,18 +3,16 @@
 //! admin API, and a fence that accepted the old leaders' tokens accepts the new leaders'
 //! at once (real QUIC on loopback, RocksDB, SQLite fences).
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::Connection;
-use support::cluster::{wait_for, Cluster};
 use tenure::admin::{self, Client};
 use tenure::backup::{Backup, RestorePlan};
 use tenure::election::{election_of_term, term_floor};
 use tenure::transport::tls::{OperatorIdentity, TlsIdentity};
 use tenure::{ElectionOptions, FencingToken, Lease, Node, NodeId, Role, SqliteFence};
+use tenure_harness::cluster::{wait_for, Cluster};
 
 const LONG: Duration = Duration::from_secs(30);
 const SHARD: &str = "shard-0";
@@ -167,7 +165,7 @@ async fn a_group_founded_again_from_a_backup_hands_out_tokens_above_every_old_on
     assert!(catalog[0].suspended && !catalog[1].suspended, "{catalog:?}");
     for id in [1, 2, 3] {
         let paused = c.node(id).election(PAUSED);
-        support::cluster::wait_for("the restored election is suspended", LONG, || {
+        tenure_harness::cluster::wait_for("the restored election is suspended", LONG, || {
             let l = paused.leadership();
             (l.suspended && !l.leased).then_some(())
         })
@@ -217,7 +215,11 @@ async fn a_group_founded_again_from_a_backup_hands_out_tokens_above_every_old_on
 /// not found with those that have it (none founds), and says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn founders_that_disagree_on_the_floor_do_not_found() {
-    let mut c = Cluster::unstarted(3, support::cluster::test_timing(), tenure::ReadMode::Safe);
+    let mut c = Cluster::unstarted(
+        3,
+        tenure_harness::cluster::test_timing(),
+        tenure::ReadMode::Safe,
+    );
     for id in [1, 2] {
         let mut config = c.config(id);
         config.term_floor = 1000;
@@ -294,7 +296,11 @@ async fn two_restores_of_one_backup_are_two_groups_that_share_no_token() {
     let (_, a_root, a_shard) = found_from(&mut a, &first).await;
 
     // The second, elsewhere, with the same certificates, from a plan made later.
-    let mut b = Cluster::unstarted(3, support::cluster::test_timing(), tenure::ReadMode::Safe);
+    let mut b = Cluster::unstarted(
+        3,
+        tenure_harness::cluster::test_timing(),
+        tenure::ReadMode::Safe,
+    );
     let certs = b.dir.path().join("certs");
     std::fs::remove_dir_all(&certs).unwrap();
     std::fs::create_dir(&certs).unwrap();
@@ -366,7 +372,7 @@ async fn two_restores_of_one_backup_are_two_groups_that_share_no_token() {
 #[test]
 fn hand_edited_backups_and_plans_are_refused_naming_the_field() {
     let group = tenure::GroupId::random();
-    let mut backup = support::backup_taken_now(group, 7, vec![1, 2, 3]);
+    let mut backup = tenure_harness::backup_taken_now(group, 7, vec![1, 2, 3]);
     backup.next_election_id = 16_777_217;
     backup.elections = [(
         "shard-0".to_string(),

@@ -2,16 +2,14 @@
 //! cut-off old leader can write nothing once a newer token was accepted, and kills
 //! mid-batch never settle anything twice.
 
-mod support;
-
 #[path = "../src/bin/tenure-worker/ledger.rs"]
 mod ledger;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use support::procs::Group;
 use tenure::fence::rusqlite::Connection;
+use tenure_harness::procs::Group;
 
 const LONG: Duration = Duration::from_secs(20);
 

@@ -7,8 +7,7 @@
 //! Three nodes on memory stores and the in-process network; each store takes 300 ms to
 //! close (`CloseProbe`), so a `shutdown` that returns before the close shows on every run.
 
-#[path = "support/torn_store.rs"]
-mod torn_store;
+use tenure_harness::torn_store;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};

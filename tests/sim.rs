@@ -100,18 +100,8 @@
 //! (every event with all its fields, every accepted write, every operator call's result);
 //! `.ci/run` runs it over 21 seeds (78 among them) with the second run in another process.
 
-#[path = "support/checker.rs"]
-mod checker;
-#[path = "sim/det_tls.rs"]
-mod det_tls;
-#[path = "sim/schedule.rs"]
-mod schedule;
-#[path = "support/torn_store.rs"]
-mod torn_store;
-#[path = "sim/udp.rs"]
-mod udp;
-#[path = "sim/world.rs"]
-mod world;
+use tenure_harness::checker;
+use tenure_harness::sim::{schedule, world};
 
 use std::collections::BTreeMap;
 use std::io::Write as _;

@@ -38,20 +38,8 @@
 //! * a **voter's** clock steps forward while it is in its restart quiet period: the
 //!   quiet period ends early, and a new leader is elected inside the old lease.
 
-#[path = "support/checker.rs"]
-mod checker;
-#[path = "sim/det_tls.rs"]
-mod det_tls;
-#[path = "sim/schedule.rs"]
-#[allow(dead_code)]
-mod schedule;
-#[path = "support/torn_store.rs"]
-mod torn_store;
-#[path = "sim/udp.rs"]
-mod udp;
-#[path = "sim/world.rs"]
-#[allow(dead_code)]
-mod world;
+use tenure_harness::checker;
+use tenure_harness::sim::{schedule, world};
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -3,10 +3,8 @@
 //!
 //! Set `TENURE_TEST_LOG=1` to see the transports' logs on stderr.
 
-#[path = "support/quic_kit.rs"]
-mod quic_kit;
-#[path = "support/shared_log.rs"]
-mod shared_log;
+use tenure_harness::quic_kit;
+use tenure_harness::shared_log;
 
 use quic_kit::{identity, logger, msg, wait_for};
 use std::collections::HashMap;

@@ -1,7 +1,7 @@
 //! What the process benchmarks share: a group of real worker processes
 //! (`tenure-worker`, release build), their JSON events, statistics, and where the
 //! results go (`<target dir>/tenure-bench/`). The workers' command lines and events are
-//! the test kit's (`tests/support/kit/`).
+//! the test kit's (`harness/src/kit/`).
 //!
 //! Every worker is a child process tracked by PID; its certificates and RocksDB folder
 //! live in a temporary folder removed when the [`Group`] is dropped. Nothing is ever
@@ -9,8 +9,7 @@
 
 #![allow(dead_code)] // each bench uses a different part of this module
 
-#[path = "../../tests/support/kit/mod.rs"]
-pub(crate) mod kit;
+pub(crate) use tenure_harness::kit;
 pub(crate) mod plot;
 
 use std::collections::BTreeMap;

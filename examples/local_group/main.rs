@@ -25,9 +25,8 @@
 //! Children are tracked by PID and stopped on exit (SIGTERM, then SIGKILL); nothing is
 //! ever killed by name.
 
-mod history;
-#[path = "../../tests/support/kit/mod.rs"]
-mod kit;
+use tenure_harness::kit;
+use tenure_harness::kit::judge;
 #[path = "../../src/bin/tenure-worker/ledger.rs"]
 mod ledger;
 
@@ -685,7 +684,7 @@ async fn run(o: Options, worker: PathBuf) -> i32 {
             log.record(&line);
         }
     }
-    let report = history::check(&log.all);
+    let report = judge::check(&log.all);
     println!();
     println!("== summary ==");
     println!(
@@ -694,7 +693,7 @@ async fn run(o: Options, worker: PathBuf) -> i32 {
     );
     if !report.failovers.is_empty() {
         let ms: Vec<f64> = report.failovers.iter().map(|f| f.millis).collect();
-        if let Some((min, med, max)) = history::summary(&ms) {
+        if let Some((min, med, max)) = judge::summary(&ms) {
             println!(
                 "failovers: {} (min {:.1} ms, median {:.1} ms, max {:.1} ms)",
                 ms.len(),
@@ -1066,7 +1065,7 @@ fn failover_table(named: &Named, o: &Options, width: usize) -> String {
         );
     }
     let ms: Vec<f64> = named.last_failover.values().map(|f| f.0).collect();
-    let (min, med, max) = history::summary(&ms).unwrap_or_default();
+    let (min, med, max) = judge::summary(&ms).unwrap_or_default();
     let mut out = format!(
         "named failovers (last per name): {n} of {} names, min {min:.0} ms, median {med:.0} ms, max {max:.0} ms{}\n",
         o.elections,
@@ -1099,7 +1098,7 @@ fn failover_table(named: &Named, o: &Options, width: usize) -> String {
 }
 
 /// The summary's lines of the named elections: each election judged by itself.
-fn print_elections(report: &history::Report, named: &Named, o: &Options) {
+fn print_elections(report: &judge::Report, named: &Named, o: &Options) {
     let seen = report.elections.len();
     let terms: Vec<usize> = report
         .elections
@@ -1117,7 +1116,7 @@ fn print_elections(report: &history::Report, named: &Named, o: &Options) {
         .values()
         .flat_map(|r| r.failovers.iter().map(|f| f.millis))
         .collect();
-    if let Some((min, med, max)) = history::summary(&fo) {
+    if let Some((min, med, max)) = judge::summary(&fo) {
         println!(
             "named failovers: {} (min {min:.1} ms, median {med:.1} ms, max {max:.1} ms)",
             fo.len()
@@ -1176,7 +1175,7 @@ fn print_elections(report: &history::Report, named: &Named, o: &Options) {
 /// The ledger's checks per shard: every shard's batches settled under its own fence, each
 /// fence's tokens of one election (the one the events name for that shard), and no two
 /// fences sharing an election. False if one fails.
-fn print_shards(r: &ledger::LedgerReport, report: &history::Report, n: u64) -> bool {
+fn print_shards(r: &ledger::LedgerReport, report: &judge::Report, n: u64) -> bool {
     let mut ok = true;
     let mut by_id: BTreeMap<u64, String> = BTreeMap::new();
     let mut settled = Vec::new();

@@ -44,7 +44,7 @@ certificate in use stays); the worker also looks at them every 5 s by itself.";
 
 // Every flag, value, default and exit code is what the hand-written parser of the example
 // worker before it took: other tools script against them. The test kit's `WorkerCommand`
-// (tests/support/kit/command.rs) builds this command line.
+// (harness/src/kit/command.rs) builds this command line.
 /// A tenure worker: elects a leader with its peers and prints its events as JSON lines.
 #[derive(Debug, Parser)]
 #[command(

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 
 /// A worker command line that parses whole, with nothing behind it (no certificates, no
 /// folder): what tests of the worker's refusals add a case to.
-pub(crate) const WHOLE_ARGS: [&str; 8] = [
+pub const WHOLE_ARGS: [&str; 8] = [
     "--id",
     "1",
     "--peers",
@@ -24,7 +24,7 @@ pub(crate) const WHOLE_ARGS: [&str; 8] = [
 
 /// How a worker meets its data folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Start {
+pub enum Start {
     /// Neither `--found` nor `--join`: the folder must hold this node's store.
     Existing,
     /// `--found GROUP`: found the group with the first members if the folder is empty,
@@ -51,7 +51,7 @@ pub(crate) enum Start {
 ///     .spawn()?;
 /// ```
 #[derive(Debug, Clone)]
-pub(crate) struct WorkerCommand {
+pub struct WorkerCommand {
     program: PathBuf,
     id: Option<u64>,
     listen: Option<String>,
@@ -71,7 +71,7 @@ pub(crate) struct WorkerCommand {
 
 impl WorkerCommand {
     /// A command line for `program` (the worker binary) with no flags yet.
-    pub(crate) fn new(program: impl Into<PathBuf>) -> WorkerCommand {
+    pub fn new(program: impl Into<PathBuf>) -> WorkerCommand {
         WorkerCommand {
             program: program.into(),
             id: None,
@@ -92,19 +92,19 @@ impl WorkerCommand {
     }
 
     /// `--id N`.
-    pub(crate) fn id(mut self, id: u64) -> Self {
+    pub fn id(mut self, id: u64) -> Self {
         self.id = Some(id);
         self
     }
 
     /// `--listen ADDR`.
-    pub(crate) fn listen(mut self, addr: impl Display) -> Self {
+    pub fn listen(mut self, addr: impl Display) -> Self {
         self.listen = Some(addr.to_string());
         self
     }
 
     /// `--peers 1=ADDR,2=ADDR,...`, in the order given.
-    pub(crate) fn peers<I: Display, A: Display>(
+    pub fn peers<I: Display, A: Display>(
         mut self,
         peers: impl IntoIterator<Item = (I, A)>,
     ) -> Self {
@@ -117,44 +117,44 @@ impl WorkerCommand {
     }
 
     /// `--data-dir DIR`.
-    pub(crate) fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.data_dir = Some(dir.into());
         self
     }
 
     /// `--certs DIR`.
-    pub(crate) fn certs(mut self, dir: impl Into<PathBuf>) -> Self {
+    pub fn certs(mut self, dir: impl Into<PathBuf>) -> Self {
         self.certs = Some(dir.into());
         self
     }
 
     /// `--found GROUP`.
-    pub(crate) fn found(mut self, group: impl Display) -> Self {
+    pub fn found(mut self, group: impl Display) -> Self {
         self.start = Start::Found(group.to_string());
         self
     }
 
     /// `--join`.
-    pub(crate) fn join(mut self) -> Self {
+    pub fn join(mut self) -> Self {
         self.start = Start::Join;
         self
     }
 
     /// Neither `--found` nor `--join`, or as `start` says.
-    pub(crate) fn start(mut self, start: Start) -> Self {
+    pub fn start(mut self, start: Start) -> Self {
         self.start = start;
         self
     }
 
     /// `--timing PRESET` (`lan`, `fast`, `wan`).
-    pub(crate) fn timing(mut self, preset: &str) -> Self {
+    pub fn timing(mut self, preset: &str) -> Self {
         self.timing = Some(preset.to_string());
         self
     }
 
     /// `--tick-ms`, `--heartbeat-ms`, `--election-ms` and `--election-max-ms`, all in ms
     /// (over the preset).
-    pub(crate) fn timing_ms(mut self, tick: u64, heartbeat: u64, election: u64, max: u64) -> Self {
+    pub fn timing_ms(mut self, tick: u64, heartbeat: u64, election: u64, max: u64) -> Self {
         self.timing_ms = Some([tick, heartbeat, election, max]);
         self
     }
@@ -162,61 +162,61 @@ impl WorkerCommand {
     /// `--log-level LEVEL` (`off`, `error`, `warn`, `info`, `debug`). The environment's
     /// `TENURE_TEST_WORKER_LOG`, when set, overrides it: to read a failing test's
     /// workers' logs (on stderr, with `--nocapture`).
-    pub(crate) fn log_level(mut self, level: &str) -> Self {
+    pub fn log_level(mut self, level: &str) -> Self {
         let level = std::env::var("TENURE_TEST_WORKER_LOG").unwrap_or_else(|_| level.to_string());
         self.log_level = Some(level);
         self
     }
 
     /// `--ledger PATH`: settle this SQLite ledger while leading.
-    pub(crate) fn ledger(mut self, path: impl Into<PathBuf>) -> Self {
+    pub fn ledger(mut self, path: impl Into<PathBuf>) -> Self {
         self.ledger = Some(path.into());
         self
     }
 
     /// `--elections N`: run named elections `shard-0` … `shard-<N-1>` (each settling its
     /// own shard of the ledger under its own fence).
-    pub(crate) fn elections(mut self, n: u64) -> Self {
+    pub fn elections(mut self, n: u64) -> Self {
         self.elections = Some(n);
         self
     }
 
     /// `--admin ADDR`: the admin endpoint (port 0: any).
-    pub(crate) fn admin(mut self, addr: impl Display) -> Self {
+    pub fn admin(mut self, addr: impl Display) -> Self {
         self.admin = Some(addr.to_string());
         self
     }
 
     /// `--metrics ADDR`: Prometheus metrics (port 0: any).
-    pub(crate) fn metrics(mut self, addr: impl Display) -> Self {
+    pub fn metrics(mut self, addr: impl Display) -> Self {
         self.metrics = Some(addr.to_string());
         self
     }
 
     /// One more argument after the worker's flags.
-    pub(crate) fn arg(mut self, arg: impl Into<OsString>) -> Self {
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
         self.extra.push(arg.into());
         self
     }
 
     /// More arguments after the worker's flags (read mode, confirm interval, ...).
-    pub(crate) fn args<S: Into<OsString>>(mut self, args: impl IntoIterator<Item = S>) -> Self {
+    pub fn args<S: Into<OsString>>(mut self, args: impl IntoIterator<Item = S>) -> Self {
         self.extra.extend(args.into_iter().map(Into::into));
         self
     }
 
     /// The program.
-    pub(crate) fn program(&self) -> &PathBuf {
+    pub fn program(&self) -> &PathBuf {
         &self.program
     }
 
     /// How the worker meets its data folder.
-    pub(crate) fn start_mode(&self) -> &Start {
+    pub fn start_mode(&self) -> &Start {
         &self.start
     }
 
     /// Every argument after the program.
-    pub(crate) fn to_args(&self) -> Vec<OsString> {
+    pub fn to_args(&self) -> Vec<OsString> {
         let mut a: Vec<OsString> = Vec::new();
         let text = |s: &String| OsString::from(s);
         let path = |p: &PathBuf| p.clone().into_os_string();
@@ -260,7 +260,7 @@ impl WorkerCommand {
 
     /// The command that runs the worker, stdin from `/dev/null` (stdout and stderr are
     /// the launcher's to set).
-    pub(crate) fn command(&self) -> Command {
+    pub fn command(&self) -> Command {
         let mut cmd = Command::new(&self.program);
         cmd.args(self.to_args()).stdin(Stdio::null());
         cmd
@@ -268,7 +268,7 @@ impl WorkerCommand {
 
     /// The command that runs the worker through `wrapper` (a program and its arguments,
     /// such as `ip netns exec NS`), stdin from `/dev/null`.
-    pub(crate) fn wrapped_in(&self, wrapper: &[&str]) -> Command {
+    pub fn wrapped_in(&self, wrapper: &[&str]) -> Command {
         let (program, args) = wrapper.split_first().expect("a wrapper program");
         let mut cmd = Command::new(program);
         cmd.args(args)

@@ -2,8 +2,6 @@
 //! wrapped by [`StallStore`], whose gate holds or fails its writes on command. Shared by
 //! `tests/disk_stall.rs` and `benches/stall.rs`.
 
-#![allow(dead_code)]
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -14,13 +12,14 @@ use tenure::{Config, ElectionOptions, Node, NodeId, Timing};
 
 use crate::stall_store::{Gate, StallStore};
 
-pub(crate) const IDS: [NodeId; 3] = [1, 2, 3];
+/// The group's nodes.
+pub const IDS: [NodeId; 3] = [1, 2, 3];
 
 /// The longest [`until`] waits.
-pub(crate) const UNTIL: std::time::Duration = std::time::Duration::from_secs(20);
+pub const UNTIL: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// Polls `f` every 5 ms until it gives a value, for at most [`UNTIL`].
-pub(crate) async fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+pub async fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = tokio::time::Instant::now() + UNTIL;
     loop {
         if let Some(v) = f() {
@@ -37,16 +36,23 @@ pub(crate) async fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T 
 /// 10 ms ticks, 30 ms heartbeats, election timeouts 150–250 ms.
 /// The disk stall bound: a third of the election timeout (the default would be half),
 /// so that a write held behind a slow probe still returns within an election timeout.
-pub(crate) const STALL_BOUND: std::time::Duration = std::time::Duration::from_millis(50);
+pub const STALL_BOUND: std::time::Duration = std::time::Duration::from_millis(50);
 
-pub(crate) fn timing() -> Timing {
+/// 10 ms ticks, 30 ms heartbeats, election timeouts 150–250 ms.
+pub fn timing() -> Timing {
     Timing::from_millis(10, 30, 150, 250)
 }
 
-pub(crate) struct Group {
+/// Three nodes on an in-memory network, each on a RocksDB store whose writes a test can
+/// hold at its gate.
+pub struct Group {
+    /// The network between them.
     pub net: MemNetwork,
+    /// Each node's RocksDB folder.
     pub dirs: Vec<tempfile::TempDir>,
+    /// The nodes, by id − 1; `None` while one is down.
     pub nodes: Vec<Option<Node>>,
+    /// Each node's gate: shut, its writes wait.
     pub gates: Vec<Arc<Gate>>,
 }
 
@@ -60,7 +66,8 @@ impl Drop for Group {
 }
 
 impl Group {
-    pub(crate) async fn start() -> Group {
+    /// Starts the three nodes, founding a group, with every gate open.
+    pub async fn start() -> Group {
         let mut g = Group {
             net: MemNetwork::new(),
             dirs: IDS
@@ -77,7 +84,7 @@ impl Group {
     }
 
     /// Starts node `id` on its folder: a new store the first time, the one it left after.
-    pub(crate) async fn start_node(&mut self, id: NodeId) {
+    pub async fn start_node(&mut self, id: NodeId) {
         let i = id as usize - 1;
         let path = self.dirs[i].path().join("raft");
         let store = if path.exists() {
@@ -105,38 +112,40 @@ impl Group {
         self.nodes[i] = Some(node);
     }
 
-    pub(crate) fn node(&self, id: NodeId) -> &Node {
+    /// Node `id` (panics if it is down).
+    pub fn node(&self, id: NodeId) -> &Node {
         self.nodes[id as usize - 1]
             .as_ref()
             .expect("the node is up")
     }
 
-    pub(crate) fn up(&self) -> impl Iterator<Item = &Node> {
+    /// The nodes that are up.
+    pub fn up(&self) -> impl Iterator<Item = &Node> {
         self.nodes.iter().flatten()
     }
 
     /// A node that holds the root's lease (the lowest id if two say so: a stuck node's
     /// word may lag).
-    pub(crate) fn root_holder(&self) -> Option<NodeId> {
+    pub fn root_holder(&self) -> Option<NodeId> {
         self.up().find(|n| n.leadership().leased).map(Node::id)
     }
 
     /// A node other than `not` that holds the root's lease.
-    pub(crate) fn root_holder_besides(&self, not: NodeId) -> Option<NodeId> {
+    pub fn root_holder_besides(&self, not: NodeId) -> Option<NodeId> {
         self.up()
             .find(|n| n.id() != not && n.leadership().leased)
             .map(Node::id)
     }
 
     /// A node that holds `name`'s lease.
-    pub(crate) fn holder(&self, name: &str) -> Option<NodeId> {
+    pub fn holder(&self, name: &str) -> Option<NodeId> {
         self.up()
             .find(|n| n.election(name).leadership().leased)
             .map(Node::id)
     }
 
     /// A node other than `not` that holds `name`'s lease.
-    pub(crate) fn holder_besides(&self, name: &str, not: NodeId) -> Option<NodeId> {
+    pub fn holder_besides(&self, name: &str, not: NodeId) -> Option<NodeId> {
         self.up()
             .find(|n| n.id() != not && n.election(name).leadership().leased)
             .map(Node::id)
@@ -145,7 +154,7 @@ impl Group {
     /// The root's leader `s`, once it has created `names` with affinity for itself and
     /// leads its share of them (the balancer lets an affinity hold a node's share plus
     /// one: the others lead the rest), every one leased; and the names it leads.
-    pub(crate) async fn leader_with_share(&self, names: &[String]) -> (NodeId, Vec<String>) {
+    pub async fn leader_with_share(&self, names: &[String]) -> (NodeId, Vec<String>) {
         let s = until("a root leader with its lease", || self.root_holder()).await;
         for name in names {
             self.node(s)
@@ -165,7 +174,7 @@ impl Group {
     /// The elections of `names` that `s` leads, once every one of them has a leaseholder
     /// and `s` leads at least `share` (the balancer lets an affinity hold a node's share
     /// plus one); `None` before.
-    pub(crate) fn led_by(&self, s: NodeId, names: &[String], share: usize) -> Option<Vec<String>> {
+    pub fn led_by(&self, s: NodeId, names: &[String], share: usize) -> Option<Vec<String>> {
         let mut led = Vec::new();
         for name in names {
             let holder = self.holder(name)?;

@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 /// Per-packet loss, which turmoil does not have (its `fail_rate` cuts whole links for a
 /// while). Shared by every socket of a run; all hosts run on one thread in a fixed
 /// order, so the seeded draws repeat.
-pub(crate) struct NetCtl {
+pub struct NetCtl {
     /// Drop probability per directed link (source host, destination host).
     pub loss: std::collections::HashMap<(IpAddr, IpAddr), f64>,
     rng: StdRng,
@@ -34,7 +34,7 @@ pub(crate) struct NetCtl {
 
 impl NetCtl {
     /// No loss; draws seeded with `seed`.
-    pub(crate) fn new(seed: u64) -> NetCtl {
+    pub fn new(seed: u64) -> NetCtl {
         NetCtl {
             loss: Default::default(),
             rng: StdRng::seed_from_u64(seed ^ 0x5eed_1055),
@@ -55,7 +55,7 @@ impl NetCtl {
 }
 
 /// A turmoil UDP socket as quinn sees it.
-pub(crate) struct SimUdp {
+pub struct SimUdp {
     socket: Arc<turmoil::net::UdpSocket>,
     rx: Mutex<mpsc::UnboundedReceiver<(Vec<u8>, SocketAddr)>>,
     local: SocketAddr,
@@ -73,7 +73,7 @@ impl fmt::Debug for SimUdp {
 impl SimUdp {
     /// Binds `addr` on the current simulated host and starts the receive task; `local`
     /// is the address peers reach it at. Must run inside a turmoil host.
-    pub(crate) async fn bind(
+    pub async fn bind(
         addr: SocketAddr,
         local: SocketAddr,
         net: Arc<Mutex<NetCtl>>,

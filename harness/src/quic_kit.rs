@@ -1,8 +1,6 @@
 //! What the QUIC transport's tests share (`tests/transport_quic.rs`,
 //! `tests/transport_names.rs`): a logger, a polling wait, messages and identities.
 
-#![allow(dead_code)] // each test file uses a different part
-
 use std::time::{Duration, Instant};
 
 use raft::eraftpb::Message;
@@ -11,7 +9,7 @@ use tenure::transport::tls::{ClusterCa, TlsIdentity};
 use tenure::transport::NodeId;
 
 /// The transports' logs on stderr with `TENURE_TEST_LOG` set, else nowhere.
-pub(crate) fn logger() -> Logger {
+pub fn logger() -> Logger {
     if std::env::var_os("TENURE_TEST_LOG").is_some() {
         let decorator = slog_term::PlainSyncDecorator::new(std::io::stderr());
         let drain = slog_term::FullFormat::new(decorator).build().fuse();
@@ -22,7 +20,7 @@ pub(crate) fn logger() -> Logger {
 }
 
 /// Polls `cond` every 5 ms until it holds; panics naming `what` after `timeout`.
-pub(crate) async fn wait_for(mut cond: impl FnMut() -> bool, what: &str, timeout: Duration) {
+pub async fn wait_for(mut cond: impl FnMut() -> bool, what: &str, timeout: Duration) {
     let start = Instant::now();
     loop {
         if cond() {
@@ -36,7 +34,7 @@ pub(crate) async fn wait_for(mut cond: impl FnMut() -> bool, what: &str, timeout
 }
 
 /// A message of `term` from `from` to `to`.
-pub(crate) fn msg(from: NodeId, to: NodeId, term: u64) -> Message {
+pub fn msg(from: NodeId, to: NodeId, term: u64) -> Message {
     Message {
         from,
         to,
@@ -46,7 +44,7 @@ pub(crate) fn msg(from: NodeId, to: NodeId, term: u64) -> Message {
 }
 
 /// Node `id`'s identity, issued by `ca`.
-pub(crate) fn identity(ca: &ClusterCa, id: NodeId) -> TlsIdentity {
+pub fn identity(ca: &ClusterCa, id: NodeId) -> TlsIdentity {
     let node = ca.issue_node(id).unwrap();
     TlsIdentity::from_pem(ca.cert_pem(), &node.cert_pem, &node.key_pem).unwrap()
 }

@@ -5,8 +5,6 @@
 //! failed fsync does, or slow every write down. Used over real RocksDB by
 //! `tests/disk_stall.rs`.
 
-#![allow(dead_code)]
-
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -30,7 +28,7 @@ enum Shut {
 /// Where a store's writes wait while the disk "stalls". Shared by every handle of one
 /// store.
 #[derive(Default)]
-pub(crate) struct Gate {
+pub struct Gate {
     shut: Mutex<Shut>,
     opened: Condvar,
     /// Writes waiting at the gate right now.
@@ -49,41 +47,41 @@ pub(crate) struct Gate {
 
 impl Gate {
     /// From now on every write waits until [`open`](Self::open).
-    pub(crate) fn shut(&self) {
+    pub fn shut(&self) {
         *self.shut.lock().unwrap() = Shut::All;
     }
 
     /// From now on only the writes the driver waits for wait until
     /// [`open`](Self::open): a stall that meets a driver in such a write (an election
     /// created or removed, a compaction) holds its turn.
-    pub(crate) fn shut_waited(&self) {
+    pub fn shut_waited(&self) {
         *self.shut.lock().unwrap() = Shut::Waited;
     }
 
     /// Lets every waiting write (and every later one) through.
-    pub(crate) fn open(&self) {
+    pub fn open(&self) {
         *self.shut.lock().unwrap() = Shut::Open;
         self.opened.notify_all();
     }
 
     /// From now on every write and probe takes `d` longer (zero: as fast as the disk).
-    pub(crate) fn slow(&self, d: Duration) {
+    pub fn slow(&self, d: Duration) {
         self.slow_ms.store(d.as_millis() as u64, Ordering::SeqCst);
     }
 
     /// How many probe writes passed the gate.
-    pub(crate) fn probes(&self) -> usize {
+    pub fn probes(&self) -> usize {
         self.probes.load(Ordering::SeqCst)
     }
 
     /// The next Ready write (`write` or `write_all`) fails with an I/O error, as a failed
     /// fsync does, and writes nothing.
-    pub(crate) fn fail_next_write(&self) {
+    pub fn fail_next_write(&self) {
         self.fail_next.store(true, Ordering::SeqCst);
     }
 
     /// How many Ready writes failed.
-    pub(crate) fn failed(&self) -> usize {
+    pub fn failed(&self) -> usize {
         self.failed.load(Ordering::SeqCst)
     }
 
@@ -100,12 +98,12 @@ impl Gate {
     }
 
     /// How many writes wait at the gate now.
-    pub(crate) fn waiting(&self) -> usize {
+    pub fn waiting(&self) -> usize {
         self.waiting.load(Ordering::SeqCst)
     }
 
     /// How many writes have waited at it since the store was made.
-    pub(crate) fn held(&self) -> usize {
+    pub fn held(&self) -> usize {
         self.held.load(Ordering::SeqCst)
     }
 
@@ -135,17 +133,20 @@ impl Gate {
 }
 
 /// The longest any write waits at a gate.
-pub(crate) const MAX_STALL: Duration = Duration::from_secs(60);
+pub const MAX_STALL: Duration = Duration::from_secs(60);
 
 /// A store whose writes wait at `gate` while it is shut.
 #[derive(Clone)]
-pub(crate) struct StallStore<S> {
+pub struct StallStore<S> {
+    /// The store written to.
     pub inner: S,
+    /// Where writes wait while it is shut.
     pub gate: Arc<Gate>,
 }
 
 impl<S> StallStore<S> {
-    pub(crate) fn new(inner: S, gate: Arc<Gate>) -> Self {
+    /// `inner`, its writes held at `gate`.
+    pub fn new(inner: S, gate: Arc<Gate>) -> Self {
         StallStore { inner, gate }
     }
 

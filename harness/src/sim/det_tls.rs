@@ -29,7 +29,7 @@ use rustls::{NamedGroup, SignatureAlgorithm, SignatureScheme};
 
 /// ring's provider with every draw of randomness taken from `seed`. Its parts are
 /// `'static` in rustls's types: each call leaks a few small objects (once per run).
-pub(crate) fn provider(seed: u64) -> Arc<CryptoProvider> {
+pub fn provider(seed: u64) -> Arc<CryptoProvider> {
     let rng: &'static Seeded = Box::leak(Box::new(Seeded(Mutex::new(StdRng::seed_from_u64(
         seed ^ 0x7150_5eed,
     )))));
@@ -188,7 +188,7 @@ impl Signer for FixedNonceSigner {
 /// same bytes in every process: fixed keys, serials and dates, ECDSA signatures with
 /// fixed nonces. Made as `ClusterCa` makes them (the names, usages and constraints tenure
 /// checks), valid from 2025 to 2125.
-pub(crate) fn identities(ids: std::ops::RangeInclusive<u64>) -> (String, Vec<(String, String)>) {
+pub fn identities(ids: std::ops::RangeInclusive<u64>) -> (String, Vec<(String, String)>) {
     use rcgen::{
         BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
         GeneralSubtree, IsCa, Issuer, KeyUsagePurpose, NameConstraints, SanType, SerialNumber,

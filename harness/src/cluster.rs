@@ -1,8 +1,6 @@
 //! A cluster test fixture: N real nodes (QUIC on loopback, RocksDB in a temporary
 //! folder) in this process; kill, restart, cut and heal links; wait for conditions.
 
-#![allow(dead_code)]
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -14,11 +12,7 @@ use tenure::{Config, Leadership, LostReason, Node, NodeId, ReadMode, Role, Timin
 use tokio::time::Instant;
 
 /// Waits until `f` returns `Some`, polling; panics with `what` after `timeout`.
-pub(crate) async fn wait_for<T>(
-    what: &str,
-    timeout: Duration,
-    mut f: impl FnMut() -> Option<T>,
-) -> T {
+pub async fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = f() {
@@ -33,14 +27,18 @@ pub(crate) async fn wait_for<T>(
 
 /// One lease as a node saw it.
 #[derive(Debug, Clone)]
-pub(crate) struct LeaseRecord {
+pub struct LeaseRecord {
+    /// The node that held it.
     pub node: NodeId,
+    /// Its term: the fencing token.
     pub term: u64,
+    /// When the node reported it acquired.
     pub acquired: Instant,
     /// The lease's validity when it ended (what it would have been had the node died).
     pub valid_until: Option<Instant>,
     /// When it was revoked.
     pub ended: Option<Instant>,
+    /// Why it ended, once it did.
     pub reason: Option<LostReason>,
     /// When the node reported it lost.
     pub lost_at: Option<Instant>,
@@ -49,7 +47,7 @@ pub(crate) struct LeaseRecord {
 impl LeaseRecord {
     /// When this lease stopped protecting anything: a handover ends it at revocation; a
     /// kill or a partition ends it when its validity runs out.
-    pub(crate) fn effective_end(&self) -> Option<Instant> {
+    pub fn effective_end(&self) -> Option<Instant> {
         match self.reason {
             Some(LostReason::HandedOver) => self.ended,
             Some(_) => self.valid_until.or(self.ended),
@@ -58,14 +56,23 @@ impl LeaseRecord {
     }
 }
 
-pub(crate) type Leases = Arc<Mutex<Vec<LeaseRecord>>>;
+/// Every lease of a cluster, in the order they were acquired, shared with the tasks that record them.
+pub type Leases = Arc<Mutex<Vec<LeaseRecord>>>;
 
-pub(crate) struct Cluster {
+/// N real nodes in this process, each with its RocksDB folder and a QUIC endpoint on
+/// loopback, and the leases they reported.
+pub struct Cluster {
+    /// The temporary folder holding every node's certificates and data.
     pub dir: tempfile::TempDir,
+    /// Each node's address.
     pub addrs: BTreeMap<NodeId, SocketAddr>,
+    /// The running nodes.
     pub nodes: BTreeMap<NodeId, Node>,
+    /// The timing every node runs with.
     pub timing: Timing,
+    /// The read mode every node runs with.
     pub read_mode: ReadMode,
+    /// Every lease a node reported, for [`Cluster::assert_leases_never_overlap`].
     pub leases: Leases,
     /// `Config::compact_after` for every node.
     pub compact_after: u64,
@@ -96,7 +103,8 @@ fn test_logger(id: NodeId) -> Option<slog::Logger> {
     Some(slog::Logger::root(drain, slog::o!("test_node" => id)))
 }
 
-pub(crate) fn test_timing() -> Timing {
+/// The tests' timing: 10 ms ticks, 30 ms heartbeats, election timeouts 150–250 ms.
+pub fn test_timing() -> Timing {
     // 10 ms ticks, 30 ms heartbeats, elections 150–250 ms: fast, with room for a
     // loaded 2-core CI machine.
     Timing::from_millis(10, 30, 150, 250)
@@ -158,11 +166,13 @@ fn free_addr() -> SocketAddr {
 }
 
 impl Cluster {
-    pub(crate) async fn start(n: u64) -> Cluster {
+    /// Starts nodes 1 to `n`, founding a group, with [`test_timing`] and safe reads.
+    pub async fn start(n: u64) -> Cluster {
         Cluster::start_with(n, test_timing(), ReadMode::Safe).await
     }
 
-    pub(crate) async fn start_with(n: u64, timing: Timing, read_mode: ReadMode) -> Cluster {
+    /// Starts nodes 1 to `n`, founding a group, with `timing` and `read_mode`.
+    pub async fn start_with(n: u64, timing: Timing, read_mode: ReadMode) -> Cluster {
         let mut c = Cluster::unstarted(n, timing, read_mode);
         for id in 1..=n {
             c.start_node(id).await;
@@ -171,7 +181,7 @@ impl Cluster {
     }
 
     /// The folders, certificates and addresses of `n` nodes, none started.
-    pub(crate) fn unstarted(n: u64, timing: Timing, read_mode: ReadMode) -> Cluster {
+    pub fn unstarted(n: u64, timing: Timing, read_mode: ReadMode) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let ids: Vec<NodeId> = (1..=n).collect();
         tenure::transport::tls::write_cluster_certs(dir.path().join("certs"), ids.iter().copied())
@@ -192,7 +202,8 @@ impl Cluster {
         }
     }
 
-    pub(crate) fn config(&self, id: NodeId) -> Config {
+    /// Node `id`'s configuration: its folder, address, peers, timing and logger.
+    pub fn config(&self, id: NodeId) -> Config {
         let b = Config::builder(id)
             .peers(self.addrs.iter().map(|(i, a)| (*i, *a)))
             .data_dir(self.dir.path().join(format!("data-{id}")))
@@ -217,7 +228,7 @@ impl Cluster {
 
     /// Starts a new node `id` that joins the group (certificate issued now, empty data
     /// directory, `Config::join`); returns its address for `Node::add_learner`.
-    pub(crate) async fn start_joining(&mut self, id: NodeId) -> SocketAddr {
+    pub async fn start_joining(&mut self, id: NodeId) -> SocketAddr {
         tenure::transport::tls::write_node_cert(self.dir.path().join("certs"), id)
             .expect("issue a node certificate");
         let addr = free_addr();
@@ -227,7 +238,8 @@ impl Cluster {
         addr
     }
 
-    pub(crate) async fn start_node(&mut self, id: NodeId) {
+    /// Starts node `id` on its folder (again, after a kill), recording its leases.
+    pub async fn start_node(&mut self, id: NodeId) {
         // A node killed in this process releases its UDP port when its endpoint's last
         // task ends, a moment after `kill` returns: retry while the port is busy.
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -277,13 +289,14 @@ impl Cluster {
     }
 
     /// Stops a node at once, without handover, as if its process died.
-    pub(crate) async fn kill(&mut self, id: NodeId) {
+    pub async fn kill(&mut self, id: NodeId) {
         if let Some(n) = self.nodes.remove(&id) {
             n.kill().await;
         }
     }
 
-    pub(crate) async fn restart(&mut self, id: NodeId) {
+    /// Kills node `id` and starts it again on the same folder.
+    pub async fn restart(&mut self, id: NodeId) {
         let t0 = Instant::now();
         self.kill(id).await;
         let killed = t0.elapsed();
@@ -294,16 +307,18 @@ impl Cluster {
         );
     }
 
-    pub(crate) fn node(&self, id: NodeId) -> &Node {
+    /// Running node `id` (panics if it is not running).
+    pub fn node(&self, id: NodeId) -> &Node {
         &self.nodes[&id]
     }
 
-    pub(crate) fn view(&self, id: NodeId) -> Leadership {
+    /// Node `id`'s current view of the root election.
+    pub fn view(&self, id: NodeId) -> Leadership {
         self.nodes[&id].leadership()
     }
 
     /// Cuts every link between `a` and `b`, both directions.
-    pub(crate) fn cut(&self, a: NodeId, b: NodeId) {
+    pub fn cut(&self, a: NodeId, b: NodeId) {
         if let Some(n) = self.nodes.get(&a) {
             n.faults().isolate_from(b);
         }
@@ -313,14 +328,14 @@ impl Cluster {
     }
 
     /// Cuts `id` off from every other node.
-    pub(crate) fn isolate(&self, id: NodeId) {
+    pub fn isolate(&self, id: NodeId) {
         for other in self.addrs.keys().copied().filter(|o| *o != id) {
             self.cut(id, other);
         }
     }
 
     /// Splits the group into two sides that cannot talk.
-    pub(crate) fn partition(&self, side_a: &[NodeId]) {
+    pub fn partition(&self, side_a: &[NodeId]) {
         for a in side_a {
             for b in self.addrs.keys().filter(|b| !side_a.contains(b)) {
                 self.cut(*a, *b);
@@ -328,14 +343,15 @@ impl Cluster {
         }
     }
 
-    pub(crate) fn heal(&self) {
+    /// Heals every cut link.
+    pub fn heal(&self) {
         for n in self.nodes.values() {
             n.faults().heal();
         }
     }
 
     /// Nodes that consider themselves leader, with their term.
-    pub(crate) fn leaders(&self) -> Vec<(NodeId, u64)> {
+    pub fn leaders(&self) -> Vec<(NodeId, u64)> {
         self.nodes
             .iter()
             .map(|(id, n)| (*id, n.leadership()))
@@ -345,7 +361,7 @@ impl Cluster {
     }
 
     /// The node holding a lease, if exactly one running node does.
-    pub(crate) fn leased_leader(&self) -> Option<(NodeId, u64)> {
+    pub fn leased_leader(&self) -> Option<(NodeId, u64)> {
         let leased: Vec<(NodeId, u64)> = self
             .nodes
             .iter()
@@ -358,7 +374,7 @@ impl Cluster {
 
     /// The node and term of named election `name`'s leased leader, if exactly one node
     /// among `ids` holds its lease and every one of them follows it.
-    pub(crate) fn named_leader(&self, ids: &[NodeId], name: &str) -> Option<(NodeId, u64)> {
+    pub fn named_leader(&self, ids: &[NodeId], name: &str) -> Option<(NodeId, u64)> {
         let views: Vec<(NodeId, Leadership)> = ids
             .iter()
             .map(|id| (*id, self.node(*id).election(name).leadership()))
@@ -378,7 +394,7 @@ impl Cluster {
     }
 
     /// Waits until one node holds a lease and every running node agrees on it.
-    pub(crate) async fn steady_leader(&self, timeout: Duration) -> (NodeId, u64) {
+    pub async fn steady_leader(&self, timeout: Duration) -> (NodeId, u64) {
         wait_for("one leased leader that every node follows", timeout, || {
             let (leader, term) = self.leased_leader()?;
             self.nodes
@@ -398,7 +414,7 @@ impl Cluster {
     /// node's lease of an earlier term ended: the history checker's rules (a) and (d),
     /// with each lease ending at its [`LeaseRecord::effective_end`] (a lease lost other
     /// than by a handover protected until its validity ran out).
-    pub(crate) fn assert_leases_never_overlap(&self) {
+    pub fn assert_leases_never_overlap(&self) {
         let leases = self.leases.lock().unwrap().clone();
         // One reading of both clocks, so that the leases keep their exact order.
         let (base, base_ns) = (Instant::now(), tenure::clock::monotonic_ns());
@@ -426,7 +442,8 @@ impl Cluster {
         }
     }
 
-    pub(crate) async fn shutdown(mut self) {
+    /// Shuts every node down gracefully.
+    pub async fn shutdown(mut self) {
         let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
         for id in ids {
             self.kill(id).await;

@@ -2,8 +2,6 @@
 //! reaches the disk and the driver stops on the error, as a process killed during that
 //! fsync would. Used by the simulation and by the lost-acknowledgement test.
 
-#![allow(dead_code)]
-
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,24 +10,25 @@ use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use tenure::storage::{MemStore, RaftStore, ReadyWrite, StorageError};
 
 /// Which write dies (the values of [`TornStore::tear`]).
-pub(crate) mod tear {
+pub mod tear {
     /// None.
-    pub(crate) const NONE: u8 = 0;
+    pub const NONE: u8 = 0;
     /// The next write with a hard state (term, vote).
-    pub(crate) const HARD_STATE: u8 = 1;
+    pub const HARD_STATE: u8 = 1;
     /// The next write with log entries carrying a leadership record.
-    pub(crate) const RECORD: u8 = 2;
+    pub const RECORD: u8 = 2;
 }
 
 /// Whether an entry carries a leadership record (tenure's history entries start with
 /// this tag byte).
-pub(crate) fn is_record(e: &Entry) -> bool {
+pub fn is_record(e: &Entry) -> bool {
     e.data.first() == Some(&b'H')
 }
 
 /// A [`MemStore`] whose next write of the armed kind dies.
 #[derive(Clone)]
-pub(crate) struct TornStore {
+pub struct TornStore {
+    /// The store written to.
     pub inner: MemStore,
     /// Which write dies: one of the [`tear`] values; reset when it happened. Shared across
     /// restarts of one node, so a fault can be armed before the node starts.
@@ -44,8 +43,10 @@ pub(crate) struct TornStore {
 /// [`TornStore`] blocks for `delay` (as RocksDB's close does while it syncs and unlocks)
 /// and then sets `closed`.
 #[derive(Default)]
-pub(crate) struct CloseProbe {
+pub struct CloseProbe {
+    /// How long closing blocks.
     pub delay: Duration,
+    /// Set once the store closed.
     pub closed: Arc<AtomicBool>,
 }
 

@@ -1,15 +1,37 @@
-pub(crate) mod cluster;
-pub(crate) mod kit;
-pub(crate) mod netns;
-pub(crate) mod procs;
+//! tenure's test harness (`publish = false`): what the tests, the benchmarks and the
+//! `local_group` example share, in one crate instead of modules each of them includes
+//! by path.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`kit`] | worker processes (`tenure-worker`): their command line, events, children, binaries |
+//! | [`checker`] | the history checker: judges a run's events against tenure's guarantees (`docs/design.md`, section 10) |
+//! | [`cluster`] | a group of in-process nodes over QUIC with RocksDB, and its recorded history |
+//! | [`procs`] | a group of worker processes for the tests |
+//! | [`netns`] | workers in network namespaces, and the fault schedules run on them (root) |
+//! | [`sim`] | the deterministic simulation's world: simulated hosts, UDP, clocks, TLS randomness, schedules |
+//! | [`quic_kit`], [`shared_log`] | bare QUIC transports, and a logger whose lines a test reads |
+//! | [`stall_store`], [`stall_group`] | a storage whose syncs a test holds, and a group built on it |
+//! | [`torn_store`] | a storage that tears its last write, as a power cut would |
+//!
+//! Tests name it `tenure_harness`; it depends on `tenure` with the `testing` feature, the
+//! same library the tests link (cargo unifies the two).
 
-/// The history checker, as the tests have always named it (it is the kit's).
-pub(crate) use kit::checker;
+pub mod checker;
+pub mod cluster;
+pub mod kit;
+pub mod netns;
+pub mod procs;
+pub mod quic_kit;
+pub mod shared_log;
+pub mod sim;
+pub mod stall_group;
+pub mod stall_store;
+pub mod torn_store;
 
 /// A backup of group `group` taken now by its leader, node 1, at root term `term`, with
 /// `voters` and no history or elections: what tests edit into the backup they need.
-#[allow(dead_code)] // not every test file restores
-pub(crate) fn backup_taken_now(
+pub fn backup_taken_now(
     group: tenure::GroupId,
     term: u64,
     voters: Vec<tenure::NodeId>,
@@ -37,8 +59,7 @@ pub(crate) fn backup_taken_now(
 /// address in `addrs`, as a stolen or misused certificate would be used: what the group
 /// sends it is swallowed. Binding is retried for `wait`: a killed node's endpoint
 /// releases its port a moment after it exits.
-#[allow(dead_code)] // not every test file impersonates a node
-pub(crate) async fn impostor(
+pub async fn impostor(
     certs: &std::path::Path,
     id: tenure::NodeId,
     addrs: &std::collections::BTreeMap<tenure::NodeId, std::net::SocketAddr>,

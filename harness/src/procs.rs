@@ -2,36 +2,41 @@
 //! kill and restart them by PID, and read their JSON events. Built on the kit: the
 //! command line is a [`WorkerCommand`], the events are the kit's [`Event`]s.
 
-#![allow(dead_code)]
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub(crate) use super::kit::binary::nested_cargo;
+pub use super::kit::binary::nested_cargo;
 use super::kit::children::Children;
 use super::kit::command::WorkerCommand;
 use super::kit::event::{read_events, Event};
 
 /// One event line, with when the harness received it (`at`).
-pub(crate) type Ev = Event;
+pub type Ev = Event;
 
 /// Path of the worker, `tenure-worker`, of this test's profile (and, under the mutations
 /// feature, built with it).
-pub(crate) fn worker_binary() -> PathBuf {
+pub fn worker_binary() -> PathBuf {
     super::kit::binary::worker()
 }
 
-pub(crate) struct Group {
+/// Worker processes of one group on loopback, their events gathered as they print them.
+pub struct Group {
+    /// Certificates, data folders and the ledger.
     pub dir: tempfile::TempDir,
+    /// The workers' ids.
     pub ids: Vec<u64>,
+    /// Each worker's address.
     pub addrs: BTreeMap<u64, String>,
     /// The running workers (killed when the group is dropped).
     pub children: Children,
+    /// Every event the workers printed, in the order read.
     pub events: Arc<Mutex<Vec<Ev>>>,
+    /// The ledger the workers settle into, if they do.
     pub ledger: Option<PathBuf>,
+    /// Arguments every worker start adds.
     pub extra: Vec<String>,
     /// The group the first workers found: every start passes `--found`, as a unit file
     /// would (but for nodes started with `--join`).
@@ -40,7 +45,7 @@ pub(crate) struct Group {
 
 impl Group {
     /// Starts `n` workers; with `ledger`, they settle the ledger at that path.
-    pub(crate) fn start(n: u64, ledger: Option<PathBuf>, extra: &[&str]) -> Group {
+    pub fn start(n: u64, ledger: Option<PathBuf>, extra: &[&str]) -> Group {
         let dir = tempfile::tempdir().expect("temp dir");
         let ids: Vec<u64> = (1..=n).collect();
         tenure::transport::tls::write_cluster_certs(dir.path().join("certs"), ids.iter().copied())
@@ -68,7 +73,8 @@ impl Group {
         g
     }
 
-    pub(crate) fn spawn(&mut self, id: u64) {
+    /// Starts worker `id` (again, after it stopped) on its data folder.
+    pub fn spawn(&mut self, id: u64) {
         let mut cmd = WorkerCommand::new(worker_binary())
             .id(id)
             .listen(&self.addrs[&id])
@@ -95,14 +101,15 @@ impl Group {
         self.children.insert(id, child);
     }
 
-    pub(crate) fn signal(&self, id: u64, sig: i32) {
+    /// Sends `sig` to worker `id`.
+    pub fn signal(&self, id: u64, sig: i32) {
         let pid = self.children.pid(id).expect("a running worker");
         assert!(self.children.signal(id, sig), "kill({pid}, {sig})");
     }
 
     /// Waits until worker `id` exits by itself; its exit code (`None`: killed by a
     /// signal). Panics after `timeout`.
-    pub(crate) fn wait_exit(&mut self, id: u64, timeout: Duration) -> Option<i32> {
+    pub fn wait_exit(&mut self, id: u64, timeout: Duration) -> Option<i32> {
         assert!(self.children.contains(id), "worker {id} was not spawned");
         match self.children.wait(id, timeout) {
             Some(status) => status.code(),
@@ -111,16 +118,17 @@ impl Group {
     }
 
     /// SIGKILL and reap.
-    pub(crate) fn kill(&mut self, id: u64) {
+    pub fn kill(&mut self, id: u64) {
         self.children.kill(id);
     }
 
-    pub(crate) fn events(&self) -> Vec<Ev> {
+    /// Every event so far.
+    pub fn events(&self) -> Vec<Ev> {
         self.events.lock().unwrap().clone()
     }
 
     /// Waits until an event matching `f` arrived (among all so far); returns it.
-    pub(crate) fn wait_event(&self, what: &str, timeout: Duration, f: impl Fn(&Ev) -> bool) -> Ev {
+    pub fn wait_event(&self, what: &str, timeout: Duration, f: impl Fn(&Ev) -> bool) -> Ev {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(e) = self.events.lock().unwrap().iter().find(|e| f(e)) {
@@ -145,7 +153,7 @@ impl Group {
     }
 
     /// The node currently holding a lease (its last lease event is an acquisition).
-    pub(crate) fn leaseholder(&self, timeout: Duration) -> (u64, u64) {
+    pub fn leaseholder(&self, timeout: Duration) -> (u64, u64) {
         // The root election's leases only (named elections' events carry their name).
         let e = self.wait_event("a lease holder", timeout, |e| {
             e.event == "lease_acquired" && e.is_root()
@@ -161,7 +169,7 @@ impl Group {
     }
 
     /// SIGCONT and SIGTERM to every worker; SIGKILL what still runs after 5 s.
-    pub(crate) fn stop(&mut self) {
+    pub fn stop(&mut self) {
         self.children.stop_all(Duration::from_secs(5));
     }
 }

@@ -14,11 +14,11 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use super::checker;
+use crate::checker;
 
 /// One event line of a worker, parsed.
 #[derive(Debug, Clone)]
-pub(crate) struct Event {
+pub struct Event {
     /// The worker that printed it.
     pub node: u64,
     /// `started`, `leader_changed`, `lease_acquired`, …
@@ -36,7 +36,7 @@ pub(crate) struct Event {
 impl Event {
     /// Parses one line; `None` unless it is a JSON object with a string `event`, and
     /// `node` and `mono_ns` numbers (as every line the worker prints is).
-    pub(crate) fn parse(line: &str) -> Option<Event> {
+    pub fn parse(line: &str) -> Option<Event> {
         let raw = line.trim();
         let v: Value = serde_json::from_str(raw).ok()?;
         Some(Event {
@@ -50,40 +50,40 @@ impl Event {
     }
 
     /// The `term` field.
-    pub(crate) fn term(&self) -> Option<u64> {
+    pub fn term(&self) -> Option<u64> {
         self.u64("term")
     }
 
     /// An unsigned field.
-    pub(crate) fn u64(&self, key: &str) -> Option<u64> {
+    pub fn u64(&self, key: &str) -> Option<u64> {
         self.v.get(key).and_then(Value::as_u64)
     }
 
     /// The named election this event is about: `None` for the root election (`"election":
     /// null`, or no field at all) and for events of no election.
-    pub(crate) fn election(&self) -> Option<&str> {
+    pub fn election(&self) -> Option<&str> {
         self.str("election")
     }
 
     /// Whether this event is of the root election (or of none).
-    pub(crate) fn is_root(&self) -> bool {
+    pub fn is_root(&self) -> bool {
         self.election().is_none()
     }
 
     /// A string field.
-    pub(crate) fn str(&self, key: &str) -> Option<&str> {
+    pub fn str(&self, key: &str) -> Option<&str> {
         self.v.get(key).and_then(Value::as_str)
     }
 
     /// The event as the history checker takes it.
-    pub(crate) fn judged(&self) -> Option<checker::Event> {
+    pub fn judged(&self) -> Option<checker::Event> {
         checker::Event::from_json(&self.v)
     }
 }
 
 /// Reads a worker's stdout on a thread of its own until it closes, and hands every
 /// event line to `sink` in order (other lines are skipped).
-pub(crate) fn read_events(
+pub fn read_events(
     out: impl Read + Send + 'static,
     mut sink: impl FnMut(Event) + Send + 'static,
 ) -> JoinHandle<()> {

@@ -158,8 +158,6 @@
 //! overlap. The more often histories are sampled (at the end of a run, before a crash),
 //! the less of that there is.
 
-#![allow(dead_code)]
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -167,7 +165,7 @@ use serde_json::Value;
 
 /// What happened, as far as the checker cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub enum Kind {
     /// A node (process) started.
     Started,
     /// A node's view of term and leader changed (`term`, `leader`, `role`).
@@ -270,7 +268,7 @@ impl Kind {
 
 /// One event of one node, in the history's time base.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Event {
+pub struct Event {
     /// The reporting node (0 for events of the harness itself, like faults).
     pub node: u64,
     /// When it was reported.
@@ -320,7 +318,7 @@ pub(crate) struct Event {
 
 impl Event {
     /// An event with only the required fields set.
-    pub(crate) fn new(node: u64, at_ns: u64, kind: Kind) -> Event {
+    pub fn new(node: u64, at_ns: u64, kind: Kind) -> Event {
         Event {
             node,
             at_ns,
@@ -347,46 +345,46 @@ impl Event {
 
     /// Marks the event as one of named election `name`, id `id` (rules (a)–(f) judge
     /// each election by itself; (g)–(i) judge them against each other).
-    pub(crate) fn in_election(mut self, name: &str, id: u32) -> Event {
+    pub fn in_election(mut self, name: &str, id: u32) -> Event {
         self.election = Some(name.to_string());
         self.election_id = id;
         self
     }
 
     /// Sets `term` and `token` (a lease event).
-    pub(crate) fn term(mut self, t: u64) -> Event {
+    pub fn term(mut self, t: u64) -> Event {
         self.term = Some(t);
         self.token = Some(t);
         self
     }
 
     /// Sets `valid_until_ns`.
-    pub(crate) fn until(mut self, ns: u64) -> Event {
+    pub fn until(mut self, ns: u64) -> Event {
         self.valid_until_ns = Some(ns);
         self
     }
 
     /// Sets `granted_ns`, when an acquired lease was granted.
-    pub(crate) fn granted(mut self, ns: u64) -> Event {
+    pub fn granted(mut self, ns: u64) -> Event {
         self.granted_ns = Some(ns);
         self
     }
 
     /// Sets a free-text note.
-    pub(crate) fn note(mut self, s: impl Into<String>) -> Event {
+    pub fn note(mut self, s: impl Into<String>) -> Event {
         self.note = s.into();
         self
     }
 
     /// `lease_acquired` of term `t` by `node` at `at`, valid until `until`.
-    pub(crate) fn acquired(node: u64, at: u64, t: u64, until: u64) -> Event {
+    pub fn acquired(node: u64, at: u64, t: u64, until: u64) -> Event {
         Event::new(node, at, Kind::LeaseAcquired)
             .term(t)
             .until(until)
     }
 
     /// `lease_confirmed` of term `t`, the call having begun at `began`.
-    pub(crate) fn confirmed(node: u64, began: u64, at: u64, t: u64, until: u64) -> Event {
+    pub fn confirmed(node: u64, began: u64, at: u64, t: u64, until: u64) -> Event {
         let mut e = Event::new(node, at, Kind::LeaseConfirmed)
             .term(t)
             .until(until);
@@ -396,7 +394,7 @@ impl Event {
     }
 
     /// `lease_lost` of term `t`, the lease having ended at `ended`.
-    pub(crate) fn lost(node: u64, at: u64, t: u64, ended: u64, reason: &str) -> Event {
+    pub fn lost(node: u64, at: u64, t: u64, ended: u64, reason: &str) -> Event {
         let mut e = Event::new(node, at, Kind::LeaseLost).term(t);
         e.ended_ns = Some(ended);
         e.reason = Some(reason.to_string());
@@ -404,13 +402,7 @@ impl Event {
     }
 
     /// `leader_changed`: `node` is now in `term`, following `leader`.
-    pub(crate) fn term_changed(
-        node: u64,
-        at: u64,
-        term: u64,
-        leader: Option<u64>,
-        role: &str,
-    ) -> Event {
+    pub fn term_changed(node: u64, at: u64, term: u64, leader: Option<u64>, role: &str) -> Event {
         let mut e = Event::new(node, at, Kind::LeaderChanged);
         e.term = Some(term);
         e.leader = leader;
@@ -419,7 +411,7 @@ impl Event {
     }
 
     /// `history`: the records (term, leader) `node` had applied at `at`, oldest first.
-    pub(crate) fn history(node: u64, at: u64, records: Vec<(u64, u64)>) -> Event {
+    pub fn history(node: u64, at: u64, records: Vec<(u64, u64)>) -> Event {
         let mut e = Event::new(node, at, Kind::History);
         e.records = records;
         e
@@ -428,12 +420,7 @@ impl Event {
     /// `members`: the voters `node` had applied at `at` (`outgoing`: the outgoing
     /// configuration's, while joint; else empty). From node 0, the harness: a
     /// configuration that may be in force from `at` on (see rule (c)).
-    pub(crate) fn members(
-        node: u64,
-        at: u64,
-        mut voters: Vec<u64>,
-        mut outgoing: Vec<u64>,
-    ) -> Event {
+    pub fn members(node: u64, at: u64, mut voters: Vec<u64>, mut outgoing: Vec<u64>) -> Event {
         voters.sort_unstable();
         outgoing.sort_unstable();
         let mut e = Event::new(node, at, Kind::Members);
@@ -445,13 +432,13 @@ impl Event {
     /// Parses one worker JSON line (`{"event": .., "node": .., "mono_ns": .., ...}`);
     /// `None` for anything else. `latency_us` becomes `latency_ns`; an optional
     /// `began_ns` is taken as is; a `history` event's `records` is `[[term, leader], ...]`.
-    pub(crate) fn from_json_line(line: &str) -> Option<Event> {
+    pub fn from_json_line(line: &str) -> Option<Event> {
         let v: Value = serde_json::from_str(line.trim()).ok()?;
         Event::from_json(&v)
     }
 
     /// [`Event::from_json_line`] on a parsed value.
-    pub(crate) fn from_json(v: &Value) -> Option<Event> {
+    pub fn from_json(v: &Value) -> Option<Event> {
         let u = |k: &str| v.get(k).and_then(Value::as_u64);
         let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
         let mut e = Event::new(
@@ -515,20 +502,20 @@ impl Event {
     }
 
     /// When a confirm began (see rule (c)).
-    pub(crate) fn began(&self) -> u64 {
+    pub fn began(&self) -> u64 {
         self.began_ns
             .unwrap_or_else(|| self.at_ns.saturating_sub(self.latency_ns.unwrap_or(0)))
     }
 }
 
 /// Parses every event line of a worker's output (other lines are skipped).
-pub(crate) fn events_from_json(text: &str) -> Vec<Event> {
+pub fn events_from_json(text: &str) -> Vec<Event> {
     text.lines().filter_map(Event::from_json_line).collect()
 }
 
 /// A write the fenced resource accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Write {
+pub struct Write {
     /// Commit order at the resource (strictly increasing along the log).
     pub seq: u64,
     /// The token the write carried.
@@ -541,7 +528,7 @@ pub(crate) struct Write {
 
 /// Which rule a violation breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Rule {
+pub enum Rule {
     /// (a) at most one lease holder per term.
     OneHolderPerTerm,
     /// (b) accepted tokens never decrease; one tenure per token.
@@ -586,7 +573,7 @@ impl fmt::Display for Rule {
 
 /// One broken rule, with the timeline around it.
 #[derive(Debug, Clone)]
-pub(crate) struct Violation {
+pub struct Violation {
     /// The rule.
     pub rule: Rule,
     /// What exactly is wrong.
@@ -597,7 +584,7 @@ pub(crate) struct Violation {
 
 /// Liveness requirement: a lease within `bound_ns` after `healed_at_ns`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Liveness {
+pub struct Liveness {
     /// When the last fault was healed.
     pub healed_at_ns: u64,
     /// How long after that a lease must be acquired or confirmed.
@@ -606,7 +593,7 @@ pub(crate) struct Liveness {
 
 /// A fault injected into one node's clock, in the history's time base.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ClockFault {
+pub struct ClockFault {
     /// Whose clock.
     pub node: u64,
     /// When it began.
@@ -619,7 +606,7 @@ pub(crate) struct ClockFault {
 
 /// What a [`ClockFault`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ClockFaultKind {
+pub enum ClockFaultKind {
     /// The clock stepped forward at once.
     Jump,
     /// The clock stood still, then ran on without counting the stalled span.
@@ -631,7 +618,7 @@ pub(crate) enum ClockFaultKind {
 
 /// What to check.
 #[derive(Debug, Clone)]
-pub(crate) struct Options {
+pub struct Options {
     /// Number of voters (for the majority of rule (c)).
     pub group_size: usize,
     /// Rule (e), when set.
@@ -655,7 +642,7 @@ pub(crate) struct Options {
 
 impl Options {
     /// Rules (a)–(d) and (f) for a group of `group_size`, 12 events of context.
-    pub(crate) fn new(group_size: usize) -> Options {
+    pub fn new(group_size: usize) -> Options {
         Options {
             group_size,
             liveness: None,
@@ -669,14 +656,14 @@ impl Options {
     }
 
     /// The named elections' fence logs, by name (rules (b) and (g) per fence).
-    pub(crate) fn fences(mut self, fences: BTreeMap<String, Vec<Write>>) -> Options {
+    pub fn fences(mut self, fences: BTreeMap<String, Vec<Write>>) -> Options {
         self.fences = fences;
         self
     }
 
     /// Also check liveness (e) for named election `id`: a lease of it within `bound_ns`
     /// after `from_ns`.
-    pub(crate) fn election_liveness(mut self, id: u32, from_ns: u64, bound_ns: u64) -> Options {
+    pub fn election_liveness(mut self, id: u32, from_ns: u64, bound_ns: u64) -> Options {
         self.election_liveness.insert(
             id,
             Liveness {
@@ -690,14 +677,14 @@ impl Options {
     /// The run's clock faults, and whether its confirms were `LeaseBased`: rules that
     /// trust the clocks are judged only while every clock fault stayed inside what the
     /// lease assumes (see "Clock faults" in the module docs).
-    pub(crate) fn clock_faults(mut self, faults: Vec<ClockFault>, lease_based: bool) -> Options {
+    pub fn clock_faults(mut self, faults: Vec<ClockFault>, lease_based: bool) -> Options {
         self.clock_faults = faults;
         self.lease_based = lease_based;
         self
     }
 
     /// Also check liveness (e).
-    pub(crate) fn liveness(mut self, healed_at_ns: u64, bound_ns: u64) -> Options {
+    pub fn liveness(mut self, healed_at_ns: u64, bound_ns: u64) -> Options {
         self.liveness = Some(Liveness {
             healed_at_ns,
             bound_ns,
@@ -708,7 +695,7 @@ impl Options {
 
 /// What a passing history looked like.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Summary {
+pub struct Summary {
     /// Events judged.
     pub events: usize,
     /// Distinct terms in which a lease was acquired.
@@ -739,7 +726,7 @@ pub(crate) struct Summary {
 
 /// Every violation of one history.
 #[derive(Debug, Clone)]
-pub(crate) struct Failure {
+pub struct Failure {
     /// The violations, in rule order.
     pub violations: Vec<Violation>,
     /// What the history looked like anyway.
@@ -758,7 +745,7 @@ impl fmt::Display for Failure {
 
 impl Failure {
     /// Whether `rule` is among the violations.
-    pub(crate) fn broke(&self, rule: Rule) -> bool {
+    pub fn broke(&self, rule: Rule) -> bool {
         self.violations.iter().any(|v| v.rule == rule)
     }
 }
@@ -917,7 +904,7 @@ impl History<'_> {
 
 /// The whole history as the failure timelines show it, without lease confirms and
 /// writes (there are many), one event per line, times from the first event.
-pub(crate) fn timeline(events: &[Event]) -> String {
+pub fn timeline(events: &[Event]) -> String {
     let mut sorted: Vec<&Event> = events.iter().collect();
     sorted.sort_by_key(|e| e.at_ns);
     let h = History {
@@ -959,11 +946,7 @@ pub(crate) fn timeline(events: &[Event]) -> String {
 ///   keyed by the name keeps working across a remove and a create.
 // A failure is a test's end: its size does not matter.
 #[allow(clippy::result_large_err)]
-pub(crate) fn check(
-    events: &[Event],
-    writes: &[Write],
-    opts: &Options,
-) -> Result<Summary, Failure> {
+pub fn check(events: &[Event], writes: &[Write], opts: &Options) -> Result<Summary, Failure> {
     let mut sorted: Vec<&Event> = events.iter().collect();
     sorted.sort_by_key(|e| e.at_ns);
     let origin = sorted.first().map_or(0, |e| e.at_ns);

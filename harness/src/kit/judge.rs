@@ -1,6 +1,5 @@
-//! Judges a local group's worker events (the kit's [`Event`]s) with the tests' history
-//! checker (`tests/support/checker.rs`, the kit's `checker`): one checker for the tests
-//! and the examples.
+//! Judges a group's worker events (the kit's [`Event`]s) with the tests' history
+//! checker (the harness's [`checker`]): one checker for the tests and `local_group`.
 //!
 //! The checker keeps one interval per lease (a node that leases twice in one term has
 //! two), so a node's second lease of a term that overlaps another node's lease is
@@ -19,26 +18,29 @@
 //! election's; a named election's failover is measured from a chaos event against the
 //! node that held its lease then.
 
-#![allow(dead_code)]
-
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::kit::checker;
-use super::kit::event::Event;
+use super::checker;
+use super::event::Event;
 
 /// A measured failover.
 #[derive(Debug, Clone)]
-pub(crate) struct Failover {
+pub struct Failover {
+    /// The chaos event it started from (`chaos_kill`, `chaos_pause`).
     pub cause: String,
+    /// The node that held the lease.
     pub from_node: u64,
+    /// The node that leased next.
     pub to_node: u64,
+    /// The new lease's term.
     pub term: u64,
+    /// From the chaos event to the new lease, in milliseconds.
     pub millis: f64,
 }
 
 /// What the checker found.
 #[derive(Debug, Default)]
-pub(crate) struct Report {
+pub struct Report {
     /// The root election's failovers.
     pub failovers: Vec<Failover>,
     /// Each broken rule: what is wrong, then the timeline around it (every election's;
@@ -52,11 +54,14 @@ pub(crate) struct Report {
 
 /// What the checker found of one named election.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct ElectionReport {
+pub struct ElectionReport {
+    /// Its terms with a lease.
     pub terms_with_leases: usize,
     /// The ids its tokens name (`token >> 40`): one, unless it was created again.
     pub ids: BTreeSet<u64>,
+    /// Its failovers.
     pub failovers: Vec<Failover>,
+    /// How many rules it broke (the messages are in the [`Report`]'s).
     pub violations: usize,
 }
 
@@ -147,7 +152,7 @@ fn failovers(evs: &[&Event], election: Option<&str>) -> Vec<Failover> {
 /// Checks a whole history (any order): the root election, then each named one by itself.
 /// The group's size, for the checker's majority rule (c), is the number of nodes that
 /// reported anything.
-pub(crate) fn check(events: &[Event]) -> Report {
+pub fn check(events: &[Event]) -> Report {
     let nodes: BTreeSet<u64> = events.iter().map(|e| e.node).filter(|n| *n != 0).collect();
     let mut evs: Vec<&Event> = events.iter().collect();
     evs.sort_by_key(|e| e.mono_ns);
@@ -213,7 +218,7 @@ pub(crate) fn check(events: &[Event]) -> Report {
 }
 
 /// min / median / max of a sample, in the sample's unit.
-pub(crate) fn summary(xs: &[f64]) -> Option<(f64, f64, f64)> {
+pub fn summary(xs: &[f64]) -> Option<(f64, f64, f64)> {
     if xs.is_empty() {
         return None;
     }

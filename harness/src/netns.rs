@@ -9,7 +9,7 @@
 //! Workers name each other: worker `id` is `n<id>.tenure.test` ([`host_of`]), in a hosts
 //! file per namespace (`/etc/netns/<ns>/hosts`, which `ip netns exec` mounts over
 //! `/etc/hosts`), so a worker can move to another address under its name
-//! ([`Lab::move_to`]): its veth gets the new address and every hosts file is rewritten
+//! ([`Lab::move_to_new_address`]): its veth gets the new address and every hosts file is rewritten
 //! in place (the mounts of running workers see the new text).
 //!
 //! Faults are nftables rules in each worker's namespace (an `inet tenure` table with an
@@ -23,8 +23,6 @@
 //! its namespaces, which deletes their veths and the bridge with them. Workers get
 //! `PR_SET_PDEATHSIG` = SIGKILL, so they die with the harness even when it is killed, and
 //! [`Lab::new`] deletes namespaces left behind by harness processes that no longer run.
-
-#![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -40,21 +38,21 @@ use serde_json::Value;
 use super::kit::command::{Start, WorkerCommand};
 
 /// Every namespace this harness makes starts with this; [`Lab::new`] sweeps stale ones.
-pub(crate) const NS_PREFIX: &str = "tenure-netns-";
+pub const NS_PREFIX: &str = "tenure-netns-";
 /// The port every worker listens on (each has its own namespace, so they never clash).
-pub(crate) const PORT: u16 = 7000;
+pub const PORT: u16 = 7000;
 /// The port of every worker's admin endpoint (`--admin`), for the operator's `ctl`.
-pub(crate) const ADMIN_PORT: u16 = 7100;
+pub const ADMIN_PORT: u16 = 7100;
 /// The operator's address: its own namespace on the bridge, with no fault rules of its
 /// own (a node's loss rules drop its packets too, as they drop any peer's).
-pub(crate) const OPERATOR_ADDR: &str = "10.77.0.200";
+pub const OPERATOR_ADDR: &str = "10.77.0.200";
 
 /// Why the suite cannot run here, if it cannot: `None` means go ahead.
 ///
 /// Forced with `TENURE_NETNS_SKIP=1`. Without root, `ip` or `nft`, or when this kernel
 /// or container refuses network namespaces, it is skipped too. Probed once per process
 /// (the tests of a suite ask at once, and the probe namespace's name is the process's).
-pub(crate) fn skip_reason() -> Option<String> {
+pub fn skip_reason() -> Option<String> {
     static REASON: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     REASON.get_or_init(probe_skip_reason).clone()
 }
@@ -95,7 +93,7 @@ fn probe_skip_reason() -> Option<String> {
 }
 
 /// Runs a command, `Err` with its stderr when it fails.
-pub(crate) fn run(prog: &str, args: &[&str]) -> Result<String, String> {
+pub fn run(prog: &str, args: &[&str]) -> Result<String, String> {
     let out = Command::new(prog)
         .args(args)
         .stdin(Stdio::null())
@@ -180,12 +178,12 @@ fn sweep_stale() {
 }
 
 /// The first address of worker `id` (1-based); [`Lab::addr`] is where it is now.
-pub(crate) fn addr_of(id: u64) -> String {
+pub fn addr_of(id: u64) -> String {
     format!("10.77.0.{id}")
 }
 
 /// The name of worker `id`, in every namespace's hosts file.
-pub(crate) fn host_of(id: u64) -> String {
+pub fn host_of(id: u64) -> String {
     format!("n{id}.tenure.test")
 }
 
@@ -196,7 +194,7 @@ fn etc_of(ns: &str) -> PathBuf {
 
 /// What the network does now: one-way cuts and random loss. The default heals all.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct NetState {
+pub struct NetState {
     /// `(from, to)`: packets from `from` to `to` are dropped (at both ends).
     pub cut: BTreeSet<(u64, u64)>,
     /// Node → percent of its packets dropped, inbound and outbound.
@@ -205,7 +203,7 @@ pub(crate) struct NetState {
 
 impl NetState {
     /// Cuts both directions between every node of `a` and every node of `b`.
-    pub(crate) fn cut_between(&mut self, a: &[u64], b: &[u64]) {
+    pub fn cut_between(&mut self, a: &[u64], b: &[u64]) {
         for &x in a {
             for &y in b {
                 if x != y {
@@ -217,7 +215,7 @@ impl NetState {
     }
 
     /// Drops what goes from `from` to each of `to` (one way).
-    pub(crate) fn cut_one_way(&mut self, from: u64, to: &[u64]) {
+    pub fn cut_one_way(&mut self, from: u64, to: &[u64]) {
         for &y in to {
             if y != from {
                 self.cut.insert((from, y));
@@ -227,7 +225,7 @@ impl NetState {
 
     /// Whether `id` can still exchange packets both ways with a majority of `ids`
     /// (itself included), loss aside.
-    pub(crate) fn reaches_majority(&self, id: u64, ids: &[u64]) -> bool {
+    pub fn reaches_majority(&self, id: u64, ids: &[u64]) -> bool {
         let both = ids
             .iter()
             .filter(|p| {
@@ -279,28 +277,34 @@ impl fmt::Display for NetState {
 
 /// One line a worker printed, with its `CLOCK_MONOTONIC` time.
 #[derive(Debug, Clone)]
-pub(crate) struct Line {
+pub struct Line {
+    /// The worker that printed it.
     pub node: u64,
+    /// Its `event` field.
     pub event: String,
+    /// Its `mono_ns` field: when the worker printed it.
     pub mono_ns: u64,
+    /// The whole line, parsed.
     pub v: Value,
+    /// The line as printed.
     pub raw: String,
 }
 
 impl Line {
-    pub(crate) fn term(&self) -> Option<u64> {
+    /// Its `term` field, if it has one.
+    pub fn term(&self) -> Option<u64> {
         self.v.get("term").and_then(Value::as_u64)
     }
 
     /// An event of the group's own election (not of a named one: those carry its name).
-    pub(crate) fn is_root(&self) -> bool {
+    pub fn is_root(&self) -> bool {
         self.v.get("election").is_none_or(Value::is_null)
     }
 }
 
 /// What kind of thing the harness did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ActionKind {
+pub enum ActionKind {
     /// A worker process was started.
     Start,
     /// A fault landed (rules, SIGSTOP).
@@ -317,17 +321,21 @@ pub(crate) enum ActionKind {
 
 /// Something the harness did, for the timeline.
 #[derive(Debug, Clone)]
-pub(crate) struct Action {
+pub struct Action {
+    /// When the harness did it (`CLOCK_MONOTONIC`).
     pub mono_ns: u64,
+    /// What kind of thing it was.
     pub kind: ActionKind,
     /// The worker it concerns; 0 for the whole network.
     pub node: u64,
+    /// What was done, for a person.
     pub what: String,
 }
 
 /// Five (or `n`) workers in their namespaces, and room for one more: a spare that joins
 /// the group ([`Lab::spawn_spare`]).
-pub(crate) struct Lab {
+pub struct Lab {
+    /// The lab's name: its namespaces' and bridge's prefix.
     pub name: String,
     /// The workers started so far: the first members, then the spare once it runs.
     pub ids: Vec<u64>,
@@ -339,7 +347,9 @@ pub(crate) struct Lab {
     joined: BTreeSet<u64>,
     /// Workers the operator stopped for good (replaced): never started again.
     retired: BTreeSet<u64>,
+    /// Certificates, data folders and ledgers.
     pub dir: tempfile::TempDir,
+    /// When the lab was made (`CLOCK_MONOTONIC`): the timeline's zero.
     pub start_ns: u64,
     switch: String,
     namespaces: Vec<String>,
@@ -354,14 +364,16 @@ pub(crate) struct Lab {
     addrs: BTreeMap<u64, String>,
     /// Moves so far (each picks a fresh address).
     moves: u64,
+    /// Every line the workers printed, in the order read.
     pub lines: Arc<Mutex<Vec<Line>>>,
+    /// Everything the harness did, in order.
     pub actions: Arc<Mutex<Vec<Action>>>,
 }
 
 impl Lab {
     /// Makes the namespaces, the bridge and the certificates for `n` workers; `tag`
     /// tells labs of one harness process apart. Starts no worker.
-    pub(crate) fn new(tag: &str, n: u64, worker: PathBuf, args: &[String]) -> Result<Lab, String> {
+    pub fn new(tag: &str, n: u64, worker: PathBuf, args: &[String]) -> Result<Lab, String> {
         sweep_stale();
         let name = format!("{NS_PREFIX}{}-{tag}", std::process::id());
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
@@ -460,13 +472,13 @@ impl Lab {
     }
 
     /// Where worker `id` is now.
-    pub(crate) fn addr(&self, id: u64) -> String {
+    pub fn addr(&self, id: u64) -> String {
         self.addrs.get(&id).cloned().unwrap_or_else(|| addr_of(id))
     }
 
     /// Moves stopped worker `id` to a fresh address in the lab's subnet under its name:
     /// its veth's address is replaced and every hosts file says the new one. Returns it.
-    pub(crate) fn move_to_new_address(&mut self, id: u64) -> Result<String, String> {
+    pub fn move_to_new_address(&mut self, id: u64) -> Result<String, String> {
         assert!(!self.is_running(id), "move n{id} only while it is stopped");
         self.moves += 1;
         let new = format!("10.77.0.{}", 100 + (self.moves * 10 + id) % 100);
@@ -500,17 +512,17 @@ impl Lab {
     }
 
     /// The namespace of worker `id`.
-    pub(crate) fn ns(&self, id: u64) -> String {
+    pub fn ns(&self, id: u64) -> String {
         format!("{}-n{id}", self.name)
     }
 
     /// The operator's namespace (`ctl` runs there).
-    pub(crate) fn operator_ns(&self) -> String {
+    pub fn operator_ns(&self) -> String {
         format!("{}-op", self.name)
     }
 
     /// Every worker's admin address, the spare's included, comma-separated (`ctl --addr`).
-    pub(crate) fn admin_addrs(&self) -> String {
+    pub fn admin_addrs(&self) -> String {
         (1..=self.spare)
             .map(|i| format!("{}:{ADMIN_PORT}", self.addr(i)))
             .collect::<Vec<_>>()
@@ -518,7 +530,7 @@ impl Lab {
     }
 
     /// What `ctl` needs to drive this lab from the operator's namespace.
-    pub(crate) fn operator(&self, ctl: &Path) -> Operator {
+    pub fn operator(&self, ctl: &Path) -> Operator {
         Operator {
             ns: self.operator_ns(),
             ctl: ctl.to_path_buf(),
@@ -528,12 +540,13 @@ impl Lab {
         }
     }
 
-    pub(crate) fn data_dir(&self, id: u64) -> PathBuf {
+    /// Worker `id`'s data folder.
+    pub fn data_dir(&self, id: u64) -> PathBuf {
         self.dir.path().join(format!("data-{id}"))
     }
 
     /// Records a harness action on the timeline.
-    pub(crate) fn note(&self, kind: ActionKind, node: u64, what: impl Into<String>) {
+    pub fn note(&self, kind: ActionKind, node: u64, what: impl Into<String>) {
         self.actions.lock().unwrap().push(Action {
             mono_ns: tenure::clock::monotonic_ns(),
             kind,
@@ -544,7 +557,7 @@ impl Lab {
 
     /// Starts worker `id` in its namespace (again, after a kill: same data folder). A
     /// retired worker is not started again.
-    pub(crate) fn spawn(&mut self, id: u64) {
+    pub fn spawn(&mut self, id: u64) {
         if self.retired.contains(&id) {
             return;
         }
@@ -619,7 +632,7 @@ impl Lab {
 
     /// Starts the spare on an empty folder, joining (`--join`), with a certificate from
     /// the lab's CA; from now on it is one of the lab's workers. Returns its id.
-    pub(crate) fn spawn_spare(&mut self) -> Result<u64, String> {
+    pub fn spawn_spare(&mut self) -> Result<u64, String> {
         let id = self.spare;
         if self.ids.contains(&id) {
             return Ok(id);
@@ -634,7 +647,7 @@ impl Lab {
 
     /// Stops worker `id` for good (SIGKILL if it runs): the operator took it out of the
     /// group; no heal starts it again.
-    pub(crate) fn retire(&mut self, id: u64) {
+    pub fn retire(&mut self, id: u64) {
         self.kill(id);
         self.retired.insert(id);
         self.note(
@@ -644,17 +657,20 @@ impl Lab {
         );
     }
 
-    pub(crate) fn start_all(&mut self) {
+    /// Starts every worker of the group.
+    pub fn start_all(&mut self) {
         for id in self.ids.clone() {
             self.spawn(id);
         }
     }
 
-    pub(crate) fn is_running(&self, id: u64) -> bool {
+    /// Whether worker `id` runs (it may be paused).
+    pub fn is_running(&self, id: u64) -> bool {
         self.children.contains_key(&id)
     }
 
-    pub(crate) fn is_paused(&self, id: u64) -> bool {
+    /// Whether worker `id` is stopped by `SIGSTOP`.
+    pub fn is_paused(&self, id: u64) -> bool {
         self.paused.contains(&id)
     }
 
@@ -665,20 +681,22 @@ impl Lab {
         }
     }
 
-    pub(crate) fn pause(&mut self, id: u64) {
+    /// Stops worker `id` with `SIGSTOP`, as a stalled process.
+    pub fn pause(&mut self, id: u64) {
         self.signal(id, libc::SIGSTOP);
         self.paused.insert(id);
         self.note(ActionKind::Fault, id, format!("SIGSTOP n{id}"));
     }
 
-    pub(crate) fn resume(&mut self, id: u64) {
+    /// Wakes worker `id` with `SIGCONT`.
+    pub fn resume(&mut self, id: u64) {
         self.signal(id, libc::SIGCONT);
         self.paused.remove(&id);
         self.note(ActionKind::Heal, id, format!("SIGCONT n{id}"));
     }
 
     /// SIGKILL and reap.
-    pub(crate) fn kill(&mut self, id: u64) {
+    pub fn kill(&mut self, id: u64) {
         if let Some(mut c) = self.children.remove(&id) {
             let _ = c.kill();
             let _ = c.wait();
@@ -689,7 +707,7 @@ impl Lab {
 
     /// Makes every namespace enforce `net`; `why` goes on the timeline. Only the
     /// namespaces whose rules change are touched.
-    pub(crate) fn set_net(&mut self, net: NetState, why: &str) -> Result<(), String> {
+    pub fn set_net(&mut self, net: NetState, why: &str) -> Result<(), String> {
         if net == self.net {
             return Ok(());
         }
@@ -709,12 +727,13 @@ impl Lab {
         Ok(())
     }
 
-    pub(crate) fn net(&self) -> &NetState {
+    /// The network faults set now.
+    pub fn net(&self) -> &NetState {
         &self.net
     }
 
     /// Heals everything: links up, no loss, every worker running and not paused.
-    pub(crate) fn heal_all(&mut self) -> Result<(), String> {
+    pub fn heal_all(&mut self) -> Result<(), String> {
         self.set_net(NetState::default(), "heal links")?;
         for id in self.paused.clone() {
             self.resume(id);
@@ -728,13 +747,13 @@ impl Lab {
     }
 
     /// The worker lines so far, in arrival order.
-    pub(crate) fn lines(&self) -> Vec<Line> {
+    pub fn lines(&self) -> Vec<Line> {
         self.lines.lock().unwrap().clone()
     }
 
     /// The node that holds the most recent lease (highest term acquired and not yet
     /// reported lost), else the leader of the highest term anyone reported.
-    pub(crate) fn current_leader(&self) -> Option<u64> {
+    pub fn current_leader(&self) -> Option<u64> {
         let lines = self.lines.lock().unwrap();
         let acquired = lines
             .iter()
@@ -757,7 +776,7 @@ impl Lab {
     }
 
     /// Waits until a line matching `f` arrived; `None` after `timeout`.
-    pub(crate) fn wait_line(&self, timeout: Duration, f: impl Fn(&Line) -> bool) -> Option<Line> {
+    pub fn wait_line(&self, timeout: Duration, f: impl Fn(&Line) -> bool) -> Option<Line> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(l) = self.lines.lock().unwrap().iter().find(|l| f(l)) {
@@ -773,7 +792,7 @@ impl Lab {
     /// SIGCONT and SIGTERM to every worker, then waits (SIGKILL after `grace`). Returns
     /// the workers that did not exit by themselves with code 0 (the signal that ended
     /// them, `None` if they exited with another code or had to be killed).
-    pub(crate) fn stop_all(&mut self, grace: Duration) -> Vec<(u64, Option<i32>)> {
+    pub fn stop_all(&mut self, grace: Duration) -> Vec<(u64, Option<i32>)> {
         use std::os::unix::process::ExitStatusExt;
         let mut unclean = Vec::new();
         for id in self.children.keys().copied().collect::<Vec<_>>() {
@@ -807,7 +826,7 @@ impl Lab {
 
     /// Worker lines and harness actions merged in time order, times in ms since the lab
     /// was made; for failure reports.
-    pub(crate) fn timeline(&self) -> Vec<String> {
+    pub fn timeline(&self) -> Vec<String> {
         let mut all: Vec<(u64, String)> = self
             .lines()
             .into_iter()
@@ -851,7 +870,7 @@ impl Drop for Lab {
 /// namespace, and puts what it asked and what it got on the lab's timeline. Cheap to
 /// clone into a thread.
 #[derive(Clone)]
-pub(crate) struct Operator {
+pub struct Operator {
     ns: String,
     ctl: PathBuf,
     certs: PathBuf,
@@ -861,7 +880,7 @@ pub(crate) struct Operator {
 
 /// What one `ctl` command did.
 #[derive(Debug, Clone)]
-pub(crate) struct CtlRun {
+pub struct CtlRun {
     /// The command, as given (`transfer --to 3`).
     pub command: String,
     /// "ok", or the refusal's kind (`not_leader`, `timed_out`, ..., `unreachable`, or
@@ -869,15 +888,16 @@ pub(crate) struct CtlRun {
     pub outcome: String,
     /// Its JSON answer, or what it printed on stderr.
     pub said: String,
-    /// When it was asked and when it answered (`CLOCK_MONOTONIC`).
+    /// When it was asked (`CLOCK_MONOTONIC`).
     pub asked_ns: u64,
+    /// When it answered (`CLOCK_MONOTONIC`).
     pub answered_ns: u64,
 }
 
 impl Operator {
     /// Runs `ctl --json --timeout SECS <command>` (every node's admin address given) and
     /// waits for it; never fails (a tool that cannot run says so in the outcome).
-    pub(crate) fn run(&self, command: &[String], timeout_secs: u64) -> CtlRun {
+    pub fn run(&self, command: &[String], timeout_secs: u64) -> CtlRun {
         let shown = command.join(" ");
         let asked_ns = tenure::clock::monotonic_ns();
         self.note(format!("operator: ctl {shown}"));
@@ -943,7 +963,7 @@ impl Operator {
 /// `TENURE_NETNS_WORKER` (`<profile>/tenure-worker`: `.ci/run`'s `cargo test` built both);
 /// else the kit's (`kit::binary::example`: beside the test, built with cargo when missing
 /// or stale).
-pub(crate) fn ctl_binary() -> PathBuf {
+pub fn ctl_binary() -> PathBuf {
     if let Some(p) = std::env::var_os("TENURE_NETNS_CTL").filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
     }
@@ -962,7 +982,7 @@ pub(crate) fn ctl_binary() -> PathBuf {
 ///
 /// `TENURE_NETNS_WORKER=PATH` runs that binary instead (no build: for long manual runs
 /// while the tree changes).
-pub(crate) fn worker_for_run() -> PathBuf {
+pub fn worker_for_run() -> PathBuf {
     let mutation = std::env::var("TENURE_MUTATION").unwrap_or_default();
     if let Some(p) = std::env::var_os("TENURE_NETNS_WORKER").filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
@@ -973,7 +993,7 @@ pub(crate) fn worker_for_run() -> PathBuf {
         );
         return p;
     }
-    if mutation.trim().is_empty() || cfg!(feature = "mutations") {
+    if mutation.trim().is_empty() || tenure::mutation::COMPILED {
         return super::procs::worker_binary();
     }
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();

@@ -13,12 +13,12 @@
 //! hidden [`ClockControl`] (one per node, kept across its restarts: a restarted process
 //! on a host whose clock stalls reads the stalled clock).
 //!
-//! Operator ops ([`Op`]) run among the faults ([`OpRunner`]): transfers and drains are
+//! Operator ops ([`Op`]) run among the faults (`OpRunner`): transfers and drains are
 //! calls to whoever leads; a membership change is a sequence of calls (remove, add a
 //! learner, promote or replace, then a look at the leader's membership), each asked
 //! again of whoever leads until it is carried out. A spare is a new turmoil host (ids
 //! after the first members, registered in id order, so its address is
-//! 192.168.0.<id>), started with `Config::join` on an empty disk once the group knows it;
+//! `192.168.0.<id>`), started with `Config::join` on an empty disk once the group knows it;
 //! partitions in force cut it off as they cut off "the rest". A machine the operator
 //! takes out (the removed voter of a rejoin at once, a replaced one a little after the
 //! change) is retired: its host never runs again, also when a fault would restart it.
@@ -49,7 +49,7 @@ use super::schedule::{FaultKind, Op, OpFaults, OpKind, Schedule, Target, Transfe
 /// Named elections in a run (`docs/design.md`, section 11): created through the root
 /// leader at the start, each with a workload of its own on every node.
 #[derive(Clone, Debug)]
-pub(crate) struct NamedConfig {
+pub struct NamedConfig {
     /// Names created at the start (each asked of the root leader until created).
     pub initial: Vec<&'static str>,
     /// Pause between two confirms of a named election's workload (longer than the
@@ -75,7 +75,7 @@ const HISTORY_EVERY: Duration = Duration::from_millis(10);
 
 /// Everything one run needs.
 #[derive(Clone)]
-pub(crate) struct RunConfig {
+pub struct RunConfig {
     /// The seed of everything random in the run.
     pub seed: u64,
     /// Group size.
@@ -105,7 +105,7 @@ pub(crate) struct RunConfig {
 }
 
 /// What a run produced.
-pub(crate) struct Outcome {
+pub struct Outcome {
     /// Every recorded event, including the faults.
     pub events: Vec<Event>,
     /// The resource's accepted writes in commit order.
@@ -1466,8 +1466,7 @@ struct LinkState {
 }
 
 /// Runs one simulation to the end and returns what happened.
-#[allow(dead_code)] // the clock tests' entry; the seeded runs add ops
-pub(crate) fn run(cfg: &RunConfig) -> Outcome {
+pub fn run(cfg: &RunConfig) -> Outcome {
     run_with_ops(cfg, &[])
 }
 
@@ -1476,18 +1475,13 @@ pub(crate) fn run(cfg: &RunConfig) -> Outcome {
 const MAX_ID: NodeId = 7;
 
 /// [`run`], with operator ops (transfers, drains, membership changes) among the faults.
-#[allow(dead_code)] // the seeded runs have named elections
-pub(crate) fn run_with_ops(cfg: &RunConfig, ops: &[Op]) -> Outcome {
+pub fn run_with_ops(cfg: &RunConfig, ops: &[Op]) -> Outcome {
     run_with_elections(cfg, ops, None)
 }
 
 /// [`run_with_ops`], with named elections (created at the start, each with its own
 /// workload, and the ops' creates, removes and transfers of them).
-pub(crate) fn run_with_elections(
-    cfg: &RunConfig,
-    ops: &[Op],
-    named: Option<&NamedConfig>,
-) -> Outcome {
+pub fn run_with_elections(cfg: &RunConfig, ops: &[Op], named: Option<&NamedConfig>) -> Outcome {
     // The handshakes' randomness comes from the seed too (the hosts share this thread).
     let _tls = SeededTls::install(cfg.seed);
     let n = cfg.nodes;

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 /// `<target>/<profile>`: a test or bench runs from `<target>/<profile>/deps/`.
-pub(crate) fn profile_dir() -> PathBuf {
+pub fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the running executable's path");
     exe.parent()
         .and_then(Path::parent)
@@ -25,7 +25,7 @@ pub(crate) fn profile_dir() -> PathBuf {
 
 /// The Cargo target folder this runs from (it follows `CARGO_TARGET_DIR`, because cargo
 /// put the running binary there).
-pub(crate) fn target_dir() -> PathBuf {
+pub fn target_dir() -> PathBuf {
     profile_dir()
         .parent()
         .expect("<target>/<profile> has a parent")
@@ -38,7 +38,7 @@ pub(crate) fn target_dir() -> PathBuf {
 /// rerun when those change (CARGO_MANIFEST_DIR), so none of them is passed on, or the
 /// nested build rebuilds half the dependency tree and the next plain build rebuilds it
 /// back.
-pub(crate) fn nested_cargo() -> Command {
+pub fn nested_cargo() -> Command {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     for (k, _) in std::env::vars_os() {
@@ -54,13 +54,13 @@ pub(crate) fn nested_cargo() -> Command {
             cmd.env_remove(&k);
         }
     }
-    cmd.current_dir(env!("CARGO_MANIFEST_DIR"));
+    cmd.current_dir(workspace());
     cmd
 }
 
 /// A program cargo builds: a binary of the crate or an example.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Target {
+pub enum Target {
     /// `cargo build --bin NAME`, built to `<target>/<profile>/NAME`.
     Bin,
     /// `cargo build --example NAME`, built to `<target>/<profile>/examples/NAME`.
@@ -86,11 +86,11 @@ impl Target {
 
 /// The arguments of `cargo build` for program `name` of kind `target` in this profile
 /// (with `--release` under `cargo bench` or a release test run), then `more`.
-pub(crate) fn build_args<'a>(target: Target, name: &'a str, more: &[&'a str]) -> Vec<&'a str> {
+pub fn build_args<'a>(target: Target, name: &'a str, more: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["build", target.flag(), name];
     // A test built with the mutations feature runs workers built with it too, so that
     // TENURE_MUTATION (inherited) breaks them as it breaks the nodes in this process.
-    if cfg!(feature = "mutations") {
+    if tenure::mutation::COMPILED {
         args.extend_from_slice(&["--features", "mutations"]);
     }
     args.extend_from_slice(more);
@@ -103,7 +103,7 @@ pub(crate) fn build_args<'a>(target: Target, name: &'a str, more: &[&'a str]) ->
 /// Builds program `name` of kind `target` in this profile (`cargo build --bin NAME` or
 /// `--example NAME`, a no-op when it is fresh) and returns its path. Panics when cargo
 /// fails.
-pub(crate) fn build(target: Target, name: &str) -> PathBuf {
+pub fn build(target: Target, name: &str) -> PathBuf {
     try_build(target, name).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -125,19 +125,19 @@ fn try_build(target: Target, name: &str) -> Result<PathBuf, String> {
     Ok(bin)
 }
 
-/// The worker, `tenure-worker` (see [`program`]): cargo builds it for every integration
+/// The worker, `tenure-worker` (see `program`): cargo builds it for every integration
 /// test and bench, not for an example such as `local_group`. Panics when its build fails.
-pub(crate) fn worker() -> PathBuf {
+pub fn worker() -> PathBuf {
     try_worker().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// [`worker`], with an error naming what failed instead of a panic.
-pub(crate) fn try_worker() -> Result<PathBuf, String> {
+pub fn try_worker() -> Result<PathBuf, String> {
     program(Target::Bin, "tenure-worker")
 }
 
-/// Example `name`'s binary (see [`program`]). Panics when its build fails.
-pub(crate) fn example(name: &str) -> PathBuf {
+/// Example `name`'s binary (see `program`). Panics when its build fails.
+pub fn example(name: &str) -> PathBuf {
     program(Target::Example, name).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -157,7 +157,7 @@ fn program(target: Target, name: &str) -> Result<PathBuf, String> {
     }
     let bin = target.path(name);
     // Under the mutations feature the binary there may lack it: cargo decides.
-    let bin = if !cfg!(feature = "mutations") && bin.exists() && newer_than_sources(&bin) {
+    let bin = if !tenure::mutation::COMPILED && bin.exists() && newer_than_sources(&bin) {
         bin
     } else {
         try_build(target, name)?
@@ -167,7 +167,7 @@ fn program(target: Target, name: &str) -> Result<PathBuf, String> {
 }
 
 /// Whether `bin` is newer than Cargo.toml and every file under src/, examples/ and
-/// tests/support/ (`local_group` includes this kit and the checker).
+/// harness/ (`local_group` uses this kit and the checker).
 fn newer_than_sources(bin: &Path) -> bool {
     fn newest(dir: &Path, acc: &mut SystemTime) {
         let Ok(rd) = std::fs::read_dir(dir) else {
@@ -185,19 +185,26 @@ fn newer_than_sources(bin: &Path) -> bool {
     let Ok(built) = std::fs::metadata(bin).and_then(|m| m.modified()) else {
         return false;
     };
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = workspace();
     let mut newest_src = std::fs::metadata(root.join("Cargo.toml"))
         .and_then(|m| m.modified())
         .unwrap_or(SystemTime::UNIX_EPOCH);
     newest(&root.join("src"), &mut newest_src);
     newest(&root.join("examples"), &mut newest_src);
-    newest(&root.join("tests").join("support"), &mut newest_src);
+    newest(&root.join("harness"), &mut newest_src);
     built > newest_src
+}
+
+/// The workspace's folder (tenure's own, the harness's parent): where cargo is run and
+/// the sources are.
+pub fn workspace() -> &'static Path {
+    let harness = Path::new(env!("CARGO_MANIFEST_DIR"));
+    harness.parent().unwrap_or(harness)
 }
 
 /// Runs `bin` with exactly `args`, stdin from `/dev/null`, and waits for it: (exit code,
 /// stdout, stderr); the exit code is -1 when a signal ended it.
-pub(crate) fn output(bin: &Path, args: &[&str]) -> (i32, String, String) {
+pub fn output(bin: &Path, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(bin)
         .args(args)
         .stdin(Stdio::null())

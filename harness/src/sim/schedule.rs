@@ -9,7 +9,7 @@ use tenure::NodeId;
 
 /// Whom a fault hits.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Target {
+pub enum Target {
     /// This node.
     Node(NodeId),
     /// Whoever leads when the fault starts (`or` if nobody does): the interesting victim.
@@ -30,7 +30,7 @@ impl Target {
 
 /// One kind of fault.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum FaultKind {
+pub enum FaultKind {
     /// A symmetric partition: `minority` cannot talk to the rest.
     Split {
         /// The smaller side.
@@ -119,7 +119,7 @@ pub(crate) enum FaultKind {
 
 /// A fault with its time.
 #[derive(Debug, Clone)]
-pub(crate) struct Fault {
+pub struct Fault {
     /// When it starts (simulated time from the start of the run).
     pub at: Duration,
     /// How long it lasts.
@@ -130,7 +130,7 @@ pub(crate) struct Fault {
 
 /// A run's faults; every one has ended by `heal_at`.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Schedule {
+pub struct Schedule {
     /// The faults, by start time.
     pub faults: Vec<Fault>,
     /// When the last fault ends (everything is healed and every node runs).
@@ -140,7 +140,7 @@ pub(crate) struct Schedule {
 impl FaultKind {
     /// The nodes the fault involves, resolved when it starts. For a bridge: one side,
     /// then the bridge last.
-    pub(crate) fn nodes(&self, _ids: &[NodeId], leader: Option<NodeId>) -> Vec<NodeId> {
+    pub fn nodes(&self, _ids: &[NodeId], leader: Option<NodeId>) -> Vec<NodeId> {
         match self {
             FaultKind::Split { minority } => minority.clone(),
             FaultKind::Isolate(t)
@@ -164,7 +164,7 @@ impl FaultKind {
     }
 
     /// Whether the fault is one of a node's clock (no network or process fault).
-    pub(crate) fn is_clock(&self) -> bool {
+    pub fn is_clock(&self) -> bool {
         matches!(
             self,
             FaultKind::ClockJump { .. } | FaultKind::ClockStall { .. }
@@ -172,7 +172,7 @@ impl FaultKind {
     }
 
     /// The directed links (from, to) the fault cuts, for the partition kinds.
-    pub(crate) fn cut_links(&self, ids: &[NodeId], nodes: &[NodeId]) -> Vec<(NodeId, NodeId)> {
+    pub fn cut_links(&self, ids: &[NodeId], nodes: &[NodeId]) -> Vec<(NodeId, NodeId)> {
         let both = |a: &[NodeId], b: &[NodeId]| {
             let mut v = Vec::new();
             for x in a {
@@ -207,7 +207,7 @@ impl FaultKind {
     }
 
     /// One line for the timeline.
-    pub(crate) fn describe(&self, nodes: &[NodeId], start: bool) -> String {
+    pub fn describe(&self, nodes: &[NodeId], start: bool) -> String {
         let list = |v: &[NodeId]| {
             v.iter()
                 .map(|n| format!("n{n}"))
@@ -271,7 +271,7 @@ impl FaultKind {
     }
 
     /// A short name, for statistics.
-    pub(crate) fn name(&self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             FaultKind::Split { .. } => "partition",
             FaultKind::Isolate(_) => "isolate",
@@ -297,7 +297,7 @@ impl FaultKind {
 
 /// How random schedules are drawn.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct ScheduleShape {
+pub struct ScheduleShape {
     /// No fault before this (the first election).
     pub warmup: Duration,
     /// Faults start within this window after the warmup; all end by its end.
@@ -312,7 +312,7 @@ pub(crate) struct ScheduleShape {
 
 impl Schedule {
     /// A random schedule for the group `ids`.
-    pub(crate) fn random(rng: &mut StdRng, ids: &[NodeId], shape: ScheduleShape) -> Schedule {
+    pub fn random(rng: &mut StdRng, ids: &[NodeId], shape: ScheduleShape) -> Schedule {
         let heal_at = shape.warmup + shape.window;
         let count = rng.gen_range(shape.faults.0..=shape.faults.1);
         let mut faults: Vec<Fault> = (0..count)
@@ -412,7 +412,7 @@ fn random_clock_faults(rng: &mut StdRng, ids: &[NodeId], shape: ScheduleShape) -
 /// 300–900 ms: the leader more often than not (its followers hold the most for it).
 /// Drawn from an RNG of its own, so the other faults and ops of a seed stay what they
 /// were.
-pub(crate) fn random_hostile(
+pub fn random_hostile(
     rng: &mut StdRng,
     ids: &[NodeId],
     shape: ScheduleShape,
@@ -506,7 +506,7 @@ fn random_kind(rng: &mut StdRng, ids: &[NodeId]) -> FaultKind {
 /// undrain. Drawn from an RNG of their own ([`random_ops`]), so that a seed's faults stay
 /// what they were without them.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum OpKind {
+pub enum OpKind {
     /// Whoever leads when the op starts hands over (`Node::transfer_leadership`).
     Transfer {
         /// To whom.
@@ -585,7 +585,7 @@ pub(crate) enum OpKind {
 
 /// Whom a membership change takes out of the group.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Voter {
+pub enum Voter {
     /// Whoever leads when the op starts (a leader that removes itself hands over once
     /// the change is applied).
     Leader,
@@ -599,7 +599,7 @@ pub(crate) enum Voter {
 /// Faults a membership op places itself, at its own steps (each one ends by the
 /// schedule's heal, and is left out if it would start after it).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub(crate) struct OpFaults {
+pub struct OpFaults {
     /// `.0` after the learner was added, its links are held for `.1` (a learner that
     /// stalls while it catches up: promoting or swapping it in is refused until it has).
     pub pause_learner: Option<(Duration, Duration)>,
@@ -611,7 +611,7 @@ pub(crate) struct OpFaults {
 
 /// The target of a transfer.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum TransferTo {
+pub enum TransferTo {
     /// The most up-to-date follower (`transfer_leadership(None)`).
     Best,
     /// This node (the next one if it leads).
@@ -624,7 +624,7 @@ pub(crate) enum TransferTo {
 
 /// An op with its time.
 #[derive(Debug, Clone)]
-pub(crate) struct Op {
+pub struct Op {
     /// When it starts (simulated time from the start of the run).
     pub at: Duration,
     /// How long a drain lasts (a transfer takes what it takes).
@@ -635,7 +635,7 @@ pub(crate) struct Op {
 
 impl OpKind {
     /// A short name, for statistics.
-    pub(crate) fn name(&self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             OpKind::Transfer {
                 to: TransferTo::VictimOf(_),
@@ -657,7 +657,7 @@ impl OpKind {
     }
 
     /// Whether the op changes the membership.
-    pub(crate) fn is_membership(&self) -> bool {
+    pub fn is_membership(&self) -> bool {
         matches!(self, OpKind::Replace { .. } | OpKind::Rejoin { .. })
     }
 }
@@ -665,7 +665,7 @@ impl OpKind {
 /// Between `count.0` and `count.1` ops for a run of `schedule` on `ids`, in the window of
 /// `shape`, ending by the schedule's heal. Half of the transfers go to the victim of a
 /// fault that stalls a node (pause, isolation, crash, one-way cut), while it is stalled.
-pub(crate) fn random_ops(
+pub fn random_ops(
     rng: &mut StdRng,
     ids: &[NodeId],
     schedule: &Schedule,
@@ -741,7 +741,7 @@ pub(crate) fn random_ops(
 /// partition, crash or pause); a third pause the learner while it catches up, a third
 /// crash the leader in the middle of the change. Drawn after [`random_ops`] from the
 /// same RNG, so a seed's transfers and drains stay what they were.
-pub(crate) fn random_member_ops(
+pub fn random_member_ops(
     rng: &mut StdRng,
     ids: &[NodeId],
     schedule: &Schedule,
@@ -833,7 +833,7 @@ pub(crate) fn random_member_ops(
 /// The names of the named elections a run uses: the first [`INITIAL_ELECTIONS`] are
 /// created at the start, the rest only by ops; creates and removes draw from all of them,
 /// so a removed name comes back (as a new incarnation, with a new id).
-pub(crate) static ELECTION_NAMES: std::sync::LazyLock<Vec<&'static str>> =
+pub static ELECTION_NAMES: std::sync::LazyLock<Vec<&'static str>> =
     std::sync::LazyLock::new(|| {
         let initial = (0..INITIAL_ELECTIONS).map(|i| format!("e{i:03}"));
         let later = (0..4).map(|i| format!("x{i}"));
@@ -846,7 +846,7 @@ pub(crate) static ELECTION_NAMES: std::sync::LazyLock<Vec<&'static str>> =
 /// With chance `chance`, one or two suspensions of an election of the start, each resumed
 /// 50 to 800 ms later, in the window of `shape` before the schedule's heal (operator ops:
 /// `docs/design.md`, section 11, "Suspending an election").
-pub(crate) fn random_suspend_ops(rng: &mut StdRng, shape: ScheduleShape, chance: f64) -> Vec<Op> {
+pub fn random_suspend_ops(rng: &mut StdRng, shape: ScheduleShape, chance: f64) -> Vec<Op> {
     if !rng.gen_bool(chance) {
         return Vec::new();
     }
@@ -865,14 +865,14 @@ pub(crate) fn random_suspend_ops(rng: &mut StdRng, shape: ScheduleShape, chance:
 
 /// How many of [`ELECTION_NAMES`] every run creates at the start (issue 15: at least 100
 /// beside the root, so that quiet elections and the support stream carry many names).
-pub(crate) const INITIAL_ELECTIONS: usize = 100;
+pub const INITIAL_ELECTIONS: usize = 100;
 
 /// Between `count.0` and `count.1` ops on named elections, in the window of `shape`
 /// before the schedule's heal, under the schedule's faults: removes (each followed, six
 /// times in ten, by a create of the same name: the name's next incarnation), creates,
 /// and transfers of an election by its leader (to the best follower, to a named node, or
 /// to the victim of a fault that stalls a node, while it is stalled).
-pub(crate) fn random_election_ops(
+pub fn random_election_ops(
     rng: &mut StdRng,
     ids: &[NodeId],
     schedule: &Schedule,

@@ -8,19 +8,19 @@ use std::time::{Duration, Instant};
 
 /// The running worker processes of one launcher, by node id.
 #[derive(Debug, Default)]
-pub(crate) struct Children {
+pub struct Children {
     running: BTreeMap<u64, Child>,
 }
 
 impl Children {
     /// No children.
-    pub(crate) fn new() -> Children {
+    pub fn new() -> Children {
         Children::default()
     }
 
     /// Tracks `child` as node `id`'s process; a previous one of `id` is killed and
     /// reaped.
-    pub(crate) fn insert(&mut self, id: u64, child: Child) {
+    pub fn insert(&mut self, id: u64, child: Child) {
         if let Some(mut old) = self.running.insert(id, child) {
             let _ = old.kill();
             let _ = old.wait();
@@ -28,22 +28,22 @@ impl Children {
     }
 
     /// Whether node `id` has a process (not yet reaped).
-    pub(crate) fn contains(&self, id: u64) -> bool {
+    pub fn contains(&self, id: u64) -> bool {
         self.running.contains_key(&id)
     }
 
     /// The PID of node `id`'s process.
-    pub(crate) fn pid(&self, id: u64) -> Option<u32> {
+    pub fn pid(&self, id: u64) -> Option<u32> {
         self.running.get(&id).map(Child::id)
     }
 
     /// The ids that have a process.
-    pub(crate) fn ids(&self) -> Vec<u64> {
+    pub fn ids(&self) -> Vec<u64> {
         self.running.keys().copied().collect()
     }
 
     /// Sends `sig` to node `id`'s process; false when there is none or kill(2) failed.
-    pub(crate) fn signal(&self, id: u64, sig: i32) -> bool {
+    pub fn signal(&self, id: u64, sig: i32) -> bool {
         match self.pid(id) {
             // SAFETY: kill(2) on a child we spawned and have not reaped yet.
             Some(pid) => unsafe { libc::kill(pid as i32, sig) == 0 },
@@ -52,7 +52,7 @@ impl Children {
     }
 
     /// SIGKILLs node `id`'s process and reaps it; false when there was none.
-    pub(crate) fn kill(&mut self, id: u64) -> bool {
+    pub fn kill(&mut self, id: u64) -> bool {
         let Some(mut c) = self.running.remove(&id) else {
             return false;
         };
@@ -63,7 +63,7 @@ impl Children {
 
     /// Waits up to `timeout` for node `id`'s process to exit by itself; its status, the
     /// process reaped. `None` when there is none or it still runs.
-    pub(crate) fn wait(&mut self, id: u64, timeout: Duration) -> Option<ExitStatus> {
+    pub fn wait(&mut self, id: u64, timeout: Duration) -> Option<ExitStatus> {
         let deadline = Instant::now() + timeout;
         let c = self.running.get_mut(&id)?;
         loop {
@@ -82,7 +82,7 @@ impl Children {
 
     /// Waits up to `timeout` for node `id`'s process to exit by itself, then SIGKILLs
     /// it. True when it exited by itself (or there was none).
-    pub(crate) fn reap(&mut self, id: u64, timeout: Duration) -> bool {
+    pub fn reap(&mut self, id: u64, timeout: Duration) -> bool {
         if !self.contains(id) || self.wait(id, timeout).is_some() {
             return true;
         }
@@ -92,7 +92,7 @@ impl Children {
 
     /// Stops every process gracefully: SIGCONT (a paused one must hear it) and SIGTERM
     /// to all, then waits for them, SIGKILLing what still runs after `grace`.
-    pub(crate) fn stop_all(&mut self, grace: Duration) {
+    pub fn stop_all(&mut self, grace: Duration) {
         let ids = self.ids();
         for id in &ids {
             self.signal(*id, libc::SIGCONT);
@@ -106,7 +106,7 @@ impl Children {
 
     /// SIGKILLs and reaps every process (a launcher does this before it removes their
     /// folders).
-    pub(crate) fn kill_all(&mut self) {
+    pub fn kill_all(&mut self) {
         for (_, mut c) in std::mem::take(&mut self.running) {
             let _ = c.kill();
             let _ = c.wait();

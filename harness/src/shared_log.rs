@@ -1,15 +1,13 @@
 //! A log the test can read: a `Write` that keeps what is written, and an slog logger over
 //! it. Included by path by the tests that check what a transport or an endpoint logs.
 
-#![allow(dead_code)]
-
 use std::sync::{Arc, Mutex};
 
 use slog::{o, Drain, Logger};
 
 /// A `Write` that keeps what is written, for reading a component's log in a test.
 #[derive(Clone, Default)]
-pub(crate) struct SharedLog(Arc<Mutex<Vec<u8>>>);
+pub struct SharedLog(Arc<Mutex<Vec<u8>>>);
 
 impl std::io::Write for SharedLog {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -26,13 +24,13 @@ impl std::io::Write for SharedLog {
 
 impl SharedLog {
     /// A plain-text logger that writes here.
-    pub(crate) fn logger(&self) -> Logger {
+    pub fn logger(&self) -> Logger {
         let decorator = slog_term::PlainSyncDecorator::new(self.clone());
         Logger::root(slog_term::FullFormat::new(decorator).build().fuse(), o!())
     }
 
     /// Everything logged so far.
-    pub(crate) fn text(&self) -> String {
+    pub fn text(&self) -> String {
         String::from_utf8_lossy(
             &self
                 .0
