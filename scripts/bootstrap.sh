@@ -92,15 +92,15 @@ if ! have_libclang; then
 fi
 if [ "$want_nft" = 1 ] && ! command -v nft >/dev/null 2>&1; then
     pkgs+=(nftables)
-    why+=("nftables: the network fault tests (tests/netns.rs) cut links with nft rules")
+    why+=("nftables: the network fault tests (tests/faults/netns.rs) cut links with nft rules")
 fi
 if [ "$want_promtool" = 1 ] && ! command -v promtool >/dev/null 2>&1; then
     pkgs+=(prometheus)
-    why+=("prometheus: its promtool checks deploy/alerts.yml (tests/alerts.rs)")
+    why+=("prometheus: its promtool checks deploy/alerts.yml (tests/operations/alerts.rs)")
 fi
 if [ "$want_systemd" = 1 ] && ! command -v systemd-analyze >/dev/null 2>&1; then
     pkgs+=(systemd)
-    why+=("systemd: its systemd-analyze checks deploy/systemd/tenure-worker@.service (tests/deploy.rs)")
+    why+=("systemd: its systemd-analyze checks deploy/systemd/tenure-worker@.service (tests/operations/deploy.rs)")
 fi
 [ "${#pkgs[@]}" -eq 0 ] && exit 0
 

@@ -239,7 +239,7 @@ impl Lease {
     /// process was paused: a log line or an event stamped when the task got the lease
     /// can be late, and this tells a lease announced late from one granted late
     /// (`tenure-worker`'s `lease_acquired` carries it as `granted_ns`;
-    /// `tests/lease_bound.rs` measures the gap between one tenure's `ended_at` and the
+    /// `tests/election/lease_bound.rs` measures the gap between one tenure's `ended_at` and the
     /// next one's `granted_at` with it).
     pub fn granted_at(&self) -> Instant {
         self.shared.granted

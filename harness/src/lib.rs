@@ -4,6 +4,7 @@
 //!
 //! | module | what it holds |
 //! |---|---|
+//! | [`alone`] | a test that needs a process of its own, re-run as a child of its binary |
 //! | [`kit`] | worker processes (`tenure-worker`): their command line, events, children, binaries |
 //! | [`checker`] | the history checker: judges a run's events against tenure's guarantees (`docs/design.md`, section 10) |
 //! | [`cluster`] | a group of in-process nodes over QUIC with RocksDB, and its recorded history |
@@ -17,6 +18,7 @@
 //! Tests name it `tenure_harness`; it depends on `tenure` with the `testing` feature, the
 //! same library the tests link (cargo unifies the two).
 
+pub mod alone;
 pub mod checker;
 pub mod cluster;
 pub mod kit;

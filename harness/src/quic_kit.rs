@@ -1,5 +1,5 @@
-//! What the QUIC transport's tests share (`tests/transport_quic.rs`,
-//! `tests/transport_names.rs`): a logger, a polling wait, messages and identities.
+//! What the QUIC transport's tests share (`tests/transport/quic.rs`,
+//! `tests/transport/names.rs`): a logger, a polling wait, messages and identities.
 
 use std::time::{Duration, Instant};
 

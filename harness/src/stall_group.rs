@@ -1,6 +1,6 @@
 //! Three nodes in one process over the in-process network, each on a real RocksDB store
 //! wrapped by [`StallStore`], whose gate holds or fails its writes on command. Shared by
-//! `tests/disk_stall.rs` and `benches/stall.rs`.
+//! `tests/faults/disk_stall.rs` and `benches/stall.rs`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! handle of it: the root's and each named election's) waits at one [`Gate`] while the
 //! gate is shut. The gate can also fail the next Ready write with an I/O error, as a
 //! failed fsync does, or slow every write down. Used over real RocksDB by
-//! `tests/disk_stall.rs`.
+//! `tests/faults/disk_stall.rs`.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};

@@ -2,7 +2,7 @@
 //!
 //! Every launcher starts its workers with one, so the worker's flags are spelled here and
 //! in their parser (`WorkerCli` in `src/bin/tenure-worker/cli.rs`) only;
-//! `tests/command_lines.rs` parses what this builds with that parser.
+//! `tests/operations/command_lines.rs` parses what this builds with that parser.
 
 use std::ffi::OsString;
 use std::fmt::Display;

@@ -1,4 +1,4 @@
-//! The deterministic simulation's world (`tests/sim.rs`, `tests/sim_clock.rs`): real
+//! The deterministic simulation's world (`tests/sim/seeded.rs`, `tests/sim/clock.rs`): real
 //! nodes on turmoil's simulated hosts, time and network.
 //!
 //! | module | what it holds |

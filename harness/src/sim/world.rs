@@ -953,7 +953,7 @@ async fn host(ctx: Arc<HostCtx>) -> turmoil::Result {
     qc.keep_alive = Duration::from_millis(100);
     qc.idle_timeout = Duration::from_millis(500);
     // The transport draws its reconnect jitter from the OS-seeded thread RNG; a backoff
-    // of 1 µs leaves it nothing to draw (see the determinism notes in tests/sim.rs).
+    // of 1 µs leaves it nothing to draw (see the determinism notes in tests/sim/seeded.rs).
     qc.backoff_min = Duration::from_micros(1);
     qc.backoff_max = Duration::from_micros(1);
     // quinn's per-connection randomness and the connection ids, from the seed.

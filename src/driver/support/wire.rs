@@ -102,7 +102,7 @@ pub(crate) struct Malformed(pub(crate) &'static str);
 /// `offers` in term 1 with an empty log, in the stream's own wire format; with the
 /// stream's id, for [`Transport::send_election`](crate::transport::Transport::send_election).
 /// For tests of hostile members (the simulation's `Hostile` fault,
-/// `tests/hostile_worker.rs`): a correct node's stream never sends what this makes.
+/// `tests/faults/hostile_worker.rs`): a correct node's stream never sends what this makes.
 #[cfg(feature = "testing")]
 pub fn forged_support_request(
     from: u64,

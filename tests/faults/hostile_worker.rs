@@ -1,6 +1,6 @@
 //! A real worker process under a member that abuses the support stream (issue 35;
 //! `docs/design.md`, section 12, "A member cannot grow a book", and section 9): its
-//! memory stays within a wide bound, measured the way `tests/limits_measure.rs` does
+//! memory stays within a wide bound, measured the way `tests/transport/limits_measure.rs` does
 //! (VmRSS from /proc, sampled every 20 ms), and the root's leaseholder keeps its lease.
 //!
 //! Workers 1 and 2 run from the `worker` example with twenty named elections; node 3 is
@@ -14,11 +14,11 @@
 //! Under the mutation that takes the book's bounds out, the workers are built with it
 //! too (`harness/src/kit/binary.rs`), and the test fails: in a debug build the books
 //! grew to 5.2 million entries, RSS from 30 to about 235 MB, and the root's lease was
-//! lost 19 times (CI catches the mutation with `tests/peer_input.rs` and the simulation,
+//! lost 19 times (CI catches the mutation with `tests/transport/peer_input.rs` and the simulation,
 //! which take seconds where this takes a minute):
 //!
 //! ```text
-//! TENURE_MUTATION=support-book-unbounded cargo test --features mutations --test hostile_worker -- --nocapture
+//! TENURE_MUTATION=support-book-unbounded cargo test --features mutations --test faults hostile_worker:: -- --nocapture
 //! ```
 
 use std::collections::BTreeMap;

@@ -65,8 +65,8 @@
 //! trial's gap grows by more than a tick.
 //!
 //! Run with the mutations (each test must fail by rule (d)):
-//! `TENURE_MUTATION=lease-one-tick-long cargo test --features mutations --test lease_bound
-//! the_next_lease`, and `TENURE_MUTATION=lease-at-election …` for the second test. The
+//! `TENURE_MUTATION=lease-one-tick-long cargo test --features mutations --test election
+//! lease_bound::the_next_lease`, and `TENURE_MUTATION=lease-at-election …` for the second test. The
 //! first test does not catch `lease-at-election` (it moves the new lease's grant only by
 //! the commit's round trip, a millisecond), nor the second `lease-one-tick-long` (its old
 //! lease ends long before).

@@ -42,7 +42,7 @@
 //! was), and the checker's timeline. `TENURE_NETNS_SEED=S TENURE_NETNS_SCHEDULES=1`
 //! replays the schedule; which node is "the leader" when a fault lands depends on the run.
 
-#[path = "../src/bin/tenure-worker/ledger.rs"]
+#[path = "../../src/bin/tenure-worker/ledger.rs"]
 mod ledger;
 
 use std::fmt;
@@ -920,7 +920,7 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path, ctl: &Path) -> Out
     std::thread::sleep(Duration::from_millis(300));
     // Every worker must stop cleanly on SIGTERM (exit code 0). Workers used to abort here
     // now and then: `shutdown` returned while the driver still closed the RocksDB store,
-    // and `process::exit` aborted it (tests/shutdown.rs).
+    // and `process::exit` aborted it (tests/storage/shutdown.rs).
     out.unclean_stops = lab.stop_all(Duration::from_secs(5));
     for (n, sig) in &out.unclean_stops {
         out.problems.push(format!(

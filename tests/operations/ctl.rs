@@ -1,7 +1,7 @@
 //! The operator tool driving real worker processes started with `--admin`: what an
 //! operator types, what comes back, and the exit codes. It runs the `ctl` example
 //! (`examples/ctl.rs`, the program of `src/bin/tenure-ctl` under the name `ctl`);
-//! tests/deploy.rs checks that the installed `tenure-ctl` is that program under its own
+//! tests/operations/deploy.rs checks that the installed `tenure-ctl` is that program under its own
 //! name.
 
 use std::path::PathBuf;

@@ -1,8 +1,10 @@
 //! The metrics endpoint's accept loop when the process is out of file descriptors
 //! (`EMFILE`): it pauses (backing off up to a second) and logs, instead of spinning a
-//! core without a word, and serves again once descriptors are free. Its own test binary:
-//! it lowers the process's descriptor limit.
+//! core without a word, and serves again once descriptors are free. It lowers the process's
+//! descriptor limit, so it runs in a child process of its own (the harness's `alone`):
+//! the other tests of this binary run beside it.
 
+use tenure_harness::alone::{rerun, test_name};
 use tenure_harness::shared_log;
 
 use std::io::{Read, Write};
@@ -18,8 +20,40 @@ fn open_fds() -> u64 {
     std::fs::read_dir("/proc/self/fd").unwrap().count() as u64
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn accept_errors_pause_the_loop_and_are_logged_once() {
+/// Set in the child process that runs the test.
+const CHILD_VAR: &str = "TENURE_EMFILE_CHILD";
+
+#[test]
+fn accept_errors_pause_the_loop_and_are_logged_once() {
+    if std::env::var_os(CHILD_VAR).is_some() {
+        return tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(out_of_descriptors());
+    }
+    let name = test_name(
+        module_path!(),
+        "accept_errors_pause_the_loop_and_are_logged_once",
+    );
+    let out = rerun(&name)
+        .env(CHILD_VAR, "1")
+        .output()
+        .expect("run the test in a child");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "the child failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+}
+
+/// The test itself, in the child.
+async fn out_of_descriptors() {
     let log = SharedLog::default();
     let logger = log.logger();
     let server = serve_with(

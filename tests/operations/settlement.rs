@@ -2,8 +2,7 @@
 //! cut-off old leader can write nothing once a newer token was accepted, and kills
 //! mid-batch never settle anything twice.
 
-#[path = "../src/bin/tenure-worker/ledger.rs"]
-mod ledger;
+use crate::ledger;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -3,8 +3,7 @@
 //! type, HELP text and label set that dashboards and alert rules were written against
 //! ([`EXPOSITION`]).
 
-#[path = "../src/bin/tenure-worker/ledger.rs"]
-mod ledger;
+use crate::ledger;
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{Read, Write};

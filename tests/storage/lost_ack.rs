@@ -13,7 +13,7 @@
 //!
 //! With the driver as it is, `L` never acknowledged the entry it had not written, so
 //! `F` could not commit its record and no history ever shows it. With the
-//! `persist-after-send` mutation (`cargo test --features mutations --test lost_ack`
+//! `persist-after-send` mutation (`cargo test --features mutations --test storage lost_ack::`
 //! with `TENURE_MUTATION=persist-after-send`), `L`'s acknowledgement leaves before its
 //! write: `F` commits and applies its record on the strength of it, and the new leader,
 //! elected by `L` (without the entry) and `C`, replaces it. The history checker's rule

@@ -6,7 +6,7 @@
 //! sends hundreds of megabytes over loopback):
 //!
 //! ```text
-//! cargo test --test limits_measure -- --ignored --nocapture
+//! cargo test --test transport limits_measure:: -- --ignored --nocapture
 //! ```
 //!
 //! The worker is node 1 of a group of three; the test process is "node 2" (it holds node
@@ -165,7 +165,7 @@ fn scrape(addr: &str, timeout: Duration) -> Result<usize, String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "measurement, prints numbers: cargo test --test limits_measure -- --ignored --nocapture"]
+#[ignore = "measurement, prints numbers: cargo test --test transport limits_measure:: -- --ignored --nocapture"]
 async fn measure_worker_under_resource_attacks() {
     let dir = tempfile::tempdir().unwrap();
     write_cluster_certs(dir.path().join("certs"), 1..=3).unwrap();

@@ -9,7 +9,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -18,6 +18,7 @@ use raft::{GetEntriesContext, Storage};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tenure::storage::{RaftStore, ReadyWrite, RocksStore, StorageError};
+use tenure_harness::alone::{rerun, test_name};
 
 const CHILD_DIR_VAR: &str = "TENURE_CRASH_CHILD_DIR";
 /// Compact the log every this many writes, keeping the last `KEEP` entries, so the
@@ -90,9 +91,7 @@ struct Trial {
 }
 
 fn run_trial(dir: &Path, rng: &mut StdRng, previous: u64) -> Trial {
-    let exe = std::env::current_exe().expect("test binary");
-    let mut child = Command::new(exe)
-        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+    let mut child = rerun(&test_name(module_path!(), "crash_child"))
         .env(CHILD_DIR_VAR, dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

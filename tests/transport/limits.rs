@@ -2,7 +2,7 @@
 //! certificate (issue 1/6, finding 4): the entries limit, the frame deadline, the
 //! per-peer connection cap, the shared inbound byte budget, and rate-limited handshake
 //! warnings. Each test fails when its limit is taken out. The numbers they guard are
-//! measured on a real worker by `tests/limits_measure.rs`.
+//! measured on a real worker by `tests/transport/limits_measure.rs`.
 //!
 //! The attacker is a bare quinn client with a node's identity; the tests wait on
 //! conditions with generous timeouts, never on sleeps.

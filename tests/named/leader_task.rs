@@ -1,6 +1,6 @@
 //! `LeaderTask::for_elections`: one task per named election a node leads, with that
 //! election's lease, cancelled the moment the lease is lost; real nodes over QUIC with
-//! RocksDB (as `tests/elections.rs` starts them). Every task of every node writes into
+//! RocksDB (as `tests/named/elections.rs` starts them). Every task of every node writes into
 //! one shared log, which is judged at the end: never two tasks of one name at once, and
 //! none begins before the previous holder's lease of that name stopped protecting.
 

@@ -3,7 +3,7 @@
 //! stderr naming the flag with exit code 2.
 
 // The worker's own parser, to check the kit's command lines against it.
-#[path = "../src/bin/tenure-worker/cli.rs"]
+#[path = "../../src/bin/tenure-worker/cli.rs"]
 #[allow(dead_code)]
 mod worker;
 

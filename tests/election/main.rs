@@ -1,0 +1,21 @@
+//! The root election on real nodes: leases, handovers, membership, fences.
+//!
+//! One test binary per topic (`cargo test --test election`), one module per file:
+//!
+//! | module | what it tests |
+//! |---|---|
+//! | [`root`] | leader election, failover and lease overlap |
+//! | [`handover`] | leadership transfers |
+//! | [`history`] | the replicated tenure history |
+//! | [`membership`] | membership changes |
+//! | [`founding`] | founding and joining a group |
+//! | [`fence`] | fenced resources |
+//! | [`lease_bound`] | the lease bound at its boundary |
+
+mod fence;
+mod founding;
+mod handover;
+mod history;
+mod lease_bound;
+mod membership;
+mod root;
