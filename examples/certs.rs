@@ -1,5 +1,5 @@
 //! Writes a cluster CA, one certificate per node for nodes 1..=N, and one operator
-//! certificate for the operator tool (`tenure-ctl`, or `cargo run --example ctl`); and,
+//! certificate for the operator tool (`tenure-ctl`); and,
 //! for rotation, renews one node's certificate, makes a new CA, and bundles CAs.
 //!
 //! ```text

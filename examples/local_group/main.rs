@@ -12,7 +12,7 @@
 //! of the ledger is settled by its election's leader under its own fence).
 //!
 //! Every worker also opens an admin endpoint; the command line for driving the running
-//! group with `cargo run --example ctl` (certificates folder and admin addresses; with
+//! group with `cargo run --bin tenure-ctl` (certificates folder and admin addresses; with
 //! `--release` when this program was built so) is printed at start and shown in the live
 //! view.
 //!
@@ -27,8 +27,7 @@
 
 use tenure_harness::kit;
 use tenure_harness::kit::judge;
-#[path = "../../src/bin/tenure-worker/ledger.rs"]
-mod ledger;
+use tenure_harness::ledger;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
@@ -48,7 +47,7 @@ use tokio::sync::mpsc;
 ///
 /// Spawns N tenure workers (default 5) on 127.0.0.1 with their certificates and data in
 /// a temporary folder, and shows a live status view. Each worker opens an admin endpoint;
-/// the `cargo run --example ctl -- ...` command line to drive the group from another
+/// the `cargo run --bin tenure-ctl -- ...` command line to drive the group from another
 /// terminal is printed at start. Ctrl-C (or --duration) stops them all and removes the
 /// folder.
 #[derive(Debug, Parser)]
@@ -232,7 +231,7 @@ struct Group {
     addrs: BTreeMap<u64, String>,
     /// Workers started with `--join` (their `--peers`: the founders and themselves).
     spares: Vec<u64>,
-    /// Each worker's admin endpoint (`--admin`), for `cargo run --example ctl`.
+    /// Each worker's admin endpoint (`--admin`), for `cargo run --bin tenure-ctl`.
     admin_addrs: BTreeMap<u64, String>,
     /// The running workers (killed when the group is dropped).
     children: Children,
@@ -407,7 +406,7 @@ async fn run(o: Options, worker: PathBuf) -> i32 {
         "--release "
     };
     let ctl = format!(
-        "cargo run {profile}--example ctl -- --certs {} --addr {} status",
+        "cargo run {profile}--bin tenure-ctl -- --certs {} --addr {} status",
         dir.path().join("certs").display(),
         admin_addrs.values().cloned().collect::<Vec<_>>().join(",")
     );

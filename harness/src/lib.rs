@@ -11,6 +11,7 @@
 //! | [`procs`] | a group of worker processes for the tests |
 //! | [`netns`] | workers in network namespaces, and the fault schedules run on them (root) |
 //! | [`sim`] | the deterministic simulation's world: simulated hosts, UDP, clocks, TLS randomness, schedules |
+//! | [`ledger`] | the worker's settlement ledger: seeded, and what the workers settled verified |
 //! | [`quic_kit`], [`shared_log`] | bare QUIC transports, and a logger whose lines a test reads |
 //! | [`stall_store`], [`stall_group`] | a storage whose syncs a test holds, and a group built on it |
 //! | [`torn_store`] | a storage that tears its last write, as a power cut would |
@@ -22,6 +23,12 @@ pub mod alone;
 pub mod checker;
 pub mod cluster;
 pub mod kit;
+// The worker's settlement ledger (`src/bin/tenure-worker/ledger.rs`): the tests and
+// `local_group` seed it and verify what the workers settled with the code the worker
+// settles with. The one file the harness includes by path: the worker is a binary of the
+// published crate and cannot depend on this one. Its own docs say the rest.
+#[path = "../../src/bin/tenure-worker/ledger.rs"]
+pub mod ledger;
 pub mod netns;
 pub mod procs;
 pub mod quic_kit;

@@ -865,9 +865,8 @@ impl Drop for Lab {
     }
 }
 
-/// Runs the operator tool (the `ctl` example: `src/bin/tenure-ctl` under the name `ctl`)
-/// against a lab, from the operator's
-/// namespace, and puts what it asked and what it got on the lab's timeline. Cheap to
+/// Runs the operator tool (`tenure-ctl`) against a lab, from the operator's namespace,
+/// and puts what it asked and what it got on the lab's timeline. Cheap to
 /// clone into a thread.
 #[derive(Clone)]
 pub struct Operator {
@@ -959,21 +958,20 @@ impl Operator {
     }
 }
 
-/// The `ctl` binary: `TENURE_NETNS_CTL=PATH`; else `examples/ctl` beside a
-/// `TENURE_NETNS_WORKER` (`<profile>/tenure-worker`: `.ci/run`'s `cargo test` built both);
-/// else the kit's (`kit::binary::example`: beside the test, built with cargo when missing
-/// or stale).
+/// The operator tool, `tenure-ctl`: `TENURE_NETNS_CTL=PATH`; else `tenure-ctl` beside a
+/// `TENURE_NETNS_WORKER` (`<profile>/tenure-worker`: `.ci/run` built both); else the kit's
+/// (`kit::binary::ctl`: beside the test, built with cargo when missing or stale).
 pub fn ctl_binary() -> PathBuf {
     if let Some(p) = std::env::var_os("TENURE_NETNS_CTL").filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
     }
     if let Some(w) = std::env::var_os("TENURE_NETNS_WORKER").filter(|p| !p.is_empty()) {
-        let beside = Path::new(&w).with_file_name("examples").join("ctl");
+        let beside = Path::new(&w).with_file_name("tenure-ctl");
         if beside.exists() {
             return beside;
         }
     }
-    super::kit::binary::example("ctl")
+    super::kit::binary::ctl()
 }
 
 /// The worker binary to run: the kit's `tenure-worker`, or, with `TENURE_MUTATION` set

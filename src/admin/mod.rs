@@ -2,7 +2,7 @@
 //!
 //! A worker opens the endpoint next to its raft transport, on its own port:
 //! [`serve`]`(node, addr, &identity, logger)`. An operator (a person with
-//! `cargo run --example ctl`, or a tool using [`Client`]) reaches it with an **operator
+//! `tenure-ctl`, or a tool using [`Client`]) reaches it with an **operator
 //! certificate** issued by the cluster CA ([`ClusterCa::issue_operator`]).
 //!
 //! # Who may connect

@@ -42,8 +42,7 @@
 //! was), and the checker's timeline. `TENURE_NETNS_SEED=S TENURE_NETNS_SCHEDULES=1`
 //! replays the schedule; which node is "the leader" when a fault lands depends on the run.
 
-#[path = "../../src/bin/tenure-worker/ledger.rs"]
-mod ledger;
+use tenure_harness::ledger;
 
 use std::fmt;
 use std::io::Write as _;
@@ -1679,7 +1678,7 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
     let lanes = (env_u64("TENURE_NETNS_LANES", 2).max(1) as usize).min(count.max(1));
     let stop_at_first = env_flag("TENURE_NETNS_STOP_AT_FIRST");
     let mutation = std::env::var("TENURE_MUTATION").unwrap_or_default();
-    say("netns: building the worker and ctl (cargo build --bin tenure-worker / --example ctl)");
+    say("netns: building the worker and ctl (cargo build --bin tenure-worker --bin tenure-ctl)");
     let worker = netns::worker_for_run();
     let ctl = netns::ctl_binary();
     say(format!(

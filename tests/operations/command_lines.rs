@@ -1,17 +1,10 @@
 //! The command lines other tools script against (`tenure-worker`, and the examples
 //! `local_group` and `certs`): `--help` on stdout with exit code 0, a usage error on
-//! stderr naming the flag with exit code 2.
+//! stderr naming the flag with exit code 2. That the kit's worker command is the command
+//! line the worker parses is checked by the worker's own unit tests
+//! (`src/bin/tenure-worker/cli.rs`).
 
-// The worker's own parser, to check the kit's command lines against it.
-#[path = "../../src/bin/tenure-worker/cli.rs"]
-#[allow(dead_code)]
-mod worker;
-
-use std::time::Duration;
-
-use clap::Parser;
 use tenure_harness::kit::binary::{example, output};
-use tenure_harness::kit::command::WorkerCommand;
 
 /// Each of `cases` exits 2 with nothing on stdout and a message naming its flag.
 fn assert_usage_errors(bin: &std::path::Path, cases: &[(&[&str], &str)]) {
@@ -254,92 +247,4 @@ fn certs_explains_itself_and_names_the_flag_it_refuses() {
     ] {
         assert!(dir.path().join("c").join(f).exists(), "{f} missing");
     }
-}
-
-/// Parses what `cmd` builds with the worker's own parser.
-fn parse(cmd: &WorkerCommand) -> Result<worker::Mode, clap::Error> {
-    let line = std::iter::once("tenure-worker".into()).chain(cmd.to_args());
-    worker::WorkerCli::try_parse_from(line).map(worker::WorkerCli::mode)
-}
-
-#[test]
-fn the_kits_worker_command_is_the_command_line_the_worker_parses() {
-    let group = tenure::GroupId::random();
-    let cmd = WorkerCommand::new("worker")
-        .id(3)
-        .listen("127.0.0.1:7003")
-        .peers([
-            (1, "127.0.0.1:7001"),
-            (2, "127.0.0.1:7002"),
-            (3, "127.0.0.1:7003"),
-        ])
-        .data_dir("/var/lib/tenure")
-        .certs("/etc/tenure/node-3")
-        .found(group)
-        .timing("fast")
-        .timing_ms(1, 3, 13, 25)
-        .log_level("off")
-        .ledger("/tmp/ledger.db")
-        .admin("127.0.0.1:0")
-        .metrics("127.0.0.1:9100")
-        .elections(16)
-        .args(["--confirm-ms", "7", "--read-mode", "lease"]);
-    let worker::Mode::Run(a) = parse(&cmd).expect("the worker takes it") else {
-        panic!("not a worker run");
-    };
-    assert_eq!(a.id, 3);
-    assert_eq!(a.listen, Some("127.0.0.1:7003".parse().unwrap()));
-    assert_eq!(
-        a.peers,
-        "1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003"
-    );
-    assert_eq!(a.data_dir, std::path::Path::new("/var/lib/tenure"));
-    assert_eq!(a.certs, std::path::Path::new("/etc/tenure/node-3"));
-    assert_eq!(a.found, Some(group));
-    assert!(!a.join);
-    assert_eq!(a.timing, tenure::Timing::from_millis(1, 3, 13, 25));
-    assert_eq!(a.log_level, None);
-    assert_eq!(a.ledger, Some("/tmp/ledger.db".into()));
-    assert_eq!(a.admin, Some("127.0.0.1:0".parse().unwrap()));
-    assert_eq!(a.metrics, Some("127.0.0.1:9100".parse().unwrap()));
-    assert_eq!(a.confirm_every, Duration::from_millis(7));
-    assert_eq!(a.read_mode, tenure::ReadMode::LeaseBased);
-    assert_eq!(a.elections, 16);
-
-    // Joining, with the defaults the worker has always had.
-    let join = WorkerCommand::new("worker")
-        .id(6)
-        .peers([(6, "10.0.0.6:7001"), (1, "10.0.0.1:7001")])
-        .data_dir("d")
-        .certs("c")
-        .join();
-    let worker::Mode::Run(a) = parse(&join).expect("the worker takes it") else {
-        panic!("not a worker run");
-    };
-    assert!(a.join && a.found.is_none() && a.listen.is_none());
-    assert_eq!(a.peers, "6=10.0.0.6:7001,1=10.0.0.1:7001");
-    assert_eq!(a.timing, tenure::Timing::lan());
-    assert_eq!(a.read_mode, tenure::ReadMode::Safe);
-    assert_eq!(a.confirm_every, Duration::from_millis(100));
-    assert_eq!(a.log_level, Some(slog::Level::Warning));
-    assert_eq!(a.settle_every, Duration::from_millis(150));
-    assert_eq!(a.row_delay.base, Duration::from_millis(20));
-    assert_eq!(a.row_delay.jitter, Duration::ZERO);
-    assert_eq!((a.bench_confirms, a.stats_every), (0, None));
-    // No named elections unless asked: the worker it always was.
-    assert_eq!(a.elections, 0);
-
-    // An explicit tick over a preset keeps the preset's other times.
-    let wan_tick = join.clone().timing("wan").arg("--tick-ms").arg("25");
-    let worker::Mode::Run(a) = parse(&wan_tick).unwrap() else {
-        panic!("not a worker run");
-    };
-    assert_eq!(a.timing, tenure::Timing::from_millis(25, 200, 1000, 2000));
-
-    // A flag given again among the extra arguments wins, as it always did.
-    let again = join.clone().log_level("off").args(["--log-level", "debug"]);
-    let worker::Mode::Run(a) = parse(&again).unwrap() else {
-        panic!("not a worker run");
-    };
-    assert_eq!(a.log_level, Some(slog::Level::Debug));
 }

@@ -1,22 +1,20 @@
 //! The operator tool driving real worker processes started with `--admin`: what an
-//! operator types, what comes back, and the exit codes. It runs the `ctl` example
-//! (`examples/ctl.rs`, the program of `src/bin/tenure-ctl` under the name `ctl`);
-//! tests/operations/deploy.rs checks that the installed `tenure-ctl` is that program under its own
-//! name.
+//! operator types, what comes back, and the exit codes. It runs `tenure-ctl`, the crate's
+//! binary (`src/bin/tenure-ctl`), beside the worker.
 
 use std::path::PathBuf;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tenure_harness::kit::binary::{example, output};
+use tenure_harness::kit::binary::{self, output};
 use tenure_harness::procs::Group;
 
 const LONG: Duration = Duration::from_secs(20);
 
-/// The ctl example binary next to the worker binary (built by cargo when stale).
+/// `tenure-ctl`, next to the worker binary (built by cargo when stale).
 fn ctl_binary() -> PathBuf {
-    example("ctl")
+    binary::ctl()
 }
 
 struct Ctl {
@@ -159,7 +157,7 @@ fn ctl_usage_errors_name_the_flag_and_exit_2() {
         (&[d, a, "elections", "rename"], "'rename'"),
         (&[a, "status"], "--certs DIR is required"),
         (&[d, "status"], "--addr is required"),
-        (&[d, a], "Usage: ctl"),
+        (&[d, a], "Usage: tenure-ctl"),
     ] {
         let (code, out, err) = ctl_bare(args);
         assert_eq!(code, 2, "{args:?}: {err}");
@@ -171,9 +169,9 @@ fn ctl_usage_errors_name_the_flag_and_exit_2() {
 #[test]
 fn ctl_prints_shell_completions_without_a_group() {
     for (shell, marker) in [
-        ("bash", "complete -F _ctl"),
-        ("zsh", "#compdef ctl"),
-        ("fish", "complete -c ctl"),
+        ("bash", "complete -F _tenure__ctl"),
+        ("zsh", "#compdef tenure-ctl"),
+        ("fish", "complete -c tenure-ctl"),
     ] {
         let (code, out, err) = ctl_bare(&["completions", shell]);
         assert_eq!(code, 0, "{shell}: {err}");
@@ -327,7 +325,10 @@ fn ctl_drives_worker_processes_through_their_admin_endpoints() {
     // Bad arguments: exit code 2 with the usage, naming what is missing.
     let (code, _, err) = ctl.all(&["members", "add", "4"]);
     assert_eq!(code, 2);
-    assert!(err.contains("Usage: ctl members add <ID> <ADDR>"), "{err}");
+    assert!(
+        err.contains("Usage: tenure-ctl members add <ID> <ADDR>"),
+        "{err}"
+    );
     assert!(
         err.contains("required arguments were not provided"),
         "{err}"

@@ -18,10 +18,6 @@
 //! | [`settlement`] | fenced settlement by worker processes |
 //! | `logging` | the tracing feature (with --features tracing) |
 
-// The worker's ledger, to seed it and verify what the workers settled.
-#[path = "../../src/bin/tenure-worker/ledger.rs"]
-mod ledger;
-
 mod admin;
 mod alerts;
 mod bootstrap;

@@ -3,7 +3,7 @@
 //! type, HELP text and label set that dashboards and alert rules were written against
 //! ([`EXPOSITION`]).
 
-use crate::ledger;
+use tenure_harness::ledger;
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{Read, Write};

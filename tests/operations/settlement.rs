@@ -2,7 +2,7 @@
 //! cut-off old leader can write nothing once a newer token was accepted, and kills
 //! mid-batch never settle anything twice.
 
-use crate::ledger;
+use tenure_harness::ledger;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -125,7 +125,7 @@ fn try_build(target: Target, name: &str) -> Result<PathBuf, String> {
     Ok(bin)
 }
 
-/// The worker, `tenure-worker` (see `program`): cargo builds it for every integration
+/// The worker, `tenure-worker` (see [`program`]): cargo builds it for every integration
 /// test and bench, not for an example such as `local_group`. Panics when its build fails.
 pub fn worker() -> PathBuf {
     try_worker().unwrap_or_else(|e| panic!("{e}"))
@@ -136,7 +136,13 @@ pub fn try_worker() -> Result<PathBuf, String> {
     program(Target::Bin, "tenure-worker")
 }
 
-/// Example `name`'s binary (see `program`). Panics when its build fails.
+/// The operator tool, `tenure-ctl` (see [`program`]), built like the worker. Panics when
+/// its build fails.
+pub fn ctl() -> PathBuf {
+    program(Target::Bin, "tenure-ctl").unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Example `name`'s binary (see [`program`]). Panics when its build fails.
 pub fn example(name: &str) -> PathBuf {
     program(Target::Example, name).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -146,7 +152,7 @@ pub fn example(name: &str) -> PathBuf {
 /// examples), built with [`build`] otherwise (a filtered run such as `cargo test --test
 /// settlement` builds no example), and always under the mutations feature, so that the
 /// binary run is one built with it.
-fn program(target: Target, name: &str) -> Result<PathBuf, String> {
+pub fn program(target: Target, name: &str) -> Result<PathBuf, String> {
     static BUILT: Mutex<BTreeMap<(Target, String), PathBuf>> = Mutex::new(BTreeMap::new());
     let mut built = BUILT
         .lock()

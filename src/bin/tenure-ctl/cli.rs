@@ -1,6 +1,6 @@
 //! The operator tool: drives a running group through its nodes' admin endpoints, with the
 //! operator certificate. Installed as `tenure-ctl` (`cargo install --path . --bin
-//! tenure-ctl`); `cargo run --example ctl` runs the same program under the name `ctl`.
+//! tenure-ctl`); from a checkout, `cargo run --bin tenure-ctl --`.
 //!
 //! ```text
 //! tenure-ctl --certs DIR --addr 127.0.0.1:7101,127.0.0.1:7102 status
@@ -53,21 +53,16 @@ use tenure::{NodeId, PeerAddr, Role, Status};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-#[path = "output.rs"]
 mod output;
-#[path = "parse.rs"]
 mod parse;
-#[path = "plan.rs"]
 mod plan;
 use output::{
     explain, print_done, print_history, print_leaderships, print_members, print_status, write_whole,
 };
 use parse::{parse_addrs, parse_id, parse_peer_addr, parse_secs, Addrs};
 
-#[path = "connect.rs"]
 mod connect;
 use connect::{connect_all, connect_most};
-#[path = "elections.rs"]
 mod elections;
 
 const EXIT_CODES: &str = "\

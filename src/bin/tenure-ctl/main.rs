@@ -8,12 +8,12 @@
 //!
 //! | file | holds |
 //! |---|---|
-//! | `cli.rs` | the command line and each command (also `examples/ctl.rs`, the same program as `ctl`) |
-//! | `connect.rs` | reaching the admin endpoints: all of them, or enough to find the leader |
-//! | `elections.rs` | `elections list` and `elections transfer`, which do not go to the leader |
-//! | `plan.rs` | `restore-plan`: a backup made into the plan every first member is given |
-//! | `parse.rs` | the argument values' parsers, each refusal saying what was expected |
-//! | `output.rs` | what it prints: refusals as sentences, results, statuses, histories |
+//! | `cli.rs` | the command line and each command |
+//! | `cli/connect.rs` | reaching the admin endpoints: all of them, or enough to find the leader |
+//! | `cli/elections.rs` | `elections list` and `elections transfer`, which do not go to the leader |
+//! | `cli/plan.rs` | `restore-plan`: a backup made into the plan every first member is given |
+//! | `cli/parse.rs` | the argument values' parsers, each refusal saying what was expected |
+//! | `cli/output.rs` | what it prints: refusals as sentences, results, statuses, histories |
 
 mod cli;
 

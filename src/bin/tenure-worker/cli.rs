@@ -399,3 +399,101 @@ impl RowDelay {
         self.base + Duration::from_micros(rand::thread_rng().gen_range(0..=j))
     }
 }
+
+/// The test kit's worker command (`harness/src/kit/command.rs`), which the tests, the
+/// benches and `local_group` start workers with, parsed by this parser.
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use clap::Parser;
+    use tenure_harness::kit::command::WorkerCommand;
+
+    /// Parses what `cmd` builds with the worker's own parser.
+    fn parse(cmd: &WorkerCommand) -> Result<super::Mode, clap::Error> {
+        let line = std::iter::once("tenure-worker".into()).chain(cmd.to_args());
+        super::WorkerCli::try_parse_from(line).map(super::WorkerCli::mode)
+    }
+
+    #[test]
+    fn the_kits_worker_command_is_the_command_line_the_worker_parses() {
+        let group = tenure::GroupId::random();
+        let cmd = WorkerCommand::new("worker")
+            .id(3)
+            .listen("127.0.0.1:7003")
+            .peers([
+                (1, "127.0.0.1:7001"),
+                (2, "127.0.0.1:7002"),
+                (3, "127.0.0.1:7003"),
+            ])
+            .data_dir("/var/lib/tenure")
+            .certs("/etc/tenure/node-3")
+            .found(group)
+            .timing("fast")
+            .timing_ms(1, 3, 13, 25)
+            .log_level("off")
+            .ledger("/tmp/ledger.db")
+            .admin("127.0.0.1:0")
+            .metrics("127.0.0.1:9100")
+            .elections(16)
+            .args(["--confirm-ms", "7", "--read-mode", "lease"]);
+        let super::Mode::Run(a) = parse(&cmd).expect("the worker takes it") else {
+            panic!("not a worker run");
+        };
+        assert_eq!(a.id, 3);
+        assert_eq!(a.listen, Some("127.0.0.1:7003".parse().unwrap()));
+        assert_eq!(
+            a.peers,
+            "1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003"
+        );
+        assert_eq!(a.data_dir, std::path::Path::new("/var/lib/tenure"));
+        assert_eq!(a.certs, std::path::Path::new("/etc/tenure/node-3"));
+        assert_eq!(a.found, Some(group));
+        assert!(!a.join);
+        assert_eq!(a.timing, tenure::Timing::from_millis(1, 3, 13, 25));
+        assert_eq!(a.log_level, None);
+        assert_eq!(a.ledger, Some("/tmp/ledger.db".into()));
+        assert_eq!(a.admin, Some("127.0.0.1:0".parse().unwrap()));
+        assert_eq!(a.metrics, Some("127.0.0.1:9100".parse().unwrap()));
+        assert_eq!(a.confirm_every, Duration::from_millis(7));
+        assert_eq!(a.read_mode, tenure::ReadMode::LeaseBased);
+        assert_eq!(a.elections, 16);
+
+        // Joining, with the defaults the worker has always had.
+        let join = WorkerCommand::new("worker")
+            .id(6)
+            .peers([(6, "10.0.0.6:7001"), (1, "10.0.0.1:7001")])
+            .data_dir("d")
+            .certs("c")
+            .join();
+        let super::Mode::Run(a) = parse(&join).expect("the worker takes it") else {
+            panic!("not a worker run");
+        };
+        assert!(a.join && a.found.is_none() && a.listen.is_none());
+        assert_eq!(a.peers, "6=10.0.0.6:7001,1=10.0.0.1:7001");
+        assert_eq!(a.timing, tenure::Timing::lan());
+        assert_eq!(a.read_mode, tenure::ReadMode::Safe);
+        assert_eq!(a.confirm_every, Duration::from_millis(100));
+        assert_eq!(a.log_level, Some(slog::Level::Warning));
+        assert_eq!(a.settle_every, Duration::from_millis(150));
+        assert_eq!(a.row_delay.base, Duration::from_millis(20));
+        assert_eq!(a.row_delay.jitter, Duration::ZERO);
+        assert_eq!((a.bench_confirms, a.stats_every), (0, None));
+        // No named elections unless asked: the worker it always was.
+        assert_eq!(a.elections, 0);
+
+        // An explicit tick over a preset keeps the preset's other times.
+        let wan_tick = join.clone().timing("wan").arg("--tick-ms").arg("25");
+        let super::Mode::Run(a) = parse(&wan_tick).unwrap() else {
+            panic!("not a worker run");
+        };
+        assert_eq!(a.timing, tenure::Timing::from_millis(25, 200, 1000, 2000));
+
+        // A flag given again among the extra arguments wins, as it always did.
+        let again = join.clone().log_level("off").args(["--log-level", "debug"]);
+        let super::Mode::Run(a) = parse(&again).unwrap() else {
+            panic!("not a worker run");
+        };
+        assert_eq!(a.log_level, Some(slog::Level::Debug));
+    }
+}

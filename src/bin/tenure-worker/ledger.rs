@@ -1,7 +1,9 @@
 //! The settlement ledger: an SQLite file shared by the workers of a local group.
 //!
 //! The worker settles it (`--ledger`); `local_group` and the tests seed and check it with
-//! this same file (included by path until the harness crate holds it).
+//! this same file: the test harness (`harness/src/lib.rs`, module `ledger`) includes it
+//! by path, the one file it shares so, because the worker, a binary of the published
+//! crate, cannot depend on the unpublished harness. Its items are `pub` for the harness.
 //!
 //! `payments` holds the work (rows grouped in batches); settling a payment and closing a
 //! batch are fenced writes, each idempotent (a payment is settled only if it is not yet;
@@ -16,7 +18,8 @@
 //! order per fence: tokens of different elections lie in different ranges
 //! (`token >> 40` is the election's id) and must never be compared.
 
-#![allow(dead_code)]
+#![allow(dead_code)] // the worker settles; seeding and verifying are the harness's
+#![allow(unreachable_pub)] // pub for the harness, which includes this file
 
 use std::path::Path;
 use std::time::Duration;
@@ -25,10 +28,11 @@ use tenure::fence::rusqlite::{self, params, Connection, OptionalExtension};
 use tenure::fence::{FenceError, SqliteFence};
 use tenure::FencingToken;
 
-pub(crate) const FENCE: &str = "settlement";
+/// The fence of the root election's settlement (no named elections).
+pub const FENCE: &str = "settlement";
 
 /// The name of shard `i`'s election, and of its fence.
-pub(crate) fn shard_name(i: u64) -> String {
+pub fn shard_name(i: u64) -> String {
     format!("shard-{i}")
 }
 
@@ -63,7 +67,8 @@ CREATE TABLE IF NOT EXISTS writes (
 );
 ";
 
-pub(crate) struct Ledger {
+/// A connection to the ledger, as worker `node`, under one fence.
+pub struct Ledger {
     conn: Connection,
     fence: SqliteFence,
     node: u64,
@@ -75,10 +80,14 @@ pub(crate) struct Ledger {
 
 /// What the ledger says of one fence (one election).
 #[derive(Debug, Default, Clone)]
-pub(crate) struct FenceReport {
+pub struct FenceReport {
+    /// Batches closed under it.
     pub settled_batches: u64,
+    /// Writes it accepted.
     pub writes: u64,
+    /// The lowest token it accepted.
     pub lowest_token: u64,
+    /// The highest token it accepted.
     pub highest_token: u64,
     /// The election ids (`token >> 40`) of its accepted tokens: one per incarnation.
     pub election_ids: std::collections::BTreeSet<u64>,
@@ -86,16 +95,22 @@ pub(crate) struct FenceReport {
 
 /// What the ledger says at the end of a run.
 #[derive(Debug, Default)]
-pub(crate) struct LedgerReport {
+pub struct LedgerReport {
+    /// Batches seeded.
     pub seeded_batches: u64,
+    /// Batches closed.
     pub settled_batches: u64,
+    /// Payments seeded.
     pub payments: u64,
+    /// Payments settled.
     pub settled_payments: u64,
     /// Batches closed more than once, or payments settled more than once (must be empty).
     pub duplicates: Vec<String>,
     /// Accepted writes whose token is below an earlier accepted one (must be empty).
     pub token_regressions: Vec<String>,
+    /// Accepted writes, every fence's.
     pub writes: u64,
+    /// The highest token any fence accepted.
     pub highest_token: u64,
     /// Per fence name (`settlement`, or each shard's election).
     pub fences: std::collections::BTreeMap<String, FenceReport>,
@@ -104,7 +119,8 @@ pub(crate) struct LedgerReport {
 }
 
 impl LedgerReport {
-    pub(crate) fn exactly_once(&self) -> bool {
+    /// Every seeded batch and payment settled once, and every batch under its own fence.
+    pub fn exactly_once(&self) -> bool {
         self.seeded_batches == self.settled_batches
             && self.payments == self.settled_payments
             && self.duplicates.is_empty()
@@ -118,13 +134,13 @@ fn now_ns() -> i64 {
 
 impl Ledger {
     /// Opens (creating the schema if needed) the ledger at `path` as worker `node`.
-    pub(crate) fn open(path: &Path, node: u64) -> Result<Ledger, String> {
+    pub fn open(path: &Path, node: u64) -> Result<Ledger, String> {
         Ledger::open_fenced(path, node, FENCE, None)
     }
 
     /// Opens shard `i` of `n` as worker `node`: its batches, under the fence of election
     /// `shard-<i>` (one fence per election, keyed by its name).
-    pub(crate) fn open_shard(path: &Path, node: u64, i: u64, n: u64) -> Result<Ledger, String> {
+    pub fn open_shard(path: &Path, node: u64, i: u64, n: u64) -> Result<Ledger, String> {
         Ledger::open_fenced(path, node, &shard_name(i), Some((i, n)))
     }
 
@@ -152,7 +168,7 @@ impl Ledger {
 
     /// Adds `count` batches of `rows` payments after the last batch; returns the new
     /// batch numbers.
-    pub(crate) fn seed(&mut self, count: u64, rows: u64) -> Result<Vec<u64>, String> {
+    pub fn seed(&mut self, count: u64, rows: u64) -> Result<Vec<u64>, String> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
@@ -178,13 +194,13 @@ impl Ledger {
     }
 
     /// The fence's name: [`FENCE`], or the shard's election.
-    pub(crate) fn fence_name(&self) -> &str {
+    pub fn fence_name(&self) -> &str {
         &self.fence_name
     }
 
     /// The oldest batch (of this handle's shard) not yet closed, with its payments
     /// still to settle.
-    pub(crate) fn next_batch(&self) -> Result<Option<(u64, Vec<u64>)>, String> {
+    pub fn next_batch(&self) -> Result<Option<(u64, Vec<u64>)>, String> {
         let (i, n) = self.shard.unwrap_or((0, 1));
         let batch: Option<i64> = self
             .conn
@@ -218,7 +234,7 @@ impl Ledger {
 
     /// Settles one payment with `token`: fenced and idempotent. `Ok(false)` if it was
     /// already settled.
-    pub(crate) fn settle_payment(
+    pub fn settle_payment(
         &mut self,
         token: FencingToken,
         batch: u64,
@@ -252,7 +268,7 @@ impl Ledger {
 
     /// Closes `batch` under its idempotency key: fenced; `Ok(Some(rows))` if this call
     /// closed it, `Ok(None)` if it was closed before.
-    pub(crate) fn close_batch(
+    pub fn close_batch(
         &mut self,
         token: FencingToken,
         batch: u64,
@@ -290,7 +306,7 @@ impl Ledger {
     /// Checks the whole ledger: exactly-once settlement, and token order per fence (each
     /// election's tokens against its own only). With `shards` (`--elections N`), also that
     /// every batch was closed under its own shard's fence.
-    pub(crate) fn verify_shards(&self, shards: u64) -> Result<LedgerReport, String> {
+    pub fn verify_shards(&self, shards: u64) -> Result<LedgerReport, String> {
         let mut r = self.verify()?;
         if shards == 0 {
             return Ok(r);
@@ -318,7 +334,7 @@ impl Ledger {
     }
 
     /// Checks the whole ledger: exactly-once settlement and token order per fence.
-    pub(crate) fn verify(&self) -> Result<LedgerReport, String> {
+    pub fn verify(&self) -> Result<LedgerReport, String> {
         let e = |e: rusqlite::Error| e.to_string();
         let q = |sql: &str| -> Result<u64, String> {
             self.conn
@@ -401,11 +417,12 @@ impl Ledger {
     }
 
     /// The fence's counters (accepted / rejected), for the metrics.
-    pub(crate) fn fence_stats(&self) -> std::sync::Arc<tenure::fence::FenceStats> {
+    pub fn fence_stats(&self) -> std::sync::Arc<tenure::fence::FenceStats> {
         self.fence.stats().clone()
     }
 
-    pub(crate) fn highest_token(&self) -> Result<FencingToken, FenceError> {
+    /// The highest token the fence has seen.
+    pub fn highest_token(&self) -> Result<FencingToken, FenceError> {
         self.fence.highest(&self.conn)
     }
 }
