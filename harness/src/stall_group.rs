@@ -8,7 +8,7 @@ use std::sync::Arc;
 use raft::eraftpb::ConfState;
 use tenure::storage::RocksStore;
 use tenure::transport::mem::MemNetwork;
-use tenure::{Config, ElectionOptions, Node, NodeId, Timing};
+use tenure::{Config, ElectionError, ElectionOptions, Node, NodeId, Timing};
 
 use crate::stall_store::{Gate, StallStore};
 
@@ -157,10 +157,30 @@ impl Group {
     pub async fn leader_with_share(&self, names: &[String]) -> (NodeId, Vec<String>) {
         let s = until("a root leader with its lease", || self.root_holder()).await;
         for name in names {
-            self.node(s)
-                .create_election(name, ElectionOptions::new().affinity([s]))
-                .await
-                .unwrap_or_else(|e| panic!("create {name}: {e}"));
+            // The root may move while the names are created (a loaded machine delays a
+            // heartbeat past an election timeout; a CI run failed here with NotLeader):
+            // the name is then created through the new leader, still with affinity for
+            // `s`, which the balancer and the callers' transfers bring back to it.
+            let mut tries = 0;
+            loop {
+                let leader = until("a root leader with its lease", || self.root_holder()).await;
+                match self
+                    .node(leader)
+                    .create_election(name, ElectionOptions::new().affinity([s]))
+                    .await
+                {
+                    Ok(_) => break,
+                    // An earlier try that timed out was committed after all.
+                    Err(ElectionError::Exists(_)) if tries > 0 => break,
+                    Err(ElectionError::NotLeader { .. } | ElectionError::TimedOut(_))
+                        if tries < 20 =>
+                    {
+                        tries += 1;
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    }
+                    Err(e) => panic!("create {name} through n{leader}: {e}"),
+                }
+            }
         }
         let share = names.len() / IDS.len();
         let led = until(
