@@ -26,10 +26,8 @@
 //! term from every node that answers. `status` adds, per node, how many named elections
 //! it runs and leads (with their names when few, or with `status --names`).
 //!
-//! The program names itself by the name it is given ([`main`]): its usage lines, its
-//! messages' prefix and the completion scripts it prints (which complete that command
-//! name) say `tenure-ctl` for the installed binary and `ctl` for the example. Everything
-//! else (flags, output, JSON, exit codes) is the same under both names.
+//! The program names itself [`NAME`] in its usage lines, its messages' prefix and the
+//! completion scripts it prints (which complete that command name).
 //!
 //! Exit codes: 0 done; 1 the group refused or could not be reached (the message says
 //! why); 2 bad arguments (clap's usage errors).
@@ -242,8 +240,6 @@ enum Elections {
 
 /// What a group command needs, once the arguments are checked.
 struct Args {
-    /// The program's name, for its messages.
-    name: &'static str,
     certs: PathBuf,
     addrs: Vec<SocketAddr>,
     json: bool,
@@ -295,9 +291,12 @@ fn request_of(command: Command) -> Result<Request, Offline> {
     })
 }
 
-/// The command line of the program called `name` (`tenure-ctl`, or `ctl` for the
-/// example): its name in the usage lines, help and errors.
-fn command(name: &'static str) -> clap::Command {
+/// The program's name, in its usage lines, help, errors and completion scripts.
+pub(crate) const NAME: &str = "tenure-ctl";
+
+/// The command line, its usage lines written out.
+fn command() -> clap::Command {
+    let name = NAME;
     Cli::command()
         .name(name)
         .bin_name(name)
@@ -308,16 +307,16 @@ fn command(name: &'static str) -> clap::Command {
         ))
 }
 
-/// Runs the tool under the name `name` with the process's arguments; the exit code.
-pub(crate) fn main(name: &'static str) -> ExitCode {
+/// Runs the tool with the process's arguments; the exit code.
+pub(crate) fn main() -> ExitCode {
     // Help goes to stdout with exit code 0; a usage error to stderr with exit code 2.
-    let mut cmd = command(name);
+    let mut cmd = command();
     let cli = match Cli::from_arg_matches(&cmd.clone().get_matches()) {
         Ok(cli) => cli,
         Err(e) => e.format(&mut cmd).exit(),
     };
     let usage_error = |message: &str| -> ! {
-        command(name)
+        command()
             .error(clap::error::ErrorKind::MissingRequiredArgument, message)
             .exit()
     };
@@ -328,9 +327,9 @@ pub(crate) fn main(name: &'static str) -> ExitCode {
     };
     let request = match request_of(cli.command) {
         Ok(request) => request,
-        Err(Offline::Completions(shell)) => return print_completions(name, shell),
+        Err(Offline::Completions(shell)) => return print_completions(shell),
         Err(Offline::RestorePlan { backup, out }) => {
-            return plan::restore_plan(name, cli.json, &backup, &out)
+            return plan::restore_plan(cli.json, &backup, &out)
         }
     };
     let Some(certs) = cli.certs else {
@@ -341,7 +340,6 @@ pub(crate) fn main(name: &'static str) -> ExitCode {
         usage_error("--addr is required: the nodes' admin addresses, comma-separated")
     }
     let args = Args {
-        name,
         certs,
         addrs,
         json: cli.json,
@@ -356,21 +354,21 @@ pub(crate) fn main(name: &'static str) -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("{name}: cannot start the tokio runtime: {e}");
+            eprintln!("{NAME}: cannot start the tokio runtime: {e}");
             return ExitCode::from(1);
         }
     };
     rt.block_on(run(args))
 }
 
-/// Prints the completion script of the command `name` for `shell` (a closed pipe, as with
-/// `| head`, is no error).
-fn print_completions(name: &'static str, shell: clap_complete::Shell) -> ExitCode {
+/// Prints the completion script of [`NAME`] for `shell` (a closed pipe, as with `| head`,
+/// is no error).
+fn print_completions(shell: clap_complete::Shell) -> ExitCode {
     let mut script = Vec::new();
-    clap_complete::generate(shell, &mut command(name), name, &mut script);
+    clap_complete::generate(shell, &mut command(), NAME, &mut script);
     match std::io::stdout().write_all(&script) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            eprintln!("{name}: cannot write the completion script: {e}");
+            eprintln!("{NAME}: cannot write the completion script: {e}");
             ExitCode::from(1)
         }
         _ => ExitCode::SUCCESS,
@@ -410,7 +408,7 @@ async fn run(args: Args) -> ExitCode {
         ))),
         Ok(identity) => {
             for w in identity.warnings() {
-                eprintln!("{}: warning: {w}", args.name);
+                eprintln!("{NAME}: warning: {w}");
             }
             execute(&args, &identity).await
         }
@@ -421,7 +419,7 @@ async fn run(args: Args) -> ExitCode {
             if args.json {
                 println!("{}", f.json);
             }
-            eprintln!("{}: {}", args.name, f.message);
+            eprintln!("{NAME}: {}", f.message);
             ExitCode::from(1)
         }
     }

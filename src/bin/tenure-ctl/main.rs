@@ -18,5 +18,5 @@
 mod cli;
 
 fn main() -> std::process::ExitCode {
-    cli::main("tenure-ctl")
+    cli::main()
 }

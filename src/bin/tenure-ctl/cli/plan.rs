@@ -11,7 +11,7 @@ use tenure::backup::{Backup, RestorePlan};
 use super::output::write_whole;
 
 /// Makes a plan of the backup in `backup`, writes it to `out` and says what it founds.
-pub(crate) fn restore_plan(name: &str, json: bool, backup: &Path, out: &Path) -> ExitCode {
+pub(crate) fn restore_plan(json: bool, backup: &Path, out: &Path) -> ExitCode {
     let plan = std::fs::read_to_string(backup)
         .map_err(|e| format!("cannot read {}: {e}", backup.display()))
         .and_then(|text| Backup::from_json(&text).map_err(|e| format!("{}: {e}", backup.display())))
@@ -19,12 +19,12 @@ pub(crate) fn restore_plan(name: &str, json: bool, backup: &Path, out: &Path) ->
     let plan = match plan {
         Ok(plan) => plan,
         Err(e) => {
-            eprintln!("{name}: restore-plan: {e}");
+            eprintln!("{}: restore-plan: {e}", super::NAME);
             return ExitCode::from(1);
         }
     };
     if let Err(e) = write_whole(out, plan.to_json().as_bytes()) {
-        eprintln!("{name}: cannot write {}: {e}", out.display());
+        eprintln!("{}: cannot write {}: {e}", super::NAME, out.display());
         return ExitCode::from(1);
     }
     if json {
