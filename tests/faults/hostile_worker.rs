@@ -143,6 +143,7 @@ async fn all_quiet(metrics: &BTreeMap<NodeId, String>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_attacked_on_its_support_stream_stays_within_a_memory_bound() {
+    let _machine = crate::WHOLE_MACHINE.lock().await;
     let mut g = Group::start(3, None, &["--elections", "20", "--metrics", "127.0.0.1:0"]);
     let addrs: BTreeMap<NodeId, SocketAddr> = g
         .addrs

@@ -1673,6 +1673,7 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
     if skipped() {
         return;
     }
+    let _machine = crate::WHOLE_MACHINE.blocking_lock();
     let count = env_u64("TENURE_NETNS_SCHEDULES", DEFAULT_SCHEDULES) as usize;
     let first = env_u64("TENURE_NETNS_SEED", 1);
     let lanes = (env_u64("TENURE_NETNS_LANES", 2).max(1) as usize).min(count.max(1));
