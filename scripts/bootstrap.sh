@@ -5,6 +5,10 @@
 #   nftables   only for the root-only network fault tests (--with-nft).
 #   prometheus only for promtool, which checks deploy/alerts.yml (--with-promtool).
 #   systemd    only for systemd-analyze, which checks deploy/systemd (--with-systemd).
+#   fuse3      only for the fault filesystem's tests (--with-fuse): they mount as root
+#              without it, but its fusermount3 unmounts what a killed test run left
+#              mounted (fusermount3 -u -z DIR), and it sets up /dev/fuse on hosts that
+#              need udev to.
 # Safe to run again: it does nothing when everything is there.
 #
 # Environment:
@@ -18,14 +22,16 @@ set -euo pipefail
 want_nft=0
 want_promtool=0
 want_systemd=0
+want_fuse=0
 check_only=0
 for arg in "$@"; do
     case "$arg" in
         --with-nft) want_nft=1 ;;
         --with-promtool) want_promtool=1 ;;
         --with-systemd) want_systemd=1 ;;
+        --with-fuse) want_fuse=1 ;;
         --check) check_only=1 ;;
-        *) echo "tenure bootstrap: unknown option $arg (--with-nft, --with-promtool, --with-systemd, --check)" >&2; exit 2 ;;
+        *) echo "tenure bootstrap: unknown option $arg (--with-nft, --with-promtool, --with-systemd, --with-fuse, --check)" >&2; exit 2 ;;
     esac
 done
 [ -n "${TENURE_NO_BOOTSTRAP:-}" ] && check_only=1
@@ -101,6 +107,13 @@ fi
 if [ "$want_systemd" = 1 ] && ! command -v systemd-analyze >/dev/null 2>&1; then
     pkgs+=(systemd)
     why+=("systemd: its systemd-analyze checks deploy/systemd/tenure-worker@.service (tests/operations/deploy.rs)")
+fi
+if [ "$want_fuse" = 1 ] && ! command -v fusermount3 >/dev/null 2>&1; then
+    pkgs+=(fuse3)
+    why+=("fuse3: the fault filesystem's tests (tests/storage/faultfs.rs) mount FUSE; fusermount3 unmounts what a killed run left")
+fi
+if [ "$want_fuse" = 1 ] && [ ! -e /dev/fuse ]; then
+    echo "tenure bootstrap: /dev/fuse is missing: load the module (modprobe fuse) or give the container the device; the fault filesystem's tests cannot run without it" >&2
 fi
 [ "${#pkgs[@]}" -eq 0 ] && exit 0
 

@@ -30,6 +30,7 @@
 //! | `mass-wake-at-once` | the elections a leader's new incarnation, a lost book, a withdrawal, a refusal or a lapse ends wake at once, bypassing the paced wake queue (the behaviour before issue 35: `docs/design.md`, section 12, "One queue for mass wakes") |
 //! | `inbound-lane-unshared` | the QUIC transport's channels to the driver take any peer's messages while there is room, first come first served, so one member's flood fills them and the other peers' messages are dropped (the behaviour before issue 35: `docs/design.md`, section 9, "A fair share of the driver's channels") |
 //! | `resume-keeps-the-term` | a resumed election's leader holds a lease again in the term it was suspended in: the first token after a resume may equal the last one before |
+//! | `hard-state-unsynced` | a write that changes the term or the vote (and whatever else it carries) returns before it is synced: a kill keeps it in the page cache, a power loss takes it (issue 37) |
 //! | `quiet-misses-dead-leader` | a quiet follower never notices that its leader's support stream went silent (its quiet elections stay leaderless) |
 //!
 //! Without the feature, [`active`] is a constant `false` and the checks compile away.

@@ -15,6 +15,7 @@
 //! | [`quic_kit`], [`shared_log`] | bare QUIC transports, and a logger whose lines a test reads |
 //! | [`stall_store`], [`stall_group`] | a storage whose syncs a test holds, and a group built on it |
 //! | [`torn_store`] | a storage that tears its last write, as a power cut would |
+//! | [`faultfs`] | a FUSE filesystem that loses unsynced writes at a power loss, stalls, and fails syncs (root) |
 //!
 //! Tests name it `tenure_harness`; it depends on `tenure` with the `testing` feature, the
 //! same library the tests link (cargo unifies the two).
@@ -22,6 +23,7 @@
 pub mod alone;
 pub mod checker;
 pub mod cluster;
+pub mod faultfs;
 pub mod kit;
 // The worker's settlement ledger (`src/bin/tenure-worker/ledger.rs`): the tests and
 // `local_group` seed it and verify what the workers settled with the code the worker

@@ -322,6 +322,8 @@ impl<T: LogItem> LogState<T> {
             || !entries.is_empty()
             || cs != self.conf_state
             || term_or_vote;
+        // Mutation: a write that changes the term or the vote returns before it is synced.
+        let sync = sync && !(term_or_vote && crate::mutation::active("hard-state-unsynced"));
         Ok(WritePlan {
             snapshot,
             truncate_from,

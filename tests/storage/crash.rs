@@ -3,6 +3,12 @@
 //! that every reported write is there, that at most the one write in flight is there
 //! beyond that, and that the log is whole.
 //!
+//! The same again over the fault filesystem (`tenure_harness::faultfs`, root only), with a
+//! power loss after each kill: what the child wrote without a sync is lost, or a random
+//! prefix of it kept (a torn write). A kill alone keeps the page cache, so only these
+//! trials notice a store that does not sync what it promised (the `hard-state-unsynced`
+//! mutation, which `.ci/run` checks is caught here and not by the kill-only trials).
+//!
 //! The child is this same test binary, re-executed to run only [`crash_child`] with
 //! `TENURE_CRASH_CHILD_DIR` set. `TENURE_CRASH_TRIALS=N` runs N trials (default 30);
 //! `TENURE_CRASH_SEED=S` replays a run (the seed is printed).
@@ -19,6 +25,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tenure::storage::{RaftStore, ReadyWrite, RocksStore, StorageError};
 use tenure_harness::alone::{rerun, test_name};
+use tenure_harness::faultfs::{self, DirSync, FaultFs, Loss};
 
 const CHILD_DIR_VAR: &str = "TENURE_CRASH_CHILD_DIR";
 /// Compact the log every this many writes, keeping the last `KEEP` entries, so the
@@ -90,7 +97,15 @@ struct Trial {
     stored: u64,
 }
 
-fn run_trial(dir: &Path, rng: &mut StdRng, previous: u64) -> Trial {
+/// A power loss after the kill: the fault filesystem the store lives on.
+struct Power<'a> {
+    fs: &'a FaultFs,
+    /// Bytes the losses took, and kept of torn writes, over the run.
+    dropped: u64,
+    kept: u64,
+}
+
+fn run_trial(dir: &Path, rng: &mut StdRng, previous: u64, power: Option<&mut Power>) -> Trial {
     let mut child = rerun(&test_name(module_path!(), "crash_child"))
         .env(CHILD_DIR_VAR, dir)
         .stdin(Stdio::null())
@@ -134,6 +149,16 @@ fn run_trial(dir: &Path, rng: &mut StdRng, previous: u64) -> Trial {
         }
     }
 
+    if let Some(power) = power {
+        let loss = if rng.gen_bool(0.5) {
+            Loss::Drop
+        } else {
+            Loss::Torn(rng.gen())
+        };
+        let report = power.fs.power_loss(loss);
+        power.dropped += report.bytes_dropped;
+        power.kept += report.bytes_kept;
+    }
     let store = match RocksStore::open(dir) {
         Ok(s) => s,
         // Killed (blind) before the child had created the store: that is only allowed
@@ -145,7 +170,20 @@ fn run_trial(dir: &Path, rng: &mut StdRng, previous: u64) -> Trial {
                 stored: 0,
             }
         }
-        Err(e) => panic!("reopen after SIGKILL: {e}"),
+        // Killed (blind) while the child was creating the store: RocksDB writes its LOG
+        // before its CURRENT, and a folder that holds part of a store is refused by
+        // name, never taken for an empty one (`docs/design.md`, section 6). Nothing was
+        // reported, so nothing is lost: the next child starts on an empty folder, as an
+        // operator would after reading the error (a run of this test met it while
+        // issue 37 was built).
+        Err(StorageError::Corrupt { .. }) if reported == 0 && !dir.join("CURRENT").exists() => {
+            std::fs::remove_dir_all(dir).expect("remove the half-created store");
+            return Trial {
+                reported,
+                stored: 0,
+            };
+        }
+        Err(e) => panic!("reopen after SIGKILL (reported {reported}): {e}"),
     };
     let hs = store.hard_state();
     let stored = hs.term;
@@ -182,6 +220,41 @@ fn sigkill_never_loses_a_reported_write() {
     if std::env::var_os(CHILD_DIR_VAR).is_some() {
         return;
     }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    crash_trials("crash test", &dir.path().join("store"), None);
+}
+
+#[test]
+fn a_power_loss_after_sigkill_never_loses_a_reported_write() {
+    if std::env::var_os(CHILD_DIR_VAR).is_some() || faultfs::skip_test().is_some() {
+        return;
+    }
+    let root = tempfile::tempdir().expect("temporary directory");
+    let fs = FaultFs::mount(root.path(), DirSync::Immediate).expect("the fault filesystem mounts");
+    let mut power = Power {
+        fs: &fs,
+        dropped: 0,
+        kept: 0,
+    };
+    crash_trials(
+        "power-loss crash test",
+        &fs.path().join("store"),
+        Some(&mut power),
+    );
+    println!(
+        "power-loss crash test: the losses dropped {} unsynced bytes and torn writes kept {}",
+        power.dropped, power.kept
+    );
+    assert!(
+        power.dropped > 0,
+        "no power loss took anything: the test proved nothing"
+    );
+}
+
+/// Kills the child `TENURE_CRASH_TRIALS` times (30 by default), each after a random
+/// number of writes, a power loss after each kill if `power` is given, and checks the
+/// store each time.
+fn crash_trials(what: &str, path: &Path, mut power: Option<&mut Power>) {
     let trials: u32 = std::env::var("TENURE_CRASH_TRIALS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -190,17 +263,15 @@ fn sigkill_never_loses_a_reported_write() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| rand::thread_rng().gen());
-    println!("crash test: {trials} trials, seed {seed} (TENURE_CRASH_SEED={seed} replays)");
+    println!("{what}: {trials} trials, seed {seed} (TENURE_CRASH_SEED={seed} replays)");
     let mut rng = StdRng::seed_from_u64(seed);
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let path = dir.path().join("store");
 
     let started = Instant::now();
     let mut previous = 0;
     let mut trials_with_writes = 0;
     let mut in_flight_found = 0;
     for _ in 0..trials {
-        let trial = run_trial(&path, &mut rng, previous);
+        let trial = run_trial(path, &mut rng, previous, power.as_deref_mut());
         let new_writes = trial.reported.saturating_sub(previous);
         if new_writes > 0 {
             trials_with_writes += 1;
@@ -211,7 +282,7 @@ fn sigkill_never_loses_a_reported_write() {
         previous = trial.stored;
     }
     println!(
-        "crash test: {trials} SIGKILLs in {:.1?}; {previous} writes survived in total; \
+        "{what}: {trials} SIGKILLs in {:.1?}; {previous} writes survived in total; \
          {trials_with_writes} trials reported writes; in {in_flight_found} the write in \
          flight at the kill was found durable",
         started.elapsed()
