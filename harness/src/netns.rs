@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::faultfs::{DirSync, FaultFs, Loss, LossReport};
 use super::kit::command::{Start, WorkerCommand};
 
 /// Every namespace this harness makes starts with this; [`Lab::new`] sweeps stale ones.
@@ -364,6 +365,9 @@ pub struct Lab {
     addrs: BTreeMap<u64, String>,
     /// Moves so far (each picks a fresh address).
     moves: u64,
+    /// Each worker's disk, when the lab runs them on the fault filesystem
+    /// ([`Lab::use_fault_fs`]): unmounted once the workers are gone.
+    disks: BTreeMap<u64, FaultFs>,
     /// Every line the workers printed, in the order read.
     pub lines: Arc<Mutex<Vec<Line>>>,
     /// Everything the harness did, in order.
@@ -399,6 +403,7 @@ impl Lab {
             net: NetState::default(),
             addrs: (1..=n + 1).map(|id| (id, addr_of(id))).collect(),
             moves: 0,
+            disks: BTreeMap::new(),
             lines: Arc::new(Mutex::new(Vec::new())),
             actions: Arc::new(Mutex::new(Vec::new())),
         };
@@ -540,9 +545,82 @@ impl Lab {
         }
     }
 
-    /// Worker `id`'s data folder.
+    /// Worker `id`'s data folder: on its fault filesystem if the lab has them.
     pub fn data_dir(&self, id: u64) -> PathBuf {
-        self.dir.path().join(format!("data-{id}"))
+        match self.disks.get(&id) {
+            Some(disk) => disk.path().join("data"),
+            None => self.dir.path().join(format!("data-{id}")),
+        }
+    }
+
+    /// Puts every worker's data folder (the spare's too) on a fault filesystem of its
+    /// own, mounted here, in the harness's mount namespace, before any worker starts:
+    /// `ip netns exec` gives each worker a copy of this namespace as it starts (see
+    /// [`crate::faultfs`]). Call it before the first start.
+    pub fn use_fault_fs(&mut self) -> Result<(), String> {
+        let mut ids = self.ids.clone();
+        ids.push(self.spare);
+        for id in ids {
+            let root = self.dir.path().join(format!("disk-{id}"));
+            let disk = FaultFs::mount(&root, DirSync::Immediate)
+                .map_err(|e| format!("n{id}'s fault filesystem: {e}"))?;
+            self.disks.insert(id, disk);
+        }
+        Ok(())
+    }
+
+    /// Whether the workers' folders are on fault filesystems.
+    pub fn has_fault_fs(&self) -> bool {
+        !self.disks.is_empty()
+    }
+
+    /// A power loss on worker `id`'s machine: SIGKILL, then what its disk had not synced
+    /// is lost (`loss`). It stays down until [`Lab::spawn`]. `None` without a fault
+    /// filesystem.
+    pub fn power_loss(&mut self, id: u64, loss: Loss) -> Option<LossReport> {
+        self.kill(id);
+        let report = self.disks.get(&id)?.power_loss(loss);
+        self.note(
+            ActionKind::Crash,
+            id,
+            format!(
+                "power loss on n{id}: {} unsynced bytes of {} files lost{}",
+                report.bytes_dropped,
+                report.files,
+                match loss {
+                    Loss::Drop => String::new(),
+                    Loss::Torn(_) => format!(", {} kept (torn)", report.bytes_kept),
+                }
+            ),
+        );
+        Some(report)
+    }
+
+    /// Worker `id`'s disk holds every write and sync for `length` (at most
+    /// [`crate::faultfs::MAX_STALL`]), then answers them. `false` without a fault
+    /// filesystem.
+    pub fn stall_disk(&mut self, id: u64, length: Duration) -> bool {
+        let Some(disk) = self.disks.get(&id) else {
+            return false;
+        };
+        disk.stall(length);
+        self.note(
+            ActionKind::Fault,
+            id,
+            format!(
+                "disk stall: n{id}'s disk stalls for {} ms",
+                length.as_millis()
+            ),
+        );
+        true
+    }
+
+    /// Ends worker `id`'s disk stall: what it holds fails with EIO, as it must before
+    /// a killed worker blocked in a held request can die.
+    fn fail_held_writes(&self, id: u64) {
+        if let Some(disk) = self.disks.get(&id) {
+            disk.fail_held();
+        }
     }
 
     /// Records a harness action on the timeline.
@@ -699,6 +777,7 @@ impl Lab {
     pub fn kill(&mut self, id: u64) {
         if let Some(mut c) = self.children.remove(&id) {
             let _ = c.kill();
+            self.fail_held_writes(id);
             let _ = c.wait();
             self.note(ActionKind::Crash, id, format!("SIGKILL n{id}"));
         }
@@ -795,6 +874,9 @@ impl Lab {
     pub fn stop_all(&mut self, grace: Duration) -> Vec<(u64, Option<i32>)> {
         use std::os::unix::process::ExitStatusExt;
         let mut unclean = Vec::new();
+        for disk in self.disks.values() {
+            disk.end_stall(); // a stalled worker could not stop within the grace
+        }
         for id in self.children.keys().copied().collect::<Vec<_>>() {
             self.signal(id, libc::SIGCONT);
             self.signal(id, libc::SIGTERM);
@@ -813,6 +895,7 @@ impl Lab {
                     }
                     _ if Instant::now() >= deadline => {
                         let _ = c.kill();
+                        self.fail_held_writes(id);
                         let _ = c.wait();
                         unclean.push((id, None));
                         break;
@@ -854,9 +937,14 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        for (_, mut c) in std::mem::take(&mut self.children) {
+        for (id, mut c) in std::mem::take(&mut self.children) {
             let _ = c.kill();
+            self.fail_held_writes(id);
             let _ = c.wait();
+        }
+        // Before the lab's folder is removed (the mounts are in it).
+        for disk in std::mem::take(&mut self.disks).into_values() {
+            let _ = disk.unmount();
         }
         for ns in self.namespaces.drain(..).rev() {
             let _ = run("ip", &["netns", "del", &ns]);

@@ -171,6 +171,14 @@ impl FaultFs {
         self.shared.stall_changed.notify_all();
     }
 
+    /// Ends a stall by failing what it holds with EIO: a killed process blocked in a
+    /// held request dies only once it is answered.
+    pub fn fail_held(&self) {
+        let mut stall = self.shared.stall();
+        stall.until = None;
+        self.shared.release_held(&mut stall, false);
+    }
+
     /// Requests a stall holds now.
     pub fn held(&self) -> usize {
         self.shared.stall().held.len()
