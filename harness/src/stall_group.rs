@@ -10,6 +10,7 @@ use tenure::storage::RocksStore;
 use tenure::transport::mem::MemNetwork;
 use tenure::{Config, ElectionError, ElectionOptions, Node, NodeId, Timing};
 
+use crate::faultfs::{DirSync, FaultFs};
 use crate::stall_store::{Gate, StallStore};
 
 /// The group's nodes.
@@ -54,6 +55,10 @@ pub struct Group {
     pub nodes: Vec<Option<Node>>,
     /// Each node's gate: shut, its writes wait.
     pub gates: Vec<Arc<Gate>>,
+    /// Each node's fault filesystem, when the group runs on them
+    /// ([`Group::start_on_fault_fs`]): the store's folder is on it, and its stalls and
+    /// failed syncs reach RocksDB itself, under the gate.
+    pub disks: Vec<Option<Arc<FaultFs>>>,
 }
 
 impl Drop for Group {
@@ -62,12 +67,29 @@ impl Drop for Group {
         for gate in &self.gates {
             gate.open();
         }
+        // Held writes answered, then the mounts detached before the folders go.
+        for disk in self.disks.iter_mut().filter_map(Option::take) {
+            disk.end_stall();
+            if let Ok(disk) = Arc::try_unwrap(disk) {
+                let _ = disk.unmount();
+            }
+        }
     }
 }
 
 impl Group {
     /// Starts the three nodes, founding a group, with every gate open.
     pub async fn start() -> Group {
+        Group::start_on(false).await
+    }
+
+    /// The same, each node's store on a fault filesystem of its own (root: see
+    /// [`crate::faultfs::skip_test`]).
+    pub async fn start_on_fault_fs() -> Group {
+        Group::start_on(true).await
+    }
+
+    async fn start_on(fault_fs: bool) -> Group {
         let mut g = Group {
             net: MemNetwork::new(),
             dirs: IDS
@@ -76,7 +98,15 @@ impl Group {
                 .collect(),
             nodes: IDS.iter().map(|_| None).collect(),
             gates: IDS.iter().map(|_| Arc::new(Gate::default())).collect(),
+            disks: IDS.iter().map(|_| None).collect(),
         };
+        if fault_fs {
+            for (i, dir) in g.dirs.iter().enumerate() {
+                let disk = FaultFs::mount(dir.path(), DirSync::Immediate)
+                    .unwrap_or_else(|e| panic!("n{}'s fault filesystem: {e}", i + 1));
+                g.disks[i] = Some(Arc::new(disk));
+            }
+        }
         for id in IDS {
             g.start_node(id).await;
         }
@@ -86,7 +116,10 @@ impl Group {
     /// Starts node `id` on its folder: a new store the first time, the one it left after.
     pub async fn start_node(&mut self, id: NodeId) {
         let i = id as usize - 1;
-        let path = self.dirs[i].path().join("raft");
+        let path = match &self.disks[i] {
+            Some(disk) => disk.path().join("raft"),
+            None => self.dirs[i].path().join("raft"),
+        };
         let store = if path.exists() {
             RocksStore::open(&path).unwrap_or_else(|e| panic!("n{id}'s store reopens: {e}"))
         } else {

@@ -1,6 +1,6 @@
 //! The disk (`docs/design.md`, sections 2 and 15): three nodes in one process over the
 //! in-process network, on real RocksDB stores under a wrapper that holds or fails writes
-//! on command (`support/stall_store.rs`, `support/stall_group.rs`).
+//! on command (`harness/src/stall_store.rs`, `harness/src/stall_group.rs`).
 //!
 //! * A leader whose disk stalls, twice: in a Ready batch (which its driver hands to the
 //!   writer and waits for at most half the stall bound) and in a write its driver waits for (the store of an
@@ -28,6 +28,12 @@
 //! * A failed sync on the leader and on a follower: the node stops with
 //!   `StopCause::WriteFailed` naming the write, the others go on, and it restarts on its
 //!   folder and catches up.
+//!
+//! The stalled leader in a Ready batch and both failed syncs run once more with each
+//! node's store on a fault filesystem of its own (`tenure_harness::faultfs`, root): the
+//! stall holds RocksDB's own writes and syncs, and the failed sync is RocksDB's
+//! `fdatasync` answered EIO. The mutation `driver-waits-for-the-disk` fails that stalled
+//! leader too; `.ci/run` requires it to.
 
 use tenure_harness::stall_group;
 
@@ -37,6 +43,8 @@ use std::time::Duration;
 use stall_group::{Group, IDS};
 use tenure::error::StorageError;
 use tenure::{DiskHealth, ElectionOptions, Lease, LostReason, NodeId, Role, StopCause};
+use tenure_harness::faultfs::{self, FaultFs};
+use tenure_harness::stall_store::Gate;
 use tokio::time::{timeout, Instant};
 
 /// The longest any condition below is waited for.
@@ -104,13 +112,21 @@ enum Meets {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_disk_stalls_in_a_ready_batch_names_the_stall_and_hands_over_while_it_is_blocked(
 ) {
-    stalled_leader(Meets::ReadyBatch).await;
+    stalled_leader(Meets::ReadyBatch, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_disk_stalls_in_a_write_it_waits_for_announces_every_lease_end_while_it_is_blocked(
 ) {
-    stalled_leader(Meets::WaitedWrite).await;
+    stalled_leader(Meets::WaitedWrite, false).await;
+}
+
+/// The same over the fault filesystem (root): the stall holds RocksDB's own writes and
+/// syncs, in the file system, not at a wrapper of the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_disk_stalls_under_rocksdb_names_the_stall_and_hands_over_while_it_is_blocked(
+) {
+    stalled_leader(Meets::ReadyBatch, true).await;
 }
 
 /// `s`'s lease of the root. The root may have left `s` since the group formed: a loaded
@@ -136,8 +152,47 @@ async fn root_lease_of(g: &Group, s: NodeId) -> Lease {
     }
 }
 
-async fn stalled_leader(meets: Meets) {
-    let g = Group::start().await;
+/// Where a stall holds the stalled node's writes.
+enum Held {
+    /// At the store wrapper's gate.
+    Gate(Arc<Gate>),
+    /// On the fault filesystem, under RocksDB.
+    Disk(Arc<FaultFs>),
+}
+
+impl Held {
+    /// Writes (or file system requests) held now.
+    fn waiting(&self) -> usize {
+        match self {
+            Held::Gate(gate) => gate.waiting(),
+            Held::Disk(disk) => disk.held(),
+        }
+    }
+
+    /// The disk comes back.
+    fn open(&self) {
+        match self {
+            Held::Gate(gate) => gate.open(),
+            Held::Disk(disk) => disk.end_stall(),
+        }
+    }
+}
+
+/// The group, on fault filesystems or not; `None` if they cannot run here (skipped).
+async fn group(on_fault_fs: bool) -> Option<Group> {
+    if !on_fault_fs {
+        return Some(Group::start().await);
+    }
+    if faultfs::skip_test().is_some() {
+        return None;
+    }
+    Some(Group::start_on_fault_fs().await)
+}
+
+async fn stalled_leader(meets: Meets, on_fault_fs: bool) {
+    let Some(g) = group(on_fault_fs).await else {
+        return;
+    };
     // The root's leader leads its share of the named elections (their affinity names
     // it), and holds all their leases.
     let (s, led) = g.leader_with_share(&names()).await;
@@ -160,11 +215,21 @@ async fn stalled_leader(meets: Meets) {
     // The stall: n{s}'s writes (or only those its driver waits for) wait at the gate
     // from now on; an election created makes its driver write: its Ready batch (the
     // catalog entry), then the new election's store once the entry is applied.
-    let gate = Arc::clone(&g.gates[s as usize - 1]);
-    match meets {
-        Meets::ReadyBatch => gate.shut(),
-        Meets::WaitedWrite => gate.shut_waited(),
-    }
+    let gate = match &g.disks[s as usize - 1] {
+        // Every write and sync of its RocksDB (a Ready batch first).
+        Some(disk) => {
+            disk.stall(faultfs::MAX_STALL);
+            Held::Disk(Arc::clone(disk))
+        }
+        None => {
+            let gate = Arc::clone(&g.gates[s as usize - 1]);
+            match meets {
+                Meets::ReadyBatch => gate.shut(),
+                Meets::WaitedWrite => gate.shut_waited(),
+            }
+            Held::Gate(gate)
+        }
+    };
     let proposer = g.node(s).clone();
     let trigger = tokio::spawn(async move {
         proposer
@@ -527,8 +592,10 @@ async fn a_leader_whose_writes_turn_slow_reports_a_stall_and_leads_nothing_until
 /// A failed sync on `victim` (the root's leader, or a follower): the node stops with
 /// `StopCause::WriteFailed` naming the write, the others go on (a new leader, a new
 /// election created), and the stopped node restarts on its folder and catches up.
-async fn a_failed_sync_stops_the_node_for_good(on_leader: bool) {
-    let mut g = Group::start().await;
+async fn a_failed_sync_stops_the_node_for_good(on_leader: bool, on_fault_fs: bool) {
+    let Some(mut g) = group(on_fault_fs).await else {
+        return;
+    };
     let leader = wait_for("a root leader with its lease", || g.root_holder()).await;
     g.node(leader)
         .create_election("before", ElectionOptions::new())
@@ -542,7 +609,12 @@ async fn a_failed_sync_stops_the_node_for_good(on_leader: bool) {
             .expect("a follower")
     };
     let gate = Arc::clone(&g.gates[victim as usize - 1]);
-    gate.fail_next_write();
+    let disk = g.disks[victim as usize - 1].clone();
+    match &disk {
+        // RocksDB's next fsync (or fdatasync) answers EIO.
+        Some(disk) => disk.fail_syncs(1),
+        None => gate.fail_next_write(),
+    }
     // The leader appends, every voter writes: the victim's write fails.
     let proposer = g.node(leader).clone();
     tokio::spawn(async move {
@@ -554,8 +626,19 @@ async fn a_failed_sync_stops_the_node_for_good(on_leader: bool) {
         .await
         .expect("the node stops in time")
         .expect_err("it stops with an error");
-    assert_eq!(gate.failed(), 1, "one write failed");
+    match &disk {
+        Some(disk) => assert_eq!(disk.syncs_failed(), 1, "one sync failed"),
+        None => assert_eq!(gate.failed(), 1, "one write failed"),
+    }
     match &stopped.cause {
+        // RocksDB's own failure, through the file system: whichever synced write met it
+        // (a Ready batch, or a disk probe).
+        StopCause::WriteFailed { operation, error } if disk.is_some() => {
+            assert!(
+                matches!(error, StorageError::Io { detail, .. } if detail.contains("sync")),
+                "the error of {operation}: {error:?}"
+            );
+        }
         StopCause::WriteFailed { operation, error } => {
             assert!(operation.contains("Ready"), "the operation: {operation}");
             assert!(
@@ -602,10 +685,21 @@ async fn a_failed_sync_stops_the_node_for_good(on_leader: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_sync_on_the_leader_stops_it_for_good_and_it_restarts_on_its_folder() {
-    a_failed_sync_stops_the_node_for_good(true).await;
+    a_failed_sync_stops_the_node_for_good(true, false).await;
+}
+
+/// The same with RocksDB's own fsync failing on the fault filesystem (root).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_fsync_under_rocksdb_stops_the_leader_for_good_and_it_restarts_on_its_folder() {
+    a_failed_sync_stops_the_node_for_good(true, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_fsync_under_rocksdb_stops_a_follower_for_good_and_it_restarts_on_its_folder() {
+    a_failed_sync_stops_the_node_for_good(false, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_sync_on_a_follower_stops_it_for_good_and_it_restarts_on_its_folder() {
-    a_failed_sync_stops_the_node_for_good(false).await;
+    a_failed_sync_stops_the_node_for_good(false, false).await;
 }
