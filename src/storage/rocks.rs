@@ -215,6 +215,10 @@ impl RocksStore {
                 ))
             }
         }
+        // Caught by the crash trials over the fault filesystem with strict directory
+        // syncs (`tests/storage/crash.rs`): without it a power loss could take the whole
+        // folder after the store had reported writes.
+        disk::sync_parent(&path)?;
         match inspect_folder(&path)? {
             Folder::Empty => {}
             // A create interrupted before its first write leaves an empty database:

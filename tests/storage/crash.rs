@@ -226,23 +226,36 @@ fn sigkill_never_loses_a_reported_write() {
 
 #[test]
 fn a_power_loss_after_sigkill_never_loses_a_reported_write() {
+    power_loss_trials(DirSync::Immediate);
+}
+
+/// The same with directory operations durable only once their folder is synced: RocksDB
+/// syncs its folder after it creates a log or renames `CURRENT`. With
+/// `TENURE_FAULTFS_IGNORE_DIR_SYNCS=1` the disk ignores those syncs, and this test must
+/// fail (`.ci/run` checks that it does): a missing directory sync is caught.
+#[test]
+fn a_power_loss_with_strict_directory_syncs_never_loses_a_reported_write() {
+    power_loss_trials(DirSync::Needed);
+}
+
+fn power_loss_trials(dir_sync: DirSync) {
     if std::env::var_os(CHILD_DIR_VAR).is_some() || faultfs::skip_test().is_some() {
         return;
     }
     let root = tempfile::tempdir().expect("temporary directory");
-    let fs = FaultFs::mount(root.path(), DirSync::Immediate).expect("the fault filesystem mounts");
+    let fs = FaultFs::mount(root.path(), dir_sync).expect("the fault filesystem mounts");
+    if std::env::var_os("TENURE_FAULTFS_IGNORE_DIR_SYNCS").is_some() {
+        fs.ignore_dir_syncs();
+    }
     let mut power = Power {
         fs: &fs,
         dropped: 0,
         kept: 0,
     };
-    crash_trials(
-        "power-loss crash test",
-        &fs.path().join("store"),
-        Some(&mut power),
-    );
+    let what = format!("power-loss crash test ({dir_sync:?} directory syncs)");
+    crash_trials(&what, &fs.path().join("store"), Some(&mut power));
     println!(
-        "power-loss crash test: the losses dropped {} unsynced bytes and torn writes kept {}",
+        "{what}: the losses dropped {} unsynced bytes and torn writes kept {}",
         power.dropped, power.kept
     );
     assert!(

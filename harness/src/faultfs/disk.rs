@@ -251,6 +251,7 @@ pub struct Disk {
     trash_seq: u64,
     failing_syncs: u32,
     syncs_failed: u64,
+    ignoring_dir_syncs: bool,
 }
 
 fn einval(what: &str) -> io::Error {
@@ -281,6 +282,7 @@ impl Disk {
             trash_seq: 0,
             failing_syncs: 0,
             syncs_failed: 0,
+            ignoring_dir_syncs: false,
         })
     }
 
@@ -482,6 +484,13 @@ impl Disk {
         self.failing_syncs = n;
     }
 
+    /// From now on a folder's sync answers success and makes nothing durable: a broken
+    /// disk (or a program that never syncs its folders), for a test to show that the
+    /// strict mode ([`DirSync::Needed`]) catches it.
+    pub fn ignore_dir_syncs(&mut self) {
+        self.ignoring_dir_syncs = true;
+    }
+
     /// How many syncs failed because of [`Disk::fail_syncs`].
     pub fn syncs_failed(&self) -> u64 {
         self.syncs_failed
@@ -554,6 +563,9 @@ impl Disk {
     /// once every folder they changed is synced.
     pub fn fsyncdir(&mut self, ino: u64) -> io::Result<()> {
         self.sync_fault()?;
+        if self.ignoring_dir_syncs {
+            return Ok(());
+        }
         let dir = self.path(ino)?;
         let mut durable = Vec::new();
         self.journal.retain_mut(|j| {

@@ -194,6 +194,12 @@ impl FaultFs {
         self.shared.disk().fail_syncs(n);
     }
 
+    /// From now on a folder's sync makes nothing durable (see
+    /// [`disk::Disk::ignore_dir_syncs`]).
+    pub fn ignore_dir_syncs(&self) {
+        self.shared.disk().ignore_dir_syncs();
+    }
+
     /// Syncs failed so far by [`FaultFs::fail_syncs`].
     pub fn syncs_failed(&self) -> u64 {
         self.shared.disk().syncs_failed()

@@ -131,6 +131,20 @@ pub(super) fn open_db(path: &Path, create: bool) -> Result<DB, StorageError> {
     DB::open(&opts, path).map_err(|e| StorageError::from_rocks(path, e))
 }
 
+/// Makes the entry of `path` in its parent folder durable: a new data folder survives a
+/// power loss only once its parent is synced (POSIX; ext4 and XFS happen to commit it
+/// with the store's first synced write, other file systems need not). RocksDB syncs the
+/// folder's own entries, not the folder's name.
+pub(super) fn sync_parent(path: &Path) -> Result<(), StorageError> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(parent)
+        .and_then(|dir| dir.sync_all())
+        .map_err(|e| StorageError::from_io(path, "cannot sync the folder that holds it", &e))
+}
+
 pub(super) fn write_synced(path: &Path, db: &DB, batch: WriteBatch) -> Result<(), StorageError> {
     let mut opts = WriteOptions::default();
     opts.set_sync(true);
