@@ -88,6 +88,23 @@ impl Shared {
         op(&mut self.disk(), true);
     }
 
+    /// A sync (of a file or a folder): run through [`Shared::write_op`], answered empty.
+    fn held_sync(
+        &self,
+        reply: ReplyEmpty,
+        sync: impl FnOnce(&mut Disk) -> io::Result<()> + Send + 'static,
+    ) {
+        self.write_op(move |disk, run| {
+            if !run {
+                return reply.error(Errno::EIO);
+            }
+            match sync(disk) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
     /// Answers every held request: run (`true`) or failed with EIO (`false`).
     pub(super) fn release_held(&self, stall: &mut Stall, run: bool) {
         let held: Vec<Held> = stall.held.drain(..).collect();
@@ -383,15 +400,8 @@ impl Filesystem for FaultFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.shared.write_op(move |disk, run| {
-            if !run {
-                return reply.error(Errno::EIO);
-            }
-            match disk.fsync(ino.0, Some(fh.0)) {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(errno(&e)),
-            }
-        });
+        self.shared
+            .held_sync(reply, move |disk| disk.fsync(ino.0, Some(fh.0)));
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -443,15 +453,8 @@ impl Filesystem for FaultFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.shared.write_op(move |disk, run| {
-            if !run {
-                return reply.error(Errno::EIO);
-            }
-            match disk.fsyncdir(ino.0) {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(errno(&e)),
-            }
-        });
+        self.shared
+            .held_sync(reply, move |disk| disk.fsyncdir(ino.0));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

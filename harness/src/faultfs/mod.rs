@@ -26,6 +26,9 @@
 //! **Who can run it.** Mounting takes root (or `fusermount3` from `fuse3`, which this
 //! harness does not use) and `/dev/fuse`: [`skip_reason`] says why it cannot run, and
 //! tests skip unless `TENURE_FUSE_REQUIRE=1` (set by `.ci/run`).
+//!
+//! `TENURE_FAULTFS_TRACE=1` prints every error it answers a program (a path it does not
+//! know, a refused name, an injected EIO) to stderr.
 
 pub mod disk;
 mod fuse;
