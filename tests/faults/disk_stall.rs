@@ -112,12 +112,14 @@ enum Meets {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_disk_stalls_in_a_ready_batch_names_the_stall_and_hands_over_while_it_is_blocked(
 ) {
+    let _machine = crate::WHOLE_MACHINE.read().await;
     stalled_leader(Meets::ReadyBatch, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_disk_stalls_in_a_write_it_waits_for_announces_every_lease_end_while_it_is_blocked(
 ) {
+    let _machine = crate::WHOLE_MACHINE.read().await;
     stalled_leader(Meets::WaitedWrite, false).await;
 }
 
@@ -126,6 +128,7 @@ async fn a_leader_whose_disk_stalls_in_a_write_it_waits_for_announces_every_leas
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_disk_stalls_under_rocksdb_names_the_stall_and_hands_over_while_it_is_blocked(
 ) {
+    let _machine = crate::WHOLE_MACHINE.read().await;
     stalled_leader(Meets::ReadyBatch, true).await;
 }
 
@@ -347,6 +350,7 @@ async fn stalled_leader(meets: Meets, on_fault_fs: bool) {
 /// never applies what came after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_whose_disk_stalls_writes_what_it_held_meanwhile_and_catches_up() {
+    let _machine = crate::WHOLE_MACHINE.read().await;
     const CREATED: usize = 6;
     let mut g = Group::start().await;
     let leader = wait_for("a root leader with its lease", || g.root_holder()).await;
@@ -456,6 +460,7 @@ const HANDOVER_WAIT: Duration = Duration::from_secs(5);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_writes_turn_slow_reports_a_stall_and_leads_nothing_until_its_probes_are_fast(
 ) {
+    let _machine = crate::WHOLE_MACHINE.read().await;
     let g = Group::start().await;
     let (s, _) = g.leader_with_share(&names()).await;
     let disk = g.node(s).disk();
@@ -685,21 +690,25 @@ async fn a_failed_sync_stops_the_node_for_good(on_leader: bool, on_fault_fs: boo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_sync_on_the_leader_stops_it_for_good_and_it_restarts_on_its_folder() {
+    let _machine = crate::WHOLE_MACHINE.read().await;
     a_failed_sync_stops_the_node_for_good(true, false).await;
 }
 
 /// The same with RocksDB's own fsync failing on the fault filesystem (root).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_fsync_under_rocksdb_stops_the_leader_for_good_and_it_restarts_on_its_folder() {
+    let _machine = crate::WHOLE_MACHINE.read().await;
     a_failed_sync_stops_the_node_for_good(true, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_fsync_under_rocksdb_stops_a_follower_for_good_and_it_restarts_on_its_folder() {
+    let _machine = crate::WHOLE_MACHINE.read().await;
     a_failed_sync_stops_the_node_for_good(false, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_sync_on_a_follower_stops_it_for_good_and_it_restarts_on_its_folder() {
+    let _machine = crate::WHOLE_MACHINE.read().await;
     a_failed_sync_stops_the_node_for_good(false, false).await;
 }

@@ -12,9 +12,11 @@ mod disk_stall;
 mod hostile_worker;
 mod netns;
 
-/// Taken in turn by the two tests here that load the whole machine: the netns suite's
-/// schedules (ten worker processes and, as root, their fault filesystems served by this
-/// process) and the hostile worker's attack, whose lease bounds
-/// assume the other is not running beside it on two cores (clean-clone CI runs failed
-/// there, the root's lease expiring while attacked).
-static WHOLE_MACHINE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// The machine, shared by the tests here that load it and taken alone by the hostile
+/// worker's attack, whose lease bounds assume nothing else runs beside it on two cores
+/// (clean-clone CI runs failed there, the root's lease expiring while attacked: beside
+/// the netns schedules, and beside the netns suite's moves with the disk stall tests).
+/// The attack takes it for writing; the netns schedules and moves and the disk stall
+/// tests take it for reading, so they still run beside each other. tokio's lock is fair:
+/// a waiting attack holds back readers that come after it.
+static WHOLE_MACHINE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());

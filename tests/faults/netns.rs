@@ -1964,7 +1964,7 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
     if skipped() {
         return;
     }
-    let _machine = crate::WHOLE_MACHINE.blocking_lock();
+    let _machine = crate::WHOLE_MACHINE.blocking_read();
     let count = env_u64("TENURE_NETNS_SCHEDULES", DEFAULT_SCHEDULES) as usize;
     let first = env_u64("TENURE_NETNS_SEED", 1);
     let lanes = (env_u64("TENURE_NETNS_LANES", 2).max(1) as usize).min(count.max(1));
@@ -2184,6 +2184,7 @@ fn a_worker_that_moves_to_another_address_under_its_name_is_reached_again() {
     if skipped() {
         return;
     }
+    let _machine = crate::WHOLE_MACHINE.blocking_read();
     let worker = netns::worker_for_run();
     let ctl = netns::ctl_binary();
     let step = |faults: Vec<Fault>, order: [u64; 5]| Step {
