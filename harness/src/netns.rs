@@ -569,14 +569,9 @@ impl Lab {
         Ok(())
     }
 
-    /// Whether the workers' folders are on fault filesystems.
-    pub fn has_fault_fs(&self) -> bool {
-        !self.disks.is_empty()
-    }
-
     /// A power loss on worker `id`'s machine: SIGKILL, then what its disk had not synced
-    /// is lost (`loss`). It stays down until [`Lab::spawn`]. `None` without a fault
-    /// filesystem.
+    /// is lost (`loss`). It stays down until [`Lab::spawn`]. Without a fault filesystem
+    /// it is the SIGKILL alone, and `None`.
     pub fn power_loss(&mut self, id: u64, loss: Loss) -> Option<LossReport> {
         self.kill(id);
         let report = self.disks.get(&id)?.power_loss(loss);
@@ -615,12 +610,14 @@ impl Lab {
         true
     }
 
-    /// Ends worker `id`'s disk stall: what it holds fails with EIO, as it must before
-    /// a killed worker blocked in a held request can die.
-    fn fail_held_writes(&self, id: u64) {
+    /// SIGKILLs worker `id`'s process `c` and reaps it. What its disk's stall holds
+    /// fails with EIO in between: a worker blocked in a held request cannot die before.
+    fn kill_and_reap(&self, id: u64, c: &mut Child) {
+        let _ = c.kill();
         if let Some(disk) = self.disks.get(&id) {
             disk.fail_held();
         }
+        let _ = c.wait();
     }
 
     /// Records a harness action on the timeline.
@@ -776,9 +773,7 @@ impl Lab {
     /// SIGKILL and reap.
     pub fn kill(&mut self, id: u64) {
         if let Some(mut c) = self.children.remove(&id) {
-            let _ = c.kill();
-            self.fail_held_writes(id);
-            let _ = c.wait();
+            self.kill_and_reap(id, &mut c);
             self.note(ActionKind::Crash, id, format!("SIGKILL n{id}"));
         }
         self.paused.remove(&id);
@@ -894,9 +889,7 @@ impl Lab {
                         break;
                     }
                     _ if Instant::now() >= deadline => {
-                        let _ = c.kill();
-                        self.fail_held_writes(id);
-                        let _ = c.wait();
+                        self.kill_and_reap(id, &mut c);
                         unclean.push((id, None));
                         break;
                     }
@@ -938,9 +931,7 @@ impl Lab {
 impl Drop for Lab {
     fn drop(&mut self) {
         for (id, mut c) in std::mem::take(&mut self.children) {
-            let _ = c.kill();
-            self.fail_held_writes(id);
-            let _ = c.wait();
+            self.kill_and_reap(id, &mut c);
         }
         // Before the lab's folder is removed (the mounts are in it).
         for disk in std::mem::take(&mut self.disks).into_values() {
