@@ -9,6 +9,8 @@
 #              without it, but its fusermount3 unmounts what a killed test run left
 #              mounted (fusermount3 -u -z DIR), and it sets up /dev/fuse on hosts that
 #              need udev to.
+#   postgresql only for the PostgreSQL fence's tests (--with-postgres): scripts/pg.sh
+#              makes a throwaway server with its initdb and pg_ctl.
 # Safe to run again: it does nothing when everything is there.
 #
 # Environment:
@@ -23,6 +25,7 @@ want_nft=0
 want_promtool=0
 want_systemd=0
 want_fuse=0
+want_postgres=0
 check_only=0
 for arg in "$@"; do
     case "$arg" in
@@ -30,8 +33,9 @@ for arg in "$@"; do
         --with-promtool) want_promtool=1 ;;
         --with-systemd) want_systemd=1 ;;
         --with-fuse) want_fuse=1 ;;
+        --with-postgres) want_postgres=1 ;;
         --check) check_only=1 ;;
-        *) echo "tenure bootstrap: unknown option $arg (--with-nft, --with-promtool, --with-systemd, --with-fuse, --check)" >&2; exit 2 ;;
+        *) echo "tenure bootstrap: unknown option $arg (--with-nft, --with-promtool, --with-systemd, --with-fuse, --with-postgres, --check)" >&2; exit 2 ;;
     esac
 done
 [ -n "${TENURE_NO_BOOTSTRAP:-}" ] && check_only=1
@@ -114,6 +118,11 @@ if [ "$want_fuse" = 1 ] && ! command -v fusermount3 >/dev/null 2>&1; then
 fi
 if [ "$want_fuse" = 1 ] && [ ! -e /dev/fuse ]; then
     echo "tenure bootstrap: /dev/fuse is missing: load the module (modprobe fuse) or give the container the device; the fault filesystem's tests cannot run without it" >&2
+fi
+if [ "$want_postgres" = 1 ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+    && ! command -v initdb >/dev/null 2>&1; then
+    pkgs+=(postgresql)
+    why+=("postgresql: the PostgreSQL fence's tests run against a throwaway server (scripts/pg.sh)")
 fi
 [ "${#pkgs[@]}" -eq 0 ] && exit 0
 

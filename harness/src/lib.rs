@@ -16,9 +16,10 @@
 //! | [`stall_store`], [`stall_group`] | a storage whose syncs a test holds, and a group built on it |
 //! | [`torn_store`] | a storage that tears its last write, as a power cut would |
 //! | [`faultfs`] | a FUSE filesystem that loses unsynced writes at a power loss, stalls, and fails syncs (root) |
+//! | [`pg`] | the PostgreSQL server of the PostgreSQL fence's tests (`TENURE_PG_URL`), a schema per test |
 //!
 //! Tests name it `tenure_harness`; it depends on `tenure` with the `testing` feature, the
-//! same library the tests link (cargo unifies the two).
+//! same library the tests link (cargo unifies the two), and with `postgres` for [`pg`].
 
 pub mod alone;
 pub mod checker;
@@ -32,6 +33,7 @@ pub mod kit;
 #[path = "../../src/bin/tenure-worker/ledger.rs"]
 pub mod ledger;
 pub mod netns;
+pub mod pg;
 pub mod procs;
 pub mod quic_kit;
 pub mod shared_log;

@@ -33,13 +33,16 @@
 //! |---|---|---|
 //! | [`SqliteFence`] | a SQLite database | a closure that runs in the fence's transaction |
 //! | [`RocksFence`] | key-value data in a RocksDB directory of its own | a closure that fills the fence's write batch |
+//! | `PgFence` (the `postgres` feature) | a PostgreSQL database | a closure that runs in the fence's transaction, or your own transaction |
 //!
-//! The files: `sqlite.rs` and `rocks.rs` hold the two fences, `error.rs` [`FenceError`],
-//! `stats.rs` [`FenceStats`].
+//! The files: `sqlite.rs`, `rocks.rs` and `postgres.rs` hold the fences, `error.rs`
+//! [`FenceError`], `stats.rs` [`FenceStats`].
 //!
 //! Other SQL databases take the same pattern: in the write's transaction, run
 //! `UPDATE tenure_fence SET token = $1 WHERE name = $2 AND token <= $1` first, and
-//! roll back if it changed no row.
+//! roll back if it changed no row. The update must write the row even for an equal
+//! token: its row lock, held to the commit, is what makes the fence's writers take
+//! turns (`docs/design.md`, section 16, says why for PostgreSQL's isolation levels).
 //!
 //! Each fence counts what it accepted and rejected ([`FenceStats`]).
 //!
@@ -103,11 +106,15 @@
 //! [`Removed::retired_above`](crate::election::Removed::retired_above).
 
 mod error;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod rocks;
 mod sqlite;
 mod stats;
 
 pub use error::{BackendError, FenceError};
+#[cfg(feature = "postgres")]
+pub use postgres::{PgFence, PgWriteFuture};
 pub use rocks::RocksFence;
 pub use sqlite::SqliteFence;
 pub use stats::{FenceStats, FenceStatsSnapshot};
@@ -118,3 +125,7 @@ pub use rocksdb;
 /// The `rusqlite` crate that [`SqliteFence`] is built on, so that callers open their
 /// connections with the same version.
 pub use rusqlite;
+/// The `tokio-postgres` crate that [`PgFence`] is built on (the `postgres` feature), so
+/// that callers connect with the same version.
+#[cfg(feature = "postgres")]
+pub use tokio_postgres;

@@ -10,9 +10,11 @@
 //! | [`membership`] | membership changes |
 //! | [`founding`] | founding and joining a group |
 //! | [`fence`] | fenced resources |
+//! | [`fence_pg`] | the PostgreSQL fence, against a real server (`TENURE_PG_URL`) |
 //! | [`lease_bound`] | the lease bound at its boundary |
 
 mod fence;
+mod fence_pg;
 mod founding;
 mod handover;
 mod history;
