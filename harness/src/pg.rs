@@ -105,6 +105,26 @@ impl TestDb {
         &self.schema
     }
 
+    /// A `postgresql://` URL of the schema, for `tenure-worker --ledger` (which takes the
+    /// URL form): the server's host (a Unix socket folder or a name), port, user and
+    /// database, and the schema as the session's `search_path`. No password: the test
+    /// server trusts local connections.
+    pub fn url(&self) -> String {
+        let host = match self.config.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Unix(p)) => p.display().to_string(),
+            Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+            None => "localhost".to_string(),
+        };
+        let port = self.config.get_ports().first().copied().unwrap_or(5432);
+        format!(
+            "postgresql://{}@{}:{port}/{}?options={}",
+            encode(self.config.get_user().unwrap_or("postgres")),
+            encode(&host),
+            encode(self.config.get_dbname().unwrap_or("postgres")),
+            encode(&format!("-c search_path={}", self.schema))
+        )
+    }
+
     /// A new connection in the schema.
     pub async fn connect(&self) -> Conn {
         connect(&self.config).await
@@ -134,4 +154,17 @@ async fn connect(config: &Config) -> Conn {
         .unwrap_or_else(|e| panic!("connecting to TENURE_PG_URL's server: {e:?}"));
     let connection = tokio::spawn(connection);
     Conn { client, connection }
+}
+
+/// Percent-encodes everything but unreserved characters, for a URL's parts.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }

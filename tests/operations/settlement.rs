@@ -275,3 +275,74 @@ fn every_shard_is_settled_under_its_own_elections_tokens() {
     assert!(root.term().unwrap() < 1 << tenure::election::TERM_BITS);
     eprintln!("{SHARDS} shards: {report:?}");
 }
+
+/// The same settlement on PostgreSQL (`tenure-worker --ledger postgres://…`): five workers
+/// settle a ledger in a schema of the test server's (`TENURE_PG_URL`; skipped without
+/// one, unless `TENURE_PG_REQUIRE=1`). The leader is stopped (SIGSTOP) right after it
+/// started a batch, a new leader settles with a higher token, and the old one, woken,
+/// has its writes refused by the fence; then leaders are killed mid-batch. At the end
+/// every batch was settled once, and no fence accepted a token below one it had
+/// accepted before.
+#[test]
+fn settlement_in_postgres_survives_a_stale_leader_and_kills_mid_batch() {
+    use tenure_harness::pg;
+    if pg::skip_test().is_some() {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let db = rt.block_on(pg::TestDb::new("settlement"));
+    let url = db.url();
+    let at = ledger::LedgerAt::parse(&url).expect("the test server's URL");
+    ledger::Ledger::open_at(&at, 0)
+        .expect("the ledger in PostgreSQL")
+        .seed(40, 5)
+        .expect("seed");
+    let mut g = Group::start(
+        5,
+        None,
+        &["--ledger", &url, "--row-ms", "40", "--settle-ms", "20"],
+    );
+    let (old, old_token) = g.leaseholder(LONG);
+    let since = Instant::now();
+    g.wait_event("the leader starts a batch", LONG, |e| {
+        e.event == "batch_started" && e.node == old && e.at >= since
+    });
+    std::thread::sleep(Duration::from_millis(30));
+    g.signal(old, libc::SIGSTOP);
+    let new = g.wait_event("a new leader settles", LONG, |e| {
+        e.event == "settled" && e.node != old && e.term().unwrap_or(0) > old_token
+    });
+    g.signal(old, libc::SIGCONT);
+    let rejection = g.wait_event("the old leader's stale write is refused", LONG, |e| {
+        e.event == "fence_rejected" && e.node == old && e.term() == Some(old_token)
+    });
+    assert!(rejection.u64("highest").unwrap() >= new.term().unwrap());
+    for round in 0..3u64 {
+        let since = Instant::now();
+        let started = g.wait_event("a batch in progress", LONG, |e| {
+            e.event == "batch_started" && e.at >= since
+        });
+        std::thread::sleep(Duration::from_millis(10 + 25 * round));
+        g.kill(started.node);
+        g.spawn(started.node);
+    }
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let report = loop {
+        let r = ledger::Ledger::open_at(&at, 0).unwrap().verify().unwrap();
+        if r.settled_batches == r.seeded_batches || Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    g.stop();
+    assert!(report.exactly_once(), "{report:?}");
+    assert!(report.token_regressions.is_empty(), "{report:?}");
+    eprintln!(
+        "PostgreSQL ledger: {} batches, {} payments settled once, {} writes, highest token {}",
+        report.settled_batches, report.settled_payments, report.writes, report.highest_token
+    );
+    rt.block_on(db.drop_schema());
+}

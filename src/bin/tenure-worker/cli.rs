@@ -176,9 +176,16 @@ pub(crate) struct WorkerCli {
     #[arg(long, value_name = "LEVEL", default_value = "warn")]
     log_level: LogLevel,
 
-    /// Settle pending payments in this SQLite ledger while leading
-    #[arg(long, value_name = "PATH")]
-    ledger: Option<PathBuf>,
+    /// Settle pending payments in this ledger while leading: an SQLite file, or (built
+    /// with --features postgres) a PostgreSQL database, postgres://USER@HOST/DB (Unix
+    /// socket: postgres://USER@%2Frun%2Fpostgresql/DB; sslmode=disable or prefer)
+    #[arg(long, value_name = "PATH|URL", value_parser = crate::ledger::LedgerAt::parse)]
+    ledger: Option<crate::ledger::LedgerAt>,
+
+    /// The PostgreSQL ledger's password, the file's first line, when the URL has none
+    /// (else PGPASSWORD, as libpq; never printed)
+    #[arg(long, value_name = "FILE")]
+    ledger_password_file: Option<PathBuf>,
 
     /// Pause between batches, in ms
     #[arg(long, value_name = "N", default_value_t = 150)]
@@ -336,6 +343,7 @@ impl WorkerCli {
                 LogLevel::Debug => Some(slog::Level::Debug),
             },
             ledger: self.ledger,
+            ledger_password_file: self.ledger_password_file,
             settle_every: Duration::from_millis(self.settle_ms),
             row_delay: RowDelay {
                 base: Duration::from_millis(self.row_ms),
@@ -372,7 +380,9 @@ pub(crate) struct WorkerArgs {
     pub confirm_load: Option<(PathBuf, Duration)>,
     pub stats_every: Option<Duration>,
     pub log_level: Option<slog::Level>,
-    pub ledger: Option<PathBuf>,
+    pub ledger: Option<crate::ledger::LedgerAt>,
+    /// `--ledger-password-file`.
+    pub ledger_password_file: Option<PathBuf>,
     pub settle_every: Duration,
     pub row_delay: RowDelay,
     pub elections: u64,
@@ -452,7 +462,11 @@ mod tests {
         assert!(!a.join);
         assert_eq!(a.timing, tenure::Timing::from_millis(1, 3, 13, 25));
         assert_eq!(a.log_level, None);
-        assert_eq!(a.ledger, Some("/tmp/ledger.db".into()));
+        assert!(
+            matches!(&a.ledger, Some(crate::ledger::LedgerAt::File(p)) if p == std::path::Path::new("/tmp/ledger.db")),
+            "{:?}",
+            a.ledger
+        );
         assert_eq!(a.admin, Some("127.0.0.1:0".parse().unwrap()));
         assert_eq!(a.metrics, Some("127.0.0.1:9100".parse().unwrap()));
         assert_eq!(a.confirm_every, Duration::from_millis(7));

@@ -1,4 +1,5 @@
-//! The settlement ledger: an SQLite file shared by the workers of a local group.
+//! The settlement ledger: an SQLite file shared by the workers of a local group, or (the
+//! `postgres` feature, `--ledger postgres://…`) a PostgreSQL database (`ledger_pg.rs`).
 //!
 //! The worker settles it (`--ledger`); `local_group` and the tests seed and check it with
 //! this same file: the test harness (`harness/src/lib.rs`, module `ledger`) includes it
@@ -21,7 +22,7 @@
 #![allow(dead_code)] // the worker settles; seeding and verifying are the harness's
 #![allow(unreachable_pub)] // pub for the harness, which includes this file
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tenure::fence::rusqlite::{self, params, Connection, OptionalExtension};
@@ -67,10 +68,123 @@ CREATE TABLE IF NOT EXISTS writes (
 );
 ";
 
+#[cfg(feature = "postgres")]
+#[path = "ledger_pg.rs"]
+mod pg;
+
+#[cfg(feature = "postgres")]
+use tenure::fence::tokio_postgres;
+
+/// Where a ledger is: `--ledger PATH`, an SQLite file, or `--ledger postgres://…` (the
+/// `postgres` feature), a PostgreSQL database. Its `Debug` never shows a password.
+#[derive(Clone)]
+pub enum LedgerAt {
+    /// An SQLite file.
+    File(PathBuf),
+    /// A PostgreSQL database.
+    #[cfg(feature = "postgres")]
+    Postgres(Box<tokio_postgres::Config>),
+}
+
+impl LedgerAt {
+    /// `postgres://…` or `postgresql://…` (tokio-postgres's URL form, `sslmode`
+    /// included), else a path. The error never repeats the string, which may hold a
+    /// password.
+    pub fn parse(s: &str) -> Result<LedgerAt, String> {
+        let url = s.starts_with("postgres://") || s.starts_with("postgresql://");
+        if !url {
+            return Ok(LedgerAt::File(PathBuf::from(s)));
+        }
+        #[cfg(feature = "postgres")]
+        {
+            s.parse::<tokio_postgres::Config>()
+                .map(|c| LedgerAt::Postgres(Box::new(c)))
+                .map_err(|e| format!("the PostgreSQL connection string does not parse: {e}"))
+        }
+        #[cfg(not(feature = "postgres"))]
+        {
+            Err(
+                "this tenure-worker was built without PostgreSQL: build it with --features \
+                 postgres for a postgres:// ledger"
+                    .to_string(),
+            )
+        }
+    }
+
+    /// The password, when the connection string has none: from `file` (its first line),
+    /// else from `PGPASSWORD`, as libpq takes it. A file ledger is unchanged.
+    pub fn with_password(self, file: Option<&Path>) -> Result<LedgerAt, String> {
+        #[cfg(not(feature = "postgres"))]
+        let _ = file;
+        match self {
+            #[cfg(feature = "postgres")]
+            LedgerAt::Postgres(mut c) if c.get_password().is_none() => {
+                if let Some(file) = file {
+                    let text = std::fs::read_to_string(file).map_err(|e| {
+                        format!("the ledger's password file {}: {e}", file.display())
+                    })?;
+                    let line = text.lines().next().unwrap_or("");
+                    if line.is_empty() {
+                        return Err(format!(
+                            "the ledger's password file {} is empty",
+                            file.display()
+                        ));
+                    }
+                    c.password(line);
+                } else if let Some(p) = std::env::var_os("PGPASSWORD") {
+                    c.password(p.as_encoded_bytes());
+                }
+                Ok(LedgerAt::Postgres(c))
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// Where it is, for people: the path, or `postgres://USER@HOST:PORT/DB` (no password).
+    pub fn describe(&self) -> String {
+        match self {
+            LedgerAt::File(p) => p.display().to_string(),
+            #[cfg(feature = "postgres")]
+            LedgerAt::Postgres(c) => {
+                let host = c
+                    .get_hosts()
+                    .iter()
+                    .map(|h| match h {
+                        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+                        tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(",");
+                let port = c.get_ports().first().copied().unwrap_or(5432);
+                format!(
+                    "postgres://{}@{host}:{port}/{}",
+                    c.get_user().unwrap_or(""),
+                    c.get_dbname().unwrap_or("")
+                )
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for LedgerAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LedgerAt({})", self.describe())
+    }
+}
+
+/// The ledger's database, and the fence of this handle.
+enum Store {
+    Sqlite {
+        conn: Connection,
+        fence: SqliteFence,
+    },
+    #[cfg(feature = "postgres")]
+    Postgres(pg::PgLedger),
+}
+
 /// A connection to the ledger, as worker `node`, under one fence.
 pub struct Ledger {
-    conn: Connection,
-    fence: SqliteFence,
+    store: Store,
     node: u64,
     /// The fence's name: [`FENCE`], or the shard's election.
     fence_name: String,
@@ -135,21 +249,40 @@ fn now_ns() -> i64 {
 impl Ledger {
     /// Opens (creating the schema if needed) the ledger at `path` as worker `node`.
     pub fn open(path: &Path, node: u64) -> Result<Ledger, String> {
-        Ledger::open_fenced(path, node, FENCE, None)
+        Ledger::open_at(&LedgerAt::File(path.to_owned()), node)
+    }
+
+    /// Opens the ledger at `at` (a file or a database) as worker `node`.
+    pub fn open_at(at: &LedgerAt, node: u64) -> Result<Ledger, String> {
+        Ledger::open_fenced(at, node, FENCE, None)
     }
 
     /// Opens shard `i` of `n` as worker `node`: its batches, under the fence of election
     /// `shard-<i>` (one fence per election, keyed by its name).
-    pub fn open_shard(path: &Path, node: u64, i: u64, n: u64) -> Result<Ledger, String> {
-        Ledger::open_fenced(path, node, &shard_name(i), Some((i, n)))
+    pub fn open_shard(at: &LedgerAt, node: u64, i: u64, n: u64) -> Result<Ledger, String> {
+        Ledger::open_fenced(at, node, &shard_name(i), Some((i, n)))
     }
 
     fn open_fenced(
-        path: &Path,
+        at: &LedgerAt,
         node: u64,
         fence_name: &str,
         shard: Option<(u64, u64)>,
     ) -> Result<Ledger, String> {
+        let store = match at {
+            LedgerAt::File(path) => Ledger::open_sqlite(path, fence_name)?,
+            #[cfg(feature = "postgres")]
+            LedgerAt::Postgres(c) => Store::Postgres(pg::PgLedger::open(c, fence_name)?),
+        };
+        Ok(Ledger {
+            store,
+            node,
+            fence_name: fence_name.to_string(),
+            shard,
+        })
+    }
+
+    fn open_sqlite(path: &Path, fence_name: &str) -> Result<Store, String> {
         let conn = Connection::open(path).map_err(|e| format!("ledger {}: {e}", path.display()))?;
         conn.busy_timeout(Duration::from_secs(10))
             .and_then(|_| conn.pragma_update(None, "journal_mode", "WAL"))
@@ -157,20 +290,18 @@ impl Ledger {
             .and_then(|_| conn.execute_batch(SCHEMA))
             .map_err(|e| format!("ledger {}: {e}", path.display()))?;
         let fence = SqliteFence::install(&conn, fence_name).map_err(|e| e.to_string())?;
-        Ok(Ledger {
-            conn,
-            fence,
-            node,
-            fence_name: fence_name.to_string(),
-            shard,
-        })
+        Ok(Store::Sqlite { conn, fence })
     }
 
     /// Adds `count` batches of `rows` payments after the last batch; returns the new
     /// batch numbers.
     pub fn seed(&mut self, count: u64, rows: u64) -> Result<Vec<u64>, String> {
-        let tx = self
-            .conn
+        let conn = match &mut self.store {
+            Store::Sqlite { conn, .. } => conn,
+            #[cfg(feature = "postgres")]
+            Store::Postgres(p) => return p.seed(count, rows),
+        };
+        let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(|e| e.to_string())?;
         let last: u64 = tx
@@ -202,8 +333,12 @@ impl Ledger {
     /// still to settle.
     pub fn next_batch(&self) -> Result<Option<(u64, Vec<u64>)>, String> {
         let (i, n) = self.shard.unwrap_or((0, 1));
-        let batch: Option<i64> = self
-            .conn
+        let conn = match &self.store {
+            Store::Sqlite { conn, .. } => conn,
+            #[cfg(feature = "postgres")]
+            Store::Postgres(p) => return p.next_batch(i, n),
+        };
+        let batch: Option<i64> = conn
             .query_row(
                 "SELECT MIN(p.batch) FROM payments p
                  WHERE p.batch % ?2 = ?1
@@ -215,8 +350,7 @@ impl Ledger {
             .map_err(|e| e.to_string())?
             .flatten();
         let Some(batch) = batch else { return Ok(None) };
-        let mut stmt = self
-            .conn
+        let mut stmt = conn
             .prepare(
                 "SELECT id FROM payments WHERE batch = ?1 AND settled_token IS NULL ORDER BY id",
             )
@@ -240,9 +374,16 @@ impl Ledger {
         batch: u64,
         payment: u64,
     ) -> Result<bool, FenceError> {
+        let (conn, sqlite_fence) = match &mut self.store {
+            Store::Sqlite { conn, fence } => (conn, fence),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(p) => {
+                return p.settle_payment(self.node, &self.fence_name, token, batch, payment)
+            }
+        };
         let node = self.node as i64;
         let fence = self.fence_name.clone();
-        self.fence.write(&mut self.conn, token, |tx| {
+        sqlite_fence.write(conn, token, |tx| {
             let n = tx.execute(
                 "UPDATE payments SET settled_token = ?1, settled_by = ?2, settled_ns = ?3
                  WHERE id = ?4 AND settled_token IS NULL",
@@ -273,9 +414,14 @@ impl Ledger {
         token: FencingToken,
         batch: u64,
     ) -> Result<Option<u64>, FenceError> {
+        let (conn, sqlite_fence) = match &mut self.store {
+            Store::Sqlite { conn, fence } => (conn, fence),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(p) => return p.close_batch(self.node, &self.fence_name, token, batch),
+        };
         let node = self.node as i64;
         let fence = self.fence_name.clone();
-        self.fence.write(&mut self.conn, token, |tx| {
+        sqlite_fence.write(conn, token, |tx| {
             let (rows, open): (i64, i64) = tx.query_row(
                 "SELECT COUNT(settled_token), COUNT(*) - COUNT(settled_token) FROM payments WHERE batch = ?1",
                 [batch as i64],
@@ -311,18 +457,9 @@ impl Ledger {
         if shards == 0 {
             return Ok(r);
         }
-        let mut stmt = self
-            .conn
-            .prepare("SELECT batch, fence FROM batches ORDER BY batch")
-            .map_err(|e| e.to_string())?;
-        let rows = stmt
-            .query_map([], |row| {
-                Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
-            })
-            .map_err(|e| e.to_string())?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())?;
-        for (batch, fence) in rows {
+        let rows = self.rows("SELECT batch, fence FROM batches ORDER BY batch")?;
+        for row in rows {
+            let (batch, fence) = (int(&row, 0)?, text(&row, 1)?);
             let own = shard_name(batch as u64 % shards);
             if fence != own {
                 r.misplaced.push(format!(
@@ -335,13 +472,7 @@ impl Ledger {
 
     /// Checks the whole ledger: exactly-once settlement and token order per fence.
     pub fn verify(&self) -> Result<LedgerReport, String> {
-        let e = |e: rusqlite::Error| e.to_string();
-        let q = |sql: &str| -> Result<u64, String> {
-            self.conn
-                .query_row(sql, [], |r| r.get::<_, i64>(0))
-                .map(|v| v as u64)
-                .map_err(e)
-        };
+        let q = |sql: &'static str| self.number(sql);
         let mut r = LedgerReport {
             seeded_batches: q("SELECT COUNT(DISTINCT batch) FROM payments")?,
             settled_batches: q("SELECT COUNT(*) FROM batches")?,
@@ -351,44 +482,28 @@ impl Ledger {
             highest_token: q("SELECT COALESCE(MAX(token), 0) FROM writes")?,
             ..Default::default()
         };
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT kind, batch, payment, COUNT(*) FROM writes
-                 GROUP BY kind, batch, payment HAVING COUNT(*) > 1",
-            )
-            .map_err(e)?;
-        let dups = stmt
-            .query_map([], |row| {
-                Ok(format!(
-                    "{} batch {} payment {:?} written {} times",
-                    row.get::<_, String>(0)?,
-                    row.get::<_, i64>(1)?,
-                    row.get::<_, Option<i64>>(2)?,
-                    row.get::<_, i64>(3)?
-                ))
-            })
-            .map_err(e)?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(e)?;
-        r.duplicates = dups;
-        let mut stmt = self
-            .conn
-            .prepare("SELECT seq, token, node, fence, kind FROM writes ORDER BY seq")
-            .map_err(e)?;
-        let rows = stmt
-            .query_map([], |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    row.get::<_, i64>(1)?,
-                    row.get::<_, i64>(2)?,
-                    row.get::<_, String>(3)?,
-                    row.get::<_, String>(4)?,
-                ))
-            })
-            .map_err(e)?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(e)?;
+        for row in self.rows(
+            "SELECT kind, batch, payment, COUNT(*) FROM writes
+             GROUP BY kind, batch, payment HAVING COUNT(*) > 1",
+        )? {
+            r.duplicates.push(format!(
+                "{} batch {} payment {:?} written {} times",
+                text(&row, 0)?,
+                int(&row, 1)?,
+                row.get(2).cloned().flatten(),
+                int(&row, 3)?
+            ));
+        }
+        let mut rows = Vec::new();
+        for row in self.rows("SELECT seq, token, node, fence, kind FROM writes ORDER BY seq")? {
+            rows.push((
+                int(&row, 0)?,
+                int(&row, 1)?,
+                int(&row, 2)?,
+                text(&row, 3)?,
+                text(&row, 4)?,
+            ));
+        }
         // Per fence: (highest token, its write).
         let mut highest: std::collections::BTreeMap<String, (i64, i64)> = Default::default();
         for (seq, token, node, fence, kind) in rows {
@@ -418,11 +533,79 @@ impl Ledger {
 
     /// The fence's counters (accepted / rejected), for the metrics.
     pub fn fence_stats(&self) -> std::sync::Arc<tenure::fence::FenceStats> {
-        self.fence.stats().clone()
+        match &self.store {
+            Store::Sqlite { fence, .. } => fence.stats().clone(),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(p) => p.fence_stats(),
+        }
     }
 
     /// The highest token the fence has seen.
     pub fn highest_token(&self) -> Result<FencingToken, FenceError> {
-        self.fence.highest(&self.conn)
+        match &self.store {
+            Store::Sqlite { conn, fence } => fence.highest(conn),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(p) => p.highest_token(),
+        }
     }
+
+    /// One number from `sql` (a count or a maximum).
+    fn number(&self, sql: &'static str) -> Result<u64, String> {
+        match &self.store {
+            Store::Sqlite { conn, .. } => conn
+                .query_row(sql, [], |r| r.get::<_, i64>(0))
+                .map(|v| v as u64)
+                .map_err(|e| e.to_string()),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(p) => p.number(sql),
+        }
+    }
+
+    /// The rows of `sql`, each column as text (`None` for NULL), read the same way from
+    /// either database.
+    fn rows(&self, sql: &'static str) -> Result<Vec<Vec<Option<String>>>, String> {
+        match &self.store {
+            Store::Sqlite { conn, .. } => {
+                let mut stmt = conn.prepare(sql).map_err(|e| e.to_string())?;
+                let columns = stmt.column_count();
+                let rows = stmt
+                    .query_map([], |row| {
+                        (0..columns)
+                            .map(|i| {
+                                Ok(match row.get::<_, rusqlite::types::Value>(i)? {
+                                    rusqlite::types::Value::Null => None,
+                                    rusqlite::types::Value::Integer(v) => Some(v.to_string()),
+                                    rusqlite::types::Value::Real(v) => Some(v.to_string()),
+                                    rusqlite::types::Value::Text(t) => Some(t),
+                                    rusqlite::types::Value::Blob(b) => {
+                                        Some(String::from_utf8_lossy(&b).into_owned())
+                                    }
+                                })
+                            })
+                            .collect::<Result<Vec<_>, rusqlite::Error>>()
+                    })
+                    .map_err(|e| e.to_string())?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| e.to_string())?;
+                Ok(rows)
+            }
+            #[cfg(feature = "postgres")]
+            Store::Postgres(p) => p.rows(sql),
+        }
+    }
+}
+
+/// Column `i` of a row of [`Ledger::rows`], as text.
+fn text(row: &[Option<String>], i: usize) -> Result<String, String> {
+    row.get(i)
+        .cloned()
+        .flatten()
+        .ok_or_else(|| format!("ledger: column {i} of a row is missing or NULL"))
+}
+
+/// Column `i` of a row of [`Ledger::rows`], as an integer.
+fn int(row: &[Option<String>], i: usize) -> Result<i64, String> {
+    let t = text(row, i)?;
+    t.parse()
+        .map_err(|_| format!("ledger: column {i} of a row is {t:?}, not an integer"))
 }

@@ -25,7 +25,7 @@
 //! | `run.rs` | a run: the node, the root election's events, signals, the stop and its exit code |
 //! | `named.rs` | the named elections' events (`--elections N`) and the confirm load |
 //! | `settle.rs` | settlement under the fence (`--ledger`), and `--bench-confirms` |
-//! | `ledger.rs` | the SQLite settlement ledger (`local_group` and the tests seed and check it) |
+//! | `ledger.rs` | the settlement ledger, SQLite or (`ledger_pg.rs`, the `postgres` feature) PostgreSQL (`local_group` and the tests seed and check it) |
 
 mod cli;
 mod ledger;

@@ -308,8 +308,17 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
         }));
     }
 
-    let settlement = match &args.ledger {
-        Some(path) if args.elections > 0 => match open_shards(path, id, args.elections, &node) {
+    let ledger = match args
+        .ledger
+        .clone()
+        .map(|l| l.with_password(args.ledger_password_file.as_deref()))
+    {
+        Some(Err(e)) => return fail_start(&node, e).await,
+        Some(Ok(l)) => Some(l),
+        None => None,
+    };
+    let settlement = match &ledger {
+        Some(at) if args.elections > 0 => match open_shards(at, id, args.elections, &node) {
             Ok(shards) => Some(spawn_shard_settlement(
                 node.clone(),
                 shards,
@@ -318,7 +327,7 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
             )),
             Err(e) => return fail_start(&node, e).await,
         },
-        Some(path) => match Ledger::open(path, id) {
+        Some(at) => match Ledger::open_at(at, id) {
             Ok(ledger) => {
                 node.metrics()
                     .register_fence(super::ledger::FENCE, ledger.fence_stats());

@@ -17,14 +17,14 @@ type Shards = std::collections::BTreeMap<String, std::sync::Arc<std::sync::Mutex
 /// Opens shard `i` of the ledger for each election `shard-<i>`: its own connection and
 /// its own fence, keyed by the election's name, registered in the metrics by that name.
 pub(crate) fn open_shards(
-    path: &std::path::Path,
+    at: &crate::ledger::LedgerAt,
     id: u64,
     n: u64,
     node: &Node,
 ) -> Result<Shards, String> {
     (0..n)
         .map(|i| {
-            let l = Ledger::open_shard(path, id, i, n)?;
+            let l = Ledger::open_shard(at, id, i, n)?;
             node.metrics()
                 .register_fence(l.fence_name(), l.fence_stats());
             Ok((
