@@ -92,11 +92,12 @@ struct Options {
     #[arg(long, value_name = "P")]
     base_port: Option<u16>,
 
-    /// Create an SQLite ledger at FILE, seed payments to settle, and have the leader
-    /// settle them with fenced, idempotent writes; the summary checks that every seeded
-    /// batch was settled exactly once
-    #[arg(long, value_name = "FILE")]
-    ledger: Option<PathBuf>,
+    /// Create an SQLite ledger at FILE (or use the PostgreSQL database at
+    /// postgres://USER@HOST/DB, which the workers must reach), seed payments to settle,
+    /// and have the leader settle them with fenced, idempotent writes; the summary checks
+    /// that every seeded batch was settled exactly once
+    #[arg(long, value_name = "FILE|URL")]
+    ledger: Option<String>,
 
     /// Run N named elections, shard-0 ... shard-N-1, on every worker beside the group's
     /// own; with --ledger each settles its own shard (batch B: shard-(B mod N)) under its
@@ -235,7 +236,7 @@ struct Group {
     admin_addrs: BTreeMap<u64, String>,
     /// The running workers (killed when the group is dropped).
     children: Children,
-    ledger: Option<PathBuf>,
+    ledger: Option<String>,
     tx: mpsc::UnboundedSender<(u64, Line)>,
     /// The group the first workers found (`--found` on every start, also after a chaos
     /// kill: once the group exists it only checks the stored id).
@@ -442,7 +443,10 @@ async fn run(o: Options, worker: PathBuf) -> i32 {
     };
     let ledger = match &o.ledger {
         Some(path) => {
-            let opened = ledger::Ledger::open(path, 0).and_then(|mut l| l.seed(20, 5).map(|_| l));
+            let opened = ledger::LedgerAt::parse(path)
+                .and_then(|at| at.with_password(None))
+                .and_then(|at| ledger::Ledger::open_at(&at, 0))
+                .and_then(|mut l| l.seed(20, 5).map(|_| l));
             match opened {
                 Ok(l) => Some(std::sync::Arc::new(std::sync::Mutex::new(l))),
                 Err(e) => {

@@ -1083,7 +1083,13 @@ fn build_mutations_worker() -> PathBuf {
     let profile_dir = super::kit::binary::profile_dir();
     let deps = profile_dir.join("deps");
     for _ in 0..3 {
-        let mut args = vec!["build", "--bin", "tenure-worker", "--features", "mutations"];
+        let mut args = vec![
+            "build",
+            "--bin",
+            "tenure-worker",
+            "--features",
+            "mutations,postgres",
+        ];
         if profile_dir.file_name().is_some_and(|n| n == "release") {
             args.push("--release");
         }
@@ -1091,7 +1097,7 @@ fn build_mutations_worker() -> PathBuf {
             .args(&args)
             .stdout(Stdio::null())
             .status()
-            .expect("run cargo build --bin tenure-worker --features mutations");
+            .expect("run cargo build --bin tenure-worker --features mutations,postgres");
         assert!(status.success(), "cargo build --features mutations failed");
         // The uplifted `tenure-worker` is a hard link to the hashed file just built.
         use std::os::unix::fs::MetadataExt;

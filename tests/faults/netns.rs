@@ -57,7 +57,7 @@ use tenure_harness::ledger;
 
 use std::fmt;
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -66,7 +66,6 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use tenure::clock::monotonic_ns;
-use tenure::fence::rusqlite::Connection;
 use tenure_harness::checker::{self, Event, Kind, Write};
 use tenure_harness::faultfs::{self, Loss};
 use tenure_harness::netns::{self, CtlRun, Lab, NetState};
@@ -795,6 +794,8 @@ struct Outcome {
     unsynced_lost: u64,
     /// Disk stalls on the fault filesystems.
     disk_stalls: usize,
+    /// Whether the ledger was PostgreSQL's (else SQLite's).
+    postgres: bool,
     /// How late each `lease_lost` was heard after its lease ended (`mono_ns −
     /// ended_ns`), outside the node's pauses: (node, lateness, election).
     lease_ends: Vec<(u64, Duration, String)>,
@@ -822,6 +823,7 @@ impl Outcome {
             power_losses: 0,
             unsynced_lost: 0,
             disk_stalls: 0,
+            postgres: false,
             lease_ends: Vec::new(),
             problems: Vec::new(),
             took: Duration::ZERO,
@@ -850,40 +852,61 @@ fn harness_events(lab: &Lab) -> Vec<Event> {
 
 /// The ledger's accepted writes, in commit order, by the fence that accepted them
 /// (`settlement`: the root election's; `shard-K`: named election `shard-K`'s).
-fn ledger_writes(path: &Path) -> Result<std::collections::BTreeMap<String, Vec<Write>>, String> {
-    let c = Connection::open(path).map_err(|e| e.to_string())?;
-    c.busy_timeout(Duration::from_secs(10))
-        .map_err(|e| e.to_string())?;
-    let mut s = c
-        .prepare("SELECT seq, token, node, mono_ns, fence FROM writes ORDER BY seq")
-        .map_err(|e| e.to_string())?;
-    let rows = s
-        .query_map([], |r| {
-            Ok((
-                r.get::<_, String>(4)?,
-                Write {
-                    seq: r.get::<_, i64>(0)? as u64,
-                    token: r.get::<_, i64>(1)? as u64,
-                    node: r.get::<_, i64>(2)? as u64,
-                    at_ns: Some(r.get::<_, i64>(3)? as u64),
-                },
-            ))
-        })
-        .map_err(|e| e.to_string())?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
+fn ledger_writes(
+    at: &ledger::LedgerAt,
+) -> Result<std::collections::BTreeMap<String, Vec<Write>>, String> {
     let mut by_fence: std::collections::BTreeMap<String, Vec<Write>> = Default::default();
-    for (fence, w) in rows {
-        by_fence.entry(fence).or_default().push(w);
+    for w in ledger::Ledger::open_at(at, 0)?.accepted_writes()? {
+        by_fence.entry(w.fence).or_default().push(Write {
+            seq: w.seq,
+            token: w.token,
+            node: w.node,
+            at_ns: Some(w.mono_ns),
+        });
     }
     Ok(by_fence)
 }
 
+/// Every [`POSTGRES_EVERY`]th seed (3, 7, 11, …) settles into PostgreSQL instead of
+/// SQLite when there is a server (`TENURE_PG_URL`; required with `TENURE_PG_REQUIRE=1`):
+/// a schema of the test server's, reached by the workers in their namespaces over its
+/// Unix socket. The checks are the same.
+const POSTGRES_EVERY: u64 = 4;
+
+/// The schedule's ledger: SQLite at `path`, or a schema of the PostgreSQL test server's
+/// (then also returned, to drop after a passing run). An error is a problem of the run.
+fn schedule_ledger(
+    tag: &str,
+    seed: u64,
+    path: &Path,
+) -> Result<(ledger::LedgerAt, Option<tenure_harness::pg::TestDb>), String> {
+    use tenure_harness::pg;
+    let file = || (ledger::LedgerAt::File(path.to_path_buf()), None);
+    if seed % POSTGRES_EVERY != POSTGRES_EVERY - 1 {
+        return Ok(file());
+    }
+    if let Some(why) = pg::skip_reason() {
+        if pg::required() {
+            return Err(format!(
+                "a PostgreSQL server is required (TENURE_PG_REQUIRE) but {why}"
+            ));
+        }
+        return Ok(file());
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let db = rt.block_on(pg::TestDb::new(&format!("netns_{tag}_{seed}")));
+    let at = ledger::LedgerAt::parse(&db.url())?;
+    Ok((at, Some(db)))
+}
+
 /// Adds a batch every [`FEED_EVERY`] until stopped, so the leader has work during the
 /// faults.
-fn feeder(path: PathBuf, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+fn feeder(at: ledger::LedgerAt, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let Ok(mut l) = ledger::Ledger::open(&path, 0) else {
+        let Ok(mut l) = ledger::Ledger::open_at(&at, 0) else {
             return;
         };
         while !stop.load(Ordering::Relaxed) {
@@ -905,8 +928,19 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path, ctl: &Path) -> Out
         .collect();
     let ledger_dir = tempfile::tempdir().expect("temp dir");
     let ledger_path = ledger_dir.path().join("ledger.db");
+    let (ledger_at, pg_db) = match schedule_ledger(tag, schedule.seed, &ledger_path) {
+        Ok(l) => l,
+        Err(e) => {
+            out.problems.push(e);
+            return out;
+        }
+    };
+    out.postgres = pg_db.is_some();
     args.push("--ledger".into());
-    args.push(ledger_path.display().to_string());
+    args.push(match &pg_db {
+        Some(db) => db.url(),
+        None => ledger_path.display().to_string(),
+    });
     let mut lab = match Lab::new(tag, N, worker.to_path_buf(), &args) {
         Ok(l) => l,
         Err(e) => {
@@ -930,7 +964,7 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path, ctl: &Path) -> Out
         }
         Some(_) => {}
     }
-    ledger::Ledger::open(&ledger_path, 0)
+    ledger::Ledger::open_at(&ledger_at, 0)
         .and_then(|mut l| l.seed(3, ROWS))
         .expect("seed the ledger");
     lab.start_all();
@@ -948,7 +982,7 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path, ctl: &Path) -> Out
     // (spare, old) for each replacement carried out.
     let mut replaced_by: Vec<(u64, u64)> = Vec::new();
     let stop_feeding = Arc::new(AtomicBool::new(false));
-    let feeding = feeder(ledger_path.clone(), stop_feeding.clone());
+    let feeding = feeder(ledger_at.clone(), stop_feeding.clone());
 
     for step in &schedule.steps {
         // A replaced node's place in the order is its replacement's: later faults land on
@@ -984,7 +1018,7 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path, ctl: &Path) -> Out
     lab.note(netns::ActionKind::Heal, 0, "final heal");
     let _ = feeding.join();
     // Work after the heal, so settling must resume.
-    let _ = ledger::Ledger::open(&ledger_path, 0).and_then(|mut l| l.seed(2, ROWS));
+    let _ = ledger::Ledger::open_at(&ledger_at, 0).and_then(|mut l| l.seed(2, ROWS));
     lab.wait_line(LIVENESS_BOUND, |l| {
         (l.event == "lease_acquired" || l.event == "lease_confirmed")
             && l.is_root()
@@ -992,7 +1026,7 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path, ctl: &Path) -> Out
     });
     let deadline = Instant::now() + SETTLE_BOUND;
     let report = loop {
-        let r = ledger::Ledger::open(&ledger_path, 0).and_then(|l| l.verify_shards(ELECTIONS));
+        let r = ledger::Ledger::open_at(&ledger_at, 0).and_then(|l| l.verify_shards(ELECTIONS));
         match r {
             Ok(r) if r.exactly_once() || Instant::now() >= deadline => break Ok(r),
             Err(e) if Instant::now() >= deadline => break Err(e),
@@ -1056,7 +1090,7 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path, ctl: &Path) -> Out
         events.push(Event::members(0, asked, new.clone(), Vec::new()));
         voters = new;
     }
-    let mut fences = match ledger_writes(&ledger_path) {
+    let mut fences = match ledger_writes(&ledger_at) {
         Ok(w) => w,
         Err(e) => {
             out.problems
@@ -1116,6 +1150,16 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path, ctl: &Path) -> Out
             tail(&lab.timeline(), 60)
         )),
         Err(e) => out.problems.push(format!("ledger: {e}")),
+    }
+    // A passing run's PostgreSQL schema goes; a failing one's stays, to look at.
+    if let Some(db) = pg_db.filter(|_| out.problems.is_empty()) {
+        drop(lab);
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            rt.block_on(db.drop_schema());
+        }
     }
     out.took = started.elapsed();
     out
@@ -1980,7 +2024,7 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
     let lanes = (env_u64("TENURE_NETNS_LANES", 2).max(1) as usize).min(count.max(1));
     let stop_at_first = env_flag("TENURE_NETNS_STOP_AT_FIRST");
     let mutation = std::env::var("TENURE_MUTATION").unwrap_or_default();
-    say("netns: building the worker and ctl (cargo build --bin tenure-worker --bin tenure-ctl)");
+    say("netns: building the worker and ctl (cargo build --bin tenure-worker --bin tenure-ctl --features postgres)");
     let worker = netns::worker_for_run();
     let ctl = netns::ctl_binary();
     say(format!(
@@ -2039,8 +2083,8 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
                     .collect();
                 say(format!(
                     "netns [{n}/{count}] seed {seed}: {} faults: {}; operator: {}; ops {}; \
-                     recovered in {}; {} writes, {} stale ones fenced off, {} terms with \
-                     leases; disk: {} power losses ({} unsynced bytes lost), {} stalls: {} \
+                     recovered in {}; {} writes into {}, {} stale ones fenced off, {} terms \
+                     with leases; disk: {} power losses ({} unsynced bytes lost), {} stalls: {} \
                      ({:.1} s)",
                     o.schedule.faults(),
                     o.applied.join(", "),
@@ -2053,6 +2097,7 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
                     o.recovery
                         .map_or("-".into(), |r| format!("{} ms", r.as_millis())),
                     o.writes,
+                    if o.postgres { "PostgreSQL" } else { "SQLite" },
                     o.rejected,
                     o.terms,
                     o.power_losses,
@@ -2103,6 +2148,21 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
             .unwrap_or_default()
     ));
     say(disk_summary(&outcomes));
+    let on_pg: Vec<String> = outcomes
+        .iter()
+        .filter(|o| o.postgres)
+        .map(|o| o.schedule.seed.to_string())
+        .collect();
+    say(format!(
+        "netns: ledger: {} schedules settled into PostgreSQL (seeds {}), {} into SQLite",
+        on_pg.len(),
+        if on_pg.is_empty() {
+            "none".to_string()
+        } else {
+            on_pg.join(", ")
+        },
+        outcomes.len() - on_pg.len()
+    ));
     let mut by_op: std::collections::BTreeMap<(String, String), usize> = Default::default();
     for r in outcomes.iter().flat_map(|o| &o.ops) {
         // `transfer`, `drain`, `members add`, ...: the command's words before its ids.

@@ -90,8 +90,13 @@ pub fn build_args<'a>(target: Target, name: &'a str, more: &[&'a str]) -> Vec<&'
     let mut args = vec!["build", target.flag(), name];
     // A test built with the mutations feature runs workers built with it too, so that
     // TENURE_MUTATION (inherited) breaks them as it breaks the nodes in this process.
+    // Always with PostgreSQL, which the tests' own build of the worker has too (the
+    // harness turns the feature on), so that a build here does not replace it with a
+    // worker that refuses `--ledger postgres://`.
     if tenure::mutation::COMPILED {
-        args.extend_from_slice(&["--features", "mutations"]);
+        args.extend_from_slice(&["--features", "mutations,postgres"]);
+    } else {
+        args.extend_from_slice(&["--features", "postgres"]);
     }
     args.extend_from_slice(more);
     if profile_dir().file_name().is_some_and(|n| n == "release") {

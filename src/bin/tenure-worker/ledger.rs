@@ -207,6 +207,21 @@ pub struct FenceReport {
     pub election_ids: std::collections::BTreeSet<u64>,
 }
 
+/// One accepted write, as the ledger's `writes` table logs it.
+#[derive(Debug, Clone)]
+pub struct AcceptedWrite {
+    /// The fence that accepted it.
+    pub fence: String,
+    /// Its place in the order the writes took their fences.
+    pub seq: u64,
+    /// Its token.
+    pub token: u64,
+    /// The worker that wrote it.
+    pub node: u64,
+    /// When, on the writer's monotonic clock.
+    pub mono_ns: u64,
+}
+
 /// What the ledger says at the end of a run.
 #[derive(Debug, Default)]
 pub struct LedgerReport {
@@ -529,6 +544,22 @@ impl Ledger {
             }
         }
         Ok(r)
+    }
+
+    /// Every accepted write, in the order the writes took their fences.
+    pub fn accepted_writes(&self) -> Result<Vec<AcceptedWrite>, String> {
+        self.rows("SELECT fence, seq, token, node, mono_ns FROM writes ORDER BY seq")?
+            .iter()
+            .map(|row| {
+                Ok(AcceptedWrite {
+                    fence: text(row, 0)?,
+                    seq: int(row, 1)? as u64,
+                    token: int(row, 2)? as u64,
+                    node: int(row, 3)? as u64,
+                    mono_ns: int(row, 4)? as u64,
+                })
+            })
+            .collect()
     }
 
     /// The fence's counters (accepted / rejected), for the metrics.
