@@ -179,8 +179,11 @@ pub(crate) struct WorkerCli {
     /// Settle pending payments in this ledger while leading: an SQLite file, or (built
     /// with --features postgres) a PostgreSQL database, postgres://USER@HOST/DB (Unix
     /// socket: postgres://USER@%2Frun%2Fpostgresql/DB; sslmode=disable or prefer)
-    #[arg(long, value_name = "PATH|URL", value_parser = crate::ledger::LedgerAt::parse)]
-    ledger: Option<crate::ledger::LedgerAt>,
+    //
+    // Taken as a string and parsed at start (run.rs): clap's own error would repeat the
+    // value, password and all.
+    #[arg(long, value_name = "PATH|URL")]
+    ledger: Option<String>,
 
     /// The PostgreSQL ledger's password, the file's first line, when the URL has none
     /// (else PGPASSWORD, as libpq; never printed)
@@ -342,7 +345,7 @@ impl WorkerCli {
                 LogLevel::Info => Some(slog::Level::Info),
                 LogLevel::Debug => Some(slog::Level::Debug),
             },
-            ledger: self.ledger,
+            ledger: self.ledger.map(LedgerArg),
             ledger_password_file: self.ledger_password_file,
             settle_every: Duration::from_millis(self.settle_ms),
             row_delay: RowDelay {
@@ -358,6 +361,20 @@ impl WorkerCli {
             term_floor: self.term_floor,
             restore: self.restore,
         }))
+    }
+}
+
+/// `--ledger`'s value as given: parsed when the worker starts, with an error that does
+/// not repeat it. Its `Debug` never shows a password.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct LedgerArg(pub String);
+
+impl std::fmt::Debug for LedgerArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match crate::ledger::LedgerAt::parse(&self.0) {
+            Ok(at) => write!(f, "LedgerArg({})", at.describe()),
+            Err(_) => write!(f, "LedgerArg(<does not parse>)"),
+        }
     }
 }
 
@@ -380,7 +397,7 @@ pub(crate) struct WorkerArgs {
     pub confirm_load: Option<(PathBuf, Duration)>,
     pub stats_every: Option<Duration>,
     pub log_level: Option<slog::Level>,
-    pub ledger: Option<crate::ledger::LedgerAt>,
+    pub ledger: Option<LedgerArg>,
     /// `--ledger-password-file`.
     pub ledger_password_file: Option<PathBuf>,
     pub settle_every: Duration,
@@ -462,11 +479,7 @@ mod tests {
         assert!(!a.join);
         assert_eq!(a.timing, tenure::Timing::from_millis(1, 3, 13, 25));
         assert_eq!(a.log_level, None);
-        assert!(
-            matches!(&a.ledger, Some(crate::ledger::LedgerAt::File(p)) if p == std::path::Path::new("/tmp/ledger.db")),
-            "{:?}",
-            a.ledger
-        );
+        assert_eq!(a.ledger, Some(super::LedgerArg("/tmp/ledger.db".into())));
         assert_eq!(a.admin, Some("127.0.0.1:0".parse().unwrap()));
         assert_eq!(a.metrics, Some("127.0.0.1:9100".parse().unwrap()));
         assert_eq!(a.confirm_every, Duration::from_millis(7));
@@ -509,5 +522,15 @@ mod tests {
             panic!("not a worker run");
         };
         assert_eq!(a.log_level, Some(slog::Level::Debug));
+    }
+
+    #[test]
+    fn a_ledger_password_is_never_printed() {
+        let secret = "s3cret-pw";
+        let arg = super::LedgerArg(format!("postgres://ledger:{secret}@db.example/settle"));
+        assert!(!format!("{arg:?}").contains(secret), "{arg:?}");
+        let bad = format!("postgres://ledger:{secret}@db.example/settle?sslmode=bogus");
+        let err = crate::ledger::LedgerAt::parse(&bad).unwrap_err();
+        assert!(!err.contains(secret), "{err}");
     }
 }

@@ -308,11 +308,11 @@ pub(crate) async fn run(args: WorkerArgs) -> i32 {
         }));
     }
 
-    let ledger = match args
-        .ledger
-        .clone()
-        .map(|l| l.with_password(args.ledger_password_file.as_deref()))
-    {
+    let ledger = match args.ledger.as_ref().map(|l| {
+        crate::ledger::LedgerAt::parse(&l.0)
+            .and_then(|at| at.with_password(args.ledger_password_file.as_deref()))
+            .map_err(|e| format!("--ledger: {e}"))
+    }) {
         Some(Err(e)) => return fail_start(&node, e).await,
         Some(Ok(l)) => Some(l),
         None => None,
