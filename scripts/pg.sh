@@ -4,7 +4,8 @@
 # package (scripts/bootstrap.sh --with-postgres installs them).
 #
 #   scripts/pg.sh start        make the cluster if it is missing, start it if it is not
-#                              running; print `export TENURE_PG_URL=...` (eval it)
+#                              running; print `export TENURE_PG_URL=...` and the TLS
+#                              and TCP lines below (eval them)
 #   scripts/pg.sh stop         stop it (the cluster stays, for the next start)
 #   scripts/pg.sh url          print the connection string
 #   scripts/pg.sh run CMD...   start, run CMD with TENURE_PG_URL set, stop if this
@@ -17,7 +18,11 @@
 #
 # The server listens on a Unix socket in its folder (which workers in other network
 # namespaces reach as well) and on 127.0.0.1, both on port $TENURE_PG_PORT (54329).
-# Local connections are trusted (no password): it is a test server, never a real one.
+# Socket connections are trusted (no password): it is a test server, never a real one.
+# Connections over 127.0.0.1 must give a password (scram-sha-256) and may use TLS, with
+# a certificate for 127.0.0.1 and localhost signed by a CA of the cluster's own (made
+# with openssl): TENURE_PG_TCP=127.0.0.1:PORT and TENURE_PG_TLS_ROOT=<the CA's file>
+# say where, for the tests of passwords and TLS (they make a role with a password).
 # Run as root, the cluster belongs to the user `postgres` (Debian's package makes it) or
 # `nobody`: initdb refuses root.
 #
@@ -66,6 +71,32 @@ as_owner() {
 
 url() { echo "host=$sock port=$port user=$user dbname=$db"; }
 
+# The CA and the server's certificate (once), and the client authentication rules
+# (every start, so that an older cluster of this script's gets them too).
+tls_and_hba() {
+    local tls="$dir/tls"
+    if [ ! -f "$tls/server.key" ]; then
+        mkdir -p "$tls"
+        openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=tenure test CA" \
+            -keyout "$tls/ca.key" -out "$tls/ca.crt" >/dev/null 2>&1 \
+            || die "openssl could not make the test CA"
+        openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" \
+            -keyout "$tls/server.key" -out "$tls/server.csr" >/dev/null 2>&1 \
+            || die "openssl could not make the server's key"
+        printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$tls/san.ext"
+        openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" \
+            -CAcreateserial -days 3650 -extfile "$tls/san.ext" -out "$tls/server.crt" \
+            >/dev/null 2>&1 || die "openssl could not sign the server's certificate"
+        chmod 600 "$tls/server.key"
+        if [ "$(id -u)" = 0 ]; then chown "$owner" "$tls/server.key"; fi
+    fi
+    cat >"$dir/pg_hba.conf" <<'HBA'
+local all all trust
+host all all 127.0.0.1/32 scram-sha-256
+HBA
+    chmod 644 "$dir/pg_hba.conf" "$tls/server.crt" "$tls/ca.crt"
+}
+
 running() { [ -f "$data/postmaster.pid" ] && as_owner "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1; }
 
 start() {
@@ -81,10 +112,13 @@ start() {
             --no-instructions >"$dir/initdb.log" 2>&1 \
             || { cat "$dir/initdb.log" >&2; die "initdb failed in $data"; }
     fi
+    tls_and_hba
     if ! running; then
         if [ "$(id -u)" = 0 ]; then touch "$log" && chown "$owner" "$log"; fi
         as_owner "$bin/pg_ctl" -D "$data" -l "$log" -w -t 60 \
-            -o "-p $port -k $sock -c listen_addresses=127.0.0.1" start >/dev/null \
+            -o "-p $port -k $sock -c listen_addresses=127.0.0.1 -c hba_file=$dir/pg_hba.conf \
+                -c ssl=on -c ssl_cert_file=$dir/tls/server.crt -c ssl_key_file=$dir/tls/server.key" \
+            start >/dev/null \
             || { tail -n 20 "$log" >&2; die "the server did not start (its log: $log)"; }
         # The database the tests use, once.
         if ! as_owner "$bin/psql" -h "$sock" -p "$port" -U "$user" -d postgres -tAc \
@@ -112,6 +146,8 @@ case "${1:-}" in
     start)
         start
         echo "export TENURE_PG_URL='$(url)'"
+        echo "export TENURE_PG_TCP='127.0.0.1:$port'"
+        echo "export TENURE_PG_TLS_ROOT='$dir/tls/ca.crt'"
         ;;
     stop) stop ;;
     url) url ;;
@@ -122,7 +158,8 @@ case "${1:-}" in
         if running; then was_running=1; fi
         start
         status=0
-        TENURE_PG_URL="$(url)" "$@" || status=$?
+        TENURE_PG_URL="$(url)" TENURE_PG_TCP="127.0.0.1:$port" \
+            TENURE_PG_TLS_ROOT="$dir/tls/ca.crt" "$@" || status=$?
         if [ "$was_running" = 0 ]; then stop; fi
         exit "$status"
         ;;

@@ -346,3 +346,126 @@ fn settlement_in_postgres_survives_a_stale_leader_and_kills_mid_batch() {
     );
     rt.block_on(db.drop_schema());
 }
+
+/// The ledger as the worker connects to a real database: over TCP with a password (from
+/// a file, then from `PGPASSWORD`) and TLS verified against the server's CA
+/// (`sslrootcert`), on the test server's 127.0.0.1 (`TENURE_PG_TCP`, `TENURE_PG_TLS_ROOT`,
+/// which `scripts/pg.sh` prints). A wrong password, a missing CA and a CA that did not
+/// sign the server's certificate are refused, each naming the problem, and no error or
+/// description carries the password.
+#[test]
+fn the_ledger_connects_with_a_password_and_verified_tls_and_never_prints_the_password() {
+    use tenure_harness::pg;
+    if pg::skip_test().is_some() {
+        return;
+    }
+    let (Ok(tcp), Ok(ca)) = (
+        std::env::var("TENURE_PG_TCP"),
+        std::env::var("TENURE_PG_TLS_ROOT"),
+    ) else {
+        assert!(
+            !pg::required(),
+            "TENURE_PG_REQUIRE is set but TENURE_PG_TCP or TENURE_PG_TLS_ROOT is not \
+             (scripts/pg.sh start prints them)"
+        );
+        eprintln!("skipped: TENURE_PG_TCP or TENURE_PG_TLS_ROOT is not set");
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let db = rt.block_on(pg::TestDb::new("tls"));
+    let role = format!("ledger_{}", std::process::id());
+    let secret = format!(
+        "pw-{}-{}",
+        std::process::id(),
+        tenure::clock::monotonic_ns()
+    );
+    rt.block_on(async {
+        let c = db.client().await;
+        c.batch_execute(&format!(
+            "DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN PASSWORD '{secret}'; \
+             GRANT ALL ON SCHEMA {schema} TO {role}",
+            schema = db.schema()
+        ))
+        .await
+        .expect("a role with a password");
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let password_file = dir.path().join("password");
+    std::fs::write(&password_file, format!("{secret}\n")).unwrap();
+    let url = |extra: &str| {
+        format!(
+            "postgresql://{role}@{tcp}/tenure?options=-c%20search_path%3D{}{extra}",
+            db.schema()
+        )
+    };
+    let no_secret = |text: &str| {
+        assert!(!text.contains(&secret), "the password was printed: {text}");
+    };
+    // A password from a file, over TLS verified against the server's CA.
+    let at = ledger::LedgerAt::parse(&url(&format!("&sslmode=require&sslrootcert={ca}")))
+        .and_then(|at| at.with_password(Some(&password_file)))
+        .expect("the URL");
+    no_secret(&format!("{at:?}"));
+    let mut l = ledger::Ledger::open_at(&at, 1).expect("a ledger over TLS with a password");
+    l.seed(1, 2).expect("seed");
+    let (batch, payments) = l.next_batch().unwrap().expect("a batch");
+    for p in payments {
+        assert!(l
+            .settle_payment(tenure::FencingToken::new(3), batch, p)
+            .unwrap());
+    }
+    assert_eq!(
+        l.close_batch(tenure::FencingToken::new(3), batch).unwrap(),
+        Some(2)
+    );
+    assert!(l.verify().unwrap().exactly_once());
+    drop(l);
+    // The password from PGPASSWORD, as libpq takes it (read when the URL and the command
+    // line give none; given here, not set in this process's environment).
+    let from_env = ledger::LedgerAt::parse(&url(&format!("&sslmode=require&sslrootcert={ca}")))
+        .and_then(|at| at.with_password_from(None, Some(secret.clone().into())));
+    ledger::Ledger::open_at(&from_env.expect("the URL"), 1).expect("PGPASSWORD");
+    // A wrong password: the server's refusal, without the password tried.
+    let wrong = format!("{secret}-wrong");
+    let wrong_file = dir.path().join("wrong");
+    std::fs::write(&wrong_file, &wrong).unwrap();
+    let err = ledger::LedgerAt::parse(&url(&format!("&sslmode=require&sslrootcert={ca}")))
+        .and_then(|at| at.with_password(Some(&wrong_file)))
+        .and_then(|at| ledger::Ledger::open_at(&at, 1).map(|_| ()))
+        .expect_err("a wrong password is refused");
+    assert!(err.contains("password authentication failed"), "{err}");
+    assert!(!err.contains(&wrong), "the password was printed: {err}");
+    // sslmode=require without the CA: refused before connecting, not left unverified.
+    let err = ledger::LedgerAt::parse(&url("&sslmode=require"))
+        .and_then(|at| at.with_password(Some(&password_file)))
+        .and_then(|at| ledger::Ledger::open_at(&at, 1).map(|_| ()))
+        .expect_err("no CA");
+    assert!(err.contains("sslrootcert"), "{err}");
+    no_secret(&err);
+    // A CA that did not sign the server's certificate.
+    let other = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let other_ca = dir.path().join("other-ca.crt");
+    std::fs::write(&other_ca, other.cert.pem()).unwrap();
+    let err = ledger::LedgerAt::parse(&url(&format!(
+        "&sslmode=require&sslrootcert={}",
+        other_ca.display()
+    )))
+    .and_then(|at| at.with_password(Some(&password_file)))
+    .and_then(|at| ledger::Ledger::open_at(&at, 1).map(|_| ()))
+    .expect_err("a server signed by another CA is refused");
+    assert!(err.contains("TLS") || err.contains("certificate"), "{err}");
+    no_secret(&err);
+    eprintln!("refused as it must: {err}");
+    rt.block_on(async {
+        let c = db.client().await;
+        let _ = c
+            .batch_execute(&format!(
+                "REASSIGN OWNED BY {role} TO CURRENT_USER; DROP OWNED BY {role}; DROP ROLE {role}"
+            ))
+            .await;
+    });
+    rt.block_on(db.drop_schema());
+}

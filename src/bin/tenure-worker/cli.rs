@@ -178,7 +178,8 @@ pub(crate) struct WorkerCli {
 
     /// Settle pending payments in this ledger while leading: an SQLite file, or (built
     /// with --features postgres) a PostgreSQL database, postgres://USER@HOST/DB (Unix
-    /// socket: postgres://USER@%2Frun%2Fpostgresql/DB; sslmode=disable or prefer)
+    /// socket: postgres://USER@%2Frun%2Fpostgresql/DB; TLS, verified:
+    /// ?sslmode=require&sslrootcert=CA.pem)
     //
     // Taken as a string and parsed at start (run.rs): clap's own error would repeat the
     // value, password and all.

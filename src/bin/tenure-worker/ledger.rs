@@ -83,7 +83,20 @@ pub enum LedgerAt {
     File(PathBuf),
     /// A PostgreSQL database.
     #[cfg(feature = "postgres")]
-    Postgres(Box<tokio_postgres::Config>),
+    Postgres(Box<PgAt>),
+}
+
+/// A PostgreSQL ledger's connection settings: tokio-postgres's, and the CA that signed
+/// the server's certificate (`sslrootcert=FILE`, libpq's name, which tokio-postgres does
+/// not take: with it the connection uses TLS and verifies the server; `sslmode=require`
+/// without it is refused rather than left unverified).
+#[cfg(feature = "postgres")]
+#[derive(Clone)]
+pub struct PgAt {
+    /// What tokio-postgres connects with.
+    pub config: tokio_postgres::Config,
+    /// `sslrootcert`.
+    pub root_cert: Option<PathBuf>,
 }
 
 impl LedgerAt {
@@ -97,8 +110,14 @@ impl LedgerAt {
         }
         #[cfg(feature = "postgres")]
         {
-            s.parse::<tokio_postgres::Config>()
-                .map(|c| LedgerAt::Postgres(Box::new(c)))
+            let (rest, root_cert) = take_query_param(s, "sslrootcert");
+            rest.parse::<tokio_postgres::Config>()
+                .map(|config| {
+                    LedgerAt::Postgres(Box::new(PgAt {
+                        config,
+                        root_cert: root_cert.map(PathBuf::from),
+                    }))
+                })
                 .map_err(|e| format!("the PostgreSQL connection string does not parse: {e}"))
         }
         #[cfg(not(feature = "postgres"))]
@@ -114,11 +133,21 @@ impl LedgerAt {
     /// The password, when the connection string has none: from `file` (its first line),
     /// else from `PGPASSWORD`, as libpq takes it. A file ledger is unchanged.
     pub fn with_password(self, file: Option<&Path>) -> Result<LedgerAt, String> {
+        self.with_password_from(file, std::env::var_os("PGPASSWORD"))
+    }
+
+    /// [`with_password`](Self::with_password), with `PGPASSWORD`'s value given.
+    pub fn with_password_from(
+        self,
+        file: Option<&Path>,
+        env: Option<std::ffi::OsString>,
+    ) -> Result<LedgerAt, String> {
         #[cfg(not(feature = "postgres"))]
-        let _ = file;
+        let _ = (file, env);
         match self {
             #[cfg(feature = "postgres")]
-            LedgerAt::Postgres(mut c) if c.get_password().is_none() => {
+            LedgerAt::Postgres(mut at) if at.config.get_password().is_none() => {
+                let c = &mut at.config;
                 if let Some(file) = file {
                     let text = std::fs::read_to_string(file).map_err(|e| {
                         format!("the ledger's password file {}: {e}", file.display())
@@ -131,10 +160,10 @@ impl LedgerAt {
                         ));
                     }
                     c.password(line);
-                } else if let Some(p) = std::env::var_os("PGPASSWORD") {
+                } else if let Some(p) = env {
                     c.password(p.as_encoded_bytes());
                 }
-                Ok(LedgerAt::Postgres(c))
+                Ok(LedgerAt::Postgres(at))
             }
             other => Ok(other),
         }
@@ -145,7 +174,8 @@ impl LedgerAt {
         match self {
             LedgerAt::File(p) => p.display().to_string(),
             #[cfg(feature = "postgres")]
-            LedgerAt::Postgres(c) => {
+            LedgerAt::Postgres(at) => {
+                let c = &at.config;
                 let host = c
                     .get_hosts()
                     .iter()
@@ -164,6 +194,56 @@ impl LedgerAt {
             }
         }
     }
+}
+
+/// `url` without its query parameter `key`, and that parameter's value (percent-decoded).
+#[cfg(feature = "postgres")]
+fn take_query_param(url: &str, key: &str) -> (String, Option<String>) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_string(), None);
+    };
+    let mut value = None;
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|kv| match kv.split_once('=') {
+            Some((k, v)) if k == key => {
+                value = Some(percent_decode(v));
+                false
+            }
+            _ => true,
+        })
+        .collect();
+    if kept.is_empty() {
+        (base.to_string(), value)
+    } else {
+        (format!("{base}?{}", kept.join("&")), value)
+    }
+}
+
+/// `%XX` escapes decoded (a malformed one is kept as it is).
+#[cfg(feature = "postgres")]
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl std::fmt::Debug for LedgerAt {
@@ -287,7 +367,7 @@ impl Ledger {
         let store = match at {
             LedgerAt::File(path) => Ledger::open_sqlite(path, fence_name)?,
             #[cfg(feature = "postgres")]
-            LedgerAt::Postgres(c) => Store::Postgres(pg::PgLedger::open(c, fence_name)?),
+            LedgerAt::Postgres(at) => Store::Postgres(pg::PgLedger::open(at, fence_name)?),
         };
         Ok(Ledger {
             store,

@@ -10,9 +10,13 @@
 use std::sync::mpsc;
 use std::sync::Arc;
 
+use std::path::Path;
+
+use tenure::fence::tokio_postgres::config::SslMode;
 use tenure::fence::tokio_postgres::{self, Client, Config, NoTls};
 use tenure::fence::{FenceError, FenceStats, PgFence};
 use tenure::FencingToken;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// The ledger's tables (the fence's own, `tenure_fence`, is [`PgFence::install`]'s).
 const SCHEMA: &str = "
@@ -85,8 +89,8 @@ fn pg(context: &str, e: &tokio_postgres::Error) -> String {
 impl PgLedger {
     /// Connects, creates the tables if they are missing, and installs the fence
     /// `fence_name`.
-    pub(super) fn open(config: &Config, fence_name: &str) -> Result<PgLedger, String> {
-        let config = config.clone();
+    pub(super) fn open(at: &super::PgAt, fence_name: &str) -> Result<PgLedger, String> {
+        let at = at.clone();
         let name = fence_name.to_owned();
         let (ready, ready_rx) = mpsc::sync_channel::<Result<Arc<FenceStats>, String>>(1);
         let (jobs, jobs_rx) = mpsc::channel::<Job>();
@@ -98,7 +102,7 @@ impl PgLedger {
                     .build()
                     .map_err(|e| format!("ledger: a runtime for the connection: {e}"))
                     .and_then(|rt| {
-                        let (client, fence) = rt.block_on(connect(&config, &name))?;
+                        let (client, fence) = rt.block_on(connect(&at, &name))?;
                         Ok(State { rt, client, fence })
                     });
                 match opened {
@@ -345,12 +349,61 @@ impl Drop for PgLedger {
     }
 }
 
-async fn connect(config: &Config, fence_name: &str) -> Result<(Client, PgFence), String> {
-    let (mut client, connection) = config
-        .connect(NoTls)
-        .await
-        .map_err(|e| pg("connecting", &e))?;
-    tokio::spawn(connection);
+/// TLS that trusts the CA in `root` only (PEM), on ring, as tenure's QUIC.
+fn tls(root: &Path) -> Result<MakeRustlsConnect, String> {
+    let pem =
+        std::fs::read(root).map_err(|e| format!("ledger: sslrootcert {}: {e}", root.display()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+        let cert = cert.map_err(|e| format!("ledger: sslrootcert {}: {e}", root.display()))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("ledger: sslrootcert {}: {e}", root.display()))?;
+    }
+    if roots.is_empty() {
+        return Err(format!(
+            "ledger: sslrootcert {} holds no PEM certificate",
+            root.display()
+        ));
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("ledger: TLS: {e}"))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(MakeRustlsConnect::new(config))
+}
+
+async fn connect(at: &super::PgAt, fence_name: &str) -> Result<(Client, PgFence), String> {
+    let config: &Config = &at.config;
+    let mut client = match &at.root_cert {
+        Some(root) => {
+            let (client, connection) = config
+                .connect(tls(root)?)
+                .await
+                .map_err(|e| pg("connecting (TLS)", &e))?;
+            tokio::spawn(connection);
+            client
+        }
+        None if config.get_ssl_mode() == SslMode::Require => {
+            return Err(
+                "ledger: sslmode=require needs sslrootcert=FILE, the CA that signed \
+                        the server's certificate: the worker verifies the server it settles \
+                        into"
+                    .to_string(),
+            )
+        }
+        None => {
+            let (client, connection) = config
+                .connect(NoTls)
+                .await
+                .map_err(|e| pg("connecting", &e))?;
+            tokio::spawn(connection);
+            client
+        }
+    };
     let tx = client
         .transaction()
         .await
