@@ -124,6 +124,10 @@ if [ "$want_postgres" = 1 ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 
     pkgs+=(postgresql)
     why+=("postgresql: the PostgreSQL fence's tests run against a throwaway server (scripts/pg.sh)")
 fi
+if [ "$want_postgres" = 1 ] && ! command -v openssl >/dev/null 2>&1; then
+    pkgs+=(openssl)
+    why+=("openssl: scripts/pg.sh makes the test server's CA and certificate with it")
+fi
 [ "${#pkgs[@]}" -eq 0 ] && exit 0
 
 echo "tenure bootstrap: missing system packages:" >&2

@@ -551,3 +551,46 @@ async fn pg_serialization_failure_is_a_conflict_and_a_retry_sees_the_newer_token
     assert_eq!(written(&c).await, vec![(1, 40), (2, 41), (1, 43), (2, 44)]);
     db.drop_schema().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_fence_works_with_a_pools_clients() {
+    let Some(db) = db("pool").await else { return };
+    let c = db.client().await;
+    tables(&c).await;
+    let mut config = pg::config();
+    config.options(format!("-c search_path={}", db.schema()));
+    let manager = deadpool_postgres::Manager::new(config, tenure::fence::tokio_postgres::NoTls);
+    let pool = deadpool_postgres::Pool::builder(manager)
+        .max_size(4)
+        .build()
+        .expect("a pool");
+    // A pooled client dereferences to tokio_postgres::Client: the fence takes it as it is.
+    let mut a = pool.get().await.expect("a pooled client");
+    let fence = PgFence::install(&mut a, "settlement")
+        .await
+        .expect("install");
+    fence
+        .write(&mut a, T(5), |tx| {
+            Box::pin(async move {
+                tx.execute("INSERT INTO writes (writer, token) VALUES (1, 5)", &[])
+                    .await?;
+                Ok(())
+            })
+        })
+        .await
+        .expect("a write through a pooled client");
+    drop(a);
+    let mut b = pool.get().await.expect("another pooled client");
+    let tx = b
+        .transaction()
+        .await
+        .expect("the pool's own transaction type");
+    fence
+        .check_and_advance(&tx, T(4))
+        .await
+        .expect_err("a stale token through the pool's transaction");
+    drop(tx);
+    assert_eq!(written(&c).await, vec![(1, 5)]);
+    assert_eq!(fence.highest(&c).await.expect("highest"), T(5));
+    db.drop_schema().await;
+}

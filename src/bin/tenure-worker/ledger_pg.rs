@@ -1,6 +1,6 @@
 //! The settlement ledger on PostgreSQL (`--ledger postgres://…`; the `postgres` feature):
 //! the same tables, writes and checks as the SQLite ledger, under a
-//! [`PgFence`](tenure::fence::PgFence) per fence name.
+//! `tenure::fence::PgFence` per fence name.
 //!
 //! The ledger's callers are synchronous (a batch runs on a blocking thread, as a worker
 //! thread calls a bank row by row), so each ledger owns a thread with a current-thread
