@@ -30,6 +30,18 @@ async fn db(label: &str) -> Option<TestDb> {
     Some(TestDb::new(label).await)
 }
 
+/// The test's schema with the `writes` table and the fence `settlement` installed, and
+/// a client in it; `None` when there is no server (and none is required).
+async fn setup(label: &str) -> Option<(TestDb, Client, PgFence)> {
+    let db = db(label).await?;
+    let mut c = db.client().await;
+    tables(&c).await;
+    let fence = PgFence::install(&mut c, "settlement")
+        .await
+        .expect("install");
+    Some((db, c, fence))
+}
+
 /// The guarded data: what each accepted write wrote, in the order the writes took the
 /// fence's row (a sequence drawn after the check, so under the row's lock).
 async fn tables(c: &Client) {
@@ -74,12 +86,9 @@ async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
 
 #[tokio::test]
 async fn pg_fence_accepts_an_equal_or_higher_token_and_refuses_a_lower_one_naming_both() {
-    let Some(db) = db("basics").await else { return };
-    let mut c = db.client().await;
-    tables(&c).await;
-    let fence = PgFence::install(&mut c, "settlement")
-        .await
-        .expect("install");
+    let Some((db, mut c, fence)) = setup("basics").await else {
+        return;
+    };
     assert_eq!(fence.highest(&c).await.expect("highest"), T(0));
     write(&fence, &mut c, 1, 41).await.expect("the first token");
     write(&fence, &mut c, 1, 41)
@@ -106,14 +115,9 @@ async fn pg_fence_accepts_an_equal_or_higher_token_and_refuses_a_lower_one_namin
 
 #[tokio::test]
 async fn pg_install_keeps_the_token_and_refuses_a_table_that_is_not_the_fences() {
-    let Some(db) = db("install").await else {
+    let Some((db, mut c, fence)) = setup("install").await else {
         return;
     };
-    let mut c = db.client().await;
-    tables(&c).await;
-    let fence = PgFence::install(&mut c, "settlement")
-        .await
-        .expect("install");
     write(&fence, &mut c, 1, 7).await.expect("a write");
     // Installing again, from another connection, keeps the row's token.
     let mut c2 = db.client().await;
@@ -163,14 +167,9 @@ async fn pg_install_keeps_the_token_and_refuses_a_table_that_is_not_the_fences()
 
 #[tokio::test]
 async fn pg_failing_guarded_write_rolls_back_the_token_advance() {
-    let Some(db) = db("rollback").await else {
+    let Some((db, mut c, fence)) = setup("rollback").await else {
         return;
     };
-    let mut c = db.client().await;
-    tables(&c).await;
-    let fence = PgFence::install(&mut c, "settlement")
-        .await
-        .expect("install");
     write(&fence, &mut c, 1, 5).await.expect("a write");
     let failed = fence
         .write(&mut c, T(9), |tx| {
@@ -204,12 +203,9 @@ async fn pg_failing_guarded_write_rolls_back_the_token_advance() {
 
 #[tokio::test]
 async fn pg_token_at_or_above_two_to_the_63_is_refused_as_out_of_range() {
-    let Some(db) = db("range").await else { return };
-    let mut c = db.client().await;
-    tables(&c).await;
-    let fence = PgFence::install(&mut c, "settlement")
-        .await
-        .expect("install");
+    let Some((db, mut c, fence)) = setup("range").await else {
+        return;
+    };
     for token in [1u64 << 63, u64::MAX] {
         match write(&fence, &mut c, 1, token).await {
             Err(FenceError::TokenOutOfRange { presented, .. }) => {
@@ -230,14 +226,9 @@ async fn pg_token_at_or_above_two_to_the_63_is_refused_as_out_of_range() {
 
 #[tokio::test]
 async fn pg_missing_fence_row_is_corrupt_not_a_panic() {
-    let Some(db) = db("corrupt").await else {
+    let Some((db, mut c, fence)) = setup("corrupt").await else {
         return;
     };
-    let mut c = db.client().await;
-    tables(&c).await;
-    let fence = PgFence::install(&mut c, "settlement")
-        .await
-        .expect("install");
     c.batch_execute("DELETE FROM tenure_fence")
         .await
         .expect("delete");
@@ -259,13 +250,10 @@ async fn pg_missing_fence_row_is_corrupt_not_a_panic() {
 /// the counts must agree. Conflicts (REPEATABLE READ, SERIALIZABLE) are retried with the
 /// same token.
 async fn race(level: IsolationLevel, label: &str) {
-    let Some(db) = db(label).await else { return };
-    let mut c = db.client().await;
-    tables(&c).await;
-    let fence = PgFence::install(&mut c, "settlement")
-        .await
-        .expect("install")
-        .with_isolation(level);
+    let Some((db, c, fence)) = setup(label).await else {
+        return;
+    };
+    let fence = fence.with_isolation(level);
     let leader = Arc::new(std::sync::atomic::AtomicU64::new(1));
     let mut tasks = Vec::new();
     for writer in 0..6i32 {
@@ -357,12 +345,9 @@ async fn pg_interleaved_writers_commit_in_token_order_under_serializable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_stale_leader_that_pauses_between_check_and_commit_lands_before_the_new_leader() {
-    let Some(db) = db("pause").await else { return };
-    let mut c = db.client().await;
-    tables(&c).await;
-    let fence = PgFence::install(&mut c, "settlement")
-        .await
-        .expect("install");
+    let Some((db, c, fence)) = setup("pause").await else {
+        return;
+    };
     let mut old = db.client().await;
     let mut new = db.client().await;
     // The old leader (41) passes the check, then pauses 300 ms before its write and commit.
@@ -397,12 +382,9 @@ async fn pg_stale_leader_that_pauses_between_check_and_commit_lands_before_the_n
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_stale_leader_frozen_between_check_and_commit_is_cut_off_and_writes_nothing() {
-    let Some(db) = db("frozen").await else { return };
-    let mut c = db.client().await;
-    tables(&c).await;
-    let fence = PgFence::install(&mut c, "settlement")
-        .await
-        .expect("install");
+    let Some((db, c, fence)) = setup("frozen").await else {
+        return;
+    };
     let idle = Duration::from_millis(500);
     let frozen = fence.clone().with_idle_timeout(Some(idle));
     let mut old = db.connect().await;
@@ -451,14 +433,9 @@ async fn pg_stale_leader_frozen_between_check_and_commit_is_cut_off_and_writes_n
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_connection_dropped_mid_transaction_rolls_back_and_frees_the_fence() {
-    let Some(db) = db("dropped").await else {
+    let Some((db, c, fence)) = setup("dropped").await else {
         return;
     };
-    let mut c = db.client().await;
-    tables(&c).await;
-    let fence = PgFence::install(&mut c, "settlement")
-        .await
-        .expect("install");
     let mut old = db.connect().await;
     let mut new = db.client().await;
     let tx = old.client.transaction().await.expect("begin");
@@ -489,14 +466,9 @@ async fn pg_connection_dropped_mid_transaction_rolls_back_and_frees_the_fence() 
 
 #[tokio::test]
 async fn pg_serialization_failure_is_a_conflict_and_a_retry_sees_the_newer_token() {
-    let Some(db) = db("conflict").await else {
+    let Some((db, mut c, fence)) = setup("conflict").await else {
         return;
     };
-    let mut c = db.client().await;
-    tables(&c).await;
-    let fence = PgFence::install(&mut c, "settlement")
-        .await
-        .expect("install");
     write(&fence, &mut c, 1, 40).await.expect("a first write");
     let mut a = db.client().await;
     fn rr(a: &mut Client) -> TransactionBuilder<'_> {
