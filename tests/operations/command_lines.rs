@@ -94,7 +94,7 @@ fn local_group_explains_itself_and_names_the_flag_it_refuses() {
         "--nodes <N>",
         "--spares <N>",
         "--chaos <MODE>",
-        "--ledger <FILE>",
+        "--ledger <FILE|URL>",
         "--base-port <P>",
         "--elections <N>",
         "[default: 5]",
