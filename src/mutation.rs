@@ -31,6 +31,7 @@
 //! | `inbound-lane-unshared` | the QUIC transport's channels to the driver take any peer's messages while there is room, first come first served, so one member's flood fills them and the other peers' messages are dropped (the behaviour before issue 35: `docs/design.md`, section 9, "A fair share of the driver's channels") |
 //! | `resume-keeps-the-term` | a resumed election's leader holds a lease again in the term it was suspended in: the first token after a resume may equal the last one before |
 //! | `hard-state-unsynced` | a write that changes the term or the vote (and whatever else it carries) returns before it is synced: a kill keeps it in the page cache, a power loss takes it (issue 37) |
+//! | `ledger-keeps-a-closed-connection` | `tenure-worker`'s PostgreSQL ledger keeps a connection the server closed instead of opening it again: after a restart of the server (or `pg_terminate_backend`) its calls fail until the worker restarts |
 //! | `quiet-misses-dead-leader` | a quiet follower never notices that its leader's support stream went silent (its quiet elections stay leaderless) |
 //!
 //! Without the feature, [`active`] is a constant `false` and the checks compile away.

@@ -347,6 +347,64 @@ fn settlement_in_postgres_survives_a_stale_leader_and_kills_mid_batch() {
     rt.block_on(db.drop_schema());
 }
 
+/// Workers whose ledger sessions the server ends (an operator's `pg_terminate_backend`,
+/// as a restarted server would) open them again and settle on: after every session of
+/// the group was ended mid-run, batches are settled again, each once.
+#[test]
+fn the_postgres_ledger_connects_again_after_the_server_ends_its_sessions() {
+    use tenure_harness::pg;
+    if pg::skip_test().is_some() {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let db = rt.block_on(pg::TestDb::new("reconnect"));
+    // Its own application_name, so that only this test's sessions are ended.
+    let url = format!("{}&application_name={}", db.url(), db.schema());
+    let at = ledger::LedgerAt::parse(&url).expect("the test server's URL");
+    ledger::Ledger::open_at(&at, 0)
+        .expect("the ledger in PostgreSQL")
+        .seed(30, 3)
+        .expect("seed");
+    let mut g = Group::start(
+        3,
+        None,
+        &["--ledger", &url, "--row-ms", "20", "--settle-ms", "20"],
+    );
+    g.wait_event("a first batch settled", LONG, |e| e.event == "settled");
+    let admin = rt.block_on(db.connect());
+    let ended: i64 = rt
+        .block_on(admin.client.query_one(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = $1 AND pid <> pg_backend_pid()) AS t",
+            &[&db.schema()],
+        ))
+        .expect("ending the workers' sessions")
+        .get(0);
+    assert!(ended >= 3, "one session per worker at least, {ended} ended");
+    let since = Instant::now();
+    g.wait_event("a batch settled on a session opened again", LONG, |e| {
+        e.event == "settled" && e.at >= since
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let report = loop {
+        let r = ledger::Ledger::open_at(&at, 0).unwrap().verify().unwrap();
+        if r.settled_batches == r.seeded_batches || Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    g.stop();
+    assert_eq!(report.settled_batches, report.seeded_batches, "{report:?}");
+    assert!(report.exactly_once(), "{report:?}");
+    assert!(report.token_regressions.is_empty(), "{report:?}");
+    eprintln!("PostgreSQL ledger: {ended} sessions ended mid-run; {report:?}");
+    drop(admin);
+    rt.block_on(db.drop_schema());
+}
+
 /// The ledger as the worker connects to a real database: over TCP with a password (from
 /// a file, then from `PGPASSWORD`) and TLS verified against the server's CA
 /// (`sslrootcert`), on the test server's 127.0.0.1 (`TENURE_PG_TCP`, `TENURE_PG_TLS_ROOT`,

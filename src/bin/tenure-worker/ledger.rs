@@ -367,7 +367,7 @@ impl Ledger {
         let store = match at {
             LedgerAt::File(path) => Ledger::open_sqlite(path, fence_name)?,
             #[cfg(feature = "postgres")]
-            LedgerAt::Postgres(at) => Store::Postgres(pg::PgLedger::open(at, fence_name)?),
+            LedgerAt::Postgres(at) => Store::Postgres(pg::PgLedger::open(at, node, fence_name)?),
         };
         Ok(Ledger {
             store,

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use tenure::fence::tokio_postgres::config::SslMode;
 use tenure::fence::tokio_postgres::{self, Client, Config, NoTls};
-use tenure::fence::{FenceError, FenceStats, PgFence};
+use tenure::fence::{BackendError, FenceError, FenceStats, PgFence};
 use tenure::FencingToken;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -59,6 +59,38 @@ pub(super) struct State {
     rt: tokio::runtime::Runtime,
     client: Client,
     fence: PgFence,
+    /// Why the last attempt to open a closed connection again failed.
+    reconnect_error: Option<String>,
+}
+
+impl State {
+    /// Opens the connection again if it closed. The fence keeps its counters; on a
+    /// failure the closed client stays and the reason is kept for the next error.
+    fn reconnect_if_closed(&mut self, at: &super::PgAt, name: &str) {
+        if !self.client.is_closed() {
+            return;
+        }
+        #[cfg(feature = "mutations")]
+        if tenure::mutation::active("ledger-keeps-a-closed-connection") {
+            // Broken on purpose (mutation testing): the closed connection stays.
+            return;
+        }
+        match self.rt.block_on(connect(at, name)) {
+            Ok((client, _)) => {
+                self.client = client;
+                self.reconnect_error = None;
+            }
+            Err(e) => self.reconnect_error = Some(e),
+        }
+    }
+
+    /// `e`, from a call on this connection, with why it could not be opened again.
+    fn error(&self, context: &str, e: tokio_postgres::Error) -> String {
+        match &self.reconnect_error {
+            Some(why) => format!("{}; opening it again: {why}", pg(context, e)),
+            None => pg(context, e),
+        }
+    }
 }
 
 type Job = Box<dyn FnOnce(&mut State) + Send>;
@@ -70,27 +102,27 @@ pub(super) struct PgLedger {
     stats: Arc<FenceStats>,
 }
 
-/// An error of the database, as the server said it (never the connection string).
-fn pg(context: &str, e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("ledger: {context}: {db} (SQLSTATE {})", db.code().code()),
-        None => {
-            let mut text = format!("ledger: {context}: {e}");
-            let mut cause = std::error::Error::source(e);
-            while let Some(c) = cause {
-                text.push_str(&format!(": {c}"));
-                cause = c.source();
-            }
-            text
-        }
-    }
+/// An error of the database, as the server said it (never the connection string), in
+/// the words of the fence's errors.
+fn pg(context: &str, e: tokio_postgres::Error) -> String {
+    format!("ledger: {context}: {}", BackendError::Postgres(e))
 }
 
 impl PgLedger {
-    /// Connects, creates the tables if they are missing, and installs the fence
-    /// `fence_name`.
-    pub(super) fn open(at: &super::PgAt, fence_name: &str) -> Result<PgLedger, String> {
-        let at = at.clone();
+    /// Connects as worker `node`, creates the tables if they are missing, and installs
+    /// the fence `fence_name`.
+    ///
+    /// A connection the server or the network closed (a restarted server, an operator's
+    /// `pg_terminate_backend`) fails the call that finds it closed, and is opened again
+    /// before the next; if that fails, the call fails with the reason, and the one after
+    /// it tries again.
+    pub(super) fn open(at: &super::PgAt, node: u64, fence_name: &str) -> Result<PgLedger, String> {
+        let mut at = at.clone();
+        if at.config.get_application_name().is_none() {
+            // What pg_stat_activity shows an operator looking for the worker's sessions.
+            at.config
+                .application_name(format!("tenure-worker {node} {fence_name}"));
+        }
         let name = fence_name.to_owned();
         let (ready, ready_rx) = mpsc::sync_channel::<Result<Arc<FenceStats>, String>>(1);
         let (jobs, jobs_rx) = mpsc::channel::<Job>();
@@ -103,12 +135,18 @@ impl PgLedger {
                     .map_err(|e| format!("ledger: a runtime for the connection: {e}"))
                     .and_then(|rt| {
                         let (client, fence) = rt.block_on(connect(&at, &name))?;
-                        Ok(State { rt, client, fence })
+                        Ok(State {
+                            rt,
+                            client,
+                            fence,
+                            reconnect_error: None,
+                        })
                     });
                 match opened {
                     Ok(mut state) => {
                         let _ = ready.send(Ok(state.fence.stats().clone()));
                         for job in jobs_rx {
+                            state.reconnect_if_closed(&at, &name);
                             job(&mut state);
                         }
                     }
@@ -154,14 +192,14 @@ impl PgLedger {
         self.call(move |s| {
             let State { rt, client, .. } = s;
             rt.block_on(async move {
-                let tx = client.transaction().await.map_err(|e| pg("seeding", &e))?;
+                let tx = client.transaction().await.map_err(|e| pg("seeding", e))?;
                 tx.execute("LOCK TABLE payments IN EXCLUSIVE MODE", &[])
                     .await
-                    .map_err(|e| pg("seeding", &e))?;
+                    .map_err(|e| pg("seeding", e))?;
                 let last: i64 = tx
                     .query_one("SELECT COALESCE(MAX(batch), 0)::bigint FROM payments", &[])
                     .await
-                    .map_err(|e| pg("seeding", &e))?
+                    .map_err(|e| pg("seeding", e))?
                     .get(0);
                 let mut out = Vec::new();
                 for b in last as u64 + 1..=last as u64 + count {
@@ -172,11 +210,11 @@ impl PgLedger {
                             &[&(b as i64), &amount],
                         )
                         .await
-                        .map_err(|e| pg("seeding", &e))?;
+                        .map_err(|e| pg("seeding", e))?;
                     }
                     out.push(b);
                 }
-                tx.commit().await.map_err(|e| pg("seeding", &e))?;
+                tx.commit().await.map_err(|e| pg("seeding", e))?;
                 Ok(out)
             })
         })
@@ -194,7 +232,7 @@ impl PgLedger {
                         &[&(i as i64), &(n as i64)],
                     )
                     .await
-                    .map_err(|e| pg("finding the next batch", &e))?
+                    .map_err(|e| s.error("finding the next batch", e))?
                     .get(0);
                 let Some(batch) = batch else { return Ok(None) };
                 let ids = s
@@ -204,7 +242,7 @@ impl PgLedger {
                         &[&batch],
                     )
                     .await
-                    .map_err(|e| pg("reading the batch's payments", &e))?
+                    .map_err(|e| s.error("reading the batch's payments", e))?
                     .iter()
                     .map(|r| r.get::<_, i64>(0) as u64)
                     .collect();
@@ -223,7 +261,9 @@ impl PgLedger {
     ) -> Result<bool, FenceError> {
         let fence_name = fence_name.to_owned();
         self.call(move |s| {
-            let State { rt, client, fence } = s;
+            let State {
+                rt, client, fence, ..
+            } = s;
             rt.block_on(fence.write(client, token, move |tx| {
                 Box::pin(async move {
                     let (t, node, now) = (token.term() as i64, node as i64, super::now_ns());
@@ -257,7 +297,9 @@ impl PgLedger {
     ) -> Result<Option<u64>, FenceError> {
         let fence_name = fence_name.to_owned();
         self.call(move |s| {
-            let State { rt, client, fence } = s;
+            let State {
+                rt, client, fence, ..
+            } = s;
             rt.block_on(fence.write(client, token, move |tx| {
                 Box::pin(async move {
                     let (t, node, now, b) = (
@@ -310,7 +352,7 @@ impl PgLedger {
                     .client
                     .query_one(sql, &[])
                     .await
-                    .map_err(|e| pg("verifying", &e))?;
+                    .map_err(|e| pg("verifying", e))?;
                 Ok(row.get::<_, i64>(0) as u64)
             })
         })
@@ -325,7 +367,7 @@ impl PgLedger {
                     .client
                     .simple_query(sql)
                     .await
-                    .map_err(|e| pg("verifying", &e))?;
+                    .map_err(|e| pg("verifying", e))?;
                 Ok(rows
                     .into_iter()
                     .filter_map(|m| match m {
@@ -383,7 +425,7 @@ async fn connect(at: &super::PgAt, fence_name: &str) -> Result<(Client, PgFence)
             let (client, connection) = config
                 .connect(tls(root)?)
                 .await
-                .map_err(|e| pg("connecting (TLS)", &e))?;
+                .map_err(|e| pg("connecting (TLS)", e))?;
             tokio::spawn(connection);
             client
         }
@@ -399,7 +441,7 @@ async fn connect(at: &super::PgAt, fence_name: &str) -> Result<(Client, PgFence)
             let (client, connection) = config
                 .connect(NoTls)
                 .await
-                .map_err(|e| pg("connecting", &e))?;
+                .map_err(|e| pg("connecting", e))?;
             tokio::spawn(connection);
             client
         }
@@ -407,16 +449,16 @@ async fn connect(at: &super::PgAt, fence_name: &str) -> Result<(Client, PgFence)
     let tx = client
         .transaction()
         .await
-        .map_err(|e| pg("creating the tables", &e))?;
+        .map_err(|e| pg("creating the tables", e))?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
         .await
-        .map_err(|e| pg("creating the tables", &e))?;
+        .map_err(|e| pg("creating the tables", e))?;
     tx.batch_execute(SCHEMA)
         .await
-        .map_err(|e| pg("creating the tables", &e))?;
+        .map_err(|e| pg("creating the tables", e))?;
     tx.commit()
         .await
-        .map_err(|e| pg("creating the tables", &e))?;
+        .map_err(|e| pg("creating the tables", e))?;
     let fence = PgFence::install(&mut client, fence_name)
         .await
         .map_err(|e| format!("ledger: {e}"))?;
