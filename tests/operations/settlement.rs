@@ -60,6 +60,22 @@ fn wait_settled_by(g: &Group, path: &Path, min_token: u64) {
     let _ = g;
 }
 
+/// The ledger's report (`verify` reads it) once every seeded batch is settled, or once
+/// `within` has passed: the caller's checks then say what is missing.
+fn report_once_settled(
+    within: Duration,
+    verify: impl Fn() -> ledger::LedgerReport,
+) -> ledger::LedgerReport {
+    let deadline = Instant::now() + within;
+    loop {
+        let r = verify();
+        if r.settled_batches == r.seeded_batches || Instant::now() > deadline {
+            return r;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Pauses or isolates the leader just after it started a batch, and checks the
 /// aftermath. Returns (old leader, old token, new token).
 fn stale_leader_scenario(fault: i32, resume: i32) -> (u64, u64, u64) {
@@ -170,14 +186,9 @@ fn killing_the_leader_mid_batch_never_settles_a_batch_twice() {
         g.spawn(started.node);
     }
     // Let the group finish all the work.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let report = loop {
-        let r = ledger::Ledger::open(&path, 0).unwrap().verify().unwrap();
-        if r.settled_batches == r.seeded_batches || Instant::now() > deadline {
-            break r;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let report = report_once_settled(Duration::from_secs(60), || {
+        ledger::Ledger::open(&path, 0).unwrap().verify().unwrap()
+    });
     g.stop();
     assert!(report.exactly_once(), "{report:?}");
     assert!(report.token_regressions.is_empty(), "{report:?}");
@@ -215,17 +226,12 @@ fn every_shard_is_settled_under_its_own_elections_tokens() {
         .node;
     g.kill(victim);
     g.spawn(victim);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let report = loop {
-        let r = ledger::Ledger::open(&path, 0)
+    let report = report_once_settled(Duration::from_secs(60), || {
+        ledger::Ledger::open(&path, 0)
             .unwrap()
             .verify_shards(SHARDS)
-            .unwrap();
-        if r.settled_batches == r.seeded_batches || Instant::now() > deadline {
-            break r;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+            .unwrap()
+    });
     g.stop();
     assert!(report.exactly_once(), "{report:?}");
     assert!(report.token_regressions.is_empty(), "{report:?}");
@@ -329,14 +335,9 @@ fn settlement_in_postgres_survives_a_stale_leader_and_kills_mid_batch() {
         g.kill(started.node);
         g.spawn(started.node);
     }
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let report = loop {
-        let r = ledger::Ledger::open_at(&at, 0).unwrap().verify().unwrap();
-        if r.settled_batches == r.seeded_batches || Instant::now() > deadline {
-            break r;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let report = report_once_settled(Duration::from_secs(90), || {
+        ledger::Ledger::open_at(&at, 0).unwrap().verify().unwrap()
+    });
     g.stop();
     assert!(report.exactly_once(), "{report:?}");
     assert!(report.token_regressions.is_empty(), "{report:?}");
@@ -388,14 +389,9 @@ fn the_postgres_ledger_connects_again_after_the_server_ends_its_sessions() {
     g.wait_event("a batch settled on a session opened again", LONG, |e| {
         e.event == "settled" && e.at >= since
     });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let report = loop {
-        let r = ledger::Ledger::open_at(&at, 0).unwrap().verify().unwrap();
-        if r.settled_batches == r.seeded_batches || Instant::now() > deadline {
-            break r;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let report = report_once_settled(Duration::from_secs(60), || {
+        ledger::Ledger::open_at(&at, 0).unwrap().verify().unwrap()
+    });
     g.stop();
     assert_eq!(report.settled_batches, report.seeded_batches, "{report:?}");
     assert!(report.exactly_once(), "{report:?}");
