@@ -577,11 +577,16 @@ fn every_seeded_fault_schedule_keeps_safety_and_recovers() {
     let count = env_u64("TENURE_SIM_SEEDS", DEFAULT_SEEDS);
     if std::env::var_os("TENURE_SIM_SEEDS").is_none() {
         // Past the harness's capture: `cargo test` shows it.
+        let postgres = if tenure_harness::pg::skip_reason().is_some() {
+            ", the PostgreSQL tests (no server here: `scripts/pg.sh run cargo test` starts one)"
+        } else {
+            ""
+        };
         let _ = writeln!(
             std::io::stderr().lock(),
             "note: left to .ci/run (`bash .ci/run` runs it all): 500 simulation seeds (here \
              {DEFAULT_SEEDS}; `TENURE_SIM_SEEDS=500 cargo test --test sim`), the replay gate across \
-             two processes, 20 netns schedules as root (here 6; `TENURE_NETNS_SCHEDULES=20`), \
+             two processes, 20 netns schedules as root (here 6; `TENURE_NETNS_SCHEDULES=20`){postgres}, \
              the mutation checks and the benchmarks in quick mode"
         );
     }
