@@ -76,6 +76,27 @@ fn report_once_settled(
     }
 }
 
+/// A schema of the test server's for a PostgreSQL test (`TestDb`), and the runtime its
+/// connections run on.
+fn pg_test_schema(label: &str) -> (tokio::runtime::Runtime, tenure_harness::pg::TestDb) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let db = rt.block_on(tenure_harness::pg::TestDb::new(label));
+    (rt, db)
+}
+
+/// The PostgreSQL ledger at `url`, seeded with `batches` batches of `rows` payments.
+fn seeded_pg_ledger(url: &str, batches: u64, rows: u64) -> ledger::LedgerAt {
+    let at = ledger::LedgerAt::parse(url).expect("the test server's URL");
+    ledger::Ledger::open_at(&at, 0)
+        .expect("the ledger in PostgreSQL")
+        .seed(batches, rows)
+        .expect("seed");
+    at
+}
+
 /// Pauses or isolates the leader just after it started a batch, and checks the
 /// aftermath. Returns (old leader, old token, new token).
 fn stale_leader_scenario(fault: i32, resume: i32) -> (u64, u64, u64) {
@@ -295,17 +316,9 @@ fn settlement_in_postgres_survives_a_stale_leader_and_kills_mid_batch() {
     if pg::skip_test().is_some() {
         return;
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let db = rt.block_on(pg::TestDb::new("settlement"));
+    let (rt, db) = pg_test_schema("settlement");
     let url = db.url();
-    let at = ledger::LedgerAt::parse(&url).expect("the test server's URL");
-    ledger::Ledger::open_at(&at, 0)
-        .expect("the ledger in PostgreSQL")
-        .seed(40, 5)
-        .expect("seed");
+    let at = seeded_pg_ledger(&url, 40, 5);
     let mut g = Group::start(
         5,
         None,
@@ -357,18 +370,10 @@ fn the_postgres_ledger_connects_again_after_the_server_ends_its_sessions() {
     if pg::skip_test().is_some() {
         return;
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let db = rt.block_on(pg::TestDb::new("reconnect"));
+    let (rt, db) = pg_test_schema("reconnect");
     // Its own application_name, so that only this test's sessions are ended.
     let url = format!("{}&application_name={}", db.url(), db.schema());
-    let at = ledger::LedgerAt::parse(&url).expect("the test server's URL");
-    ledger::Ledger::open_at(&at, 0)
-        .expect("the ledger in PostgreSQL")
-        .seed(30, 3)
-        .expect("seed");
+    let at = seeded_pg_ledger(&url, 30, 3);
     let mut g = Group::start(
         3,
         None,
@@ -425,11 +430,7 @@ fn the_ledger_connects_with_a_password_and_verified_tls_and_never_prints_the_pas
         eprintln!("skipped: TENURE_PG_TCP or TENURE_PG_TLS_ROOT is not set");
         return;
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let db = rt.block_on(pg::TestDb::new("tls"));
+    let (rt, db) = pg_test_schema("tls");
     let role = format!("ledger_{}", std::process::id());
     let secret = format!(
         "pw-{}-{}",

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::path::Path;
 
 use tenure::fence::tokio_postgres::config::SslMode;
-use tenure::fence::tokio_postgres::{self, Client, Config, NoTls};
-use tenure::fence::{BackendError, FenceError, FenceStats, PgFence};
+use tenure::fence::tokio_postgres::{self, Client, Config, NoTls, Transaction};
+use tenure::fence::{BackendError, FenceError, FenceStats, PgFence, PgWriteFuture};
 use tenure::FencingToken;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -251,6 +251,15 @@ impl PgLedger {
         })
     }
 
+    /// Runs `f` under the fence with `token`, on the ledger's thread.
+    fn fenced<T: Send + 'static>(
+        &self,
+        token: FencingToken,
+        f: impl for<'t> FnOnce(&'t Transaction<'_>) -> PgWriteFuture<'t, T> + Send + 'static,
+    ) -> Result<T, FenceError> {
+        self.call(move |s| s.rt.block_on(s.fence.write(&mut s.client, token, f)))
+    }
+
     pub(super) fn settle_payment(
         &self,
         node: u64,
@@ -260,31 +269,22 @@ impl PgLedger {
         payment: u64,
     ) -> Result<bool, FenceError> {
         let fence_name = fence_name.to_owned();
-        self.call(move |s| {
-            let State {
-                rt, client, fence, ..
-            } = s;
-            rt.block_on(fence.write(client, token, move |tx| {
-                Box::pin(async move {
-                    let (t, node, now) = (token.term() as i64, node as i64, super::now_ns());
-                    let n = tx
-                        .execute(
-                            "UPDATE payments SET settled_token = $1, settled_by = $2, settled_ns = $3
-                             WHERE id = $4 AND settled_token IS NULL",
-                            &[&t, &node, &now, &(payment as i64)],
-                        )
-                        .await?;
-                    if n == 1 {
-                        tx.execute(
-                            "INSERT INTO writes (token, kind, batch, payment, node, mono_ns, fence)
-                             VALUES ($1, 'payment', $2, $3, $4, $5, $6)",
-                            &[&t, &(batch as i64), &(payment as i64), &node, &now, &fence_name],
-                        )
-                        .await?;
-                    }
-                    Ok(n == 1)
-                })
-            }))
+        self.fenced(token, move |tx| {
+            Box::pin(async move {
+                let (t, node, now) = (token.term() as i64, node as i64, super::now_ns());
+                let n = tx
+                    .execute(
+                        "UPDATE payments SET settled_token = $1, settled_by = $2, settled_ns = $3
+                         WHERE id = $4 AND settled_token IS NULL",
+                        &[&t, &node, &now, &(payment as i64)],
+                    )
+                    .await?;
+                if n == 1 {
+                    let write = (t, batch as i64, Some(payment as i64), node, now);
+                    log_write(tx, "payment", write, &fence_name).await?;
+                }
+                Ok(n == 1)
+            })
         })
     }
 
@@ -296,51 +296,40 @@ impl PgLedger {
         batch: u64,
     ) -> Result<Option<u64>, FenceError> {
         let fence_name = fence_name.to_owned();
-        self.call(move |s| {
-            let State {
-                rt, client, fence, ..
-            } = s;
-            rt.block_on(fence.write(client, token, move |tx| {
-                Box::pin(async move {
-                    let (t, node, now, b) = (
-                        token.term() as i64,
-                        node as i64,
-                        super::now_ns(),
-                        batch as i64,
-                    );
-                    let row = tx
-                        .query_one(
-                            "SELECT COUNT(settled_token), COUNT(*) - COUNT(settled_token)
-                             FROM payments WHERE batch = $1",
-                            &[&b],
-                        )
-                        .await?;
-                    let (rows, open): (i64, i64) = (row.get(0), row.get(1));
-                    if open > 0 {
-                        // Not all payments settled: never close a batch early.
-                        return Ok(None);
-                    }
-                    let key = format!("batch-{batch}");
-                    let n = tx
-                        .execute(
-                            "INSERT INTO batches (key, batch, token, rows, node, settled_ns, fence)
-                             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
-                            &[&key, &b, &t, &rows, &node, &now, &fence_name],
-                        )
-                        .await?;
-                    if n == 1 {
-                        tx.execute(
-                            "INSERT INTO writes (token, kind, batch, payment, node, mono_ns, fence)
-                             VALUES ($1, 'batch', $2, NULL, $3, $4, $5)",
-                            &[&t, &b, &node, &now, &fence_name],
-                        )
-                        .await?;
-                        Ok(Some(rows as u64))
-                    } else {
-                        Ok(None)
-                    }
-                })
-            }))
+        self.fenced(token, move |tx| {
+            Box::pin(async move {
+                let (t, node, now, b) = (
+                    token.term() as i64,
+                    node as i64,
+                    super::now_ns(),
+                    batch as i64,
+                );
+                let row = tx
+                    .query_one(
+                        "SELECT COUNT(settled_token), COUNT(*) - COUNT(settled_token)
+                         FROM payments WHERE batch = $1",
+                        &[&b],
+                    )
+                    .await?;
+                let (rows, open): (i64, i64) = (row.get(0), row.get(1));
+                if open > 0 {
+                    // Not all payments settled: never close a batch early.
+                    return Ok(None);
+                }
+                let key = format!("batch-{batch}");
+                let n = tx
+                    .execute(
+                        "INSERT INTO batches (key, batch, token, rows, node, settled_ns, fence)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+                        &[&key, &b, &t, &rows, &node, &now, &fence_name],
+                    )
+                    .await?;
+                if n != 1 {
+                    return Ok(None);
+                }
+                log_write(tx, "batch", (t, b, None, node, now), &fence_name).await?;
+                Ok(Some(rows as u64))
+            })
         })
     }
 
@@ -389,6 +378,30 @@ impl Drop for PgLedger {
             let _ = t.join();
         }
     }
+}
+
+/// Logs an accepted write in `writes`: (token, batch, payment, node, mono_ns), of `kind`.
+async fn log_write(
+    tx: &Transaction<'_>,
+    kind: &str,
+    (token, batch, payment, node, mono_ns): (i64, i64, Option<i64>, i64, i64),
+    fence_name: &str,
+) -> Result<(), tokio_postgres::Error> {
+    tx.execute(
+        "INSERT INTO writes (token, kind, batch, payment, node, mono_ns, fence)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        &[
+            &token,
+            &kind,
+            &batch,
+            &payment,
+            &node,
+            &mono_ns,
+            &fence_name,
+        ],
+    )
+    .await
+    .map(drop)
 }
 
 /// TLS that trusts the CA in `root` only (PEM), on ring, as tenure's QUIC.
