@@ -60,8 +60,9 @@ fn wait_settled_by(g: &Group, path: &Path, min_token: u64) {
     let _ = g;
 }
 
-/// The ledger's report (`verify` reads it) once every seeded batch is settled, or once
-/// `within` has passed: the caller's checks then say what is missing.
+/// The ledger's report (`verify` reads it, on one connection opened before) once every
+/// seeded batch is settled, or once `within` has passed: the caller's checks then say
+/// what is missing.
 fn report_once_settled(
     within: Duration,
     verify: impl Fn() -> ledger::LedgerReport,
@@ -207,9 +208,8 @@ fn killing_the_leader_mid_batch_never_settles_a_batch_twice() {
         g.spawn(started.node);
     }
     // Let the group finish all the work.
-    let report = report_once_settled(Duration::from_secs(60), || {
-        ledger::Ledger::open(&path, 0).unwrap().verify().unwrap()
-    });
+    let l = ledger::Ledger::open(&path, 0).unwrap();
+    let report = report_once_settled(Duration::from_secs(60), || l.verify().unwrap());
     g.stop();
     assert!(report.exactly_once(), "{report:?}");
     assert!(report.token_regressions.is_empty(), "{report:?}");
@@ -247,12 +247,8 @@ fn every_shard_is_settled_under_its_own_elections_tokens() {
         .node;
     g.kill(victim);
     g.spawn(victim);
-    let report = report_once_settled(Duration::from_secs(60), || {
-        ledger::Ledger::open(&path, 0)
-            .unwrap()
-            .verify_shards(SHARDS)
-            .unwrap()
-    });
+    let l = ledger::Ledger::open(&path, 0).unwrap();
+    let report = report_once_settled(Duration::from_secs(60), || l.verify_shards(SHARDS).unwrap());
     g.stop();
     assert!(report.exactly_once(), "{report:?}");
     assert!(report.token_regressions.is_empty(), "{report:?}");
@@ -348,9 +344,8 @@ fn settlement_in_postgres_survives_a_stale_leader_and_kills_mid_batch() {
         g.kill(started.node);
         g.spawn(started.node);
     }
-    let report = report_once_settled(Duration::from_secs(90), || {
-        ledger::Ledger::open_at(&at, 0).unwrap().verify().unwrap()
-    });
+    let l = ledger::Ledger::open_at(&at, 0).unwrap();
+    let report = report_once_settled(Duration::from_secs(90), || l.verify().unwrap());
     g.stop();
     assert!(report.exactly_once(), "{report:?}");
     assert!(report.token_regressions.is_empty(), "{report:?}");
@@ -394,9 +389,8 @@ fn the_postgres_ledger_connects_again_after_the_server_ends_its_sessions() {
     g.wait_event("a batch settled on a session opened again", LONG, |e| {
         e.event == "settled" && e.at >= since
     });
-    let report = report_once_settled(Duration::from_secs(60), || {
-        ledger::Ledger::open_at(&at, 0).unwrap().verify().unwrap()
-    });
+    let l = ledger::Ledger::open_at(&at, 0).unwrap();
+    let report = report_once_settled(Duration::from_secs(60), || l.verify().unwrap());
     g.stop();
     assert_eq!(report.settled_batches, report.seeded_batches, "{report:?}");
     assert!(report.exactly_once(), "{report:?}");
