@@ -14,6 +14,7 @@
 //! | `lease-at-election` | a new leader's first lease counts from its election, not from the commit of its term's first entry (voters that voted but have not heard its append do not refuse a pre-vote yet) |
 //! | `lease-one-tick-long` | the lease as long as before the voters' refusal window was shortened by a tick: `(election_ticks − 1)` ticks |
 //! | `fence-accepts-any` | the SQLite and PostgreSQL fences accept every token |
+//! | `fence-rollback-on-drop` | `PgFence::write` leaves a refused or failed write's transaction to the rollback that dropping it queues (sent when the connection task next runs), not rolling back before it returns |
 //! | `lease-from-other-election` | a confirm is answered by any election's lease this node holds, not by its own election's (a leader of one name confirms a lease of another it lost) |
 //! | `support-after-vote` | a quiet follower that woke (and may vote once its window closed) keeps acknowledging the election to its leader, which keeps crediting that support (`docs/design.md`, section 12) |
 //! | `lease-ends-with-the-driver` | no lease clock: only the driver ends a lease that ran out, so while it is stuck (a write it waits for, on a stalled disk) `Lease::lost` and the cancellation token stay silent past the lease's end |

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, IsolationLevel, Transaction};
 
 use super::{BackendError, FenceError, FenceStats};
@@ -47,12 +47,15 @@ pub type PgWriteFuture<'t, T> =
 /// `REPEATABLE READ` and `SERIALIZABLE` it gets [`FenceError::Conflict`] (the server's
 /// `serialization_failure`), and the whole transaction runs again with the same token.
 ///
-/// A transaction that passed the check holds the lock until it ends. So that a holder
-/// that froze (a stopped process, a partition between it and the database) cannot hold
-/// it for good, the check also sets `idle_in_transaction_session_timeout` for the rest
-/// of the transaction (10 s unless [`with_idle_timeout`](Self::with_idle_timeout) says
-/// otherwise): the server ends a session idle in its transaction for longer, rolls it
-/// back and frees the lock. The next leader waits at most that long.
+/// A transaction that passed the check holds the lock until it ends, and so does one
+/// refused after waiting for it (the server keeps the newest version locked although
+/// the `WHERE` no longer matched). So that a holder that froze (a stopped process, a
+/// partition between it and the database) cannot hold it for good, the check is sent
+/// with `idle_in_transaction_session_timeout` for the rest of the transaction, set before
+/// it in the same round trip (10 s unless [`with_idle_timeout`](Self::with_idle_timeout)
+/// says otherwise): the server ends a session idle in its transaction for longer, rolls
+/// it back and frees the lock. The next leader waits at most that long. A refused or
+/// failed [`write`](Self::write) rolls back before it returns.
 ///
 /// The value holds no connection. Clone it (clones share the [`stats`](Self::stats)) and
 /// use it with any connection to the database: a `tokio_postgres::Client` of your own,
@@ -110,7 +113,7 @@ pub struct PgFence {
     name: String,
     /// What this fence (and its clones) accepted and rejected in this process.
     stats: Arc<FenceStats>,
-    /// `idle_in_transaction_session_timeout` for a transaction that passed the check.
+    /// `idle_in_transaction_session_timeout` for a transaction the check ran in.
     idle_timeout: Option<Duration>,
     /// The isolation level of [`write`](Self::write)'s transactions; `None` is the
     /// session's default.
@@ -125,7 +128,7 @@ impl PgFence {
          name text PRIMARY KEY, token bigint NOT NULL CHECK (token >= 0)); \
          COMMENT ON TABLE tenure_fence IS 'tenure_fence v1'";
 
-    /// The idle timeout a fence sets for a transaction that passed its check.
+    /// The idle timeout a fence sets for a transaction its check ran in.
     pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 
     /// Creates the `tenure_fence` table if it is missing, and the fence's row with token 0
@@ -179,9 +182,9 @@ impl PgFence {
         Ok(fence)
     }
 
-    /// The `idle_in_transaction_session_timeout` the check sets for the rest of a
-    /// transaction that passed it, so that a holder that froze cannot keep the fence's
-    /// row locked for good; `None` leaves the session's own setting. Keep it above the
+    /// The `idle_in_transaction_session_timeout` the check sets for the rest of its
+    /// transaction, so that a holder that froze cannot keep the fence's row locked for
+    /// good; `None` leaves the session's own setting. Keep it above the
     /// longest pause your guarded write makes between its statements.
     pub fn with_idle_timeout(mut self, timeout: Option<Duration>) -> PgFence {
         self.idle_timeout = timeout;
@@ -233,18 +236,37 @@ impl PgFence {
             .start()
             .await
             .map_err(|e| self.pg_error("beginning the transaction", e))?;
-        // On every early return below, dropping `tx` queues its rollback.
-        self.advance(&tx, token).await?;
-        let value = match f(&tx).await {
+        let outcome = match self.advance(&tx, token).await {
+            Ok(()) => f(&tx).await.map_err(|e| {
+                if is_conflict(&e) {
+                    self.conflict("the guarded write", e)
+                } else {
+                    FenceError::WriteFailed {
+                        fence: self.name.clone(),
+                        source: BackendError::Postgres(e),
+                    }
+                }
+            }),
+            Err(e) => Err(e),
+        };
+        let value = match outcome {
             Ok(value) => value,
-            Err(e) if is_conflict(&e) => {
-                return Err(self.conflict("the guarded write", e));
-            }
             Err(e) => {
-                return Err(FenceError::WriteFailed {
-                    fence: self.name.clone(),
-                    source: BackendError::Postgres(e),
-                })
+                // Rolled back now, not left to dropping `tx`: a dropped transaction's
+                // ROLLBACK waits in the client's queue until its connection task next
+                // runs (on a current-thread runtime, the next call), and until then the
+                // server keeps what the transaction locked. A stale token's UPDATE that
+                // waited for the fence's row keeps that row locked although it changed
+                // nothing, with no idle timeout: every later writer of the fence would
+                // wait on it. A failed rollback leaves the server to end the transaction
+                // when the connection closes.
+                if crate::mutation::active("fence-rollback-on-drop") {
+                    // Broken on purpose (mutation testing): the rollback left to the drop.
+                    drop(tx);
+                } else {
+                    let _ = tx.rollback().await;
+                }
+                return Err(e);
             }
         };
         self.commit(tx).await?;
@@ -258,8 +280,11 @@ impl PgFence {
     ///
     /// Call it first in the transaction, commit the guarded write in that same
     /// transaction ([`commit`](Self::commit) says what a failed commit means), and on an
-    /// error roll back. It sets the transaction's `idle_in_transaction_session_timeout`
-    /// (see [`with_idle_timeout`](Self::with_idle_timeout)).
+    /// error roll back and await it (`tx.rollback().await`): a dropped transaction's
+    /// rollback waits in the client's queue until its connection task runs, and a
+    /// refused check may hold the fence's row locked until then. It sets the
+    /// transaction's `idle_in_transaction_session_timeout`, accepted or refused (see
+    /// [`with_idle_timeout`](Self::with_idle_timeout)).
     ///
     /// This counts an accepted token when the check passes, since the commit may be out of
     /// the fence's sight. [`write`](Self::write) counts only commits.
@@ -306,43 +331,52 @@ impl PgFence {
         .await
     }
 
-    /// The check and the advance in one statement, and the idle timeout set in its
-    /// `RETURNING` (evaluated only for the row it locked, so only when it accepts).
+    /// The idle timeout, then the check and the advance in one statement, sent together
+    /// (one round trip).
+    ///
+    /// The timeout comes first so that it bounds every outcome: an accepted check holds
+    /// the row until the transaction ends, and so does a refused one that waited for the
+    /// row (under `READ COMMITTED` the server re-checks the newest version, and keeps it
+    /// locked although the `WHERE` no longer matched).
     async fn advance(&self, tx: &Transaction<'_>, token: FencingToken) -> Result<(), FenceError> {
         let value = i64::try_from(token.term()).map_err(|_| FenceError::TokenOutOfRange {
             fence: self.name.clone(),
             presented: token,
         })?;
-        let timeout = self
-            .idle_timeout
-            .map_or_else(String::new, |t| format!("{}ms", t.as_millis().max(1)));
         let statement = if crate::mutation::active("fence-accepts-any") {
             // Broken on purpose (mutation testing): no token check at all.
-            "UPDATE tenure_fence SET token = $1 WHERE name = $2 \
-             RETURNING CASE WHEN $3 = '' THEN '' \
-             ELSE set_config('idle_in_transaction_session_timeout', $3, true) END"
+            "UPDATE tenure_fence SET token = $1 WHERE name = $2 RETURNING 1"
         } else {
-            "UPDATE tenure_fence SET token = $1 WHERE name = $2 AND token <= $1 \
-             RETURNING CASE WHEN $3 = '' THEN '' \
-             ELSE set_config('idle_in_transaction_session_timeout', $3, true) END"
+            "UPDATE tenure_fence SET token = $1 WHERE name = $2 AND token <= $1 RETURNING 1"
         };
-        let rows = tx
-            .query_typed(
-                statement,
-                &[
-                    (&value, Type::INT8),
-                    (&self.name, Type::TEXT),
-                    (&timeout, Type::TEXT),
-                ],
-            )
-            .await
-            .map_err(|e| {
-                if is_conflict(&e) {
-                    self.conflict("advancing the token in tenure_fence", e)
-                } else {
-                    self.pg_error("advancing the token in tenure_fence", e)
-                }
-            })?;
+        let timeout = self
+            .idle_timeout
+            .map(|t| format!("{}ms", t.as_millis().max(1)));
+        let set_timeout = async {
+            match &timeout {
+                Some(t) => tx
+                    .query_typed(
+                        "SELECT set_config('idle_in_transaction_session_timeout', $1, true)",
+                        &[(t, Type::TEXT)],
+                    )
+                    .await
+                    .map(drop),
+                None => Ok(()),
+            }
+        };
+        let params: [(&(dyn ToSql + Sync), Type); 2] =
+            [(&value, Type::INT8), (&self.name, Type::TEXT)];
+        let check = tx.query_typed(statement, &params);
+        // `biased`: polled in this order, so sent in this order.
+        let (set, rows) = tokio::join!(biased; set_timeout, check);
+        set.map_err(|e| self.pg_error("setting idle_in_transaction_session_timeout", e))?;
+        let rows = rows.map_err(|e| {
+            if is_conflict(&e) {
+                self.conflict("advancing the token in tenure_fence", e)
+            } else {
+                self.pg_error("advancing the token in tenure_fence", e)
+            }
+        })?;
         if !rows.is_empty() {
             return Ok(());
         }

@@ -431,6 +431,165 @@ async fn pg_stale_leader_frozen_between_check_and_commit_is_cut_off_and_writes_n
     db.drop_schema().await;
 }
 
+/// The backend process id of `c`'s session.
+async fn backend_pid(c: &Client) -> i32 {
+    c.query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .expect("pg_backend_pid")
+        .get(0)
+}
+
+/// `pid`'s session as `pg_stat_activity` shows it: (state, wait event type).
+async fn activity(observer: &Client, pid: i32) -> (Option<String>, Option<String>) {
+    let row = observer
+        .query_one(
+            "SELECT state, wait_event_type FROM pg_stat_activity WHERE pid = $1",
+            &[&pid],
+        )
+        .await
+        .expect("pg_stat_activity");
+    (row.get(0), row.get(1))
+}
+
+/// Waits until `pid`'s session waits on a lock (the fence's row).
+async fn waits_on_a_lock(observer: &Client, pid: i32) {
+    within("a session waiting on the fence's row", async {
+        while activity(observer, pid).await.1.as_deref() != Some("Lock") {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
+/// A holder takes the fence's row with `held`; `refused` (a future that checks a lower
+/// token on the session `pid`) waits for the row, and the holder commits once it does.
+/// Returns what `refused` returned.
+async fn refused_after_waiting<T>(
+    fence: &PgFence,
+    db: &TestDb,
+    observer: &Client,
+    pid: i32,
+    held: u64,
+    refused: impl std::future::Future<Output = T>,
+) -> T {
+    let mut holder = db.client().await;
+    let htx = holder.transaction().await.expect("begin");
+    fence
+        .check_and_advance(&htx, T(held))
+        .await
+        .expect("the holder passes");
+    let commit = async {
+        waits_on_a_lock(observer, pid).await;
+        fence.commit(htx).await.expect("the holder commits");
+    };
+    let (out, ()) = within("the refused check", async { tokio::join!(refused, commit) }).await;
+    out
+}
+
+// A refused check that waited for the fence's row keeps that row locked until its
+// transaction ends (the server locks the newest version to re-check it). A worker whose
+// connection runs only while it calls (a current-thread runtime, as `tenure-worker`'s
+// ledger has) never sent the ROLLBACK a dropped transaction queues, and held every later
+// writer of the fence off: the netns suite's seed 3 settled nothing on one shard for 30 s.
+// `write` rolls back before it returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_refused_write_that_waited_for_the_row_frees_it_before_returning() {
+    use tenure::fence::tokio_postgres::{connect, NoTls};
+    let Some((db, c, fence)) = setup("refused_frees").await else {
+        return;
+    };
+    // The refused writer's connection runs only while the test drives it.
+    let (mut stale, conn) = connect(&db.url(), NoTls).await.expect("connect");
+    let mut conn = std::pin::pin!(conn);
+    let pid = tokio::select! {
+        pid = backend_pid(&stale) => pid,
+        r = &mut conn => panic!("the connection ended: {r:?}"),
+    };
+    let refused = async {
+        tokio::select! {
+            r = write(&fence, &mut stale, 1, 41) => r,
+            r = &mut conn => panic!("the connection ended: {r:?}"),
+        }
+    };
+    let r = refused_after_waiting(&fence, &db, &c, pid, 42, refused).await;
+    match r {
+        Err(FenceError::Stale { presented, highest }) => {
+            assert_eq!((presented, highest), (T(41), T(42)));
+        }
+        other => panic!("41 after 42 must be stale, got {other:?}"),
+    }
+    // Its connection is no longer driven: whatever the session holds, it holds now.
+    let (state, _) = activity(&c, pid).await;
+    assert_eq!(
+        state.as_deref(),
+        Some("idle"),
+        "the refused writer's session must have ended its transaction"
+    );
+    let mut next = db.client().await;
+    within("the next leader's write", write(&fence, &mut next, 3, 43))
+        .await
+        .expect("the next leader writes");
+    assert_eq!(written(&c).await, vec![(3, 43)]);
+    drop(stale);
+    db.drop_schema().await;
+}
+
+// The same refusal inside a caller's transaction: the row stays locked until the caller
+// rolls back, and the idle timeout is set for it all the same, so that a caller that
+// froze before rolling back frees the row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_refused_check_holds_the_row_under_the_idle_timeout_until_rolled_back() {
+    let Some((db, c, fence)) = setup("refused_holds").await else {
+        return;
+    };
+    let fence = fence.with_idle_timeout(Some(Duration::from_secs(7)));
+    let mut stale = db.client().await;
+    let pid = backend_pid(&stale).await;
+    let stx = stale.transaction().await.expect("begin");
+    let r = refused_after_waiting(
+        &fence,
+        &db,
+        &c,
+        pid,
+        42,
+        fence.check_and_advance(&stx, T(41)),
+    )
+    .await;
+    assert!(
+        matches!(r, Err(FenceError::Stale { .. })),
+        "41 after 42 must be stale, got {r:?}"
+    );
+    let timeout: String = stx
+        .query_one("SHOW idle_in_transaction_session_timeout", &[])
+        .await
+        .expect("SHOW")
+        .get(0);
+    assert_eq!(
+        timeout, "7s",
+        "the refused check's transaction has the idle timeout"
+    );
+    let locked = c
+        .execute(
+            "SELECT 1 FROM tenure_fence WHERE name = 'settlement' FOR UPDATE NOWAIT",
+            &[],
+        )
+        .await
+        .expect_err("the refused check's transaction holds the fence's row");
+    assert_eq!(
+        locked.code(),
+        Some(&SqlState::LOCK_NOT_AVAILABLE),
+        "{locked:?}"
+    );
+    stx.rollback().await.expect("rollback");
+    c.execute(
+        "SELECT 1 FROM tenure_fence WHERE name = 'settlement' FOR UPDATE NOWAIT",
+        &[],
+    )
+    .await
+    .expect("the row is free once the caller rolled back");
+    db.drop_schema().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_connection_dropped_mid_transaction_rolls_back_and_frees_the_fence() {
     let Some((db, c, fence)) = setup("dropped").await else {

@@ -193,27 +193,40 @@ impl PgLedger {
             let State { rt, client, .. } = s;
             rt.block_on(async move {
                 let tx = client.transaction().await.map_err(|e| pg("seeding", e))?;
-                tx.execute("LOCK TABLE payments IN EXCLUSIVE MODE", &[])
-                    .await
-                    .map_err(|e| pg("seeding", e))?;
-                let last: i64 = tx
-                    .query_one("SELECT COALESCE(MAX(batch), 0)::bigint FROM payments", &[])
-                    .await
-                    .map_err(|e| pg("seeding", e))?
-                    .get(0);
-                let mut out = Vec::new();
-                for b in last as u64 + 1..=last as u64 + count {
-                    for i in 0..rows {
-                        let amount = (100 + (b * 7 + i * 13) % 900) as i64;
-                        tx.execute(
-                            "INSERT INTO payments (batch, amount) VALUES ($1, $2)",
-                            &[&(b as i64), &amount],
-                        )
+                let seeded = async {
+                    tx.execute("LOCK TABLE payments IN EXCLUSIVE MODE", &[])
                         .await
                         .map_err(|e| pg("seeding", e))?;
+                    let last: i64 = tx
+                        .query_one("SELECT COALESCE(MAX(batch), 0)::bigint FROM payments", &[])
+                        .await
+                        .map_err(|e| pg("seeding", e))?
+                        .get(0);
+                    let mut out = Vec::new();
+                    for b in last as u64 + 1..=last as u64 + count {
+                        for i in 0..rows {
+                            let amount = (100 + (b * 7 + i * 13) % 900) as i64;
+                            tx.execute(
+                                "INSERT INTO payments (batch, amount) VALUES ($1, $2)",
+                                &[&(b as i64), &amount],
+                            )
+                            .await
+                            .map_err(|e| pg("seeding", e))?;
+                        }
+                        out.push(b);
                     }
-                    out.push(b);
+                    Ok::<_, String>(out)
                 }
+                .await;
+                let out = match seeded {
+                    Ok(out) => out,
+                    Err(e) => {
+                        // Rolled back now: a dropped transaction's ROLLBACK would wait
+                        // for this thread's next call, the table locked until then.
+                        let _ = tx.rollback().await;
+                        return Err(e);
+                    }
+                };
                 tx.commit().await.map_err(|e| pg("seeding", e))?;
                 Ok(out)
             })
