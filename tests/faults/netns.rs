@@ -1151,6 +1151,23 @@ fn run_schedule(tag: &str, schedule: Schedule, worker: &Path, ctl: &Path) -> Out
         )),
         Err(e) => out.problems.push(format!("ledger: {e}")),
     }
+    // A failing run's whole timeline goes to a file (the report carries only its tail).
+    if !out.problems.is_empty() {
+        let file = std::env::temp_dir().join(format!(
+            "tenure-netns-seed{}-{}.timeline",
+            out.schedule.seed,
+            std::process::id()
+        ));
+        match std::fs::write(&file, lab.timeline().join("\n")) {
+            Ok(()) => out
+                .problems
+                .push(format!("the whole timeline: {}", file.display())),
+            Err(e) => out.problems.push(format!(
+                "the timeline not written to {}: {e}",
+                file.display()
+            )),
+        }
+    }
     // A passing run's PostgreSQL schema goes; a failing one's stays, to look at.
     if let Some(db) = pg_db.filter(|_| out.problems.is_empty()) {
         drop(lab);
@@ -2233,13 +2250,25 @@ fn seeded_fault_schedules_keep_one_leaseholder_per_term_and_settle_exactly_once(
             restarts[restarts.len() / 2].as_millis()
         ));
     }
+    // The reports above may scroll out of a CI log's tail: the panic names each failure's
+    // problems in a line apiece too.
+    let briefly: Vec<String> = failed
+        .iter()
+        .flat_map(|o| {
+            o.problems.iter().map(move |p| {
+                let first: String = p.lines().next().unwrap_or("").chars().take(400).collect();
+                format!("  seed {}: {first}", o.schedule.seed)
+            })
+        })
+        .collect();
     assert!(
         failed.is_empty(),
         "{} of {} netns schedules failed (seeds {:?}); replay one with \
-         TENURE_NETNS_SEED=<seed> TENURE_NETNS_SCHEDULES=1 (reports above)",
+         TENURE_NETNS_SEED=<seed> TENURE_NETNS_SCHEDULES=1 (reports above)\n{}",
         failed.len(),
         outcomes.len(),
-        failed.iter().map(|o| o.schedule.seed).collect::<Vec<_>>()
+        failed.iter().map(|o| o.schedule.seed).collect::<Vec<_>>(),
+        briefly.join("\n")
     );
 }
 
