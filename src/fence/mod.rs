@@ -34,6 +34,7 @@
 //! | [`SqliteFence`] | a SQLite database | a closure that runs in the fence's transaction |
 //! | [`RocksFence`] | key-value data in a RocksDB directory of its own | a closure that fills the fence's write batch |
 //! | `PgFence` (the `postgres` feature) | a PostgreSQL database | a closure that runs in the fence's transaction, or your own transaction |
+//! | `http::FenceLayer` (the `http-fence` feature) | an HTTP service | its handler's write, through one of the above; the layer hands it the request's token |
 //!
 //! The files: `sqlite.rs`, `rocks.rs` and `postgres.rs` hold the fences, `error.rs`
 //! [`FenceError`], `stats.rs` [`FenceStats`].
@@ -106,6 +107,8 @@
 //! [`Removed::retired_above`](crate::election::Removed::retired_above).
 
 mod error;
+#[cfg(feature = "http-fence")]
+pub mod http;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod rocks;

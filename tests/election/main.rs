@@ -11,9 +11,11 @@
 //! | [`founding`] | founding and joining a group |
 //! | [`fence`] | fenced resources |
 //! | [`fence_pg`] | the PostgreSQL fence, against a real server (`TENURE_PG_URL`) |
+//! | [`fence_http`] | the HTTP fence's layer, on a real hyper server and client over loopback |
 //! | [`lease_bound`] | the lease bound at its boundary |
 
 mod fence;
+mod fence_http;
 mod fence_pg;
 mod founding;
 mod handover;
