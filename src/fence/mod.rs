@@ -35,6 +35,7 @@
 //! | [`RocksFence`] | key-value data in a RocksDB directory of its own | a closure that fills the fence's write batch |
 //! | `PgFence` (the `postgres` feature) | a PostgreSQL database | a closure that runs in the fence's transaction, or your own transaction |
 //! | `http::FenceLayer` (the `http-fence` feature) | an HTTP service | its handler's write, through one of the above; the layer hands it the request's token |
+//! | [`outbox::SqliteOutbox`] | messages to a broker | a message pushed in the fence's transaction; a relay publishes it with its token, and consumers drop older tokens ([`outbox::Consumer`]) |
 //!
 //! The files: `sqlite.rs`, `rocks.rs` and `postgres.rs` hold the fences, `error.rs`
 //! [`FenceError`], `stats.rs` [`FenceStats`].
@@ -109,6 +110,7 @@
 mod error;
 #[cfg(feature = "http-fence")]
 pub mod http;
+pub mod outbox;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod rocks;

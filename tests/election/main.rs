@@ -12,6 +12,7 @@
 //! | [`fence`] | fenced resources |
 //! | [`fence_pg`] | the PostgreSQL fence, against a real server (`TENURE_PG_URL`) |
 //! | [`fence_http`] | the HTTP fence's layer, on a real hyper server and client over loopback |
+//! | [`outbox`] | the transactional outbox under a fence, and its example |
 //! | [`lease_bound`] | the lease bound at its boundary |
 
 mod fence;
@@ -22,4 +23,5 @@ mod handover;
 mod history;
 mod lease_bound;
 mod membership;
+mod outbox;
 mod root;
