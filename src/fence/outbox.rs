@@ -64,7 +64,7 @@ use std::collections::HashMap;
 
 use rusqlite::{params, Connection, Transaction};
 
-use super::{BackendError, FenceError, SqliteFence};
+use super::{FenceError, SqliteFence};
 use crate::FencingToken;
 
 /// The outbox's table (created by [`SqliteOutbox::install`], or by a DBA).
@@ -131,7 +131,7 @@ impl SqliteOutbox {
             fence: fence.clone(),
         };
         conn.execute_batch(CREATE_TABLE)
-            .map_err(|e| outbox.backend("creating the table tenure_outbox", e))?;
+            .map_err(|e| outbox.fence.backend("creating the table tenure_outbox", e))?;
         Ok(outbox)
     }
 
@@ -186,7 +186,10 @@ impl SqliteOutbox {
             )?;
             rows.collect()
         };
-        read().map_err(|e| self.backend("reading the unpublished messages of tenure_outbox", e))
+        read().map_err(|e| {
+            self.fence
+                .backend("reading the unpublished messages of tenure_outbox", e)
+        })
     }
 
     /// Publishes up to `limit` pending messages in order with `publish`, then marks those
@@ -244,14 +247,6 @@ impl SqliteOutbox {
                 params![now, self.fence.name(), through as i64],
             )
         })
-    }
-
-    fn backend(&self, context: &str, source: rusqlite::Error) -> FenceError {
-        FenceError::Backend {
-            fence: self.fence.name().to_owned(),
-            context: context.to_owned(),
-            source: BackendError::Sqlite(source),
-        }
     }
 }
 

@@ -249,7 +249,7 @@ impl SqliteFence {
         }
     }
 
-    fn backend(&self, context: &str, source: rusqlite::Error) -> FenceError {
+    pub(super) fn backend(&self, context: &str, source: rusqlite::Error) -> FenceError {
         FenceError::Backend {
             fence: self.name.clone(),
             context: context.to_owned(),
